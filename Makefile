@@ -1,0 +1,53 @@
+# transflow: every target bootstraps .venv itself (standard-library venv + pip).
+PYTHON      ?= python3
+VENV        ?= .venv
+BIN         := $(VENV)/bin
+CONSTRAINTS ?= constraints/cpu.txt
+PIP_C       := $(if $(CONSTRAINTS),-c $(CONSTRAINTS),)
+STAMP       := $(VENV)/.transflow-installed
+# Keep BLAS/XLA from oversubscribing the 2-core CI machines.
+export XLA_PYTHON_CLIENT_PREALLOCATE ?= false
+export PYTHONUNBUFFERED = 1
+
+.PHONY: all venv run test test-slow test-all figures bench lint format clean
+
+all: test
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(PIP_C) -e '.[reference,dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## The main job: a random PyTorch layer, reproduced by the split scheme (see README).
+run: $(STAMP)
+	$(BIN)/transflow-run
+
+## The test suite (fast; `slow` tests excluded).
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -n 2 -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow -q
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+figures: $(STAMP)
+	$(BIN)/python paper_figures/make_all.py
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests experiments paper_figures benchmarks
+	$(BIN)/ruff format --check src tests experiments paper_figures benchmarks
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests experiments paper_figures benchmarks
+	$(BIN)/ruff check --fix src tests experiments paper_figures benchmarks
+
+clean:
+	rm -rf $(VENV) outputs multirun paper_figures/out .pytest_cache .ruff_cache

@@ -1,0 +1,45 @@
+"""transflow: Transformers as splitting schemes of a continuous integro-differential
+equation on grids in token index x and feature index y, and transformers that realize
+maxout networks.
+
+Public API (re-exported from private modules, equinox style):
+
+- :class:`Grid`: quadrature grids on Ω_x × Ω_y.
+- Controls: :class:`AttentionParams`, :class:`FFNParams`, :class:`NormParams`,
+  :class:`LayerControls`, :func:`stack_controls`.
+- Operators: :func:`attention`, :func:`attention_scores`, :func:`attention_weights`,
+  :func:`project_s1` (LayerNorm), :func:`project_s2` (ReLU), :func:`linear_y`.
+- Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`, :func:`evolve`,
+  :class:`SplitTransformer`.
+- Subpackages: :mod:`transflow.interop` (PyTorch/HuggingFace).
+"""
+
+from ._controls import (
+    AttentionParams as AttentionParams,
+    FFNParams as FFNParams,
+    LayerControls as LayerControls,
+    NormParams as NormParams,
+    num_steps as num_steps,
+    stack_controls as stack_controls,
+    unstack_controls as unstack_controls,
+)
+from ._grid import Grid as Grid
+from ._model import SplitTransformer as SplitTransformer
+from ._operators import (
+    activation_fn as activation_fn,
+    attention as attention,
+    attention_scores as attention_scores,
+    attention_weights as attention_weights,
+    linear_y as linear_y,
+    project_s1 as project_s1,
+    project_s2 as project_s2,
+)
+from ._splitting import (
+    AbstractScheme as AbstractScheme,
+    LieScheme as LieScheme,
+    PreNormScheme as PreNormScheme,
+    evolve as evolve,
+    ffn_branch as ffn_branch,
+)
+
+__version__ = "0.1.0"

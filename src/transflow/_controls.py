@@ -1,0 +1,299 @@
+"""Controls θⁿ of one time step (one layer), as equinox modules.
+
+The controls are piecewise constant in time, one set per layer (spec §2.6). A stack over
+time is the *same* pytree with a leading axis (:func:`stack_controls`), so
+:func:`transflow.evolve` runs the steps with ``lax.scan`` and its compile time does not
+grow with depth.
+
+Row-vector convention throughout: weights act on the right, ``Q = u @ wq + bq`` (Vaswani's
+``XW^Q``); a torch ``nn.Linear`` weight of shape ``(out, in)`` is stored transposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+__all__ = [
+    "AttentionParams",
+    "FFNParams",
+    "NormParams",
+    "LayerControls",
+    "stack_controls",
+    "unstack_controls",
+    "num_steps",
+]
+
+
+def _shape_error(where: str, name: str, expected, got) -> ValueError:
+    return ValueError(f"{where}: `{name}` must have shape {expected}, got {tuple(got)}.")
+
+
+class AttentionParams(eqx.Module):
+    """Kernels of the attention operator (all heads).
+
+    Shapes: ``wq, wk: (d, H·d_k)``, ``wv: (d, H·d_v)``, ``wo: (H·d_v, d)`` and biases of the
+    matching output sizes. Head m uses the m-th contiguous block of d_k (d_v) columns, as
+    ``torch.nn.MultiheadAttention`` does. The continuous single-head model has no output
+    kernel (W_O = I, spec §2.2); for several heads W_O is folded per head,
+    ``V_m = u W_V^{(m)} W_O^{(m)}`` (eq. 5.7).
+    """
+
+    wq: Float[Array, "d hk"]
+    wk: Float[Array, "d hk"]
+    wv: Float[Array, "d hv"]
+    wo: Float[Array, "hv d"]
+    bq: Float[Array, " hk"]
+    bk: Float[Array, " hk"]
+    bv: Float[Array, " hv"]
+    bo: Float[Array, " d"]
+    n_heads: int = eqx.field(static=True)
+
+    def __check_init__(self):
+        H = self.n_heads
+        if not isinstance(H, int) or H < 1:
+            raise ValueError(f"AttentionParams: `n_heads` must be a positive int, got {H!r}.")
+        d = self.wq.shape[-2]
+        hk, hv = self.wq.shape[-1], self.wv.shape[-1]
+        if hk % H or hv % H:
+            raise ValueError(
+                f"AttentionParams: query/key width {hk} and value width {hv} must be "
+                f"divisible by n_heads={H}."
+            )
+        lead = self.wq.shape[:-2]
+        for name, arr, want in (
+            ("wk", self.wk, (*lead, d, hk)),
+            ("wv", self.wv, (*lead, d, hv)),
+            ("wo", self.wo, (*lead, hv, d)),
+            ("bq", self.bq, (*lead, hk)),
+            ("bk", self.bk, (*lead, hk)),
+            ("bv", self.bv, (*lead, hv)),
+            ("bo", self.bo, (*lead, d)),
+        ):
+            if tuple(arr.shape) != want:
+                raise _shape_error("AttentionParams", name, want, arr.shape)
+
+    @property
+    def head_dim(self) -> int:
+        return self.wq.shape[-1] // self.n_heads
+
+    @property
+    def value_dim(self) -> int:
+        return self.wv.shape[-1] // self.n_heads
+
+    @classmethod
+    def paper(cls, wq, wk, wv) -> AttentionParams:
+        """The paper's single-head kernels: no biases, ``W_O = I`` (spec §2.2)."""
+        wq, wk, wv = map(jnp.asarray, (wq, wk, wv))
+        d = wq.shape[0]
+        z = jnp.zeros((wq.shape[1],), wq.dtype)
+        return cls(wq, wk, wv, jnp.eye(wv.shape[1], d, dtype=wq.dtype), z, z,
+                   jnp.zeros((wv.shape[1],), wq.dtype), jnp.zeros((d,), wq.dtype), 1)
+
+    @classmethod
+    def random(
+        cls,
+        d: int,
+        *,
+        n_heads: int = 1,
+        head_dim: int | None = None,
+        bias: bool = False,
+        scale: float = 1.0,
+        dtype=None,
+        key: PRNGKeyArray,
+    ) -> AttentionParams:
+        """Random kernels with entries ~ N(0, scale²/d) (for experiments and tests)."""
+        dtype = dtype or jnp.result_type(float)
+        dk = head_dim if head_dim is not None else d // n_heads
+        if dk * n_heads == 0:
+            raise ValueError(f"d={d} is too small for n_heads={n_heads}.")
+        hk = dk * n_heads
+        ks = jax.random.split(key, 8)
+        s = scale / np.sqrt(d)
+        n = lambda k, shape: s * jax.random.normal(k, shape, dtype)
+        b = (lambda k, shape: 0.1 * jax.random.normal(k, shape, dtype)) if bias else (
+            lambda k, shape: jnp.zeros(shape, dtype))
+        return cls(n(ks[0], (d, hk)), n(ks[1], (d, hk)), n(ks[2], (d, hk)), n(ks[3], (hk, d)),
+                   b(ks[4], (hk,)), b(ks[5], (hk,)), b(ks[6], (hk,)), b(ks[7], (d,)), n_heads)
+
+
+class FFNParams(eqx.Module):
+    """The J feed-forward sub-steps.
+
+    ``weights[j]`` has shape ``(d_j, d_{j+1})`` with ``d_0 = d_J = d``. Sub-step j is
+
+    - ``residual[j] = True`` (the paper's form, square W_j): the explicit Euler step of
+      the linear integral operator, ``Z ← Z + Δt (Z W_j + b_j)``; at Δt = 1 this is the
+      standard layer with weight ``I + W_j`` (spec §3.5).
+    - ``residual[j] = False`` (extension for d_ff ≠ d, spec Q6): a lifting map into (or
+      out of) a hidden domain Ω_z, ``Z ← Z W_j + b_j``; it has no identity part.
+
+    followed by the activation for all but the last sub-step (``activation_on_last``
+    puts it after the last too, spec Q5). ``activation="relu"`` is the projection onto
+    S2 (an implicit, Δt-independent step); ``"gelu"``/``"gelu_tanh"`` are explicit
+    pointwise maps (extension, not a projection).
+    """
+
+    weights: tuple[Float[Array, "din dout"], ...]
+    biases: tuple[Float[Array, " dout"], ...]
+    residual: tuple[bool, ...] = eqx.field(static=True)
+    activation: str = eqx.field(static=True, default="relu")
+    activation_on_last: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        J = len(self.weights)
+        if J < 1 or len(self.biases) != J or len(self.residual) != J:
+            raise ValueError(
+                f"FFNParams: `weights`, `biases` and `residual` must have the same length "
+                f"J >= 1, got {len(self.weights)}, {len(self.biases)}, {len(self.residual)}."
+            )
+        from ._operators import activation_fn
+
+        activation_fn(self.activation)  # validates the name
+        for j in range(J):
+            w, b = self.weights[j], self.biases[j]
+            if tuple(b.shape) != (*w.shape[:-2], w.shape[-1]):
+                raise _shape_error(f"FFNParams sub-step {j + 1}", f"biases[{j}]",
+                                   (*w.shape[:-2], w.shape[-1]), b.shape)
+            if j and self.weights[j - 1].shape[-1] != w.shape[-2]:
+                raise ValueError(
+                    f"FFNParams: weights[{j - 1}] outputs {self.weights[j - 1].shape[-1]} "
+                    f"features but weights[{j}] expects {w.shape[-2]}."
+                )
+            if self.residual[j] and w.shape[-1] != w.shape[-2]:
+                raise ValueError(
+                    f"FFNParams: sub-step {j + 1} is residual (Z + Δt(Z W + b)) and needs a "
+                    f"square weight, got {tuple(w.shape[-2:])}; set residual[{j}]=False for "
+                    "a lifting map."
+                )
+        if self.weights[0].shape[-2] != self.weights[-1].shape[-1]:
+            raise ValueError(
+                f"FFNParams: the FFN must map d -> d; got {self.weights[0].shape[-2]} -> "
+                f"{self.weights[-1].shape[-1]}."
+            )
+
+    @property
+    def num_substeps(self) -> int:
+        return len(self.weights)
+
+    @classmethod
+    def paper(cls, weights: Sequence, biases: Sequence) -> FFNParams:
+        """The paper's J square FFN operators W_j, b_j with ReLU after all but the last."""
+        ws = tuple(jnp.asarray(w) for w in weights)
+        return cls(ws, tuple(jnp.asarray(b) for b in biases), (True,) * len(ws), "relu")
+
+
+class NormParams(eqx.Module):
+    """The constraint set S1(σ1, σ2) of a LayerNorm sub-step.
+
+    ``bias`` = σ1 (target mean) and ``gain`` = σ2 (target standard deviation). The paper's
+    σ1, σ2 are scalars (shape ``()``, or constant vectors); per-feature vectors of shape
+    ``(d,)`` are the extension of spec Q3. ``eps`` is PyTorch's ``layer_norm_eps`` (0 in
+    the paper's Theorem 3.1).
+    """
+
+    gain: Float[Array, "*d"]
+    bias: Float[Array, "*d"]
+    eps: float = eqx.field(static=True, default=0.0)
+
+    def __check_init__(self):
+        if not (isinstance(self.eps, int | float) and self.eps >= 0):
+            raise ValueError(f"NormParams: `eps` must be a float >= 0, got {self.eps!r}.")
+
+    @classmethod
+    def scalar(cls, sigma1: float = 0.0, sigma2: float = 1.0, *, eps: float = 0.0,
+               dtype=None) -> NormParams:
+        dtype = dtype or jnp.result_type(float)
+        return cls(jnp.asarray(sigma2, dtype), jnp.asarray(sigma1, dtype), eps)
+
+    def is_scalar(self) -> bool:
+        """True if gain and bias are constant over features (the paper's S1)."""
+        g, b = np.asarray(self.gain), np.asarray(self.bias)
+        return bool(np.all(g == g.ravel()[0]) and np.all(b == b.ravel()[0]))
+
+
+class LayerControls(eqx.Module):
+    """All controls of one time step θⁿ: attention, two constraint sets and the FFN.
+
+    ``norm1``/``norm2`` are named as in ``torch.nn.TransformerEncoderLayer``: in the
+    paper's (post-LN) scheme ``norm1`` is the projection after attention and ``norm2`` the
+    closing projection; in the pre-LN extension they precede attention and FFN.
+    """
+
+    attn: AttentionParams
+    norm1: NormParams
+    ffn: FFNParams
+    norm2: NormParams
+
+    @property
+    def d_model(self) -> int:
+        return self.attn.wq.shape[-2]
+
+    @classmethod
+    def random(
+        cls,
+        d: int,
+        *,
+        n_heads: int = 1,
+        d_ff: int | None = None,
+        activation: str = "relu",
+        bias: bool = False,
+        eps: float = 0.0,
+        scale: float = 1.0,
+        dtype=None,
+        key: PRNGKeyArray,
+    ) -> LayerControls:
+        """Random controls. ``d_ff=None`` gives the paper's square FFN (residual form)."""
+        dtype = dtype or jnp.result_type(float)
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        attn = AttentionParams.random(d, n_heads=n_heads, bias=bias, scale=scale, dtype=dtype,
+                                      key=k1)
+        h = d if d_ff is None else d_ff
+        s = scale / np.sqrt(d)
+        w1 = s * jax.random.normal(k2, (d, h), dtype)
+        w2 = (scale / np.sqrt(h)) * jax.random.normal(k3, (h, d), dtype)
+        kb1, kb2 = jax.random.split(k4)
+        b1 = 0.1 * jax.random.normal(kb1, (h,), dtype)
+        b2 = 0.1 * jax.random.normal(kb2, (d,), dtype)
+        residual = (True, True) if d_ff is None else (False, False)
+        ffn = FFNParams((w1, w2), (b1, b2), residual, activation)
+        norm = NormParams.scalar(0.0, 1.0, eps=eps, dtype=dtype)
+        return cls(attn, norm, ffn, norm)
+
+
+def stack_controls(layers: Sequence[LayerControls]) -> LayerControls:
+    """Stack per-layer controls into one pytree with a leading time axis."""
+    layers = list(layers)
+    if not layers:
+        raise ValueError("stack_controls: need at least one layer.")
+    struct = jax.tree.structure(layers[0])
+    for i, layer in enumerate(layers[1:], 1):
+        if jax.tree.structure(layer) != struct:
+            raise ValueError(
+                f"stack_controls: layer {i} has a different structure (static options such "
+                "as n_heads, activation, eps or FFN form) from layer 0; evolve needs equal "
+                "structures to scan over time."
+            )
+    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *layers)
+
+
+def num_steps(stacked: LayerControls) -> int:
+    """Number of time steps N_t of stacked controls (the common leading axis)."""
+    sizes = {leaf.shape[0] if leaf.ndim else None for leaf in jax.tree.leaves(stacked)}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError(
+            "controls are not stacked: every leaf needs the same leading time axis "
+            f"(got leading sizes {sorted(s for s in sizes if s is not None)}); use "
+            "`stack_controls([...])`."
+        )
+    return sizes.pop()
+
+
+def unstack_controls(stacked: LayerControls) -> list[LayerControls]:
+    n = num_steps(stacked)
+    return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(n)]

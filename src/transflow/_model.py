@@ -1,0 +1,80 @@
+"""A whole split-scheme transformer: stacked controls + scheme + Δt, as one eqx.Module."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+from jaxtyping import Array, Float
+
+from ._controls import LayerControls, NormParams, num_steps
+from ._errors import check_array, check_finite
+from ._grid import Grid
+from ._splitting import AbstractScheme, LieScheme, evolve
+
+__all__ = ["SplitTransformer"]
+
+
+class SplitTransformer(eqx.Module):
+    """N_t steps of a splitting scheme with per-step controls: a Transformer stack.
+
+    Calling the model maps one sequence ``u`` of shape ``(n_tokens, d_model)`` to the
+    state at T = N_t Δt. Batch with ``jax.vmap(model)``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import LayerControls, SplitTransformer, stack_controls
+        >>> theta = stack_controls([LayerControls.random(8, key=jax.random.key(i))
+        ...                         for i in range(2)])
+        >>> model = SplitTransformer(theta)
+        >>> model(jnp.arange(32.0).reshape(4, 8)).shape
+        (4, 8)
+    """
+
+    controls: LayerControls
+    scheme: AbstractScheme = LieScheme()
+    dt: float = eqx.field(static=True, default=1.0)
+    final_norm: NormParams | None = None
+
+    def __check_init__(self):
+        num_steps(self.controls)
+
+    @property
+    def num_layers(self) -> int:
+        return num_steps(self.controls)
+
+    @property
+    def d_model(self) -> int:
+        return self.controls.d_model
+
+    def layer(self, i: int) -> LayerControls:
+        n = self.num_layers
+        if not -n <= i < n:
+            raise IndexError(f"layer index {i} out of range for a model with {n} layers.")
+        return jax.tree.map(lambda x: x[i], self.controls)
+
+    def _check(self, u, grid):
+        check_array("u", u, ndim=2, shape=(None if grid is None else grid.n_tokens, self.d_model))
+        return check_finite("u", u)
+
+    def __call__(
+        self,
+        u: Float[Array, "n d"],
+        *,
+        grid: Grid | None = None,
+        causal: bool = False,
+        save_trajectory: bool = False,
+        remat: bool = False,
+    ):
+        u = self._check(u, grid)
+        return evolve(u, self.controls, self.scheme, dt=self.dt, grid=grid, causal=causal,
+                      final_norm=self.final_norm, save_trajectory=save_trajectory, remat=remat)
+
+    def substeps(
+        self, u: Float[Array, "n d"], layer: int = 0, *, grid: Grid | None = None,
+        causal: bool = False,
+    ) -> dict[str, Float[Array, "n d"]]:
+        """Every sub-step state of one step (layer) started from ``u``."""
+        u = self._check(u, grid)
+        _, states = self.scheme.step(u, self.layer(layer), self.dt, grid=grid, causal=causal,
+                                     return_substeps=True)
+        return states

@@ -1,0 +1,233 @@
+"""The operators of the continuous model, discretized on a :class:`~transflow.Grid`.
+
+All functions act on **one** sequence ``u`` of shape ``(n_tokens, n_features)``: row =
+token x_i, column = feature y_k. Batch with :func:`jax.vmap`.
+
+- :func:`attention`: the non-local integral operator
+  ``(𝒜u)(x, y) = ∫_{Ω_x} γ(x, x̃; u) V(x̃, y; u) dx̃`` with
+  ``γ = softmax_x̃(|Ω_η|^{-1/2} ⟨Q(x,·), K(x̃,·)⟩)`` (spec §2.2), multi-head as eq. (5.7).
+- :func:`project_s1`: the projection onto S1(σ1, σ2) (Theorem 3.1: LayerNorm).
+- :func:`project_s2`: the projection onto S2 = {u ≥ 0} (ReLU).
+- :func:`linear_y`: a linear integral operator in y, ``∫ W(ξ, y) u(x, ξ) dξ + b(y)``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from ._controls import AttentionParams
+from ._grid import Grid
+
+__all__ = [
+    "attention",
+    "attention_scores",
+    "attention_weights",
+    "project_s1",
+    "project_s2",
+    "linear_y",
+    "activation_fn",
+]
+
+
+# --------------------------------------------------------------------------- attention
+def _head_scale(p: AttentionParams, grid: Grid | None, scale: float | None, dtype):
+    """Per-head score scale and feature weights for the inner product ⟨Q, K⟩_{Ω_η}.
+
+    With ``grid=None`` (the index grid) this is the standard ``1/√d_k``. On a grid with
+    feature weights, head m integrates over its sub-domain Ω_y^{(m)} (the contiguous
+    block of d_k feature nodes, as torch splits heads): weights w^{(m)} and scale
+    |Ω_y^{(m)}|^{-1/2}.
+    """
+    H, dk = p.n_heads, p.head_dim
+    if scale is not None:
+        return jnp.asarray(scale, dtype), None
+    if grid is None:
+        return jnp.asarray(dk**-0.5, dtype), None
+    if grid.n_features != H * dk:
+        raise ValueError(
+            f"`grid` has {grid.n_features} feature nodes but the attention has "
+            f"n_heads * head_dim = {H} * {dk} = {H * dk} query/key features; the head "
+            "feature domains must partition Ω_y. Pass `scale=` explicitly for other layouts."
+        )
+    w = grid.y_weights.reshape(H, dk).astype(dtype)
+    return jnp.sum(w, axis=-1) ** -0.5, w
+
+
+def attention_scores(
+    u: Float[Array, "n d"],
+    p: AttentionParams,
+    *,
+    grid: Grid | None = None,
+    scale: float | None = None,
+) -> Float[Array, "heads n n"]:
+    """Scores ``s(x_i, x_j) = |Ω_η|^{-1/2} ⟨Q(x_i,·), K(x_j,·)⟩_{Ω_η}`` for every head.
+
+    ``scale`` overrides the |Ω_η|^{-1/2} factor (e.g. CvT's ``embed_dim**-0.5`` quirk).
+    """
+    n = u.shape[0]
+    H, dk = p.n_heads, p.head_dim
+    q = (u @ p.wq + p.bq).reshape(n, H, dk)
+    k = (u @ p.wk + p.bk).reshape(n, H, dk)
+    s, w = _head_scale(p, grid, scale, u.dtype)
+    if w is not None:
+        q = q * w[None]
+    scores = jnp.einsum("ihc,jhc->hij", q, k)
+    return scores * (s[:, None, None] if jnp.ndim(s) == 1 else s)
+
+
+def attention_weights(
+    scores: Float[Array, "heads n m"],
+    *,
+    x_weights: Float[Array, " m"] | None = None,
+    causal: bool = False,
+    hardmax: bool = False,
+    temperature: float = 1.0,
+) -> Float[Array, "heads n m"]:
+    """The attention kernel γ(x_i, x_j): a (weighted) softmax over keys, rows sum to 1.
+
+    Args:
+        scores: ``(heads, n_queries, n_keys)``.
+        x_weights: token quadrature weights ``w_j`` of the keys. ``None`` means uniform
+            weights, which cancel exactly: ``γ_ij = exp(λ s_ij) w_j / Σ_m exp(λ s_im) w_m``.
+        causal: restrict the token integral to x̃ ≤ x (key index ≤ query index).
+        hardmax: the λ → ∞ limit: weight ``w_j / Σ_{argmax} w`` on each maximizer, ties
+            averaged (Yun et al. 2020).
+        temperature: the scale λ multiplying the scores (ignored by hardmax).
+    """
+    n, m = scores.shape[-2:]
+    allowed = None
+    if causal:
+        allowed = jnp.arange(m)[None, :] <= jnp.arange(n)[:, None]
+    if hardmax:
+        s = scores if allowed is None else jnp.where(allowed, scores, -jnp.inf)
+        top = jnp.max(s, axis=-1, keepdims=True)
+        ind = (s == top).astype(scores.dtype)
+        if x_weights is not None:
+            ind = ind * x_weights
+        return ind / jnp.sum(ind, axis=-1, keepdims=True)
+    logits = temperature * scores
+    if x_weights is not None:
+        logits = logits + jnp.log(x_weights).astype(scores.dtype)
+    return jax.nn.softmax(logits, axis=-1, where=allowed)
+
+
+def attention(
+    u: Float[Array, "n d"],
+    p: AttentionParams,
+    *,
+    grid: Grid | None = None,
+    causal: bool = False,
+    hardmax: bool = False,
+    temperature: float = 1.0,
+    scale: float | None = None,
+) -> Float[Array, "n d"]:
+    """The attention integral operator (𝒜u)(x, y), all heads summed (eq. 5.7).
+
+    ``Σ_m γ_m V_m W_O^{(m)} + b_O`` with ``V_m = u W_V^{(m)} + b_V^{(m)}``; this is the
+    same as concatenating the heads and applying W_O. The residual ("u +") is *not*
+    included: it is the identity part of the explicit Euler sub-step.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import AttentionParams, attention
+        >>> p = AttentionParams.random(8, n_heads=2, key=jax.random.key(0))
+        >>> attention(jnp.ones((5, 8)), p).shape
+        (5, 8)
+    """
+    n = u.shape[0]
+    H, dv = p.n_heads, p.value_dim
+    gamma = attention_weights(
+        attention_scores(u, p, grid=grid, scale=scale),
+        x_weights=None if grid is None else grid.x_weights.astype(u.dtype),
+        causal=causal,
+        hardmax=hardmax,
+        temperature=temperature,
+    )
+    v = (u @ p.wv + p.bv).reshape(n, H, dv)
+    heads = jnp.einsum("hij,jhc->ihc", gamma, v).reshape(n, H * dv)
+    return heads @ p.wo + p.bo
+
+
+# --------------------------------------------------------------------------- projections
+def project_s1(
+    v: Float[Array, "n d"],
+    sigma1: Float[Array, "*d"] | float = 0.0,
+    sigma2: Float[Array, "*d"] | float = 1.0,
+    *,
+    eps: float = 0.0,
+    y_weights: Float[Array, " d"] | None = None,
+) -> Float[Array, "n d"]:
+    """Projection onto S1(σ1, σ2): per token, mean σ1 and standard deviation σ2.
+
+    Theorem 3.1: for a token row v with mean α and (population) variance β > 0 over Ω_y,
+    the L²(Ω_y)-closest point of S1 is ``σ2 (v − α)/√β + σ1`` — LayerNorm with scalar
+    gain σ2 and bias σ1. Means and variances are quadrature over Ω_y normalized by |Ω_y|
+    (``y_weights=None``: uniform weights, i.e. the standard LayerNorm).
+
+    Extensions (not a projection, documented for interop): ``eps > 0`` gives
+    ``σ2 (v − α)/√(β + ε) + σ1`` (PyTorch's LayerNorm); vector ``sigma1``/``sigma2`` of
+    shape ``(d,)`` give per-feature bias and gain (spec Q3: P_{S1(0,1)} followed by a
+    diagonal affine map).
+
+    Degenerate tokens (spec Q2): if β = 0 every point of S1 is equally close and the
+    projection is not unique. transflow returns σ1 for such tokens (the limit of the
+    ε-regularized LayerNorm as ε → 0), without NaN in the value or the gradient. With
+    ``eps == 0`` a token counts as constant when ``β ≤ (d·ε_mach)² · mean(v²)``, i.e. it is
+    constant up to the round-off of computing its mean.
+    """
+    d = v.shape[-1]
+    if y_weights is None:
+        alpha = jnp.mean(v, axis=-1, keepdims=True)
+        centred = v - alpha
+        beta = jnp.mean(centred * centred, axis=-1, keepdims=True)
+    else:
+        w = (y_weights / jnp.sum(y_weights)).astype(v.dtype)
+        alpha = jnp.sum(v * w, axis=-1, keepdims=True)
+        centred = v - alpha
+        beta = jnp.sum(centred * centred * w, axis=-1, keepdims=True)
+    sigma1 = jnp.asarray(sigma1, v.dtype)
+    sigma2 = jnp.asarray(sigma2, v.dtype)
+    if eps > 0:
+        return sigma2 * centred * jax.lax.rsqrt(beta + jnp.asarray(eps, v.dtype)) + sigma1
+    tiny = (d * jnp.finfo(v.dtype).eps) ** 2
+    degenerate = beta <= tiny * jnp.mean(v * v, axis=-1, keepdims=True)
+    safe = jnp.where(degenerate, jnp.ones_like(beta), beta)
+    out = sigma2 * centred * jax.lax.rsqrt(safe) + sigma1
+    return jnp.where(degenerate, jnp.broadcast_to(sigma1, out.shape), out)
+
+
+def project_s2(v: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+    """Projection onto S2 = {u ≥ 0}: ``max(v, 0)`` (ReLU). Equals (I + τN_{S2})^{-1} ∀τ > 0."""
+    return jnp.maximum(v, 0)
+
+
+def linear_y(
+    u: Float[Array, "n d_in"], w: Float[Array, "d_in d_out"], b: Float[Array, "*d_out"] | None = None
+) -> Float[Array, "n d_out"]:
+    """Linear integral operator in y: ``∫ W(ξ, y) u(x, ξ) dξ + b(y)`` as ``u @ W + b``.
+
+    ``W`` is the sampled kernel including quadrature weights (:meth:`Grid.sample_kernel`).
+    """
+    out = u @ w
+    return out if b is None else out + b
+
+
+_ACTIVATIONS = {
+    "relu": project_s2,
+    "gelu": lambda z: jax.nn.gelu(z, approximate=False),
+    "gelu_tanh": lambda z: jax.nn.gelu(z, approximate=True),
+    "identity": lambda z: z,
+}
+
+
+def activation_fn(name: str):
+    """Pointwise activation by name: ``relu`` (the projection onto S2, an implicit step),
+    ``gelu`` (exact erf) and ``gelu_tanh`` (explicit pointwise maps, extensions)."""
+    try:
+        return _ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(
+            f"unsupported activation {name!r}; expected one of {sorted(_ACTIVATIONS)}."
+        ) from None

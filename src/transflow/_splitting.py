@@ -1,0 +1,229 @@
+"""Operator-splitting schemes: one time step of the continuous model = one layer.
+
+The continuous model (spec §2.5, sign convention of the toolkit)
+
+    0 ∈ u_t − 𝒜(t; u) − Σ_j (𝒲_j(t) u + b_j(t)) + N_{S1(σ1, σ2)}(u) + N_{S2}(u)
+
+is split into M = 4 + J sub-problems per time step (spec §3.2, :class:`LieScheme`):
+
+1. attention, explicit Euler:       u¹ = u⁰ + Δt 𝒜(u⁰)
+2. projection onto S1:              u² = P_{S1}(u¹)           (implicit; Δt-independent)
+3..2+J. FFN sub-steps:              Z ← Z + Δt(Z W_j + b_j), then P_{S2} for j < J
+3+J. relaxation (skip connection):  u^{3+J} = ½ (u^{2+J} + u²)
+4+J. projection onto S1:            u^{n+1} = P_{S1}(u^{3+J})
+
+With Δt = 1 this is exactly one post-LN Transformer encoder layer (spec §3.5).
+
+A scheme is a small immutable object with a ``step`` method; schemes carry options (such
+as the FFN branch time step of spec §3.2) but no state.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import equinox as eqx
+import jax
+from jaxtyping import Array, Float
+
+from ._controls import FFNParams, LayerControls, NormParams, num_steps
+from ._errors import check_array, check_choice, check_finite
+from ._grid import Grid
+from ._operators import activation_fn, attention, project_s1
+
+__all__ = ["AbstractScheme", "LieScheme", "PreNormScheme", "evolve", "ffn_branch"]
+
+Substeps = dict[str, Float[Array, "n d"]]
+
+
+def _project(v, norm: NormParams, grid: Grid | None, eps_scale: float = 1.0):
+    return project_s1(
+        v,
+        norm.bias,
+        norm.gain,
+        eps=norm.eps * eps_scale,
+        y_weights=None if grid is None else grid.y_weights,
+    )
+
+
+def ffn_branch(
+    z: Float[Array, "n d"], ffn: FFNParams, dt: float | Array = 1.0, *, record: bool = False
+):
+    """Run the J FFN sub-steps on ``z``; returns the branch output (and sub-step states).
+
+    Residual sub-steps are explicit Euler steps ``Z + dt (Z W + b)``; lifting sub-steps
+    are ``Z W + b``. The activation (for ReLU: the projection onto S2) follows every
+    sub-step but the last, or every sub-step if ``ffn.activation_on_last``.
+    """
+    act = activation_fn(ffn.activation)
+    J = ffn.num_substeps
+    states = []
+    for j in range(J):
+        w, b = ffn.weights[j], ffn.biases[j]
+        lin = z @ w + b
+        z = z + dt * lin if ffn.residual[j] else lin
+        if j < J - 1 or ffn.activation_on_last:
+            z = act(z)
+        states.append(z)
+    return (z, states) if record else z
+
+
+class AbstractScheme(eqx.Module):
+    """A splitting scheme: maps (u at tⁿ, controls θⁿ, Δt) to u at tⁿ⁺¹."""
+
+    def step(
+        self,
+        u: Float[Array, "n d"],
+        controls: LayerControls,
+        dt: float | Array = 1.0,
+        *,
+        grid: Grid | None = None,
+        causal: bool = False,
+        return_substeps: bool = False,
+    ):
+        raise NotImplementedError
+
+    def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
+        raise NotImplementedError
+
+
+class LieScheme(AbstractScheme):
+    """The paper's sequential (Lie) splitting, M = 4 + J sub-steps (spec §3.2).
+
+    Options:
+        ffn_branch_dt: ``"dt"`` (paper-literal: the FFN sub-steps use Δt) or ``"2dt"``
+            (the consistent parallel reading of the ½ relaxation, spec §3.2 / Q10: the
+            FFN branch of a K = 2 parallel splitting runs with 2Δt). Irrelevant for
+            lifting sub-steps, which have no Δt.
+        hardmax, temperature: attention kernel options (see :func:`attention_weights`).
+
+    The closing projection uses ``ε/4`` when the layer's ``eps = ε > 0``: by LN's scale
+    invariance LN_ε(w) = LN_{ε/4}(½ w) (spec §8.7), so the scheme reproduces PyTorch's
+    post-LN layer for every ε. With ε = 0 (the paper) both are the same projection.
+
+    Sub-step names (``return_substeps=True``): ``attention``, ``ln1``, ``ffn1`` …
+    ``ffnJ``, ``relax``, ``ln2``.
+    """
+
+    ffn_branch_dt: Literal["dt", "2dt"] = eqx.field(static=True, default="dt")
+    hardmax: bool = eqx.field(static=True, default=False)
+    temperature: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
+
+    def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
+        J = controls.ffn.num_substeps
+        return ("attention", "ln1", *(f"ffn{j + 1}" for j in range(J)), "relax", "ln2")
+
+    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
+        c = controls
+        u1 = u + dt * attention(
+            u, c.attn, grid=grid, causal=causal, hardmax=self.hardmax,
+            temperature=self.temperature,
+        )
+        u2 = _project(u1, c.norm1, grid)
+        ffn_dt = dt if self.ffn_branch_dt == "dt" else 2 * dt
+        z, states = ffn_branch(u2, c.ffn, ffn_dt, record=True)
+        u5 = 0.5 * (z + u2)
+        u6 = _project(u5, c.norm2, grid, eps_scale=0.25)
+        if not return_substeps:
+            return u6
+        names = self.substep_names(c)
+        return u6, dict(zip(names, (u1, u2, *states, u5, u6)))
+
+
+class PreNormScheme(AbstractScheme):
+    """Pre-LN layers (ViT, GPT-2, ``norm_first=True``): an extension, not paper-exact.
+
+    Explicit Euler on the composite operators (spec §4.2):
+
+        u¹ = u⁰ + Δt 𝒜(P_{S1}(u⁰)),     u^{n+1} = u¹ + Δt ℱ(P_{S1'}(u¹)),
+
+    where ℱ is the FFN map (its sub-steps at unit step, additive recombination) and the
+    projections use each layer's ``norm1``/``norm2``. There is no closing projection.
+
+    Sub-step names: ``ln1``, ``attention``, ``ln2``, ``ffn1`` … ``ffnJ``, ``residual``.
+    """
+
+    hardmax: bool = eqx.field(static=True, default=False)
+    temperature: float = eqx.field(static=True, default=1.0)
+
+    def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
+        J = controls.ffn.num_substeps
+        return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
+
+    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
+        c = controls
+        p1 = _project(u, c.norm1, grid)
+        u1 = u + dt * attention(
+            p1, c.attn, grid=grid, causal=causal, hardmax=self.hardmax,
+            temperature=self.temperature,
+        )
+        p2 = _project(u1, c.norm2, grid)
+        z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
+        u2 = u1 + dt * z
+        if not return_substeps:
+            return u2
+        names = self.substep_names(c)
+        return u2, dict(zip(names, (p1, u1, p2, *states, u2)))
+
+
+def evolve(
+    u0: Float[Array, "n d"],
+    controls: LayerControls,
+    scheme: AbstractScheme | None = None,
+    *,
+    dt: float | Array = 1.0,
+    grid: Grid | None = None,
+    causal: bool = False,
+    final_norm: NormParams | None = None,
+    save_trajectory: bool = False,
+    remat: bool = False,
+):
+    """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``).
+
+    Args:
+        u0: initial condition f on the grid, shape ``(n_tokens, d)``.
+        controls: :class:`LayerControls` stacked over time (:func:`stack_controls`).
+        scheme: the splitting scheme (default: the paper's :class:`LieScheme`).
+        dt: time step Δt (the paper: 1).
+        grid: the grid; ``None`` is the paper's index grid.
+        causal: restrict attention to x̃ ≤ x (decoders).
+        final_norm: an optional closing projection after the last step (e.g. the
+            ``norm`` of a ``torch.nn.TransformerEncoder``).
+        save_trajectory: also return the states after every step, ``(N_t, n, d)``.
+        remat: rematerialise each step in the backward pass (``jax.checkpoint``), so the
+            memory of reverse-mode AD does not store the sub-step states of every step.
+
+    Returns:
+        u at T = N_t Δt, or ``(u_T, trajectory)`` with ``save_trajectory=True``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import LayerControls, stack_controls, evolve
+        >>> keys = jax.random.split(jax.random.key(0), 3)
+        >>> theta = stack_controls([LayerControls.random(8, key=k) for k in keys])
+        >>> evolve(jnp.ones((4, 8)) + jnp.arange(8.0), theta).shape
+        (4, 8)
+    """
+    check_array("u0", u0, ndim=2, shape=(grid.n_tokens if grid is not None else None,
+                                         controls.d_model))
+    num_steps(controls)
+    scheme = LieScheme() if scheme is None else scheme
+    if not isinstance(scheme, AbstractScheme):
+        raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
+    u0 = check_finite("u0", u0)
+
+    def body(u, theta):
+        u_next = scheme.step(u, theta, dt, grid=grid, causal=causal)
+        return u_next, (u_next if save_trajectory else None)
+
+    if remat:
+        body = jax.checkpoint(body)
+    u_T, traj = jax.lax.scan(body, u0, controls)
+    if final_norm is not None:
+        u_T = _project(u_T, final_norm, grid)
+        if save_trajectory:
+            traj = traj.at[-1].set(u_T)
+    return (u_T, traj) if save_trajectory else u_T

@@ -1,0 +1,229 @@
+"""Load PyTorch encoder layers into the split scheme.
+
+torch is imported inside the functions only: the core of transflow never needs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._controls import AttentionParams, FFNParams, LayerControls, NormParams, stack_controls
+from .._model import SplitTransformer
+from .._splitting import LieScheme, PreNormScheme
+
+__all__ = ["from_torch", "torch_substeps", "layer_controls_from_torch"]
+
+FFNForm = Literal["auto", "paper", "lifted"]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - exercised only without torch
+        raise ImportError(
+            "transflow.interop needs PyTorch: `pip install 'transflow[reference]'` "
+            "(on CPU-only machines with `-c constraints/cpu.txt`)."
+        ) from e
+    return torch
+
+
+def _arr(t, dtype) -> jax.Array:
+    return jnp.asarray(np.asarray(t.detach().cpu().numpy()), dtype=dtype)
+
+
+def _resolve_dtype(module, dtype):
+    torch = _torch()
+    if dtype is None:
+        p = next(module.parameters(), None)
+        dtype = jnp.float64 if p is not None and p.dtype == torch.float64 else jnp.float32
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.float64 and not jax.config.jax_enable_x64:
+        raise ValueError(
+            "the torch module is float64 (or dtype=float64 was asked for) but JAX runs in "
+            "32-bit mode; enable it first with `jax.config.update('jax_enable_x64', True)`, "
+            "or pass dtype=jnp.float32."
+        )
+    if dtype not in (jnp.float32, jnp.float64):
+        raise ValueError(f"`dtype` must be float32 or float64, got {dtype}.")
+    return dtype
+
+
+def _activation(layer) -> str:
+    torch = _torch()
+    act = layer.activation
+    if act is torch.nn.functional.relu or isinstance(act, torch.nn.ReLU):
+        return "relu"
+    if act is torch.nn.functional.gelu:
+        return "gelu"
+    if isinstance(act, torch.nn.GELU):
+        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
+    raise ValueError(
+        f"unsupported activation {act!r} in {type(layer).__name__}: transflow reproduces "
+        "'relu' (the projection onto S2), 'gelu' (exact erf) and nn.GELU(approximate='tanh'). "
+        "Build the layer with activation='relu' or 'gelu'."
+    )
+
+
+def _norm(ln, dtype) -> NormParams:
+    d = ln.normalized_shape[-1]
+    if len(ln.normalized_shape) != 1:
+        raise ValueError(f"LayerNorm over {tuple(ln.normalized_shape)} is not supported; "
+                         "transflow normalizes each token over its features (one axis).")
+    gain = _arr(ln.weight, dtype) if ln.weight is not None else jnp.ones((d,), dtype)
+    bias = _arr(ln.bias, dtype) if ln.bias is not None else jnp.zeros((d,), dtype)
+    return NormParams(gain, bias, float(ln.eps))
+
+
+def _mha(mha, dtype) -> AttentionParams:
+    E, H = mha.embed_dim, mha.num_heads
+    if not mha._qkv_same_embed_dim or mha.bias_k is not None or mha.add_zero_attn:
+        raise ValueError(
+            "unsupported nn.MultiheadAttention: transflow needs self-attention with "
+            "kdim == vdim == embed_dim, add_bias_kv=False and add_zero_attn=False."
+        )
+    w = _arr(mha.in_proj_weight, dtype)  # (3E, E) rows [W_q; W_k; W_v], y = x W^T
+    b = (_arr(mha.in_proj_bias, dtype) if mha.in_proj_bias is not None
+         else jnp.zeros((3 * E,), dtype))
+    wo = _arr(mha.out_proj.weight, dtype).T
+    bo = (_arr(mha.out_proj.bias, dtype) if mha.out_proj.bias is not None
+          else jnp.zeros((E,), dtype))
+    return AttentionParams(w[:E].T, w[E:2 * E].T, w[2 * E:].T, wo, b[:E], b[E:2 * E], b[2 * E:],
+                           bo, H)
+
+
+def layer_controls_from_torch(layer, *, ffn_form: FFNForm = "auto", dtype=None) -> LayerControls:
+    """Controls θ of one ``torch.nn.TransformerEncoderLayer`` (see :func:`from_torch`)."""
+    torch = _torch()
+    if not isinstance(layer, torch.nn.TransformerEncoderLayer):
+        raise TypeError(
+            f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}."
+        )
+    if ffn_form not in ("auto", "paper", "lifted"):
+        raise ValueError(f"`ffn_form` must be 'auto', 'paper' or 'lifted', got {ffn_form!r}.")
+    dtype = _resolve_dtype(layer, dtype)
+    act = _activation(layer)
+    attn = _mha(layer.self_attn, dtype)
+    d = attn.wq.shape[0]
+    w1 = _arr(layer.linear1.weight, dtype).T
+    w2 = _arr(layer.linear2.weight, dtype).T
+    b1 = _arr(layer.linear1.bias, dtype) if layer.linear1.bias is not None else jnp.zeros(
+        (w1.shape[1],), dtype)
+    b2 = _arr(layer.linear2.bias, dtype) if layer.linear2.bias is not None else jnp.zeros(
+        (d,), dtype)
+    square = w1.shape[1] == d
+    if ffn_form == "paper" and not square:
+        raise ValueError(
+            f"ffn_form='paper' needs dim_feedforward == d_model (the paper's W_j map Ω_y to "
+            f"Ω_y, spec Q6); got dim_feedforward={w1.shape[1]}, d_model={d}. Use "
+            "ffn_form='lifted' or 'auto'."
+        )
+    if ffn_form == "paper" or (ffn_form == "auto" and square):
+        eye = jnp.eye(d, dtype=dtype)
+        ffn = FFNParams((w1 - eye, w2 - eye), (b1, b2), (True, True), act)
+    else:
+        ffn = FFNParams((w1, w2), (b1, b2), (False, False), act)
+    return LayerControls(attn, _norm(layer.norm1, dtype), ffn, _norm(layer.norm2, dtype))
+
+
+def from_torch(module: Any, *, ffn_form: FFNForm = "auto", dtype=None) -> SplitTransformer:
+    """A :class:`SplitTransformer` that reproduces a PyTorch encoder layer or stack.
+
+    Accepts ``torch.nn.TransformerEncoderLayer`` and ``torch.nn.TransformerEncoder`` with
+    any ``norm_first``, ``activation`` in {"relu", "gelu"} (and ``nn.GELU``),
+    ``nhead``, ``dim_feedforward``, ``bias``, ``layer_norm_eps`` and ``batch_first``. The
+    model maps one sequence of shape ``(n_tokens, d_model)`` (batch with ``jax.vmap``;
+    ``batch_first`` only concerns how torch lays out batches) and computes the layer's
+    eval-mode output (dropout is an identity at inference).
+
+    How each torch option reads in the continuous model:
+
+    - ``norm_first=False`` (post-LN): the paper's :class:`LieScheme` at Δt = 1.
+      ``norm_first=True`` (pre-LN): :class:`PreNormScheme` (extension).
+    - FFN weights, ``ffn_form``: ``"paper"`` stores the increments W_j = W̃_j − I of
+      square FFN weights (residual sub-steps ``Z + Δt(ZW_j + b_j)``, spec §3.5);
+      ``"lifted"`` stores W̃_j as lifting maps to a hidden domain Ω_z (needed when
+      ``dim_feedforward ≠ d_model``, spec Q6); ``"auto"`` picks ``"paper"`` when square.
+    - ``activation="relu"``: the projection onto S2; ``"gelu"``: an explicit pointwise map.
+    - LayerNorm weight/bias: σ2/σ1 of S1 (per-feature vectors are the spec-Q3 extension);
+      ``layer_norm_eps = ε``: the ε-regularized projection, with ε/4 in the closing
+      projection of the post-LN scheme (spec §8.7).
+    - q/k/v/out biases and ``out_proj``: kept as :class:`AttentionParams` (W_O folded per
+      head in eq. 5.7; W_O = I and no biases in the paper).
+    - ``TransformerEncoder.norm``: a final projection after the last step.
+
+    With ``dim_feedforward = d_model``, scalar-valued LayerNorm parameters and ε = 0 the
+    controls are exactly the paper's identification.
+
+    Args:
+        module: the torch layer or encoder.
+        ffn_form: ``"auto"``, ``"paper"`` or ``"lifted"`` (above).
+        dtype: ``float32``/``float64``; default follows the module's parameters (float64
+            needs ``jax_enable_x64``).
+
+    Example:
+        >>> import torch, jax.numpy as jnp
+        >>> from transflow.interop import from_torch
+        >>> layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        >>> model = from_torch(layer)
+        >>> model(jnp.ones((5, 8)) * jnp.arange(8.0)).shape
+        (5, 8)
+    """
+    torch = _torch()
+    final_norm = None
+    if isinstance(module, torch.nn.TransformerEncoderLayer):
+        layers = [module]
+    elif isinstance(module, torch.nn.TransformerEncoder):
+        layers = list(module.layers)
+        if module.norm is not None:
+            if not isinstance(module.norm, torch.nn.LayerNorm):
+                raise ValueError(
+                    f"TransformerEncoder.norm must be nn.LayerNorm, got "
+                    f"{type(module.norm).__name__}."
+                )
+            final_norm = _norm(module.norm, _resolve_dtype(module, dtype))
+    else:
+        raise TypeError(
+            f"from_torch supports torch.nn.TransformerEncoderLayer and "
+            f"torch.nn.TransformerEncoder, got {type(module).__name__}. HuggingFace layers: "
+            "see transflow.interop.from_hf."
+        )
+    norm_first = {bool(layer.norm_first) for layer in layers}
+    if len(norm_first) != 1:
+        raise ValueError("all layers of the encoder must have the same `norm_first`.")
+    controls = stack_controls(
+        [layer_controls_from_torch(layer, ffn_form=ffn_form, dtype=dtype) for layer in layers]
+    )
+    scheme = PreNormScheme() if norm_first.pop() else LieScheme()
+    return SplitTransformer(controls, scheme, 1.0, final_norm)
+
+
+def torch_substeps(layer, x) -> dict[str, Any]:
+    """The intermediates of a ``TransformerEncoderLayer`` for one sequence, from torch.
+
+    Computed with the layer's own submodules (``_sa_block``, ``norm1``, ``_ff_block``,
+    ``norm2``), independently of transflow. ``x`` is a torch tensor ``(n_tokens, d)``.
+    Keys for post-LN: ``attention`` (x + SA(x)), ``ln1``, ``ffn`` (FFN(ln1)), ``ln2``.
+    Pre-LN: ``ln1``, ``attention`` (x + SA(ln1)), ``ln2``, ``ffn``, ``residual``.
+    """
+    torch = _torch()
+    if not isinstance(layer, torch.nn.TransformerEncoderLayer):
+        raise TypeError(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}.")
+    xb = x.unsqueeze(0) if layer.self_attn.batch_first else x.unsqueeze(1)
+    squeeze = (lambda t: t[0]) if layer.self_attn.batch_first else (lambda t: t[:, 0])
+    with torch.no_grad():
+        if layer.norm_first:
+            p1 = layer.norm1(xb)
+            a = xb + layer._sa_block(p1, None, None)
+            p2 = layer.norm2(a)
+            f = layer._ff_block(p2)
+            out = {"ln1": p1, "attention": a, "ln2": p2, "ffn": f, "residual": a + f}
+        else:
+            a = xb + layer._sa_block(xb, None, None)
+            p1 = layer.norm1(a)
+            f = layer._ff_block(p1)
+            out = {"attention": a, "ln1": p1, "ffn": f, "ln2": layer.norm2(p1 + f)}
+    return {k: squeeze(v) for k, v in out.items()}
