@@ -1,0 +1,32 @@
+"""Expressivity: transformers that realize maxout networks and CPWL functions, and exact
+linear-region counting (spec ``maxout-expressivity.md``).
+
+Public API:
+
+- :class:`MaxoutNetwork` (+ :meth:`MaxoutNetwork.from_relu`), :func:`zigzag_maxout`,
+  :func:`ibp_bounds`.
+- :func:`maxout_to_transformer` → :class:`MaxoutTransformer` (Variants A and B, hardmax or
+  softmax at scale λ, parameter counts, out-of-box check).
+- CPWL routes: :func:`lattice_cpwl`, :func:`lattice_from_1d`, :func:`hinging_cpwl`.
+- Softmax: :func:`softmax_max_constant` (``c_T = W((T−1)/e)``), :func:`softmax_error_bound`,
+  :func:`lambert_w`.
+- Regions: :func:`count_linear_regions` (exact in 1-D and 2-D), :func:`grid_region_count`
+  (pattern hashing, a lower bound), :class:`RegionCount`.
+"""
+
+from ._construction import (
+    MaxoutTransformer as MaxoutTransformer,
+    maxout_to_transformer as maxout_to_transformer,
+)
+from ._maxout import (
+    MaxoutNetwork as MaxoutNetwork,
+    ibp_bounds as ibp_bounds,
+    zigzag_maxout as zigzag_maxout,
+)
+from ._pwl import AbstractPiecewiseLinear as AbstractPiecewiseLinear
+from ._softmax import (
+    lambert_w as lambert_w,
+    softmax_error_bound as softmax_error_bound,
+    softmax_gap_error as softmax_gap_error,
+    softmax_max_constant as softmax_max_constant,
+)

@@ -1,0 +1,425 @@
+"""Transformers that realize maxout networks: the reference construction (RC) of spec
+``maxout-expressivity.md`` §2.2–§3.2, §4, built from transflow's own operators.
+
+Every block is ``X ↦ FF(Attn(X))`` with residuals and **no LayerNorm** (RC §2.2):
+
+- attention: :func:`transflow.attention` with head size 1, one head per maxout unit,
+  scores ``q·k`` without the 1/√d factor (``scale=1.0``), hardmax or softmax at scale λ
+  (``temperature=λ``); the residual is added here;
+- FFN: :func:`transflow.ffn_branch` with one hidden ReLU layer as two lifting sub-steps
+  (:class:`transflow.FFNParams` with ``residual=(False, False)``); the residual is added here.
+
+A block with no heads (no FFN units) skips its attention (FFN).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float
+
+from .._controls import AttentionParams, FFNParams
+from .._operators import attention as _attention_op
+from .._operators import attention_scores
+from .._splitting import ffn_branch
+from ._maxout import MaxoutNetwork, ibp_bounds
+from ._pwl import AbstractPiecewiseLinear
+from ._softmax import softmax_deltas, softmax_error_bound
+
+__all__ = ["MaxoutTransformer", "maxout_to_transformer"]
+
+
+class MaxoutTransformer(AbstractPiecewiseLinear):
+    """A transformer built by :func:`maxout_to_transformer`, callable on one input x.
+
+    ``model(x)`` embeds ``x ∈ R^d`` on T tokens (``X⁰ = E x 1_Tᵀ + P``: x replicated on
+    every token plus a fixed positional/constant part), runs the blocks and reads out
+    ``y = A · h-slot(token 0) + c``.
+
+    The equality with the maxout network holds on the box ``[lo, hi]`` used for the
+    gating bounds B_ℓ (hardmax: exactly). Outside the box the token-wise shift fails (spec
+    §2.4, check C4): :meth:`in_box` returns the flag, :meth:`checked` raises (also under
+    ``jit``), ``model(x)`` itself does not check.
+
+    Attributes:
+        blocks: ``((attn | None, ffn | None), …)`` with transflow controls.
+        positional: the fixed part P of the embedding, ``(T, m)``.
+        bounds: the gating bounds B_ℓ used (IBP + margin, or given).
+        ibp: the IBP bounds of the box (without margin).
+        variant, hardmax, temperature: construction options.
+    """
+
+    blocks: tuple[tuple[AttentionParams | None, FFNParams | None], ...]
+    positional: Float[Array, "T m"]
+    readout_weight: Float[Array, "d_out n_L"]
+    readout_bias: Float[Array, " d_out"]
+    lo: Float[Array, " d"]
+    hi: Float[Array, " d"]
+    bounds: tuple[float, ...] = eqx.field(static=True)
+    ibp: tuple[float, ...] = eqx.field(static=True)
+    variant: str = eqx.field(static=True)
+    hardmax: bool = eqx.field(static=True)
+    temperature: float = eqx.field(static=True)
+    n_out_units: int = eqx.field(static=True)
+    net: MaxoutNetwork
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def in_dim(self) -> int:
+        return int(self.lo.shape[0])
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.positional.shape[0])
+
+    @property
+    def width(self) -> int:
+        """Embedding (residual-stream) width m."""
+        return int(self.positional.shape[1])
+
+    @property
+    def depth(self) -> int:
+        """Number D of blocks."""
+        return len(self.blocks)
+
+    def heads(self) -> tuple[int, ...]:
+        return tuple(0 if a is None else a.n_heads for a, _ in self.blocks)
+
+    def ffn_widths(self) -> tuple[int, ...]:
+        return tuple(0 if f is None else int(f.weights[0].shape[1]) for _, f in self.blocks)
+
+    # ------------------------------------------------------------------ evaluation
+    def embed(self, x: Float[Array, " d"]) -> Float[Array, "T m"]:
+        """``X⁰ = E x 1ᵀ + P``: x in the first d slots of every token, plus P."""
+        d, (T, m) = self.in_dim, self.positional.shape
+        return self.positional + jnp.zeros((T, m), x.dtype).at[:, :d].set(x[None, :])
+
+    def _attn(self, X, a):
+        return X + _attention_op(
+            X, a, hardmax=self.hardmax, temperature=self.temperature, scale=1.0
+        )
+
+    def stream(self, x: Float[Array, " d"]) -> Float[Array, "T m"]:
+        """The residual stream after the last block."""
+        X = self.embed(x)
+        for a, f in self.blocks:
+            if a is not None:
+                X = self._attn(X, a)
+            if f is not None:
+                X = X + ffn_branch(X, f, 1.0)
+        return X
+
+    def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d_out"]:
+        X = self.stream(x)
+        return self.readout_weight @ X[0, : self.n_out_units] + self.readout_bias
+
+    def layer_logits(self, x: Float[Array, " d"]) -> tuple[Float[Array, "G K"], ...]:
+        """Decision quantities per sub-layer, along the hardmax forward pass at x.
+
+        Attention: the scores ``attention_scores(X, p, scale=1)`` of every head and query
+        token, shape ``(H·T, T)`` (winner = argmax key). FFN: ``(0, pre-activation)`` of
+        every token and hidden unit, shape ``(T·r, 2)`` (winner 1 ⇔ the ReLU is active).
+        Only defined for hardmax attention.
+        """
+        if not self.hardmax:
+            raise ValueError(
+                "MaxoutTransformer.layer_logits: the activation pattern (and linear regions) "
+                f"is defined for hardmax attention only; this model uses softmax with "
+                f"λ={self.temperature}. Build it with attention='hardmax'."
+            )
+        X = self.embed(x)
+        out = []
+        for a, f in self.blocks:
+            if a is not None:
+                s = attention_scores(X, a, scale=1.0)
+                out.append(s.reshape(-1, s.shape[-1]))
+                X = self._attn(X, a)
+            if f is not None:
+                pre = (X @ f.weights[0] + f.biases[0]).reshape(-1)
+                out.append(jnp.stack([jnp.zeros_like(pre), pre], axis=-1))
+                X = X + ffn_branch(X, f, 1.0)
+        return tuple(out)
+
+    def in_box(self, x: Float[Array, " d"]) -> Bool[Array, ""]:
+        """True iff ``lo ≤ x ≤ hi`` componentwise (where the construction is exact)."""
+        return jnp.all((x >= self.lo) & (x <= self.hi))
+
+    def checked(self, x: Float[Array, " d"]) -> Float[Array, " d_out"]:
+        """``model(x)``, raising (also under ``jit``) if x lies outside ``[lo, hi]``."""
+        x = eqx.error_if(
+            x,
+            ~self.in_box(x),
+            "MaxoutTransformer: input `x` lies outside the box [lo, hi] used for the gating "
+            "bounds B; the construction is only exact inside it (spec §2.4). Rebuild with "
+            "a larger box.",
+        )
+        return self(x)
+
+    # ------------------------------------------------------------------ accounting
+    def param_counts(self) -> dict[str, int]:
+        """Parameter counts of the construction beside the maxout network's (spec §4).
+
+        - ``nnz``: non-zero entries of all attention (W_Q, W_K, W_V, W_O and biases) and
+          FFN (W_1, b_1, W_2, b_2) arrays; not the fixed embedding nor the shared read-out.
+        - ``dense``: ``Σ_blocks (4 m H_b + 2 m r_b + r_b + m)`` — the dense weights of size-1
+          heads without attention biases and of a one-hidden-layer FFN of width r_b with
+          both biases (a block without FFN still counts its output bias b_2, m entries).
+        - ``maxout``: ``P_N = Σ_ℓ k_ℓ n_ℓ (n_{ℓ−1}+1)``; ``maxout_readout`` adds A, c.
+        - ``embedding``: fixed entries of the embedding (d placements + P's non-zeros).
+        - ``tokens`` T, ``width`` m, ``depth`` D, ``total_heads``, ``max_ffn_width``.
+        """
+        nnz = 0
+        for a, f in self.blocks:
+            arrays = [] if a is None else [a.wq, a.wk, a.wv, a.wo, a.bq, a.bk, a.bv, a.bo]
+            if f is not None:
+                arrays += [*f.weights, *f.biases]
+            nnz += sum(int(np.count_nonzero(np.asarray(arr))) for arr in arrays)
+        m = self.width
+        dense = sum(4 * m * H + 2 * m * r + r + m for H, r in zip(self.heads(), self.ffn_widths()))
+        return {
+            "nnz": nnz,
+            "dense": dense,
+            "maxout": self.net.num_params(),
+            "maxout_readout": self.net.num_params(readout=True),
+            "embedding": self.in_dim + int(np.count_nonzero(np.asarray(self.positional))),
+            "tokens": self.n_tokens,
+            "width": m,
+            "depth": self.depth,
+            "total_heads": sum(self.heads()),
+            "max_ffn_width": max(self.ffn_widths()),
+        }
+
+    def softmax_error_bound(self, lam: float | None = None) -> float:
+        """The §3.6 sup bound for softmax at scale λ (default: this model's λ).
+
+        Returns ``inf`` if the margin side condition ``B_ℓ ≥ B_ℓ^{IBP} + Lip_ℓ δ_{ℓ−1}``
+        fails (then the gating may break under the softmax perturbation).
+        """
+        lam = self.temperature if lam is None else lam
+        if not (lam > 0 and math.isfinite(lam)):
+            raise ValueError(f"softmax_error_bound: `lam` must be finite and > 0, got {lam!r}.")
+        deltas = softmax_deltas(self.net, lam, self.n_tokens)
+        for b, b0, lip, dprev in zip(self.bounds, self.ibp, self.net.lipschitz(), deltas):
+            if b < b0 + lip * dprev:
+                return math.inf
+        return softmax_error_bound(self.net, lam, self.n_tokens)
+
+
+def maxout_to_transformer(
+    net: MaxoutNetwork,
+    lo: Float[Array, " d"] | float,
+    hi: Float[Array, " d"] | float,
+    *,
+    variant: Literal["A", "B"] = "A",
+    attention: Literal["hardmax"] | float = "hardmax",
+    margin: float = 1.0,
+    bounds: tuple[float, ...] | None = None,
+    dtype=None,
+) -> MaxoutTransformer:
+    """The reference-construction transformer realizing ``net`` on the box ``[lo, hi]``.
+
+    Token layout (spec §2.3): ``x_t = [h ∈ R^{n_h}; (Z ∈ R^{max k n}, Variant B); s ∈ R^{n_s};
+    e_t ∈ R^T; 1]`` with ``n_h = max(d, n_ℓ)``, ``n_s = max n_ℓ``.
+
+    - **Token-wise shift** (§2.4): FFN hidden unit (j, i) has pre-activation
+      ``z^ℓ_{ij} − B_ℓ + 2B_ℓ (e_t)_j``, so ``ReLU(·) = (z^ℓ_{ij} + B_ℓ)[t = j]``: token j
+      receives piece j in its scratch slot s_i (tokens without a piece hold the null piece
+      −B_ℓ), exact while ``|z^ℓ_{ij}| ≤ B_ℓ``.
+    - **Max-attention** (§3.1): head i has query = the constant coordinate, key = s_i,
+      value = ``s_i − h_i − B_ℓ``, output into h_i, so hardmax gives
+      ``h_i ← max_t s_i(t) − B_ℓ = max_j z^ℓ_{ij}``; ties need no care (values = scores).
+
+    Args:
+        net: the maxout network (use :meth:`MaxoutNetwork.from_relu` for ReLU nets).
+        lo, hi: the compact input box K = [lo, hi] (scalars broadcast to ``(d,)``).
+        variant: ``"A"`` (spec §3.2, fused: ``D = L+1`` blocks, ``T = max k_ℓ`` tokens,
+            blocks ``(∅, F_1), (A_ℓ, F_{ℓ+1} ⊕ C_ℓ), (A_L, ∅)``) or ``"B"`` (3 blocks per
+            layer — token-wise affine, shift-and-select, max — and one reserved token,
+            ``T = max k_ℓ + 1``; the layout matching the summary's "L = 3", "T − 1" and
+            "⌊D/3⌋", spec §5.4).
+        attention: ``"hardmax"`` (exact; Yun et al.'s tie averaging, irrelevant here) or a
+            float λ > 0: softmax of λ·scores (``temperature=λ``), error ≤ c_T/λ per unit
+            (spec §3.6, :meth:`MaxoutTransformer.softmax_error_bound`).
+        margin: μ ≥ 0 added to every IBP bound, ``B_ℓ = B_ℓ^{IBP} + μ`` (spec App. A; keeps
+            every ReLU strictly on one side inside the box; needed for softmax).
+        bounds: explicit gating bounds ``(B_1, …, B_L)`` instead of IBP + margin (each must
+            be ≥ the IBP bound of its layer, else the construction may fail in the box).
+        dtype: dtype of the transformer's arrays (default: JAX's default float; use
+            float64 for verification, spec C10).
+
+    Returns:
+        A :class:`MaxoutTransformer`.
+
+    Example:
+        >>> import numpy as np
+        >>> from transflow.expressivity import MaxoutNetwork, maxout_to_transformer
+        >>> net = MaxoutNetwork([np.array([[[1.0], [-1.0], [0.5]]])], [np.zeros((1, 3))])
+        >>> tf = maxout_to_transformer(net, -2.0, 2.0)
+        >>> x = np.array([-1.5])
+        >>> bool(abs(tf(x)[0] - net(x)[0]) < 1e-6), tf.param_counts()["tokens"]
+        (True, 3)
+    """
+    if not isinstance(net, MaxoutNetwork):
+        raise TypeError(f"`net` must be a MaxoutNetwork, got {type(net).__name__}.")
+    if variant not in ("A", "B"):
+        raise ValueError(f"`variant` must be 'A' or 'B', got {variant!r}.")
+    if isinstance(attention, str):
+        if attention != "hardmax":
+            raise ValueError(f"`attention` must be 'hardmax' or a float λ > 0, got {attention!r}.")
+        hardmax, lam = True, 1.0
+    else:
+        lam = float(attention)
+        if not (lam > 0 and math.isfinite(lam)):
+            raise ValueError(f"`attention` must be 'hardmax' or a float λ > 0, got {attention!r}.")
+        hardmax = False
+    if not (margin >= 0 and math.isfinite(margin)):
+        raise ValueError(f"`margin` must be a finite number >= 0, got {margin!r}.")
+    d = net.in_dim
+    lo_np = np.broadcast_to(np.asarray(lo, np.float64), (d,)).copy()
+    hi_np = np.broadcast_to(np.asarray(hi, np.float64), (d,)).copy()
+    if np.any(hi_np < lo_np):
+        raise ValueError(f"need `lo` <= `hi` componentwise, got lo={lo_np}, hi={hi_np}.")
+    ibp = ibp_bounds(net, lo_np, hi_np)
+    L = net.depth
+    if bounds is None:
+        B = [b + margin for b in ibp]
+    else:
+        B = [float(b) for b in bounds]
+        if len(B) != L:
+            raise ValueError(f"`bounds` must hold one bound per layer ({L}), got {len(B)}.")
+        for ell, (b, b0) in enumerate(zip(B, ibp)):
+            if not b >= b0:
+                raise ValueError(
+                    f"`bounds[{ell}]` = {b} is below the IBP bound {b0} of layer {ell + 1} on "
+                    "the box; the token-wise shift would not be exact."
+                )
+    Ws = [np.asarray(w, np.float64) for w in net.weights]
+    bs = [np.asarray(b, np.float64) for b in net.biases]
+    ns, ks = net.widths, net.ranks
+    T = max(ks) + (1 if variant == "B" else 0)
+    off = 1 if variant == "B" else 0
+    nh, nsc = max((d, *ns)), max(ns)
+    nz = max(k * n for k, n in zip(ks, ns)) if variant == "B" else 0
+    m = nh + nz + nsc + T + 1
+    h_ = lambda i: i
+    z_ = lambda ell, j, i: nh + j * ns[ell] + i
+    s_ = lambda i: nh + nz + i
+    p_ = lambda t: nh + nz + nsc + t
+    one = m - 1
+    n_in = lambda ell: Ws[ell].shape[2]
+
+    # hidden units as (in-weight row (m,), bias, out-weight row (m,)); FFN output bias (m,)
+    def writer(ell):  # Variant A: token-wise shift, piece (j, i) -> s_i on token j
+        R = []
+        for j in range(ks[ell]):
+            for i in range(ns[ell]):
+                w1 = np.zeros(m)
+                w1[: n_in(ell)] = Ws[ell][i, j]
+                w1[p_(j + off)] = 2 * B[ell]
+                w2 = np.zeros(m)
+                w2[s_(i)] = 1.0
+                R.append((w1, bs[ell][i, j] - B[ell], w2))
+        return R
+
+    def clearer(ell):  # s_i <- s_i - relu(s_i)
+        R = []
+        for i in range(ns[ell]):
+            w1 = np.zeros(m)
+            w1[s_(i)] = 1.0
+            w2 = np.zeros(m)
+            w2[s_(i)] = -1.0
+            R.append((w1, 0.0, w2))
+        return R
+
+    def affine_b(ell):  # Variant B (a): Z_{j,i} = relu(z_{ij} + B) - B on every token
+        R, bias = [], np.zeros(m)
+        for j in range(ks[ell]):
+            for i in range(ns[ell]):
+                w1 = np.zeros(m)
+                w1[: n_in(ell)] = Ws[ell][i, j]
+                w2 = np.zeros(m)
+                w2[z_(ell, j, i)] = 1.0
+                R.append((w1, bs[ell][i, j] + B[ell], w2))
+                bias[z_(ell, j, i)] = -B[ell]
+        return R, bias
+
+    def select_b(ell):  # Variant B (b): select piece j on token j+1, then clear Z
+        R, bias = [], np.zeros(m)
+        for j in range(ks[ell]):
+            for i in range(ns[ell]):
+                w1 = np.zeros(m)
+                w1[z_(ell, j, i)] = 1.0
+                w1[p_(j + off)] = 2 * B[ell]
+                w2 = np.zeros(m)
+                w2[s_(i)] = 1.0
+                R.append((w1, -B[ell], w2))
+        for j in range(ks[ell]):
+            for i in range(ns[ell]):
+                w1 = np.zeros(m)
+                w1[z_(ell, j, i)] = 1.0
+                w2 = np.zeros(m)
+                w2[z_(ell, j, i)] = -1.0
+                R.append((w1, B[ell], w2))
+                bias[z_(ell, j, i)] = B[ell]
+        return R, bias
+
+    cast = lambda a: jnp.asarray(a, dtype=dtype)
+
+    def pack(R, bias=None):
+        if not R:
+            return None
+        W1 = np.stack([r[0] for r in R], axis=1)
+        b1 = np.array([r[1] for r in R])
+        W2 = np.stack([r[2] for r in R], axis=0)
+        b2 = np.zeros(m) if bias is None else bias
+        return FFNParams((cast(W1), cast(W2)), (cast(b1), cast(b2)), (False, False), "relu")
+
+    def max_attn(ell):  # head i: q = 1, k = s_i, v = s_i - h_i - B, out -> h_i
+        n = ns[ell]
+        wq, wk, wv, wo = np.zeros((m, n)), np.zeros((m, n)), np.zeros((m, n)), np.zeros((n, m))
+        for i in range(n):
+            wq[one, i] = 1.0
+            wk[s_(i), i] = 1.0
+            wv[s_(i), i] = 1.0
+            wv[h_(i), i] = -1.0
+            wv[one, i] = -B[ell]
+            wo[i, h_(i)] = 1.0
+        zn, zm = np.zeros(n), np.zeros(m)
+        return AttentionParams(
+            cast(wq), cast(wk), cast(wv), cast(wo), cast(zn), cast(zn), cast(zn), cast(zm), n
+        )
+
+    blocks = []
+    if variant == "A":
+        blocks.append((None, pack(writer(0))))
+        for ell in range(L):
+            nxt = writer(ell + 1) + clearer(ell) if ell + 1 < L else []
+            blocks.append((max_attn(ell), pack(nxt)))
+    else:
+        for ell in range(L):
+            blocks.append((None, pack(*affine_b(ell))))
+            blocks.append((None, pack(*select_b(ell))))
+            blocks.append((max_attn(ell), pack(clearer(ell))))
+
+    P = np.zeros((T, m))
+    P[np.arange(T), p_(np.arange(T))] = 1.0
+    P[:, one] = 1.0
+    return MaxoutTransformer(
+        blocks=tuple(blocks),
+        positional=cast(P),
+        readout_weight=cast(np.asarray(net.readout_weight, np.float64)),
+        readout_bias=cast(np.asarray(net.readout_bias, np.float64)),
+        lo=cast(lo_np),
+        hi=cast(hi_np),
+        bounds=tuple(B),
+        ibp=tuple(ibp),
+        variant=variant,
+        hardmax=hardmax,
+        temperature=lam,
+        n_out_units=ns[-1],
+        net=net,
+    )
