@@ -1,0 +1,357 @@
+"""Load HuggingFace ``transformers`` layers (ViT, CvT, GPT-2) into transflow.
+
+torch and transformers are imported inside the functions only.
+
+How each HuggingFace layer reads in the continuous model:
+
+- ``ViTLayer``, ``GPT2Block``, ``CvtLayer`` are pre-LN + GELU blocks: the
+  :class:`~transflow.PreNormScheme` extension of spec §4.2 (explicit Euler on
+  𝒜(P_{S1} u), additive FFN branch, no closing projection); the FFN is the lifting form
+  (``d_ff ≠ d``, spec Q6) with activation "gelu" (exact erf) or "gelu_tanh".
+- GPT-2 is causal: the restricted token integral of spec §4.4 (:class:`CausalScheme`).
+- ViT's patch embedding, class token and position embedding build the initial condition f
+  on a 2-D token grid (:class:`~transflow.vision.PatchEmbedding`); the final LayerNorm is
+  the encoder's closing projection and the pooler the class-token read-out.
+- CvT's depthwise-conv + BatchNorm(eval) + pointwise projections are
+  :class:`~transflow.vision.DepthwiseConv2d` + :class:`~transflow.AttentionParams`, with
+  the ``embed_dim**-0.5`` score scale of the HF implementation (not the head width).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from .._causal import CausalScheme
+from .._controls import AttentionParams, FFNParams, LayerControls, stack_controls
+from .._model import SplitTransformer
+from .._splitting import PreNormScheme
+from ..vision._cvt import (
+    ConvAttentionParams,
+    ConvEmbedding,
+    ConvLayerControls,
+    ConvPreNormScheme,
+    CvtStageModel,
+    DepthwiseConv2d,
+)
+from ..vision._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
+from ._torch import _arr, _norm, _resolve_dtype, _torch
+
+__all__ = ["from_hf", "hf_activation"]
+
+# HF activation names with an exact counterpart in transflow.
+_HF_ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_python_tanh": "gelu_tanh",
+    "linear": "identity",
+}
+
+
+def hf_activation(name: Any, option: str = "hidden_act") -> str:
+    """The transflow activation for a HuggingFace activation name (``ACT2FN`` key).
+
+    "gelu" is exact erf; "gelu_new" and "gelu_pytorch_tanh" are the tanh approximation.
+    Names without an exact counterpart (e.g. "gelu_fast", whose constant is rounded,
+    "quick_gelu", "silu") raise a ``ValueError`` naming ``option``.
+    """
+    if not isinstance(name, str) or name not in _HF_ACTIVATIONS:
+        raise ValueError(
+            f"unsupported `{option}`={name!r}: transflow has exact counterparts only for "
+            f"{sorted(_HF_ACTIVATIONS)}; rebuild the config with one of them."
+        )
+    return _HF_ACTIVATIONS[name]
+
+
+def _linear(lin, dtype, *, conv1d: bool = False):
+    """(W, b) in the row-vector convention ``x @ W + b``."""
+    if conv1d:  # transformers' Conv1D stores (in, out)
+        w = _arr(lin.weight, dtype)
+    else:  # nn.Linear stores (out, in)
+        w = _arr(lin.weight, dtype).T
+    b = _arr(lin.bias, dtype) if lin.bias is not None else jnp.zeros((w.shape[1],), dtype)
+    return w, b
+
+
+def _fold_scale(wq, bq, scaling: float, head_dim: int):
+    """Fold a score scale ``scaling`` ≠ 1/√d_k into the query kernel (exact up to rounding)."""
+    factor = float(scaling) * head_dim**0.5
+    if factor == 1.0:
+        return wq, bq
+    return wq * factor, bq * factor
+
+
+def _check_gelu_module(act, where: str) -> str:
+    torch = _torch()
+    if isinstance(act, torch.nn.GELU):
+        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
+    if isinstance(act, torch.nn.ReLU):
+        return "relu"
+    raise ValueError(f"unsupported activation {act!r} in {where}.")
+
+
+# ----------------------------------------------------------------------------- ViT
+def _vit_layer(layer, dtype) -> LayerControls:
+    cfg = layer.attention.config
+    act = hf_activation(cfg.hidden_act)
+    at = layer.attention
+    H, dk = at.num_attention_heads, at.head_dim
+    wq, bq = _linear(at.q_proj, dtype)
+    wk, bk = _linear(at.k_proj, dtype)
+    wv, bv = _linear(at.v_proj, dtype)
+    wo, bo = _linear(at.o_proj, dtype)
+    wq, bq = _fold_scale(wq, bq, at.scaling, dk)
+    attn = AttentionParams(wq, wk, wv, wo, bq, bk, bv, bo, H)
+    w1, b1 = _linear(layer.mlp.fc1, dtype)
+    w2, b2 = _linear(layer.mlp.fc2, dtype)
+    ffn = FFNParams((w1, w2), (b1, b2), (False, False), act)
+    return LayerControls(
+        attn, _norm(layer.layernorm_before, dtype), ffn, _norm(layer.layernorm_after, dtype)
+    )
+
+
+def _vit_embedding(emb, dtype) -> PatchEmbedding:
+    pe = emb.patch_embeddings
+    conv = pe.projection
+    if tuple(conv.stride) != tuple(conv.kernel_size) or any(conv.padding):
+        raise ValueError(
+            f"unsupported ViT patch projection {conv}: expected stride = kernel and no padding."
+        )
+    w = _arr(conv.weight, dtype)  # (D, C, ph, pw)
+    kernel = w.reshape(w.shape[0], -1).T
+    bias = _arr(conv.bias, dtype) if conv.bias is not None else jnp.zeros((w.shape[0],), dtype)
+    cls_tok = _arr(emb.cls_token, dtype).reshape(-1)
+    pos = _arr(emb.position_embeddings, dtype)[0]
+    return PatchEmbedding(
+        kernel,
+        bias,
+        cls_tok,
+        pos,
+        tuple(int(s) for s in pe.image_size),
+        tuple(int(s) for s in pe.patch_size),
+    )
+
+
+def _vit_model(model, dtype) -> VisionTransformer:
+    layers = list(model.layers) if hasattr(model, "layers") else list(model.encoder.layer)
+    controls = stack_controls([_vit_layer(la, dtype) for la in layers])
+    encoder = SplitTransformer(controls, PreNormScheme(), 1.0, _norm(model.layernorm, dtype))
+    readout = None
+    if getattr(model, "pooler", None) is not None:
+        w, b = _linear(model.pooler.dense, dtype)
+        readout = ClassTokenReadout(None, w, b, _pooler_act(model.config.pooler_act))
+    return VisionTransformer(_vit_embedding(model.embeddings, dtype), encoder, readout)
+
+
+def _pooler_act(name) -> str:
+    if name == "tanh":
+        return "tanh"
+    return hf_activation(name, "pooler_act")
+
+
+# ----------------------------------------------------------------------------- GPT-2
+def _gpt2_block(block, dtype) -> LayerControls:
+    cfg = block.attn.config
+    act = hf_activation(cfg.activation_function, "activation_function")
+    at = block.attn
+    E, H, dk = at.embed_dim, at.num_heads, at.head_dim
+    w, b = _linear(at.c_attn, dtype, conv1d=True)  # (E, 3E): columns [q | k | v]
+    wq, wk, wv = w[:, :E], w[:, E : 2 * E], w[:, 2 * E :]
+    bq, bk, bv = b[:E], b[E : 2 * E], b[2 * E :]
+    wo, bo = _linear(at.c_proj, dtype, conv1d=True)
+    # scale_attn_weights / scale_attn_by_inverse_layer_idx are folded into W^Q, b^Q.
+    wq, bq = _fold_scale(wq, bq, at.scaling, dk)
+    attn = AttentionParams(wq, wk, wv, wo, bq, bk, bv, bo, H)
+    w1, b1 = _linear(block.mlp.c_fc, dtype, conv1d=True)
+    w2, b2 = _linear(block.mlp.c_proj, dtype, conv1d=True)
+    ffn = FFNParams((w1, w2), (b1, b2), (False, False), act)
+    return LayerControls(attn, _norm(block.ln_1, dtype), ffn, _norm(block.ln_2, dtype))
+
+
+# ----------------------------------------------------------------------------- CvT
+def _dw_bn(proj, dtype, option: str) -> DepthwiseConv2d:
+    torch = _torch()
+    cp = getattr(proj, "convolution_projection", None)
+    if cp is None:
+        raise ValueError(
+            f"unsupported `qkv_projection_method` for the {option} projection: transflow "
+            "reproduces 'dw_bn' (depthwise conv + BatchNorm); HF builds no convolution for "
+            "other methods (its 'avg' key/value projection has no module to run)."
+        )
+    conv, bn = cp.convolution, cp.normalization
+    if not isinstance(bn, torch.nn.BatchNorm2d) or bn.running_mean is None:
+        raise ValueError(
+            f"the {option} projection needs a BatchNorm2d with running "
+            "statistics (track_running_stats=True); transflow uses eval mode."
+        )
+    (sh, sw), (ph, pw) = tuple(conv.stride), tuple(conv.padding)
+    if sh != sw or ph != pw or tuple(conv.dilation) != (1, 1):
+        raise ValueError(
+            f"unsupported {option} convolution {conv}: needs equal strides and "
+            "paddings in both directions and no dilation."
+        )
+    if conv.groups != conv.in_channels or conv.in_channels != conv.out_channels:
+        raise ValueError(f"the {option} convolution must be depthwise, got {conv}.")
+    kernel = jnp.transpose(_arr(conv.weight, dtype)[:, 0], (1, 2, 0))  # (kh, kw, d)
+    if conv.bias is not None:
+        raise ValueError(f"the {option} depthwise convolution must have bias=False.")
+    d = kernel.shape[-1]
+    mean, var = _arr(bn.running_mean, dtype), _arr(bn.running_var, dtype)
+    gamma = _arr(bn.weight, dtype) if bn.weight is not None else jnp.ones((d,), dtype)
+    beta = _arr(bn.bias, dtype) if bn.bias is not None else jnp.zeros((d,), dtype)
+    scale = gamma / jnp.sqrt(var + bn.eps)
+    return DepthwiseConv2d(kernel, scale, beta - mean * scale, int(sh), int(ph))
+
+
+def _cvt_layer(layer, dtype) -> tuple[ConvLayerControls, int]:
+    sa = layer.attention.attention
+    H = sa.num_heads
+    wq, bq = _linear(sa.projection_query, dtype)
+    wk, bk = _linear(sa.projection_key, dtype)
+    wv, bv = _linear(sa.projection_value, dtype)
+    wo, bo = _linear(layer.attention.output.dense, dtype)
+    attn = AttentionParams(wq, wk, wv, wo, bq, bk, bv, bo, H)
+    qc = sa.convolution_projection_query
+    q_conv = _dw_bn(qc, dtype, "query") if hasattr(qc, "convolution_projection") else None
+    k_conv = _dw_bn(sa.convolution_projection_key, dtype, "key")
+    v_conv = _dw_bn(sa.convolution_projection_value, dtype, "value")
+    cattn = ConvAttentionParams(attn, q_conv, k_conv, v_conv, float(sa.scale))
+    act = _check_gelu_module(layer.intermediate.activation, "CvtIntermediate")
+    w1, b1 = _linear(layer.intermediate.dense, dtype)
+    w2, b2 = _linear(layer.output.dense, dtype)
+    ffn = FFNParams((w1, w2), (b1, b2), (False, False), act)
+    controls = ConvLayerControls(
+        cattn, _norm(layer.layernorm_before, dtype), ffn, _norm(layer.layernorm_after, dtype)
+    )
+    return controls, int(bool(sa.with_cls_token))
+
+
+def _cvt_stage(stage, dtype) -> CvtStageModel:
+    ce = stage.embedding.convolution_embeddings
+    conv = ce.projection
+    (sh, sw), (ph, pw) = tuple(conv.stride), tuple(conv.padding)
+    if sh != sw or ph != pw:
+        raise ValueError(
+            f"unsupported CvT embedding convolution {conv}: needs equal strides "
+            "and paddings in both directions."
+        )
+    kernel = _arr(conv.weight, dtype)
+    bias = _arr(conv.bias, dtype) if conv.bias is not None else jnp.zeros((kernel.shape[0],), dtype)
+    norm = _norm(ce.normalization, dtype) if ce.normalization is not None else None
+    emb = ConvEmbedding(kernel, bias, norm, int(sh), int(ph))
+    layers = [_cvt_layer(la, dtype) for la in stage.layers]
+    prefixes = {p for _, p in layers}
+    has_cls = bool(stage.config.cls_token[stage.stage])
+    if prefixes != {int(has_cls)}:
+        raise ValueError("the layers of the CvtStage disagree with the stage's `cls_token`.")
+    cls_tok = _arr(stage.cls_token, dtype).reshape(-1) if has_cls else None
+    return CvtStageModel(emb, cls_tok, stack_controls([c for c, _ in layers]))
+
+
+# ----------------------------------------------------------------------------- entry
+def _classes():
+    from transformers.models.cvt import modeling_cvt
+    from transformers.models.gpt2 import modeling_gpt2
+    from transformers.models.vit import modeling_vit
+
+    return modeling_vit, modeling_cvt, modeling_gpt2
+
+
+def from_hf(
+    module: Any, *, dtype=None, grid_shape: tuple[int, int] | None = None
+) -> SplitTransformer | VisionTransformer | CvtStageModel:
+    """Load a HuggingFace layer or model into transflow (eval-mode semantics).
+
+    Supported modules and what is returned:
+
+    - ``ViTLayer`` → :class:`~transflow.SplitTransformer` (one :class:`PreNormScheme`
+      step); a ``torch.nn.ModuleList`` of ``ViTLayer`` (e.g. ``ViTModel.layers``) → a
+      stacked one.
+    - ``ViTModel`` → :class:`~transflow.vision.VisionTransformer`: ``model(image)`` is
+      ``last_hidden_state`` (embedding f, the layers, the final LayerNorm as closing
+      projection) and ``model.pooled(image)`` is ``pooler_output``.
+    - ``GPT2Block`` (or a ``ModuleList`` of them) → ``SplitTransformer`` with
+      ``CausalScheme(PreNormScheme())``: causal whatever ``causal=`` the caller passes.
+      GPT-2's ``Conv1D`` (in, out) weights, ``scale_attn_weights`` and
+      ``scale_attn_by_inverse_layer_idx`` (folded into W^Q) are handled.
+    - ``CvtLayer`` → ``SplitTransformer`` with :class:`~transflow.vision.ConvPreNormScheme`
+      on the token grid ``grid_shape=(rows, columns)`` (required: HF passes height and
+      width at call time), the class token split off if ``with_cls_token``.
+    - ``CvtStage`` → :class:`~transflow.vision.CvtStageModel` (conv embedding, class
+      token, layers); ``stage(x)`` returns ``(hidden (D, h, w), cls_token or None)``.
+
+    Models map one example (a sequence ``(n, d)`` or an image ``(C, H, W)``); batch with
+    ``jax.vmap``. Dropout and drop-path are identities (eval mode); BatchNorm uses its
+    running statistics.
+
+    Args:
+        module: the HF module.
+        dtype: float32/float64; default follows the module's parameters.
+        grid_shape: token grid ``(rows, columns)``, for ``CvtLayer`` only.
+
+    Raises:
+        ValueError: for configurations without an exact counterpart, naming the option
+            (``hidden_act``/``activation_function``, ``qkv_projection_method``, ...).
+        TypeError: for unsupported module types.
+
+    Example:
+        >>> import torch, jax.numpy as jnp
+        >>> from transformers import ViTConfig
+        >>> from transformers.models.vit.modeling_vit import ViTLayer
+        >>> from transflow.interop import from_hf
+        >>> cfg = ViTConfig(hidden_size=8, num_attention_heads=2, intermediate_size=16)
+        >>> model = from_hf(ViTLayer(cfg).eval())
+        >>> model(jnp.ones((5, 8)) * jnp.arange(8.0)).shape
+        (5, 8)
+    """
+    torch = _torch()
+    vit, cvt, gpt2 = _classes()
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"`module` must be a torch.nn.Module, got {type(module).__name__}.")
+    dtype = _resolve_dtype(module, dtype)
+    if grid_shape is not None and not isinstance(module, cvt.CvtLayer):
+        raise ValueError(f"`grid_shape` is only used for a CvtLayer; got {type(module).__name__}.")
+
+    if isinstance(module, torch.nn.ModuleList):
+        kinds = {type(m) for m in module}
+        if kinds == {vit.ViTLayer}:
+            return SplitTransformer(
+                stack_controls([_vit_layer(m, dtype) for m in module]), PreNormScheme()
+            )
+        if kinds == {gpt2.GPT2Block}:
+            return SplitTransformer(
+                stack_controls([_gpt2_block(m, dtype) for m in module]),
+                CausalScheme(PreNormScheme()),
+            )
+        raise TypeError(
+            "a ModuleList must hold only ViTLayer or only GPT2Block modules, got "
+            f"{sorted(k.__name__ for k in kinds)}."
+        )
+    if isinstance(module, vit.ViTLayer):
+        return SplitTransformer(stack_controls([_vit_layer(module, dtype)]), PreNormScheme())
+    if isinstance(module, vit.ViTModel):
+        return _vit_model(module, dtype)
+    if isinstance(module, gpt2.GPT2Block):
+        return SplitTransformer(
+            stack_controls([_gpt2_block(module, dtype)]), CausalScheme(PreNormScheme())
+        )
+    if isinstance(module, cvt.CvtLayer):
+        if grid_shape is None:
+            raise ValueError(
+                "`grid_shape=(rows, columns)` is required for a CvtLayer: its token grid is "
+                "not stored in the layer (HF passes height and width at call time)."
+            )
+        controls, n_prefix = _cvt_layer(module, dtype)
+        scheme = ConvPreNormScheme(tuple(int(s) for s in grid_shape), n_prefix)
+        return SplitTransformer(stack_controls([controls]), scheme)
+    if isinstance(module, cvt.CvtStage):
+        return _cvt_stage(module, dtype)
+    raise TypeError(
+        "from_hf supports ViTLayer, ViTModel, GPT2Block, CvtLayer, CvtStage and ModuleLists "
+        f"of ViTLayer/GPT2Block; got {type(module).__name__}. torch.nn.TransformerEncoder"
+        "(Layer): see transflow.interop.from_torch."
+    )

@@ -1,0 +1,435 @@
+"""CvT: attention with convolutional projections over the 2-D token grid (spec §4.3).
+
+Real CvT (Wu et al. 2021; HF ``CvtSelfAttention``) forms the queries, keys and values by a
+depthwise convolution over the 2-D token grid Ω_x, a BatchNorm in eval mode (a per-feature
+affine map) and a pointwise linear map, with K/V evaluated on a coarser sub-grid
+(``stride_kv``). In the continuous model (spec §4.3 [R]):
+
+    Q(x, y) = ∫_{Ω_y} W^Q_pw(η, y) [ a_η ∫_{Ω_x} κ^Q(x − x̃, η) u(x̃, η) dx̃ + c_η ] dη + b^Q(y),
+
+local κ in x (depthwise: one kernel per feature η), BN folded into a_η, c_η. Strided K/V
+evaluate the inner integral on a sub-grid of Ω_x with uniform weights, which cancel in
+the softmax exactly as in §3.4. A class token (``n_prefix = 1``) is not on the grid: it
+is split off before the convolutions and re-attached afterwards.
+
+The literal transcription of §4.3 (open question Q7) convolves in the *feature* variable
+instead, Q(x, y) = ∫ κ^Q(ξ) u(x, y − ξ) dξ; :class:`FeatureConv` implements it as a
+documented option. It is a translation-invariant (Toeplitz/circulant) kernel
+W(ξ, y) = κ(y − ξ), i.e. a structured special case of the standard W^Q.
+
+The attention kernel itself is :func:`transflow.attention_weights` on the rectangular
+``(heads, n_q, n_kv)`` scores, so it is implemented once.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._controls import AttentionParams, FFNParams, NormParams, num_steps
+from .._errors import check_array, check_choice
+from .._operators import attention_weights, project_s1
+from .._splitting import AbstractScheme, evolve, ffn_branch
+
+__all__ = [
+    "DepthwiseConv2d",
+    "FeatureConv",
+    "ConvAttentionParams",
+    "ConvLayerControls",
+    "ConvPreNormScheme",
+    "ConvEmbedding",
+    "CvtStageModel",
+    "conv_attention",
+    "conv_output_size",
+]
+
+_HI = jax.lax.Precision.HIGHEST
+
+
+def conv_output_size(n: int, kernel: int, stride: int, padding: int) -> int:
+    """Number of output nodes of a strided convolution along one axis."""
+    return (n + 2 * padding - kernel) // stride + 1
+
+
+class DepthwiseConv2d(eqx.Module):
+    """Depthwise convolution over the 2-D token grid, then a per-feature affine map.
+
+    ``out[i, j, η] = scale[η] · Σ_{a,b} kernel[a, b, η] · u_pad[s·i + a, s·j + b, η] + shift[η]``
+
+    (cross-correlation with zero padding ``padding`` and stride ``s``, as torch's
+    ``Conv2d(groups=D, bias=False)``). A BatchNorm in eval mode folds into
+    ``scale = γ/√(var + ε)`` and ``shift = β − mean · scale``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.vision import DepthwiseConv2d
+        >>> conv = DepthwiseConv2d(jnp.ones((3, 3, 4)) / 9, jnp.ones(4), jnp.zeros(4),
+        ...                        stride=2, padding=1)
+        >>> conv(jnp.ones((4, 6, 4))).shape
+        (2, 3, 4)
+    """
+
+    kernel: Float[Array, "kh kw d"]
+    scale: Float[Array, " d"]
+    shift: Float[Array, " d"]
+    stride: int = eqx.field(static=True, default=1)
+    padding: int = eqx.field(static=True, default=0)
+
+    def __check_init__(self):
+        d = self.kernel.shape[-1]
+        for name, arr in (("scale", self.scale), ("shift", self.shift)):
+            if arr.shape[-1:] != (d,):
+                raise ValueError(
+                    f"DepthwiseConv2d: `{name}` must have shape ({d},), got {tuple(arr.shape)}."
+                )
+        if not (isinstance(self.stride, int) and self.stride >= 1):
+            raise ValueError(f"DepthwiseConv2d: `stride` must be an int >= 1, got {self.stride!r}.")
+        if not (isinstance(self.padding, int) and self.padding >= 0):
+            raise ValueError(
+                f"DepthwiseConv2d: `padding` must be an int >= 0, got {self.padding!r}."
+            )
+
+    def output_shape(self, grid_shape: tuple[int, int]) -> tuple[int, int]:
+        kh, kw = self.kernel.shape[-3:-1]
+        return (
+            conv_output_size(grid_shape[0], kh, self.stride, self.padding),
+            conv_output_size(grid_shape[1], kw, self.stride, self.padding),
+        )
+
+    def __call__(self, u: Float[Array, "h w d"]) -> Float[Array, "h2 w2 d"]:
+        check_array("u", u, ndim=3, shape=(None, None, self.kernel.shape[-1]))
+        d = u.shape[-1]
+        lhs = jnp.transpose(u, (2, 0, 1))[None]  # (1, d, h, w)
+        rhs = jnp.transpose(self.kernel, (2, 0, 1))[:, None].astype(u.dtype)  # (d, 1, kh, kw)
+        p = self.padding
+        out = jax.lax.conv_general_dilated(
+            lhs,
+            rhs,
+            (self.stride, self.stride),
+            ((p, p), (p, p)),
+            feature_group_count=d,
+            precision=_HI,
+        )[0]
+        return jnp.transpose(out, (1, 2, 0)) * self.scale + self.shift
+
+    @classmethod
+    def random(
+        cls,
+        d: int,
+        kernel_size: int = 3,
+        *,
+        stride: int = 1,
+        padding: int = 1,
+        dtype=None,
+        key: PRNGKeyArray,
+    ) -> DepthwiseConv2d:
+        dtype = dtype or jnp.result_type(float)
+        k1, k2, k3 = jax.random.split(key, 3)
+        return cls(
+            jax.random.normal(k1, (kernel_size, kernel_size, d), dtype) / kernel_size,
+            1.0 + 0.1 * jax.random.normal(k2, (d,), dtype),
+            0.1 * jax.random.normal(k3, (d,), dtype),
+            stride,
+            padding,
+        )
+
+
+class FeatureConv(eqx.Module):
+    """The literal y-convolution of spec §4.3 / Q7: ``Q(x, y) = Σ_ξ κ(ξ) u(x, y − ξ)``.
+
+    ``kernel[m]`` is κ at offset ξ = m − ``origin`` (default: the centre, ``k // 2``).
+    ``boundary="circular"`` treats Ω_y as periodic; ``"zero"`` extends u by 0. On the
+    index grid (Δy = 1) this is ``u @ T`` with the Toeplitz (circulant) matrix
+    ``T[l', l] = κ(l − l')`` (:meth:`matrix`): a translation-invariant kernel
+    W(ξ, y) = κ(y − ξ), i.e. a structured special case of the standard W^Q.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.vision import FeatureConv
+        >>> FeatureConv(jnp.array([0.0, 1.0, 0.0]))(jnp.eye(3)).tolist()  # identity
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    """
+
+    kernel: Float[Array, " k"]
+    boundary: Literal["circular", "zero"] = eqx.field(static=True, default="circular")
+    origin: int | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        check_choice("boundary", self.boundary, ("circular", "zero"))
+
+    def matrix(self, d: int) -> Float[Array, "d d"]:
+        """The d × d matrix T with ``conv(u) = u @ T``."""
+        k = self.kernel.shape[-1]
+        origin = k // 2 if self.origin is None else self.origin
+        lp, l_ = np.meshgrid(np.arange(d), np.arange(d), indexing="ij")
+        shift = l_ - lp  # ξ = l − l'
+        if self.boundary == "circular":
+            shift = np.mod(shift + origin, d) - origin  # wrap to the kernel's window
+            if k > d:
+                raise ValueError(
+                    f"FeatureConv: a circular kernel of size {k} needs at most d={d} taps."
+                )
+        m = shift + origin
+        valid = (m >= 0) & (m < k)
+        vals = self.kernel[..., np.clip(m, 0, k - 1)]
+        return jnp.where(jnp.asarray(valid), vals, jnp.zeros((), self.kernel.dtype))
+
+    def __call__(self, u: Float[Array, "n d"]) -> Float[Array, "n d"]:
+        check_array("u", u, ndim=2)
+        return jnp.matmul(u, self.matrix(u.shape[-1]).astype(u.dtype), precision=_HI)
+
+
+TokenConv = DepthwiseConv2d | FeatureConv | None
+
+
+class ConvAttentionParams(eqx.Module):
+    """Controls of attention with convolutional projections (CvT).
+
+    ``attn`` holds the pointwise maps W^Q_pw, W^K_pw, W^V_pw (with biases), the heads and
+    the output map W_O, b_O; ``q_conv``/``k_conv``/``v_conv`` are applied before them
+    (``None``: no convolution, HF's ``"linear"`` projection). ``scale`` overrides the
+    score scale |Ω_η|^{-1/2} = 1/√d_k; HF's CvT uses ``embed_dim**-0.5`` (the full
+    width, not the head width), and :func:`transflow.interop.from_hf` copies that.
+    """
+
+    attn: AttentionParams
+    q_conv: DepthwiseConv2d | FeatureConv | None
+    k_conv: DepthwiseConv2d | FeatureConv | None
+    v_conv: DepthwiseConv2d | FeatureConv | None
+    scale: float | None = eqx.field(static=True, default=None)
+
+    @property
+    def d_model(self) -> int:
+        return self.attn.wq.shape[-2]
+
+
+def _apply_conv(conv: TokenConv, u, grid_shape, n_prefix):
+    if conv is None:
+        return u
+    if isinstance(conv, FeatureConv):
+        return conv(u)
+    if grid_shape is None:
+        raise ValueError(
+            "`grid_shape` is needed for convolutions over the 2-D token grid; pass "
+            "grid_shape=(rows, columns) of the patch grid."
+        )
+    h, w = grid_shape
+    n, d = u.shape
+    if n != n_prefix + h * w:
+        raise ValueError(
+            f"`u` has {n} tokens but n_prefix + rows*columns = {n_prefix} + {h}*{w} = "
+            f"{n_prefix + h * w} (grid_shape={tuple(grid_shape)})."
+        )
+    body = conv(u[n_prefix:].reshape(h, w, d)).reshape(-1, d)
+    return jnp.concatenate([u[:n_prefix], body], axis=0)
+
+
+def conv_attention(
+    u: Float[Array, "n d"],
+    p: ConvAttentionParams,
+    *,
+    grid_shape: tuple[int, int] | None = None,
+    n_prefix: int = 0,
+    hardmax: bool = False,
+    temperature: float = 1.0,
+    return_weights: bool = False,
+):
+    """Attention with convolutional Q/K/V projections (no residual), spec §4.3.
+
+    ``Q = conv_q(u) W^Q + b^Q`` on the query grid, ``K, V`` likewise on the (possibly
+    strided, coarser) key grid; the kernel is ``γ = attention_weights(scale · Q Kᵀ)`` of
+    shape ``(heads, n_q, n_kv)``, and the output ``Σ_m γ_m V_m W_O^{(m)} + b_O``. The first
+    ``n_prefix`` tokens (a class token) bypass the token-grid convolutions and are
+    re-attached in front of the convolved grid tokens. The output has one row per query
+    token, so a residual update needs ``n_q = n`` (stride 1 and "same" padding for Q).
+
+    Args:
+        u: state ``(n_prefix + rows·columns, d)``, grid tokens row-major.
+        p: :class:`ConvAttentionParams`.
+        grid_shape: ``(rows, columns)`` of the token grid (needed for
+            :class:`DepthwiseConv2d`).
+        n_prefix: number of leading tokens that are not on the grid.
+        hardmax, temperature: as in :func:`transflow.attention_weights`.
+        return_weights: also return γ.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import AttentionParams
+        >>> from transflow.vision import ConvAttentionParams, DepthwiseConv2d, conv_attention
+        >>> ks = jax.random.split(jax.random.key(0), 3)
+        >>> conv = lambda k, s: DepthwiseConv2d.random(8, stride=s, key=k)
+        >>> p = ConvAttentionParams(AttentionParams.random(8, n_heads=2, key=ks[0]),
+        ...                         conv(ks[1], 1), conv(ks[2], 2), conv(ks[2], 2))
+        >>> out, g = conv_attention(jnp.ones((1 + 12, 8)), p, grid_shape=(3, 4), n_prefix=1,
+        ...                         return_weights=True)
+        >>> out.shape, g.shape
+        ((13, 8), (2, 13, 5))
+    """
+    check_array("u", u, ndim=2, shape=(None, p.d_model))
+    a = p.attn
+    H, dk, dv = a.n_heads, a.head_dim, a.value_dim
+    uq = _apply_conv(p.q_conv, u, grid_shape, n_prefix)
+    uk = _apply_conv(p.k_conv, u, grid_shape, n_prefix)
+    uv = _apply_conv(p.v_conv, u, grid_shape, n_prefix)
+    if uq.shape[0] != u.shape[0]:
+        raise ValueError(
+            f"the query convolution maps {u.shape[0]} tokens to {uq.shape[0]}; a residual "
+            "update needs one query per token (q_conv with stride 1 and 'same' padding, "
+            "e.g. kernel 3 with padding 1)."
+        )
+    mm = lambda x, w: jnp.matmul(x, w, precision=_HI)
+    q = (mm(uq, a.wq) + a.bq).reshape(-1, H, dk)
+    k = (mm(uk, a.wk) + a.bk).reshape(-1, H, dk)
+    v = (mm(uv, a.wv) + a.bv).reshape(-1, H, dv)
+    scale = dk**-0.5 if p.scale is None else p.scale
+    scores = jnp.einsum("ihc,jhc->hij", q, k, precision=_HI) * jnp.asarray(scale, u.dtype)
+    gamma = attention_weights(scores, hardmax=hardmax, temperature=temperature)
+    heads = jnp.einsum("hij,jhc->ihc", gamma, v, precision=_HI).reshape(-1, H * dv)
+    out = mm(heads, a.wo) + a.bo
+    return (out, gamma) if return_weights else out
+
+
+class ConvLayerControls(eqx.Module):
+    """Controls of one pre-LN CvT layer: conv attention, two LayerNorms and the FFN."""
+
+    attn: ConvAttentionParams
+    norm1: NormParams
+    ffn: FFNParams
+    norm2: NormParams
+
+    @property
+    def d_model(self) -> int:
+        return self.attn.d_model
+
+
+def _project(v, norm: NormParams):
+    return project_s1(v, norm.bias, norm.gain, eps=norm.eps)
+
+
+class ConvPreNormScheme(AbstractScheme):
+    """Pre-LN step with convolutional attention (CvT), extension of spec §4.2/§4.3.
+
+        u¹ = u⁰ + Δt 𝒜_conv(P_{S1}(u⁰)),     u^{n+1} = u¹ + Δt ℱ(P_{S1'}(u¹)),
+
+    as :class:`transflow.PreNormScheme` with :func:`conv_attention` in place of the
+    attention operator. The token-grid geometry is part of the discretization and lives
+    here: ``grid_shape`` = (rows, columns) of the token grid and ``n_prefix`` leading
+    tokens off the grid (the class token). Controls (:class:`ConvLayerControls`) are
+    translation-invariant kernels and do not depend on the grid size.
+
+    Sub-step names: ``ln1``, ``attention``, ``ln2``, ``ffn1`` … ``ffnJ``, ``residual``.
+    """
+
+    grid_shape: tuple[int, int] | None = eqx.field(static=True, default=None)
+    n_prefix: int = eqx.field(static=True, default=0)
+    hardmax: bool = eqx.field(static=True, default=False)
+    temperature: float = eqx.field(static=True, default=1.0)
+
+    def substep_names(self, controls) -> tuple[str, ...]:
+        J = controls.ffn.num_substeps
+        return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
+
+    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
+        if causal:
+            raise ValueError(
+                "`causal=True` is not supported by ConvPreNormScheme: strided convolutional "
+                "keys have no token order. Use PreNormScheme for causal (decoder) layers."
+            )
+        if grid is not None and grid.n_features != controls.d_model:
+            raise ValueError(
+                f"`grid` has {grid.n_features} features, the controls {controls.d_model}."
+            )
+        c = controls
+        p1 = _project(u, c.norm1)
+        u1 = u + dt * conv_attention(
+            p1,
+            c.attn,
+            grid_shape=self.grid_shape,
+            n_prefix=self.n_prefix,
+            hardmax=self.hardmax,
+            temperature=self.temperature,
+        )
+        p2 = _project(u1, c.norm2)
+        z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
+        u2 = u1 + dt * z
+        if not return_substeps:
+            return u2
+        return u2, dict(zip(self.substep_names(c), (p1, u1, p2, *states, u2)))
+
+
+class ConvEmbedding(eqx.Module):
+    """CvT's convolutional token embedding: strided Conv2d, then LayerNorm per token.
+
+    ``kernel`` has torch's layout ``(D, C, k_h, k_w)``. Maps a feature map ``(C, H, W)`` to
+    tokens ``(h·w, D)`` (row-major) on the next, coarser token grid: a change of
+    discretization between stages (spec §4.3 [R]).
+    """
+
+    kernel: Float[Array, "d c kh kw"]
+    bias: Float[Array, " d"]
+    norm: NormParams | None
+    stride: int = eqx.field(static=True, default=1)
+    padding: int = eqx.field(static=True, default=0)
+
+    def output_shape(self, hw: tuple[int, int]) -> tuple[int, int]:
+        kh, kw = self.kernel.shape[-2:]
+        return (
+            conv_output_size(hw[0], kh, self.stride, self.padding),
+            conv_output_size(hw[1], kw, self.stride, self.padding),
+        )
+
+    def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "n d"]:
+        check_array("x", x, ndim=3, shape=(self.kernel.shape[1], None, None))
+        p = self.padding
+        out = jax.lax.conv_general_dilated(
+            x[None].astype(self.kernel.dtype),
+            self.kernel,
+            (self.stride, self.stride),
+            ((p, p), (p, p)),
+            precision=_HI,
+        )[0]
+        d = out.shape[0]
+        u = out.reshape(d, -1).T + self.bias
+        return u if self.norm is None else _project(u, self.norm)
+
+
+class CvtStageModel(eqx.Module):
+    """One CvT stage: conv embedding → [class token] → N pre-LN conv-attention steps.
+
+    ``stage(x)`` maps a feature map ``(C, H, W)`` (pixels for stage 0) to
+    ``(hidden (D, h, w), cls_token (D,) or None)``, like HF's ``CvtStage`` for one image.
+    """
+
+    embedding: ConvEmbedding
+    cls_token: Float[Array, " d"] | None
+    controls: ConvLayerControls
+    hardmax: bool = eqx.field(static=True, default=False)
+    temperature: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        num_steps(self.controls)
+
+    def scheme(self, grid_shape: tuple[int, int]) -> ConvPreNormScheme:
+        return ConvPreNormScheme(
+            tuple(grid_shape), 0 if self.cls_token is None else 1, self.hardmax, self.temperature
+        )
+
+    def initial_condition(self, x: Float[Array, "c h w"]):
+        """f on the stage's token grid and the grid shape ``(rows, columns)``."""
+        hw = self.embedding.output_shape(x.shape[-2:])
+        u = self.embedding(x)
+        if self.cls_token is not None:
+            u = jnp.concatenate([self.cls_token[None].astype(u.dtype), u], axis=0)
+        return u, hw
+
+    def __call__(self, x: Float[Array, "c h w"]):
+        u0, (h, w) = self.initial_condition(x)
+        u = evolve(u0, self.controls, self.scheme((h, w)))
+        n0 = 0 if self.cls_token is None else 1
+        hidden = u[n0:].T.reshape(-1, h, w)
+        return hidden, (u[0] if n0 else None)
