@@ -92,8 +92,17 @@ class AttentionParams(eqx.Module):
         wq, wk, wv = map(jnp.asarray, (wq, wk, wv))
         d = wq.shape[0]
         z = jnp.zeros((wq.shape[1],), wq.dtype)
-        return cls(wq, wk, wv, jnp.eye(wv.shape[1], d, dtype=wq.dtype), z, z,
-                   jnp.zeros((wv.shape[1],), wq.dtype), jnp.zeros((d,), wq.dtype), 1)
+        return cls(
+            wq,
+            wk,
+            wv,
+            jnp.eye(wv.shape[1], d, dtype=wq.dtype),
+            z,
+            z,
+            jnp.zeros((wv.shape[1],), wq.dtype),
+            jnp.zeros((d,), wq.dtype),
+            1,
+        )
 
     @classmethod
     def random(
@@ -116,10 +125,22 @@ class AttentionParams(eqx.Module):
         ks = jax.random.split(key, 8)
         s = scale / np.sqrt(d)
         n = lambda k, shape: s * jax.random.normal(k, shape, dtype)
-        b = (lambda k, shape: 0.1 * jax.random.normal(k, shape, dtype)) if bias else (
-            lambda k, shape: jnp.zeros(shape, dtype))
-        return cls(n(ks[0], (d, hk)), n(ks[1], (d, hk)), n(ks[2], (d, hk)), n(ks[3], (hk, d)),
-                   b(ks[4], (hk,)), b(ks[5], (hk,)), b(ks[6], (hk,)), b(ks[7], (d,)), n_heads)
+        b = (
+            (lambda k, shape: 0.1 * jax.random.normal(k, shape, dtype))
+            if bias
+            else (lambda k, shape: jnp.zeros(shape, dtype))
+        )
+        return cls(
+            n(ks[0], (d, hk)),
+            n(ks[1], (d, hk)),
+            n(ks[2], (d, hk)),
+            n(ks[3], (hk, d)),
+            b(ks[4], (hk,)),
+            b(ks[5], (hk,)),
+            b(ks[6], (hk,)),
+            b(ks[7], (d,)),
+            n_heads,
+        )
 
 
 class FFNParams(eqx.Module):
@@ -158,8 +179,12 @@ class FFNParams(eqx.Module):
         for j in range(J):
             w, b = self.weights[j], self.biases[j]
             if tuple(b.shape) != (*w.shape[:-2], w.shape[-1]):
-                raise _shape_error(f"FFNParams sub-step {j + 1}", f"biases[{j}]",
-                                   (*w.shape[:-2], w.shape[-1]), b.shape)
+                raise _shape_error(
+                    f"FFNParams sub-step {j + 1}",
+                    f"biases[{j}]",
+                    (*w.shape[:-2], w.shape[-1]),
+                    b.shape,
+                )
             if j and self.weights[j - 1].shape[-1] != w.shape[-2]:
                 raise ValueError(
                     f"FFNParams: weights[{j - 1}] outputs {self.weights[j - 1].shape[-1]} "
@@ -206,8 +231,9 @@ class NormParams(eqx.Module):
             raise ValueError(f"NormParams: `eps` must be a float >= 0, got {self.eps!r}.")
 
     @classmethod
-    def scalar(cls, sigma1: float = 0.0, sigma2: float = 1.0, *, eps: float = 0.0,
-               dtype=None) -> NormParams:
+    def scalar(
+        cls, sigma1: float = 0.0, sigma2: float = 1.0, *, eps: float = 0.0, dtype=None
+    ) -> NormParams:
         dtype = dtype or jnp.result_type(float)
         return cls(jnp.asarray(sigma2, dtype), jnp.asarray(sigma1, dtype), eps)
 
@@ -251,8 +277,9 @@ class LayerControls(eqx.Module):
         """Random controls. ``d_ff=None`` gives the paper's square FFN (residual form)."""
         dtype = dtype or jnp.result_type(float)
         k1, k2, k3, k4 = jax.random.split(key, 4)
-        attn = AttentionParams.random(d, n_heads=n_heads, bias=bias, scale=scale, dtype=dtype,
-                                      key=k1)
+        attn = AttentionParams.random(
+            d, n_heads=n_heads, bias=bias, scale=scale, dtype=dtype, key=k1
+        )
         h = d if d_ff is None else d_ff
         s = scale / np.sqrt(d)
         w1 = s * jax.random.normal(k2, (d, h), dtype)

@@ -34,7 +34,8 @@ def check_array(
         if ndim == 2 and len(x.shape) == 3:
             hint = " transflow acts on one sequence; batch with `jax.vmap(model)(u)`."
         raise ValueError(
-            f"`{name}` must have rank {ndim}, got shape {tuple(x.shape)} (rank {len(x.shape)}).{hint}"
+            f"`{name}` must have rank {ndim}, got shape {tuple(x.shape)} "
+            f"(rank {len(x.shape)}).{hint}"
         )
     if shape is not None:
         for axis, (want, got) in enumerate(zip(shape, x.shape)):

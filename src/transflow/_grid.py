@@ -63,7 +63,7 @@ class Grid(eqx.Module):
         0.03125
     """
 
-    x_nodes: Float[Array, "n_tokens *dim_x"]
+    x_nodes: Float[Array, "n_tokens ..."]
     x_weights: Float[Array, " n_tokens"]
     y_nodes: Float[Array, " n_features"]
     y_weights: Float[Array, " n_features"]
@@ -139,8 +139,12 @@ class Grid(eqx.Module):
         dtype = dtype or jnp.result_type(float)
         xn, xw = _rule(n_tokens, *x_domain, x_rule)
         yn, yw = _rule(n_features, *y_domain, y_rule)
-        return cls(jnp.asarray(xn, dtype), jnp.asarray(xw, dtype), jnp.asarray(yn, dtype),
-                   jnp.asarray(yw, dtype))
+        return cls(
+            jnp.asarray(xn, dtype),
+            jnp.asarray(xw, dtype),
+            jnp.asarray(yn, dtype),
+            jnp.asarray(yw, dtype),
+        )
 
     @classmethod
     def image(cls, height: int, width: int, n_features: int, *, dtype=None) -> Grid:

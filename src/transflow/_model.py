@@ -66,15 +66,29 @@ class SplitTransformer(eqx.Module):
         remat: bool = False,
     ):
         u = self._check(u, grid)
-        return evolve(u, self.controls, self.scheme, dt=self.dt, grid=grid, causal=causal,
-                      final_norm=self.final_norm, save_trajectory=save_trajectory, remat=remat)
+        return evolve(
+            u,
+            self.controls,
+            self.scheme,
+            dt=self.dt,
+            grid=grid,
+            causal=causal,
+            final_norm=self.final_norm,
+            save_trajectory=save_trajectory,
+            remat=remat,
+        )
 
     def substeps(
-        self, u: Float[Array, "n d"], layer: int = 0, *, grid: Grid | None = None,
+        self,
+        u: Float[Array, "n d"],
+        layer: int = 0,
+        *,
+        grid: Grid | None = None,
         causal: bool = False,
     ) -> dict[str, Float[Array, "n d"]]:
         """Every sub-step state of one step (layer) started from ``u``."""
         u = self._check(u, grid)
-        _, states = self.scheme.step(u, self.layer(layer), self.dt, grid=grid, causal=causal,
-                                     return_substeps=True)
+        _, states = self.scheme.step(
+            u, self.layer(layer), self.dt, grid=grid, causal=causal, return_substeps=True
+        )
         return states

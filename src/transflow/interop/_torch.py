@@ -71,8 +71,10 @@ def _activation(layer) -> str:
 def _norm(ln, dtype) -> NormParams:
     d = ln.normalized_shape[-1]
     if len(ln.normalized_shape) != 1:
-        raise ValueError(f"LayerNorm over {tuple(ln.normalized_shape)} is not supported; "
-                         "transflow normalizes each token over its features (one axis).")
+        raise ValueError(
+            f"LayerNorm over {tuple(ln.normalized_shape)} is not supported; "
+            "transflow normalizes each token over its features (one axis)."
+        )
     gain = _arr(ln.weight, dtype) if ln.weight is not None else jnp.ones((d,), dtype)
     bias = _arr(ln.bias, dtype) if ln.bias is not None else jnp.zeros((d,), dtype)
     return NormParams(gain, bias, float(ln.eps))
@@ -86,22 +88,23 @@ def _mha(mha, dtype) -> AttentionParams:
             "kdim == vdim == embed_dim, add_bias_kv=False and add_zero_attn=False."
         )
     w = _arr(mha.in_proj_weight, dtype)  # (3E, E) rows [W_q; W_k; W_v], y = x W^T
-    b = (_arr(mha.in_proj_bias, dtype) if mha.in_proj_bias is not None
-         else jnp.zeros((3 * E,), dtype))
+    b = (
+        _arr(mha.in_proj_bias, dtype)
+        if mha.in_proj_bias is not None
+        else jnp.zeros((3 * E,), dtype)
+    )
     wo = _arr(mha.out_proj.weight, dtype).T
-    bo = (_arr(mha.out_proj.bias, dtype) if mha.out_proj.bias is not None
-          else jnp.zeros((E,), dtype))
-    return AttentionParams(w[:E].T, w[E:2 * E].T, w[2 * E:].T, wo, b[:E], b[E:2 * E], b[2 * E:],
-                           bo, H)
+    bo = _arr(mha.out_proj.bias, dtype) if mha.out_proj.bias is not None else jnp.zeros((E,), dtype)
+    return AttentionParams(
+        w[:E].T, w[E : 2 * E].T, w[2 * E :].T, wo, b[:E], b[E : 2 * E], b[2 * E :], bo, H
+    )
 
 
 def layer_controls_from_torch(layer, *, ffn_form: FFNForm = "auto", dtype=None) -> LayerControls:
     """Controls θ of one ``torch.nn.TransformerEncoderLayer`` (see :func:`from_torch`)."""
     torch = _torch()
     if not isinstance(layer, torch.nn.TransformerEncoderLayer):
-        raise TypeError(
-            f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}."
-        )
+        raise TypeError(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}.")
     if ffn_form not in ("auto", "paper", "lifted"):
         raise ValueError(f"`ffn_form` must be 'auto', 'paper' or 'lifted', got {ffn_form!r}.")
     dtype = _resolve_dtype(layer, dtype)
@@ -110,10 +113,16 @@ def layer_controls_from_torch(layer, *, ffn_form: FFNForm = "auto", dtype=None) 
     d = attn.wq.shape[0]
     w1 = _arr(layer.linear1.weight, dtype).T
     w2 = _arr(layer.linear2.weight, dtype).T
-    b1 = _arr(layer.linear1.bias, dtype) if layer.linear1.bias is not None else jnp.zeros(
-        (w1.shape[1],), dtype)
-    b2 = _arr(layer.linear2.bias, dtype) if layer.linear2.bias is not None else jnp.zeros(
-        (d,), dtype)
+    b1 = (
+        _arr(layer.linear1.bias, dtype)
+        if layer.linear1.bias is not None
+        else jnp.zeros((w1.shape[1],), dtype)
+    )
+    b2 = (
+        _arr(layer.linear2.bias, dtype)
+        if layer.linear2.bias is not None
+        else jnp.zeros((d,), dtype)
+    )
     square = w1.shape[1] == d
     if ffn_form == "paper" and not square:
         raise ValueError(
