@@ -1,0 +1,194 @@
+"""The run context handed to every task: where results go and how to write them.
+
+A task ``run(cfg, ctx)`` writes everything through ``ctx`` so that every run directory
+has the same layout::
+
+    <run_dir>/
+      .hydra/            config.yaml (resolved), overrides.yaml, hydra.yaml (by Hydra)
+      status.json        RUNNING → COMPLETED | FAILED (+ error and traceback), timings
+      metrics.jsonl      one JSON object per ctx.log(...) call
+      <name>.npz         ctx.save_arrays(name, ...)
+      <name>.png/.pdf    ctx.save_figure(fig, name)
+      report.md          ctx.report(...) text, then the summary table
+      summary.json       the dict returned by run(cfg, ctx)
+      DONE               written last, only after a successful run
+
+This module imports neither JAX nor torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import pathlib
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+__all__ = ["RunContext", "to_jsonable"]
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy/JAX arrays and scalars, paths, enums and dataclasses to JSON types.
+
+    Arrays become (nested) lists; non-finite floats stay floats (``NaN``/``Infinity`` in
+    the JSON text, which Python's ``json`` reads back).
+
+    Example:
+        >>> import numpy as np
+        >>> to_jsonable({"err": np.float32(0.5), "v": np.arange(2)})
+        {'err': 0.5, 'v': [0, 1]}
+    """
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, pathlib.PurePath):
+        return str(obj)
+    if isinstance(obj, enum.Enum):
+        return to_jsonable(obj.value)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    try:  # OmegaConf containers, without importing omegaconf for plain values
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(obj, DictConfig | ListConfig):
+            return to_jsonable(OmegaConf.to_container(obj, resolve=True))
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    if hasattr(obj, "__array__") or hasattr(obj, "dtype"):
+        import numpy as np
+
+        arr = np.asarray(obj)
+        if arr.dtype.kind == "c":
+            return {"real": to_jsonable(arr.real), "imag": to_jsonable(arr.imag)}
+        return arr.tolist()
+    return str(obj)
+
+
+def _json_dumps(obj: Any) -> str:
+    return json.dumps(to_jsonable(obj), allow_nan=True)
+
+
+@dataclasses.dataclass
+class RunContext:
+    """Where a task writes its results (one per job).
+
+    Attributes:
+        run_dir: the job's directory (created if missing).
+        smoke: ``debug=smoke``: the task must shrink itself to run in a few seconds.
+        seed: the job's seed (top-level ``seed``).
+        precision: ``"fp32"``, ``"fp64"`` or ``"both"``; x64 is enabled for the last two.
+        cfg: the whole composed config (``grid``, ``model``, ``scheme``, ``task``, ...),
+            or ``None`` when a task is run outside ``transflow-run``.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> ctx = RunContext(pathlib.Path(tempfile.mkdtemp()), smoke=True)
+        >>> ctx.log({"step": 0, "loss": 1.5})
+        >>> (ctx.run_dir / "metrics.jsonl").read_text()
+        '{"step": 0, "loss": 1.5}\\n'
+    """
+
+    run_dir: pathlib.Path
+    smoke: bool = False
+    seed: int = 0
+    precision: str = "both"
+    cfg: Any = None
+
+    def __post_init__(self):
+        self.run_dir = pathlib.Path(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ paths
+    @property
+    def metrics_path(self) -> pathlib.Path:
+        return self.run_dir / "metrics.jsonl"
+
+    @property
+    def report_path(self) -> pathlib.Path:
+        return self.run_dir / "report.md"
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The float dtypes this job is asked to run in: ``("float32",)``, … or both."""
+        return {"fp32": ("float32",), "fp64": ("float64",)}.get(
+            self.precision, ("float32", "float64")
+        )
+
+    # ------------------------------------------------------------------ writers
+    def log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` as one JSON line to ``metrics.jsonl``."""
+        if not isinstance(record, dict):
+            raise TypeError(f"ctx.log: `record` must be a dict, got {type(record).__name__}.")
+        with self.metrics_path.open("a") as f:
+            f.write(_json_dumps(record) + "\n")
+
+    def save_arrays(self, name: str, **arrays: Any) -> pathlib.Path:
+        """Save named arrays to ``<run_dir>/<name>.npz``; returns the path."""
+        import numpy as np
+
+        _check_name("name", name)
+        if not arrays:
+            raise ValueError(f"ctx.save_arrays({name!r}): give at least one array as keyword.")
+        path = self.run_dir / f"{name.removesuffix('.npz')}.npz"
+        np.savez(path, **{k: np.asarray(v) for k, v in arrays.items()})
+        return path
+
+    def save_figure(self, fig: Any, name: str, *, dpi: int = 150) -> list[pathlib.Path]:
+        """Save a matplotlib figure as ``<name>.png`` and ``<name>.pdf`` and close it."""
+        import matplotlib.pyplot as plt
+
+        _check_name("name", name)
+        paths = [self.run_dir / f"{name}.png", self.run_dir / f"{name}.pdf"]
+        for p in paths:
+            fig.savefig(p, dpi=dpi, bbox_inches="tight")
+        plt.close(fig)
+        return paths
+
+    def progress(self, iterable: Iterable, total: int | None = None, desc: str = "") -> Iterator:
+        """A tqdm progress bar with ETA over ``iterable``; silent when stderr is not a TTY."""
+        from tqdm.auto import tqdm
+
+        quiet = not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
+        return iter(
+            tqdm(iterable, total=total, desc=desc, disable=quiet, file=sys.stderr, leave=False)
+        )
+
+    def report(self, text: str) -> None:
+        """Append markdown ``text`` (a paragraph, a table, ...) to ``report.md``."""
+        with self.report_path.open("a") as f:
+            f.write(text.rstrip("\n") + "\n\n")
+
+
+def _check_name(arg: str, name: str) -> None:
+    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        raise ValueError(
+            f"`{arg}` must be a plain file name without '/' (a file in the run directory), "
+            f"got {name!r}."
+        )
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    """A two-column markdown table of the headline numbers of a run."""
+    lines = ["## Summary", "", "| quantity | value |", "|---|---|"]
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3e}" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5) else f"{v:.6g}"
+        if isinstance(v, list | dict):
+            s = json.dumps(v)
+            return s if len(s) < 80 else s[:77] + "..."
+        return str(v)
+
+    for k, v in to_jsonable(summary).items():
+        if isinstance(v, float) and math.isnan(v):
+            v = "nan"
+        lines.append(f"| {k} | {fmt(v)} |")
+    return "\n".join(lines)
