@@ -1,0 +1,127 @@
+"""Shared helpers for the HuggingFace/PyTorch equivalence tests (and checks of the helpers).
+
+HF's eager ViT attention computes the softmax in float32 even for float64 inputs
+(``softmax(..., dtype=torch.float32).to(query.dtype)``, reference-layers.md pitfall 5), so
+its float64 output carries float32 rounding (~1e-8). For the float64 checks at 1e-10 the
+tests replace the module-level ``eager_attention_forward`` of ``modeling_vit`` by
+:func:`eager_attention_fp64`: the same code with the softmax in the input dtype. The test
+below checks that replacement against HF's ``sdpa`` path, which runs in float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the HF equivalence tests need PyTorch")
+transformers = pytest.importorskip(
+    "transformers", reason="the HF equivalence tests need transformers"
+)
+
+
+def eager_attention_fp64(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
+    """HF's ``eager_attention_forward`` (ViT) with the softmax in the input dtype."""
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    w = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        w = w + attention_mask
+    w = torch.nn.functional.softmax(w, dim=-1)
+    w = torch.nn.functional.dropout(w, p=dropout, training=module.training)
+    out = torch.matmul(w, value).transpose(1, 2).contiguous()
+    return out, w
+
+
+@pytest.fixture
+def fp64_eager(monkeypatch):
+    """Run HF ViT's eager attention with a float64 softmax (see module docstring)."""
+    from transformers.models.vit import modeling_vit
+
+    monkeypatch.setattr(modeling_vit, "eager_attention_forward", eager_attention_fp64)
+
+
+def randomize_(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Re-draw all parameters at unit-scale activations (HF's init, std 0.02, makes the
+    attention almost uniform, a weak test). BatchNorm running statistics are drawn too."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for mod in module.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.running_mean.copy_(0.3 * torch.randn(mod.running_mean.shape, generator=g))
+                mod.running_var.copy_(0.5 + torch.rand(mod.running_var.shape, generator=g))
+        for name, p in module.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            r = torch.randn(p.shape, generator=g, dtype=p.dtype)
+            if "norm" in name or "ln_" in name:
+                p.copy_((1.0 if leaf == "weight" else 0.0) + 0.2 * r)
+            elif leaf == "bias":
+                p.copy_(0.2 * r)
+            elif p.ndim >= 2 and "embeddings" not in name and "cls_token" not in name:
+                # fan-in: Conv1D (GPT-2) stores (in, out); Linear/Conv (out, in, ...)
+                fan_in = (
+                    p.shape[0]
+                    if type(_owner(module, name)).__name__ == "Conv1D"
+                    else (math.prod(p.shape[1:]))
+                )
+                p.copy_(r * fan_in**-0.5)
+            else:
+                p.copy_(r)
+    return module
+
+
+def _owner(module, name):
+    for part in name.split(".")[:-1]:
+        module = getattr(module, part)
+    return module
+
+
+def to_np(t) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def max_abs(a, b) -> float:
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+def rel_err(a, b) -> float:
+    """max |a − b| / max |b|."""
+    b = np.asarray(b, np.float64)
+    return max_abs(a, b) / float(np.max(np.abs(b)))
+
+
+# ------------------------------------------------------------------ checks of the helpers
+def test_fp64_eager_matches_sdpa(fp64_eager):
+    """The float64-softmax eager path equals HF's sdpa path (float64 throughout)."""
+    from transformers import ViTConfig
+    from transformers.models.vit.modeling_vit import ViTLayer
+
+    outs = []
+    for impl in ("eager", "sdpa"):
+        cfg = ViTConfig(
+            hidden_size=12, num_attention_heads=3, intermediate_size=20, attn_implementation=impl
+        )
+        layer = randomize_(ViTLayer(cfg).double().eval(), 0)
+        x = torch.randn(1, 7, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        outs.append(to_np(layer(x)))
+    assert max_abs(*outs) <= 1e-13
+
+
+def test_randomize_gives_unit_scale_and_nonuniform_attention():
+    from transformers import ViTConfig
+    from transformers.models.vit.modeling_vit import ViTLayer
+
+    cfg = ViTConfig(
+        hidden_size=16, num_attention_heads=2, intermediate_size=32, attn_implementation="eager"
+    )
+    layer = randomize_(ViTLayer(cfg).double().eval(), 3)
+    x = torch.randn(1, 9, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        _, probs = layer.attention(layer.layernorm_before(x))
+        out = layer(x)
+    # far from uniform attention (1/9 everywhere), so the tests exercise the kernel
+    assert float(probs.max()) > 2.0 / 9
+    assert 0.1 < float(out.abs().mean()) < 10.0
