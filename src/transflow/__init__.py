@@ -8,12 +8,17 @@ Public API (re-exported from private modules, equinox style):
 - Controls: :class:`AttentionParams`, :class:`FFNParams`, :class:`NormParams`,
   :class:`LayerControls`, :func:`stack_controls`.
 - Operators: :func:`attention`, :func:`attention_scores`, :func:`attention_weights`,
+  :func:`chunked_attention`, :func:`online_softmax_attention` (memory-linear attention),
   :func:`project_s1` (LayerNorm), :func:`project_s2` (ReLU), :func:`linear_y`.
 - Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`, :func:`evolve`,
   :class:`SplitTransformer`.
 - Subpackages: :mod:`transflow.interop` (PyTorch/HuggingFace).
 """
 
+from ._chunked import (
+    chunked_attention as chunked_attention,
+    online_softmax_attention as online_softmax_attention,
+)
 from ._controls import (
     AttentionParams as AttentionParams,
     FFNParams as FFNParams,
@@ -26,6 +31,7 @@ from ._controls import (
 from ._grid import Grid as Grid
 from ._model import SplitTransformer as SplitTransformer
 from ._operators import (
+    CHUNKED_THRESHOLD as CHUNKED_THRESHOLD,
     activation_fn as activation_fn,
     attention as attention,
     attention_scores as attention_scores,

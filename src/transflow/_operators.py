@@ -13,6 +13,8 @@ token x_i, column = feature y_k. Batch with :func:`jax.vmap`.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -24,6 +26,7 @@ __all__ = [
     "attention",
     "attention_scores",
     "attention_weights",
+    "CHUNKED_THRESHOLD",
     "project_s1",
     "project_s2",
     "linear_y",
@@ -55,6 +58,23 @@ def _head_scale(p: AttentionParams, grid: Grid | None, scale: float | None, dtyp
     return jnp.sum(w, axis=-1) ** -0.5, w
 
 
+def _heads(x: Float[Array, "n hc"], n_heads: int) -> Float[Array, "heads n c"]:
+    """``(n, H·c) -> (H, n, c)``: heads first, so the score and value products are plain
+    batched matmuls over the head axis (also under :func:`jax.vmap`)."""
+    n = x.shape[0]
+    return x.reshape(n, n_heads, x.shape[-1] // n_heads).transpose(1, 0, 2)
+
+
+def _scaled_queries(u, p: AttentionParams, grid: Grid | None, scale, factor):
+    """Queries ``(H, n, d_k)`` carrying the feature weights and the score scale × factor."""
+    s, w = _head_scale(p, grid, scale, u.dtype)
+    q = _heads(u @ p.wq + p.bq, p.n_heads)
+    if w is not None:
+        q = q * w[:, None, :]
+    s = s * jnp.asarray(factor, u.dtype)
+    return q * (s[:, None, None] if jnp.ndim(s) == 1 else s)
+
+
 def attention_scores(
     u: Float[Array, "n d"],
     p: AttentionParams,
@@ -66,15 +86,9 @@ def attention_scores(
 
     ``scale`` overrides the |Ω_η|^{-1/2} factor (e.g. CvT's ``embed_dim**-0.5`` quirk).
     """
-    n = u.shape[0]
-    H, dk = p.n_heads, p.head_dim
-    q = (u @ p.wq + p.bq).reshape(n, H, dk)
-    k = (u @ p.wk + p.bk).reshape(n, H, dk)
-    s, w = _head_scale(p, grid, scale, u.dtype)
-    if w is not None:
-        q = q * w[None]
-    scores = jnp.einsum("ihc,jhc->hij", q, k)
-    return scores * (s[:, None, None] if jnp.ndim(s) == 1 else s)
+    q = _scaled_queries(u, p, grid, scale, 1.0)
+    k = _heads(u @ p.wk + p.bk, p.n_heads)
+    return jnp.einsum("hic,hjc->hij", q, k)
 
 
 def attention_weights(
@@ -113,6 +127,46 @@ def attention_weights(
     return jax.nn.softmax(logits, axis=-1, where=allowed)
 
 
+Implementation = Literal["auto", "dense", "chunked"]
+
+#: ``implementation="auto"`` switches to the chunked operator when one sequence's score
+#: tensor would hold more than this many entries (2**24: 64 MiB in float32).
+CHUNKED_THRESHOLD = 2**24
+
+
+def _dense_heads(q, k, v, x_weights, causal: bool, hardmax: bool):
+    """Dense ``Σ_j γ_ij v_j`` on heads-first arrays (``q`` carries every score factor).
+
+    The softmax is fused: ``exp(s − max s)`` is contracted with the values first and the
+    ``(H, n, d_v)`` result divided by the row sums, which saves a pass over the
+    ``(H, n, n)`` matrix. The subtracted maximum is a constant of the softmax, so its
+    gradient is stopped.
+    """
+    scores = jnp.einsum("hic,hjc->hij", q, k)
+    if hardmax:
+        gamma = attention_weights(scores, x_weights=x_weights, causal=causal, hardmax=True)
+        return jnp.einsum("hij,hjc->hic", gamma, v)
+    if x_weights is not None:
+        scores = scores + jnp.log(x_weights)
+    if causal:
+        n, m = scores.shape[-2:]
+        allowed = jnp.arange(m)[None, :] <= jnp.arange(n)[:, None]
+        scores = jnp.where(allowed, scores, -jnp.inf)
+    top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
+    e = jnp.exp(scores - top)
+    return jnp.einsum("hij,hjc->hic", e, v) / jnp.sum(e, axis=-1)[..., None]
+
+
+def _resolve_implementation(implementation: str, n_heads: int, n_q: int, n_k: int) -> str:
+    if implementation not in ("auto", "dense", "chunked"):
+        raise ValueError(
+            f"`implementation` must be 'auto', 'dense' or 'chunked', got {implementation!r}."
+        )
+    if implementation == "auto":
+        return "chunked" if n_heads * n_q * n_k > CHUNKED_THRESHOLD else "dense"
+    return implementation
+
+
 def attention(
     u: Float[Array, "n d"],
     p: AttentionParams,
@@ -122,12 +176,28 @@ def attention(
     hardmax: bool = False,
     temperature: float = 1.0,
     scale: float | None = None,
+    implementation: Implementation = "auto",
+    query_block: int = 512,
+    key_block: int = 1024,
 ) -> Float[Array, "n d"]:
     """The attention integral operator (𝒜u)(x, y), all heads summed (eq. 5.7).
 
     ``Σ_m γ_m V_m W_O^{(m)} + b_O`` with ``V_m = u W_V^{(m)} + b_V^{(m)}``; this is the
     same as concatenating the heads and applying W_O. The residual ("u +") is *not*
     included: it is the identity part of the explicit Euler sub-step.
+
+    Args:
+        u: one sequence on the grid, ``(n_tokens, d)``.
+        p: the kernels of all heads.
+        grid: quadrature weights in x (weighted softmax) and y (per-head inner products);
+            ``None`` is the index grid.
+        causal, hardmax, temperature: see :func:`attention_weights`.
+        scale: overrides the |Ω_η|^{-1/2} score factor.
+        implementation: ``"dense"`` forms the ``(H, n, n)`` kernel; ``"chunked"`` runs
+            the online softmax over key blocks (:func:`transflow.online_softmax_attention`,
+            memory linear in n, also in the gradient); ``"auto"`` (default) is dense unless
+            ``H·n²`` exceeds :data:`CHUNKED_THRESHOLD` entries. Both agree to round-off.
+        query_block, key_block: block sizes of the chunked implementation.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -137,17 +207,28 @@ def attention(
         (5, 8)
     """
     n = u.shape[0]
-    H, dv = p.n_heads, p.value_dim
-    gamma = attention_weights(
-        attention_scores(u, p, grid=grid, scale=scale),
-        x_weights=None if grid is None else grid.x_weights.astype(u.dtype),
-        causal=causal,
-        hardmax=hardmax,
-        temperature=temperature,
-    )
-    v = (u @ p.wv + p.bv).reshape(n, H, dv)
-    heads = jnp.einsum("hij,jhc->ihc", gamma, v).reshape(n, H * dv)
-    return heads @ p.wo + p.bo
+    H = p.n_heads
+    impl = _resolve_implementation(implementation, H, n, n)
+    q = _scaled_queries(u, p, grid, scale, 1.0 if hardmax else temperature)
+    k = _heads(u @ p.wk + p.bk, H)
+    v = _heads(u @ p.wv + p.bv, H)
+    x_weights = None if grid is None else grid.x_weights.astype(u.dtype)
+    if impl == "chunked":
+        from ._chunked import online_softmax_attention
+
+        out = online_softmax_attention(
+            q,
+            k,
+            v,
+            None if x_weights is None else jnp.log(x_weights),
+            causal=causal,
+            hardmax=hardmax,
+            query_block=query_block,
+            key_block=key_block,
+        )
+    else:
+        out = _dense_heads(q, k, v, x_weights, causal, hardmax)
+    return out.transpose(1, 0, 2).reshape(n, H * p.value_dim) @ p.wo + p.bo
 
 
 # --------------------------------------------------------------------------- projections
