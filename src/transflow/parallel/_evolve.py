@@ -1,0 +1,473 @@
+"""Sharded evolution of a batch of sequences over a device mesh.
+
+Two partitionings of the same scheme (:class:`~transflow.LieScheme` or
+:class:`~transflow.PreNormScheme`, same maths as :func:`transflow.evolve`):
+
+- ``method="gspmd"``: plain :func:`jax.jit` with :class:`~jax.sharding.NamedSharding` on
+  the inputs and outputs and a :func:`jax.lax.with_sharding_constraint` on the state
+  after every time step; XLA's SPMD partitioner inserts the collectives (all-gathers of
+  keys/values for the token axis, reductions over Ω_y for the feature axis). The
+  controls are split Megatron-style over the feature axis (column blocks of W_Q, W_K,
+  W_V and the FFN weights, row blocks of W_O). Works for any assignment, including
+  tuples of mesh axes per logical axis.
+- ``method="ring"``: :func:`jax.shard_map` with hand-written collectives
+  (:mod:`transflow.parallel._ring`): sequence parallel attention as a ring of
+  :func:`jax.lax.ppermute` with an online softmax (no device ever holds all keys or an
+  ``n × n`` score matrix), heads and FFN width split over the feature axis, LayerNorm
+  as ``psum`` reductions. For long grids.
+
+Both are validated against single-device :func:`transflow.evolve` (tests/test_parallel.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from jaxtyping import Array, Float
+
+from .._controls import LayerControls, NormParams, num_steps
+from .._errors import check_array, check_choice
+from .._grid import Grid
+from .._model import SplitTransformer
+from .._operators import _head_scale
+from .._splitting import AbstractScheme, LieScheme, PreNormScheme, _project
+from . import _ring
+from ._mesh import ShardAxes, as_axes, axis_size
+
+__all__ = [
+    "shard_evolve",
+    "lower_shard_evolve",
+    "memory_report",
+    "controls_specs",
+    "to_host",
+    "max_rel_diff",
+]
+
+Method = Literal["gspmd", "ring"]
+
+
+# --------------------------------------------------------------------------- helpers
+def controls_specs(controls: LayerControls, axes: ShardAxes) -> LayerControls:
+    """:class:`PartitionSpec` of every leaf of stacked controls (leading time axis).
+
+    The feature axis splits the heads (columns of ``wq, wk, wv`` and their biases, rows
+    of ``wo``), the model width (``bo`` and per-feature σ1, σ2) and every FFN width
+    (columns of ``weights[j]`` and ``biases[j]``). Everything else is replicated.
+    """
+    f = axes.features
+
+    def rule(path, leaf):
+        names = [k.name for k in path if isinstance(k, jax.tree_util.GetAttrKey)]
+        last = names[-1] if names else ""
+        nd = leaf.ndim
+        if f is None:
+            return P(*([None] * nd))
+        if last in ("wq", "wk", "wv", "weights"):
+            return P(None, None, f)
+        if last == "wo":
+            return P(None, f, None)
+        if last in ("bq", "bk", "bv", "bo", "biases"):
+            return P(None, f)
+        if last in ("gain", "bias") and nd == 2:
+            return P(None, f)
+        return P(*([None] * nd))
+
+    return jax.tree_util.tree_map_with_path(rule, controls)
+
+
+def _is_spec(x):
+    return isinstance(x, P)
+
+
+def _place(x, sharding: NamedSharding):
+    """Put a (host or device) array on ``sharding``; works on several processes too."""
+    if isinstance(x, jax.Array) and x.sharding == sharding:
+        return x
+    if jax.process_count() == 1:
+        return jax.device_put(x, sharding)
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+    """The full value of a (possibly multi-process) sharded array as a NumPy array."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def max_rel_diff(a, b) -> float:
+    """``max |a − b| / max |b|``: the norm-wise relative difference used by the checks."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    scale = np.max(np.abs(b))
+    return float(np.max(np.abs(a - b)) / (scale if scale > 0 else 1.0))
+
+
+def _resolve(model_or_controls, scheme, dt, final_norm):
+    if isinstance(model_or_controls, SplitTransformer):
+        m = model_or_controls
+        if scheme is not None or dt is not None or final_norm is not None:
+            raise ValueError(
+                "`scheme`, `dt` and `final_norm` come from the SplitTransformer; pass them "
+                "only with stacked LayerControls."
+            )
+        return m.controls, m.scheme, m.dt, m.final_norm
+    if not isinstance(model_or_controls, LayerControls):
+        raise TypeError(
+            "`model_or_controls` must be a SplitTransformer or stacked LayerControls, got "
+            f"{type(model_or_controls).__name__}."
+        )
+    num_steps(model_or_controls)
+    return (
+        model_or_controls,
+        LieScheme() if scheme is None else scheme,
+        1.0 if dt is None else dt,
+        final_norm,
+    )
+
+
+def _check_divisible(what: str, size: int, axis_desc, parts: int):
+    if parts > 1 and size % parts:
+        raise ValueError(
+            f"{what} = {size} is not divisible by the {parts} devices of mesh axis "
+            f"{axis_desc!r}; choose a mesh shape that divides it."
+        )
+
+
+def _check_implementation(impl: str, scheme) -> None:
+    import inspect
+
+    from .._operators import attention
+
+    if "implementation" not in inspect.signature(attention).parameters:
+        raise ValueError(
+            "`attention_implementation` needs transflow.attention(..., implementation=...), "
+            "which this version of transflow does not have."
+        )
+    check_choice("attention_implementation", impl, ("auto", "dense", "chunked"))
+    if not isinstance(scheme, LieScheme | PreNormScheme):
+        raise ValueError(
+            "`attention_implementation` is implemented for LieScheme and PreNormScheme, got "
+            f"{type(scheme).__name__}."
+        )
+
+
+# --------------------------------------------------------------------------- programs
+def _gspmd_program(scheme, dt, causal, mesh, axes, *, implementation, blocks, d_total):
+    state_sh = NamedSharding(mesh, axes.spec())
+
+    def run(u, controls, grid, final_norm):
+        if implementation is None:
+            step = lambda x, theta: scheme.step(x, theta, dt, grid=grid, causal=causal)
+        else:
+            ctx = dict(
+                implementation=implementation,
+                grid=grid,
+                causal=causal,
+                query_block=blocks[0],
+                key_block=blocks[1],
+                f_axis=None,
+                d_total=d_total,
+                y_weights=None if grid is None else grid.y_weights,
+            )
+            fn = _ring.lie_step if isinstance(scheme, LieScheme) else _ring.prenorm_step
+            step = lambda x, theta: fn(x, theta, dt, ctx, scheme)
+
+        def body(u, theta):
+            un = jax.vmap(lambda x: step(x, theta))(u)
+            return jax.lax.with_sharding_constraint(un, state_sh), None
+
+        u = jax.lax.with_sharding_constraint(u, state_sh)
+        u, _ = jax.lax.scan(body, u, controls)
+        if final_norm is not None:
+            u = jax.vmap(lambda x: _project(x, final_norm, grid))(u)
+        return u
+
+    return run
+
+
+def _ring_program(scheme, dt, causal, mesh, axes, *, n_heads, d_total, specs):
+    t = axes.tokens
+    f = axes.features
+    P_t = axis_size(mesh, t)
+    P_f = axis_size(mesh, f)
+    step = _ring.lie_step if isinstance(scheme, LieScheme) else _ring.prenorm_step
+
+    def local(u, controls, extras, final_norm):
+        ctx = dict(
+            t_axis=t if P_t > 1 else None,
+            f_axis=f if P_f > 1 else None,
+            n_token_shards=P_t,
+            n_heads_local=n_heads // P_f,
+            d_total=d_total,
+            causal=causal,
+            head_scale=extras["head_scale"],
+            q_weights=extras.get("q_weights"),
+            x_weights=extras.get("x_weights"),
+            y_weights=extras.get("y_weights"),
+        )
+
+        def body(u, theta):
+            return jax.vmap(lambda x: step(x, theta, dt, ctx, scheme))(u), None
+
+        u, _ = jax.lax.scan(body, u, controls)
+        if final_norm is not None:
+            u = jax.vmap(
+                lambda x: _ring.project_s1(
+                    x,
+                    final_norm.bias,
+                    final_norm.gain,
+                    eps=final_norm.eps,
+                    y_weights=ctx["y_weights"],
+                    f_axis=ctx["f_axis"],
+                    d_total=d_total,
+                )
+            )(u)
+        return u
+
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(axes.spec(), specs["controls"], specs["extras"], specs["final_norm"]),
+        out_specs=axes.spec(),
+        check_vma=False,
+    )
+
+
+def _prepare(
+    model_or_controls,
+    u_batch,
+    mesh,
+    axes,
+    *,
+    method: str,
+    scheme,
+    dt,
+    grid: Grid | None,
+    causal: bool,
+    final_norm,
+    attention_implementation: str | None = None,
+    query_block: int = 512,
+    key_block: int = 1024,
+):
+    controls, scheme, dt, final_norm = _resolve(model_or_controls, scheme, dt, final_norm)
+    axes = as_axes(axes)
+    check_choice("method", method, ("gspmd", "ring"))
+    if not isinstance(scheme, AbstractScheme):
+        raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
+    d = controls.d_model
+    check_array(
+        "u_batch", u_batch, ndim=3, shape=(None, None if grid is None else grid.n_tokens, d)
+    )
+    B, n, _ = u_batch.shape
+    for field, size in (("batch size", B), ("n_tokens", n), ("n_features", d)):
+        key = {"batch size": "batch", "n_tokens": "tokens", "n_features": "features"}[field]
+        _check_divisible(
+            f"u_batch's {field}", size, getattr(axes, key), axis_size(mesh, getattr(axes, key))
+        )
+    P_f = axis_size(mesh, axes.features)
+    H = controls.attn.n_heads
+    if P_f > 1:
+        _check_divisible("n_heads", H, axes.features, P_f)
+        for j, w in enumerate(controls.ffn.weights):
+            _check_divisible(f"FFN width weights[{j}].shape[-1]", w.shape[-1], axes.features, P_f)
+    specs = controls_specs(controls, axes)
+    fn_specs = (
+        None
+        if final_norm is None
+        else controls_specs(jax.tree.map(lambda x: x[None], final_norm), axes)
+    )
+    if fn_specs is not None:  # drop the fake time axis again
+        fn_specs = jax.tree.map(lambda s: P(*s[1:]), fn_specs, is_leaf=_is_spec)
+    shard = lambda tree, spec: jax.tree.map(
+        lambda x, s: _place(x, NamedSharding(mesh, s)), tree, spec, is_leaf=_is_spec
+    )
+    state_sh = NamedSharding(mesh, axes.spec())
+    u_p = _place(u_batch, state_sh)
+    c_p = shard(controls, specs)
+    fn_p = None if final_norm is None else shard(final_norm, fn_specs)
+
+    if method == "gspmd":
+        rep = NamedSharding(mesh, P())
+        grid_p = None if grid is None else jax.tree.map(lambda x: _place(x, rep), grid)
+        if attention_implementation is not None:
+            _check_implementation(attention_implementation, scheme)
+        prog = _gspmd_program(
+            scheme,
+            dt,
+            causal,
+            mesh,
+            axes,
+            implementation=attention_implementation,
+            blocks=(query_block, key_block),
+            d_total=d,
+        )
+        fn = jax.jit(prog, out_shardings=state_sh)
+        return fn, (u_p, c_p, grid_p, fn_p)
+
+    if attention_implementation is not None:
+        raise ValueError(
+            "`attention_implementation` applies to method='gspmd'; method='ring' is "
+            "itself a blockwise online-softmax attention over the token shards."
+        )
+    if not isinstance(scheme, LieScheme | PreNormScheme):
+        raise ValueError(
+            f"method='ring' implements LieScheme and PreNormScheme, got {type(scheme).__name__}; "
+            "use method='gspmd'."
+        )
+    for field in ("tokens", "features"):
+        if len(axes.names(field)) > 1:
+            raise ValueError(
+                f"method='ring' needs at most one mesh axis for `{field}`, got "
+                f"{getattr(axes, field)!r}; use method='gspmd' for tuples of axes."
+            )
+    dtype = u_batch.dtype
+    s, w = _head_scale(controls.attn, grid, None, dtype)
+    extras = {"head_scale": jnp.broadcast_to(jnp.asarray(s, dtype), (H,))}
+    extra_specs = {"head_scale": P(axes.features)}
+    if w is not None:
+        extras["q_weights"] = w
+        extra_specs["q_weights"] = P(axes.features, None)
+    if grid is not None:
+        extras["x_weights"] = grid.x_weights.astype(dtype)
+        extra_specs["x_weights"] = P(axes.tokens)
+        extras["y_weights"] = grid.y_weights
+        extra_specs["y_weights"] = P(axes.features)
+    ex_p = shard(extras, extra_specs)
+    prog = _ring_program(
+        scheme,
+        dt,
+        causal,
+        mesh,
+        axes,
+        n_heads=H,
+        d_total=d,
+        specs={"controls": specs, "extras": extra_specs, "final_norm": fn_specs},
+    )
+    return jax.jit(prog), (u_p, c_p, ex_p, fn_p)
+
+
+# --------------------------------------------------------------------------- public
+def shard_evolve(
+    model_or_controls: SplitTransformer | LayerControls,
+    u_batch: Float[Array, "batch n d"],
+    mesh,
+    axes: ShardAxes | Mapping[str, Any] | None = None,
+    *,
+    method: Method = "gspmd",
+    scheme: AbstractScheme | None = None,
+    dt: float | None = None,
+    grid: Grid | None = None,
+    causal: bool = False,
+    final_norm: NormParams | None = None,
+    attention_implementation: Literal["auto", "dense", "chunked"] | None = None,
+    query_block: int = 512,
+    key_block: int = 1024,
+) -> Float[Array, "batch n d"]:
+    """Evolve a batch of sequences with the splitting scheme, sharded over ``mesh``.
+
+    Computes ``vmap(evolve)(u_batch)`` — the same N_t steps of the same scheme as
+    :func:`transflow.evolve` — with the state ``u[b, x, y]`` split over the mesh axes
+    named in ``axes`` (see :class:`ShardAxes`). The result is a global
+    :class:`jax.Array` with sharding ``NamedSharding(mesh, axes.spec())``; its values equal
+    the single-device evolution up to the round-off of the reordered reductions
+    (float64 ≤ 1e-12, float32 ≤ 1e-5 relative; tests/test_parallel.py).
+
+    Args:
+        model_or_controls: a :class:`~transflow.SplitTransformer` (its scheme, Δt and
+            final norm are used) or stacked :class:`~transflow.LayerControls`.
+        u_batch: initial states ``(batch, n_tokens, d_model)`` (NumPy or JAX). On several
+            processes every process passes the same full value.
+        mesh: a :class:`jax.sharding.Mesh` (:func:`make_mesh`).
+        axes: which mesh axes split ``batch``, ``tokens``, ``features``.
+        method: ``"gspmd"`` (compiler-partitioned ``jit``) or ``"ring"`` (``shard_map``
+            ring attention with online softmax; one mesh axis per logical axis).
+        scheme, dt, final_norm: as in :func:`transflow.evolve` (with stacked controls only;
+            defaults: :class:`~transflow.LieScheme`, 1, none).
+        grid, causal: as in :func:`transflow.evolve`.
+        attention_implementation: ``None`` (default) runs the scheme's own ``step``
+            (any :class:`~transflow.AbstractScheme`); ``"dense"``, ``"chunked"`` or
+            ``"auto"`` run the Lie / pre-LN step with
+            ``transflow.attention(..., implementation=...)`` and the block sizes
+            ``query_block``, ``key_block`` (``method="gspmd"`` only).
+
+    Raises:
+        ValueError: when a sharded size (batch, n_tokens, d_model, n_heads, an FFN width)
+            is not divisible by its number of devices, naming the size and the mesh axis.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import LayerControls, stack_controls
+        >>> from transflow.parallel import make_mesh, shard_evolve
+        >>> theta = stack_controls([LayerControls.random(8, key=jax.random.key(i))
+        ...                         for i in range(2)])
+        >>> mesh = make_mesh((1, 1), ("t", "f"))
+        >>> u = jax.random.normal(jax.random.key(9), (2, 4, 8))
+        >>> shard_evolve(theta, u, mesh, {"tokens": "t", "features": "f"}).shape
+        (2, 4, 8)
+    """
+    fn, args = _prepare(
+        model_or_controls,
+        u_batch,
+        mesh,
+        axes,
+        method=method,
+        scheme=scheme,
+        dt=dt,
+        grid=grid,
+        causal=causal,
+        final_norm=final_norm,
+        attention_implementation=attention_implementation,
+        query_block=query_block,
+        key_block=key_block,
+    )
+    return fn(*args)
+
+
+def lower_shard_evolve(model_or_controls, u_batch, mesh, axes=None, **kwargs):
+    """The lowered (not yet compiled) program of :func:`shard_evolve` (same arguments)."""
+    opts = dict(method="gspmd", scheme=None, dt=None, grid=None, causal=False, final_norm=None)
+    opts.update(kwargs)
+    fn, args = _prepare(model_or_controls, u_batch, mesh, axes, **opts)
+    return fn.lower(*args)
+
+
+def memory_report(model_or_controls, u_batch, mesh, axes=None, **kwargs) -> dict[str, int]:
+    """Per-device memory of the compiled :func:`shard_evolve` program, in bytes.
+
+    From ``lower(...).compile().memory_analysis()`` (XLA's buffer assignment of the SPMD
+    program, which is the program of *one* device): ``temp`` (intermediates: the
+    activations, scores and collectives' buffers), ``argument``, ``output``, ``alias``,
+    ``generated_code``, and ``total = temp + argument + output − alias``.
+
+    Example:
+        >>> import jax
+        >>> from transflow import LayerControls, stack_controls
+        >>> from transflow.parallel import make_mesh, memory_report
+        >>> theta = stack_controls([LayerControls.random(8, key=jax.random.key(0))])
+        >>> rep = memory_report(theta, jax.numpy.ones((1, 16, 8)), make_mesh((1,), ("t",)),
+        ...                     {"tokens": "t"})
+        >>> rep["temp"] > 0
+        True
+    """
+    compiled = lower_shard_evolve(model_or_controls, u_batch, mesh, axes, **kwargs).compile()
+    ma = compiled.memory_analysis()
+    if ma is None:
+        raise RuntimeError("this backend does not report a compiled memory analysis.")
+    out = {
+        "temp": int(ma.temp_size_in_bytes),
+        "argument": int(ma.argument_size_in_bytes),
+        "output": int(ma.output_size_in_bytes),
+        "alias": int(ma.alias_size_in_bytes),
+        "generated_code": int(ma.generated_code_size_in_bytes),
+    }
+    out["total"] = out["temp"] + out["argument"] + out["output"] - out["alias"]
+    return out

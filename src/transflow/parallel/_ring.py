@@ -1,0 +1,229 @@
+"""Explicitly partitioned operators for :func:`jax.shard_map` (the ``"ring"`` method).
+
+Inside ``shard_map`` every device holds the block ``u[x ∈ X_p, y ∈ Y_q]`` of one sequence
+(token block p of the token axis, feature block q of the feature axis). The operators of
+the continuous model become:
+
+- attention (:func:`ring_attention`): queries stay local; key/value blocks travel around
+  the ring of token devices with :func:`jax.lax.ppermute`, and the softmax over x̃ is
+  accumulated *online* (running maximum m, denominator ℓ, numerator a):
+
+      m' = max(m, max_j s_ij),  ℓ' = e^{m−m'} ℓ + Σ_j w_j e^{s_ij−m'},
+      a' = e^{m−m'} a + Σ_j w_j e^{s_ij−m'} V_j,      γV = a / ℓ  after P blocks.
+
+  The feature axis splits the heads (column blocks of W_Q, W_K, W_V; row blocks of W_O):
+  the input is all-gathered over features, the per-head outputs are reduce-scattered.
+- the projection onto S1 (:func:`project_s1`): the per-token mean and variance over Ω_y
+  are ``psum`` reductions over the feature shards.
+- the FFN sub-steps (:func:`ffn_branch`): each linear map all-gathers its input over the
+  features and computes its own column block of the output (the FFN width is split).
+
+All functions take the names of the manual mesh axes (``None`` = not split).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .._operators import activation_fn
+
+__all__ = ["ring_attention", "project_s1", "ffn_branch", "lie_step", "prenorm_step"]
+
+
+def _gather_features(u, f_axis):
+    return u if f_axis is None else jax.lax.all_gather(u, f_axis, axis=u.ndim - 1, tiled=True)
+
+
+def _psum(x, axis):
+    return x if axis is None else jax.lax.psum(x, axis)
+
+
+def ring_attention(
+    u,
+    attn,
+    *,
+    n_heads_local: int,
+    t_axis: str | None,
+    f_axis: str | None,
+    n_token_shards: int,
+    head_scale,
+    q_weights=None,
+    x_weights=None,
+    causal: bool = False,
+    hardmax: bool = False,
+    temperature: float = 1.0,
+):
+    """Attention of the local token block against all tokens (ring over ``t_axis``).
+
+    Args:
+        u: local state block ``(n_loc, d_loc)``.
+        attn: :class:`~transflow.AttentionParams` holding this device's column blocks
+            of ``wq, wk, wv`` (its heads), row block of ``wo`` and column block of ``bo``.
+        n_heads_local: heads on this device (``n_heads / feature shards``).
+        head_scale: per-head score scale ``(H_loc,)``; q_weights: per-head feature weights
+            ``(H_loc, d_k)`` or ``None``; x_weights: local token weights ``(n_loc,)`` or None.
+
+    Returns:
+        The local block ``(n_loc, d_loc)`` of 𝒜u (no residual), as :func:`transflow.attention`.
+    """
+    n = u.shape[0]
+    H = n_heads_local
+    dk = attn.wq.shape[-1] // H
+    dv = attn.wv.shape[-1] // H
+    uf = _gather_features(u, f_axis)
+    q = (uf @ attn.wq + attn.bq).reshape(n, H, dk)
+    k = (uf @ attn.wk + attn.bk).reshape(n, H, dk)
+    v = (uf @ attn.wv + attn.bv).reshape(n, H, dv)
+    if q_weights is not None:
+        q = q * q_weights[None]
+    P_t = n_token_shards
+    me = jax.lax.axis_index(t_axis) if t_axis is not None else 0
+    q_idx = me * n + jnp.arange(n)
+    logw = None if x_weights is None else jnp.log(x_weights).astype(u.dtype)
+
+    neg = jnp.asarray(-jnp.inf, u.dtype)
+    m = jnp.full((H, n, 1), neg)
+    ell = jnp.zeros((H, n, 1), u.dtype)
+    acc = jnp.zeros((H, n, dv), u.dtype)
+    for r in range(P_t):
+        src = (me - r) % P_t
+        s = jnp.einsum("ihc,jhc->hij", q, k) * head_scale[:, None, None]
+        allowed = None
+        if causal:
+            k_idx = src * n + jnp.arange(n)
+            allowed = (k_idx[None, :] <= q_idx[:, None])[None]
+        if hardmax:
+            sm = s if allowed is None else jnp.where(allowed, s, neg)
+            bm = jnp.max(sm, axis=-1, keepdims=True)
+            m_new = jnp.maximum(m, bm)
+            hit = sm == m_new
+            if allowed is not None:
+                hit = hit & allowed
+            ind = hit.astype(u.dtype)
+            if logw is not None:
+                ind = ind * x_weights
+            keep = (m == m_new).astype(u.dtype)
+            ell = ell * keep + jnp.sum(ind, axis=-1, keepdims=True)
+            acc = acc * keep + jnp.einsum("hij,jhc->hic", ind, v)
+        else:
+            logits = temperature * s
+            if logw is not None:
+                logits = logits + logw
+            if allowed is not None:
+                logits = jnp.where(allowed, logits, neg)
+            bm = jnp.max(logits, axis=-1, keepdims=True)
+            m_new = jnp.maximum(m, bm)
+            m_safe = jnp.where(jnp.isfinite(m_new), m_new, jnp.zeros_like(m_new))
+            p = jnp.exp(logits - m_safe)
+            corr = jnp.exp(m - m_safe)
+            ell = ell * corr + jnp.sum(p, axis=-1, keepdims=True)
+            acc = acc * corr + jnp.einsum("hij,jhc->hic", p, v)
+        m = m_new
+        if r + 1 < P_t:
+            perm = [(i, (i + 1) % P_t) for i in range(P_t)]
+            k, v = jax.lax.ppermute((k, v), t_axis, perm)
+            if logw is not None:
+                x_weights, logw = jax.lax.ppermute((x_weights, logw), t_axis, perm)
+    heads = jnp.transpose(acc / ell, (1, 0, 2)).reshape(n, H * dv)
+    out = heads @ attn.wo
+    if f_axis is not None:
+        out = jax.lax.psum_scatter(out, f_axis, scatter_dimension=1, tiled=True)
+    return out + attn.bo
+
+
+def project_s1(v, sigma1, sigma2, *, eps: float, y_weights, f_axis: str | None, d_total: int):
+    """:func:`transflow.project_s1` on a feature block: mean/variance by ``psum`` over Ω_y."""
+    if y_weights is None:
+        alpha = _psum(jnp.sum(v, axis=-1, keepdims=True), f_axis) / d_total
+        centred = v - alpha
+        beta = _psum(jnp.sum(centred * centred, axis=-1, keepdims=True), f_axis) / d_total
+    else:
+        w = (y_weights / _psum(jnp.sum(y_weights), f_axis)).astype(v.dtype)
+        alpha = _psum(jnp.sum(v * w, axis=-1, keepdims=True), f_axis)
+        centred = v - alpha
+        beta = _psum(jnp.sum(centred * centred * w, axis=-1, keepdims=True), f_axis)
+    sigma1 = jnp.asarray(sigma1, v.dtype)
+    sigma2 = jnp.asarray(sigma2, v.dtype)
+    if eps > 0:
+        return sigma2 * centred * jax.lax.rsqrt(beta + jnp.asarray(eps, v.dtype)) + sigma1
+    tiny = (d_total * jnp.finfo(v.dtype).eps) ** 2
+    msq = _psum(jnp.sum(v * v, axis=-1, keepdims=True), f_axis) / d_total
+    degenerate = beta <= tiny * msq
+    safe = jnp.where(degenerate, jnp.ones_like(beta), beta)
+    out = sigma2 * centred * jax.lax.rsqrt(safe) + sigma1
+    return jnp.where(degenerate, jnp.broadcast_to(sigma1, out.shape), out)
+
+
+def ffn_branch(z, ffn, dt, *, f_axis: str | None):
+    """:func:`transflow.ffn_branch` with every width split over ``f_axis`` (column blocks)."""
+    act = activation_fn(ffn.activation)
+    J = len(ffn.weights)
+    for j in range(J):
+        lin = _gather_features(z, f_axis) @ ffn.weights[j] + ffn.biases[j]
+        z = z + dt * lin if ffn.residual[j] else lin
+        if j < J - 1 or ffn.activation_on_last:
+            z = act(z)
+    return z
+
+
+def _project(v, norm, ctx, eps_scale=1.0):
+    return project_s1(
+        v,
+        norm.bias,
+        norm.gain,
+        eps=norm.eps * eps_scale,
+        y_weights=ctx["y_weights"],
+        f_axis=ctx["f_axis"],
+        d_total=ctx["d_total"],
+    )
+
+
+def _attention(u, attn, ctx, scheme):
+    if ctx.get("implementation") is not None:  # unpartitioned: the library's operator
+        from .._operators import attention
+
+        return attention(
+            u,
+            attn,
+            grid=ctx["grid"],
+            causal=ctx["causal"],
+            hardmax=scheme.hardmax,
+            temperature=scheme.temperature,
+            implementation=ctx["implementation"],
+            query_block=ctx["query_block"],
+            key_block=ctx["key_block"],
+        )
+    return ring_attention(
+        u,
+        attn,
+        n_heads_local=ctx["n_heads_local"],
+        t_axis=ctx["t_axis"],
+        f_axis=ctx["f_axis"],
+        n_token_shards=ctx["n_token_shards"],
+        head_scale=ctx["head_scale"],
+        q_weights=ctx["q_weights"],
+        x_weights=ctx["x_weights"],
+        causal=ctx["causal"],
+        hardmax=scheme.hardmax,
+        temperature=scheme.temperature,
+    )
+
+
+def lie_step(u, c, dt, ctx, scheme):
+    """:meth:`transflow.LieScheme.step` on one device's block."""
+    u1 = u + dt * _attention(u, c.attn, ctx, scheme)
+    u2 = _project(u1, c.norm1, ctx)
+    ffn_dt = dt if scheme.ffn_branch_dt == "dt" else 2 * dt
+    z = ffn_branch(u2, c.ffn, ffn_dt, f_axis=ctx["f_axis"])
+    u5 = 0.5 * (z + u2)
+    return _project(u5, c.norm2, ctx, eps_scale=0.25)
+
+
+def prenorm_step(u, c, dt, ctx, scheme):
+    """:meth:`transflow.PreNormScheme.step` on one device's block."""
+    p1 = _project(u, c.norm1, ctx)
+    u1 = u + dt * _attention(p1, c.attn, ctx, scheme)
+    p2 = _project(u1, c.norm2, ctx)
+    z = ffn_branch(p2, c.ffn, 1.0, f_axis=ctx["f_axis"])
+    return u1 + dt * z
