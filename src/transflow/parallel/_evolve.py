@@ -27,8 +27,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Float
 
 from .._controls import LayerControls, NormParams, num_steps
