@@ -18,12 +18,23 @@ from ._construction import (
     MaxoutTransformer as MaxoutTransformer,
     maxout_to_transformer as maxout_to_transformer,
 )
+from ._cpwl import (
+    hinging_cpwl as hinging_cpwl,
+    lattice_cpwl as lattice_cpwl,
+    lattice_eval as lattice_eval,
+    lattice_from_1d as lattice_from_1d,
+)
 from ._maxout import (
     MaxoutNetwork as MaxoutNetwork,
     ibp_bounds as ibp_bounds,
     zigzag_maxout as zigzag_maxout,
 )
 from ._pwl import AbstractPiecewiseLinear as AbstractPiecewiseLinear
+from ._regions import (
+    RegionCount as RegionCount,
+    count_linear_regions as count_linear_regions,
+    grid_region_count as grid_region_count,
+)
 from ._softmax import (
     lambert_w as lambert_w,
     softmax_error_bound as softmax_error_bound,

@@ -23,8 +23,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .._controls import AttentionParams, FFNParams
-from .._operators import attention as _attention_op
-from .._operators import attention_scores
+from .._operators import attention as _attention_op, attention_scores
 from .._splitting import ffn_branch
 from ._maxout import MaxoutNetwork, ibp_bounds
 from ._pwl import AbstractPiecewiseLinear
@@ -48,8 +47,8 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
     Attributes:
         blocks: ``((attn | None, ffn | None), …)`` with transflow controls.
         positional: the fixed part P of the embedding, ``(T, m)``.
-        bounds: the gating bounds B_ℓ used (IBP + margin, or given).
-        ibp: the IBP bounds of the box (without margin).
+        bounds: the gating bounds B_ℓ used (IBP + margin, or given), float64 numpy.
+        ibp: the IBP bounds of the box (without margin), float64 numpy.
         variant, hardmax, temperature: construction options.
     """
 
@@ -59,11 +58,11 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
     readout_bias: Float[Array, " d_out"]
     lo: Float[Array, " d"]
     hi: Float[Array, " d"]
-    bounds: tuple[float, ...] = eqx.field(static=True)
-    ibp: tuple[float, ...] = eqx.field(static=True)
+    bounds: Float[Array, " L"]
+    ibp: Float[Array, " L"]
     variant: str = eqx.field(static=True)
     hardmax: bool = eqx.field(static=True)
-    temperature: float = eqx.field(static=True)
+    temperature: Float[Array, ""]
     n_out_units: int = eqx.field(static=True)
     net: MaxoutNetwork
 
@@ -125,11 +124,14 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
         every token and hidden unit, shape ``(T·r, 2)`` (winner 1 ⇔ the ReLU is active).
         Only defined for hardmax attention.
         """
+        return self.output_and_logits(x)[1]
+
+    def output_and_logits(self, x):
         if not self.hardmax:
             raise ValueError(
                 "MaxoutTransformer.layer_logits: the activation pattern (and linear regions) "
                 f"is defined for hardmax attention only; this model uses softmax with "
-                f"λ={self.temperature}. Build it with attention='hardmax'."
+                f"λ={float(self.temperature)}. Build it with attention='hardmax'."
             )
         X = self.embed(x)
         out = []
@@ -142,7 +144,8 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
                 pre = (X @ f.weights[0] + f.biases[0]).reshape(-1)
                 out.append(jnp.stack([jnp.zeros_like(pre), pre], axis=-1))
                 X = X + ffn_branch(X, f, 1.0)
-        return tuple(out)
+        y = self.readout_weight @ X[0, : self.n_out_units] + self.readout_bias
+        return y, tuple(out)
 
     def in_box(self, x: Float[Array, " d"]) -> Bool[Array, ""]:
         """True iff ``lo ≤ x ≤ hi`` componentwise (where the construction is exact)."""
@@ -199,12 +202,13 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
         Returns ``inf`` if the margin side condition ``B_ℓ ≥ B_ℓ^{IBP} + Lip_ℓ δ_{ℓ−1}``
         fails (then the gating may break under the softmax perturbation).
         """
-        lam = self.temperature if lam is None else lam
+        lam = float(self.temperature) if lam is None else lam
         if not (lam > 0 and math.isfinite(lam)):
             raise ValueError(f"softmax_error_bound: `lam` must be finite and > 0, got {lam!r}.")
         deltas = softmax_deltas(self.net, lam, self.n_tokens)
-        for b, b0, lip, dprev in zip(self.bounds, self.ibp, self.net.lipschitz(), deltas):
-            if b < b0 + lip * dprev:
+        pairs = zip(np.asarray(self.bounds), np.asarray(self.ibp), self.net.lipschitz(), deltas)
+        for b, b0, lip, dprev in pairs:
+            if float(b) < float(b0) + lip * dprev:
                 return math.inf
         return softmax_error_bound(self.net, lam, self.n_tokens)
 
@@ -415,11 +419,11 @@ def maxout_to_transformer(
         readout_bias=cast(np.asarray(net.readout_bias, np.float64)),
         lo=cast(lo_np),
         hi=cast(hi_np),
-        bounds=tuple(B),
-        ibp=tuple(ibp),
+        bounds=np.asarray(B, np.float64),
+        ibp=np.asarray(ibp, np.float64),
         variant=variant,
         hardmax=hardmax,
-        temperature=lam,
+        temperature=cast(lam),
         n_out_units=ns[-1],
         net=net,
     )

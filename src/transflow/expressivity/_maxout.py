@@ -91,7 +91,8 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
                 )
             if min(w.shape) < 1:
                 raise ValueError(
-                    f"MaxoutNetwork layer {i + 1}: `weights[{i}]` has an empty axis, shape {w.shape}."
+                    f"MaxoutNetwork layer {i + 1}: `weights[{i}]` has an empty axis, "
+                    f"shape {w.shape}."
                 )
             n_prev = w.shape[0]
         A = np.eye(n_prev) if readout_weight is None else _as_np("readout_weight", readout_weight)
@@ -151,13 +152,16 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
     # ------------------------------------------------------------------ evaluation
     def layer_logits(self, x: Float[Array, " d"]) -> tuple[Float[Array, "n k"], ...]:
         """The pieces ``z^ℓ`` of shape ``(n_ℓ, k_ℓ)`` of every layer along the pass at x."""
+        return self.output_and_logits(x)[1]
+
+    def output_and_logits(self, x):
         h = x
         out = []
         for w, b in zip(self.weights, self.biases):
             z = w @ h + b
             out.append(z)
             h = jnp.take_along_axis(z, jnp.argmax(z, axis=-1)[:, None], axis=-1)[:, 0]
-        return tuple(out)
+        return self.readout_weight @ h + self.readout_bias, tuple(out)
 
     def hidden(self, x: Float[Array, " d"]) -> Float[Array, " n_L"]:
         """The last hidden layer ``h^L``."""
@@ -206,6 +210,12 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
                     f"MaxoutNetwork.from_relu layer {i + 1}: expected `weights[{i}]` of shape "
                     f"(n_l, n_(l-1)) and `biases[{i}]` of shape (n_l,), got {w.shape} and "
                     f"{b.shape}."
+                )
+            if i and w.shape[1] != ws[i - 1].shape[0]:
+                raise ValueError(
+                    f"MaxoutNetwork.from_relu layer {i + 1}: `weights[{i}]` has shape {w.shape} "
+                    f"but layer {i} outputs {ws[i - 1].shape[0]} units; expected shape "
+                    f"({w.shape[0]}, {ws[i - 1].shape[0]})."
                 )
             mw.append(np.stack([np.zeros_like(w), w], axis=1))
             mb.append(np.stack([np.zeros_like(b), b], axis=1))

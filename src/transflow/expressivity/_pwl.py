@@ -47,6 +47,12 @@ class AbstractPiecewiseLinear(eqx.Module):
     def layer_logits(self, x: Float[Array, " d"]) -> tuple[Float[Array, "G K"], ...]:
         """The competing quantities of every decision layer along the forward pass at x."""
 
+    def output_and_logits(
+        self, x: Float[Array, " d"]
+    ) -> tuple[Float[Array, " d_out"], tuple[Float[Array, "G K"], ...]]:
+        """``(f(x), layer_logits(x))``; subclasses may share one forward pass."""
+        return self(x), self.layer_logits(x)
+
     def pattern(self, x: Float[Array, " d"]) -> Int[Array, " P"]:
         """The activation pattern at ``x``: winner per group, all layers, concatenated."""
         return jnp.concatenate(

@@ -1,0 +1,642 @@
+"""Exact counting of linear regions of the piecewise-linear models of this module.
+
+- **1-D** (spec §7, "exact 1-D region counter"): pattern bisection from a seed grid until
+  the endpoints of every interval share the full activation pattern (or the interval is
+  shorter than ``tol``); consecutive patterns are the activation regions; the affine map of
+  each region comes from the model with its pattern frozen (forward-mode derivative at an
+  interior point — exact for the pattern-frozen affine map, **not** a finite difference);
+  neighbours with equal maps are merged into linear regions.
+- **2-D**: exact polygon refinement over the box (SplineCam-style): decision layer by
+  decision layer, every max-group (maxout unit, hardmax head per query, ReLU as a rank-2
+  unit) splits the current convex polygons into the cells where each competitor wins,
+  using the affine logits of the layer given the pattern of the earlier layers; then
+  edge-adjacent polygons with equal affine maps are merged.
+- :func:`grid_region_count`: brute-force pattern hashing on a grid (an independent
+  lower bound on the activation regions, and on the linear regions via connected
+  components of equal maps).
+
+Everything is vectorised: one compiled function per model structure and batch bucket,
+many points per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ._pwl import AbstractPiecewiseLinear
+
+__all__ = ["RegionCount", "count_linear_regions", "grid_region_count"]
+
+# one fixed batch size: one compilation per kernel and model structure; small enough to
+# stay in cache on CPU (larger batches were slower per point).
+_CHUNK = 2048
+
+
+# --------------------------------------------------------------------------- batched kernels
+def _hash_coeffs(n: int) -> np.ndarray:
+    rng = np.random.default_rng(0x5EED)
+    return (rng.integers(0, 2**31, size=(n, 2), dtype=np.int64) * 2 + 1).astype(np.uint32)
+
+
+def _hash(pats, coeffs):
+    # two independent 32-bit linear hashes of the pattern (wrapping uint32 arithmetic)
+    return pats.astype(jnp.uint32) @ coeffs
+
+
+@eqx.filter_jit
+def _pattern_hash_kernel(f, xs, coeffs):
+    return _hash(jax.vmap(f.pattern)(xs), coeffs)
+
+
+@eqx.filter_jit
+def _affine_kernel(f, xs):
+    J = jax.vmap(jax.jacfwd(f))(xs)  # (N, d_out, d)
+    y = jax.vmap(f)(xs)
+    return J, y - jnp.einsum("nod,nd->no", J, xs)
+
+
+@eqx.filter_jit
+def _logits_kernel(f, xs):
+    vals = jax.vmap(f.layer_logits)(xs)
+    jacs = jax.vmap(jax.jacfwd(f.layer_logits))(xs)
+    return vals, jacs
+
+
+def _probe(f, x, coeffs):
+    """1-D probe at one point: pattern hash, the exit point of its activation region to the
+    right (from the affine logits of the frozen pattern), f(x) and f'(x) (frozen slope)."""
+    (y, logits), (dy, dlogits) = jax.jvp(f.output_and_logits, (x,), (jnp.ones_like(x),))
+    pats, tmin = [], jnp.asarray(jnp.inf, x.dtype)
+    for v, dv in zip(logits, dlogits):
+        w = jnp.argmax(v, axis=-1)
+        vw = jnp.take_along_axis(v, w[:, None], axis=-1)
+        dw = jnp.take_along_axis(dv, w[:, None], axis=-1)
+        gap, rate = vw - v, dv - dw  # competitor i overtakes at t = gap / rate (rate > 0)
+        pos = rate > 0
+        t = jnp.where(pos, gap / jnp.where(pos, rate, 1), jnp.inf)
+        tmin = jnp.minimum(tmin, jnp.min(t))
+        pats.append(w.ravel())
+    return _hash(jnp.concatenate(pats), coeffs), x[0] + tmin, y, dy
+
+
+@eqx.filter_jit
+def _probe_kernel(f, xs, coeffs):
+    return jax.vmap(lambda x: _probe(f, x, coeffs))(xs)
+
+
+def _batched(kernel, f, xs: np.ndarray, *extra):
+    """Run ``kernel(f, chunk, *extra)`` over ``xs`` in chunks of one fixed size (padded),
+    so each kernel compiles once per model structure."""
+    n = xs.shape[0]
+    outs = []
+    for start in range(0, max(n, 1), _CHUNK):
+        part = xs[start : start + _CHUNK]
+        k = part.shape[0]
+        pad = (
+            np.concatenate([part, np.repeat(part[:1], _CHUNK - k, axis=0)]) if k < _CHUNK else part
+        )
+        res = kernel(f, jnp.asarray(pad), *extra)
+        outs.append(jax.tree.map(lambda a, k=k: np.asarray(a)[:k], res))
+    return jax.tree.map(lambda *a: np.concatenate(a), *outs)
+
+
+def _combine(h: np.ndarray) -> np.ndarray:
+    h = h.astype(np.uint64)
+    return (h[:, 0] << np.uint64(32)) | h[:, 1]
+
+
+class _Evaluator:
+    """Pattern hashes, probes and affine maps of ``f`` on numpy batches (counts points)."""
+
+    def __init__(self, f: AbstractPiecewiseLinear, dtype):
+        self.f = f
+        self.dtype = dtype
+        n_pat = jax.eval_shape(f.pattern, jnp.zeros((f.in_dim,), dtype)).shape[0]
+        self.coeffs = jnp.asarray(_hash_coeffs(n_pat))
+        self.n_eval = 0
+
+    def _prep(self, xs):
+        xs = np.asarray(xs, self.dtype).reshape(-1, self.f.in_dim)
+        self.n_eval += xs.shape[0]
+        return xs
+
+    def hashes(self, xs: np.ndarray) -> np.ndarray:
+        xs = self._prep(xs)
+        return _combine(_batched(_pattern_hash_kernel, self.f, xs, self.coeffs))
+
+    def probe(self, xs: np.ndarray):
+        """1-D: (hash, exit point, f(x) (N, d_out), f'(x) (N, d_out))."""
+        xs = self._prep(xs)
+        h, e, y, dy = _batched(_probe_kernel, self.f, xs, self.coeffs)
+        return _combine(h), e.astype(np.float64), y, dy
+
+    def affine(self, xs: np.ndarray):
+        xs = np.asarray(xs, self.dtype).reshape(-1, self.f.in_dim)
+        return _batched(_affine_kernel, self.f, xs)
+
+
+# --------------------------------------------------------------------------- results
+@dataclasses.dataclass
+class RegionCount:
+    """Result of :func:`count_linear_regions`.
+
+    Attributes:
+        linear: number of linear regions (maximal connected sets where f is affine).
+        activation: number of activation regions (fixed full pattern), ≥ ``linear``.
+        dim: input dimension (1 or 2).
+        slopes: Jacobian ``(activation, d_out, d)`` of every activation region.
+        intercepts: ``(activation, d_out)``.
+        labels: linear-region id of every activation region.
+        breakpoints: 1-D: the activation-region boundaries (midpoints of the final
+            bisection intervals, width ≤ tol), sorted; 2-D: ``None``.
+        polygons: 2-D: vertex arrays ``(V_i, 2)`` of the activation regions; 1-D: ``None``.
+        evaluations: number of model evaluations (pattern points) used.
+    """
+
+    linear: int
+    activation: int
+    dim: int
+    slopes: np.ndarray
+    intercepts: np.ndarray
+    labels: np.ndarray
+    breakpoints: np.ndarray | None = None
+    polygons: list[np.ndarray] | None = None
+    evaluations: int = 0
+
+
+def _maps_equal(J1, c1, J2, c2, span, rtol):
+    """Equal affine maps up to ``rtol`` relative to their size on the box."""
+    dJ = np.abs(J1 - J2).reshape(J1.shape[0], -1).max(-1)
+    dc = np.abs(c1 - c2).reshape(c1.shape[0], -1).max(-1)
+    sJ = np.maximum(np.abs(J1), np.abs(J2)).reshape(J1.shape[0], -1).max(-1)
+    sc = np.maximum(np.abs(c1), np.abs(c2)).reshape(c1.shape[0], -1).max(-1)
+    scale = sJ * span + sc + np.finfo(np.float64).tiny
+    return dJ * span + dc <= rtol * scale
+
+
+def _check_box(f, lo, hi, dtype):
+    d = f.in_dim
+    lo = np.broadcast_to(np.asarray(lo, dtype), (d,)).copy()
+    hi = np.broadcast_to(np.asarray(hi, dtype), (d,)).copy()
+    if not np.all(hi > lo):
+        raise ValueError(f"need `lo` < `hi` componentwise, got lo={lo}, hi={hi}.")
+    return lo, hi
+
+
+def _default_dtype():
+    return np.float64 if jax.config.jax_enable_x64 else np.float32
+
+
+# --------------------------------------------------------------------------- 1-D
+def _count_1d(f, lo, hi, *, n_seed, tol, rtol, split, dtype) -> RegionCount:
+    """Pattern bisection on [lo, hi] (see :func:`count_linear_regions`).
+
+    Invariant: an interval whose end points share the full pattern lies in one activation
+    region (regions are convex). An interval with different end patterns is split until it
+    is shorter than ``tol``; it then holds one region boundary. ``split="affine"`` places
+    the split points at ``r ∓ tol/4``, where r is the exit point of the left end's region
+    predicted from its affine logits (so an interval holding one boundary is resolved in
+    one round); the predicted point only chooses where to evaluate patterns, the
+    certificate is the pattern equality above. ``split="midpoint"``: plain bisection.
+    """
+    ev = _Evaluator(f, dtype)
+    a0, b0 = float(lo[0]), float(hi[0])
+    xs = np.linspace(a0, b0, n_seed + 1)
+    hs, es, ys, dys = ev.probe(xs)
+    diff = hs[:-1] != hs[1:]
+    idx = np.nonzero(diff)[0]
+    # active intervals: a, b, ha, hb, ea (exit of a's region), data of b (y, dy), use-midpoint
+    a, b, ha, hb, ea = xs[idx], xs[idx + 1], hs[idx], hs[idx + 1], es[idx]
+    yb, dyb = ys[idx + 1], dys[idx + 1]
+    mid_flag = np.full(a.shape, split == "midpoint")
+    fin_x, fin_y, fin_dy, fin_b = [], [], [], []
+    d = tol / 4
+    while a.size:
+        small = (b - a) <= tol
+        if small.any():
+            fin_b.append(0.5 * (a[small] + b[small]))
+            fin_x.append(b[small])
+            fin_y.append(yb[small])
+            fin_dy.append(dyb[small])
+            keep = ~small
+            a, b, ha, hb, ea, yb, dyb, mid_flag = (
+                v[keep] for v in (a, b, ha, hb, ea, yb, dyb, mid_flag)
+            )
+            if not a.size:
+                break
+        r = ea
+        pred = ~mid_flag & (r - d > a) & (r + d < b)
+        p1 = np.where(pred, r - d, 0.5 * (a + b))
+        p2 = np.where(pred, r + d, p1)
+        npred = int(pred.sum())
+        h_all, e_all, y_all, dy_all = ev.probe(np.concatenate([p1[pred], p2]))
+        h1, e1, y1, dy1 = (v[:npred] for v in (h_all, e_all, y_all, dy_all))
+        h2, e2, y2, dy2 = (v[npred:] for v in (h_all, e_all, y_all, dy_all))
+        # children of predicted intervals: (a,p1), (p1,p2), (p2,b); of the others: (a,m), (m,b)
+        P = np.nonzero(pred)[0]
+        parts = []
+        ap, hap, eap = a[P], ha[P], ea[P]
+        c1 = hap != h1
+        parts.append(
+            (ap[c1], p1[P][c1], hap[c1], h1[c1], eap[c1], y1[c1], dy1[c1], np.zeros(c1.sum(), bool))
+        )
+        c2 = h1 != h2[P]
+        parts.append(
+            (
+                p1[P][c2],
+                p2[P][c2],
+                h1[c2],
+                h2[P][c2],
+                e1[c2],
+                y2[P][c2],
+                dy2[P][c2],
+                np.zeros(c2.sum(), bool),
+            )
+        )
+        c3 = h2[P] != hb[P]
+        # prediction overshot nothing (still a's pattern at p2): bisect that child next
+        parts.append(
+            (
+                p2[P][c3],
+                b[P][c3],
+                h2[P][c3],
+                hb[P][c3],
+                e2[P][c3],
+                yb[P][c3],
+                dyb[P][c3],
+                (h2[P] == hap)[c3],
+            )
+        )
+        M = np.nonzero(~pred)[0]
+        c4 = ha[M] != h2[M]
+        parts.append(
+            (
+                a[M][c4],
+                p2[M][c4],
+                ha[M][c4],
+                h2[M][c4],
+                ea[M][c4],
+                y2[M][c4],
+                dy2[M][c4],
+                np.full(c4.sum(), split == "midpoint"),
+            )
+        )
+        c5 = h2[M] != hb[M]
+        parts.append(
+            (
+                p2[M][c5],
+                b[M][c5],
+                h2[M][c5],
+                hb[M][c5],
+                e2[M][c5],
+                yb[M][c5],
+                dyb[M][c5],
+                np.full(c5.sum(), split == "midpoint"),
+            )
+        )
+        a, b, ha, hb, ea, yb, dyb, mid_flag = (np.concatenate(v) for v in zip(*parts))
+    if fin_b:
+        bps, bx = np.concatenate(fin_b), np.concatenate(fin_x)
+        by, bdy = np.concatenate(fin_y), np.concatenate(fin_dy)
+        order = np.argsort(bps)
+        bps, bx, by, bdy = bps[order], bx[order], by[order], bdy[order]
+    else:
+        bps, bx = np.zeros(0), np.zeros(0)
+        by, bdy = ys[:0], dys[:0]
+    # one point of every activation region with its frozen affine map (from the probes)
+    X = np.concatenate([[xs[0]], bx])
+    Y = np.concatenate([ys[:1], by]).astype(np.float64)
+    DY = np.concatenate([dys[:1], bdy]).astype(np.float64)
+    J, c = DY[:, :, None], Y - DY * X[:, None]
+    same = _maps_equal(J[:-1], c[:-1], J[1:], c[1:], b0 - a0, rtol)
+    labels = np.concatenate([[0], np.cumsum(~same)])
+    return RegionCount(
+        linear=int(labels[-1]) + 1,
+        activation=int(X.size),
+        dim=1,
+        slopes=J,
+        intercepts=c,
+        labels=labels,
+        breakpoints=bps,
+        evaluations=ev.n_eval,
+    )
+
+
+# --------------------------------------------------------------------------- 2-D polygons
+def _area(P: np.ndarray) -> float:
+    x, y = P[:, 0], P[:, 1]
+    return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
+
+
+def _clip(P: np.ndarray, c: float, n: np.ndarray) -> np.ndarray | None:
+    """Convex polygon ∩ {x : c + n·x ≥ 0} (Sutherland–Hodgman, one half-plane)."""
+    v = c + P @ n
+    inside = v >= 0
+    if inside.all():
+        return P
+    if not inside.any():
+        return None
+    out = []
+    k = P.shape[0]
+    for i in range(k):
+        j = (i + 1) % k
+        if inside[i]:
+            out.append(P[i])
+        if inside[i] != inside[j]:
+            t = v[i] / (v[i] - v[j])
+            out.append(P[i] + t * (P[j] - P[i]))
+    Q = np.array(out)
+    # drop repeated vertices
+    keep = np.ones(len(Q), bool)
+    for i in range(1, len(Q)):
+        if np.all(np.abs(Q[i] - Q[i - 1]) <= 1e-15 * (1 + np.abs(Q[i]))):
+            keep[i] = False
+    Q = Q[keep]
+    if len(Q) > 1 and np.all(np.abs(Q[-1] - Q[0]) <= 1e-15 * (1 + np.abs(Q[0]))):
+        Q = Q[:-1]
+    return Q if len(Q) >= 3 else None
+
+
+def _split_group(P, a, J, area_tol, same_tol):
+    """Split convex polygon P into the cells where competitor j wins (lowest index on ties).
+
+    Competitor k is the affine function ``a[k] + J[k]·x``.
+    """
+    K = a.shape[0]
+    vals = a[:, None] + J @ P.T  # (K, V)
+    win = np.argmax(vals, axis=0)
+    if np.all(win == win[0]):
+        return [P]
+    out = []
+    for j in range(K):
+        cell = P
+        for i in range(K):
+            if i == j:
+                continue
+            da, dJ = a[j] - a[i], J[j] - J[i]
+            if abs(da) + np.abs(dJ).sum() <= same_tol:  # identical competitors
+                if i < j:
+                    cell = None
+                    break
+                continue
+            cell = _clip(cell, da, dJ)
+            if cell is None:
+                break
+        if cell is not None and _area(cell) > area_tol:
+            out.append(cell)
+    return out
+
+
+def _shared_edge(P: np.ndarray, Q: np.ndarray, tol: float) -> bool:
+    """True if convex polygons P and Q share a boundary segment of positive length."""
+    for i in range(len(P)):
+        p1, p2 = P[i], P[(i + 1) % len(P)]
+        e = p2 - p1
+        le = float(np.hypot(*e))
+        if le <= tol:
+            continue
+        u = e / le
+        nrm = np.array([-u[1], u[0]])
+        for k in range(len(Q)):
+            q1, q2 = Q[k], Q[(k + 1) % len(Q)]
+            if abs(float((q1 - p1) @ nrm)) > tol or abs(float((q2 - p1) @ nrm)) > tol:
+                continue
+            s1, s2 = sorted((float((q1 - p1) @ u), float((q2 - p1) @ u)))
+            if min(le, s2) - max(0.0, s1) > tol:
+                return True
+    return False
+
+
+def _components(n: int, pairs) -> np.ndarray:
+    parent = np.arange(n)
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, j in pairs:
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            parent[max(ri, rj)] = min(ri, rj)
+    roots = np.array([find(i) for i in range(n)])
+    _, labels = np.unique(roots, return_inverse=True)
+    return labels
+
+
+def _map_keys(J, c, span, rtol):
+    scale = np.abs(J).max() * span + np.abs(c).max() + np.finfo(np.float64).tiny
+    q = max(rtol * 1e3, 1e-9) * scale
+    flat = np.concatenate([J.reshape(len(J), -1) * span, c.reshape(len(c), -1)], axis=1)
+    return [tuple(row) for row in np.round(flat / q).astype(np.int64)]
+
+
+def _count_2d(f, lo, hi, *, rtol, dtype) -> RegionCount:
+    ev = _Evaluator(f, dtype)
+    span = float(np.max(hi - lo))
+    box_area = float(np.prod(hi - lo))
+    area_tol = 1e-12 * box_area
+    polys = [np.array([[lo[0], lo[1]], [hi[0], lo[1]], [hi[0], hi[1]], [lo[0], hi[1]]], float)]
+    n_layers = len(jax.eval_shape(f.layer_logits, jnp.zeros((2,), dtype)))
+    for layer in range(n_layers):
+        cents = np.array([P.mean(axis=0) for P in polys])
+        ev.n_eval += len(cents)
+        vals, jacs = _batched(_logits_kernel, f, cents.astype(dtype))
+        vals, jacs = vals[layer], jacs[layer]  # (N, G, K), (N, G, K, 2)
+        new = []
+        for p, P in enumerate(polys):
+            Jp = jacs[p]
+            ap = vals[p] - Jp @ cents[p]  # (G, K)
+            same_tol = 1e-12 * (np.abs(ap).max() + np.abs(Jp).max() * span + 1.0)
+            vv = ap[:, :, None] + Jp @ P.T  # (G, K, V)
+            win = np.argmax(vv, axis=1)
+            varying = np.nonzero(np.any(win != win[:, :1], axis=1))[0]
+            cells = [P]
+            for g in varying:
+                cells = [
+                    Q for C in cells for Q in _split_group(C, ap[g], Jp[g], area_tol, same_tol)
+                ]
+            new.extend(cells)
+        polys = new
+    cents = np.array([P.mean(axis=0) for P in polys])
+    J, c = ev.affine(cents)
+    keys = _map_keys(J, c, span, rtol)
+    groups: dict = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    edge_tol = 1e-9 * span
+    pairs = []
+    for idx in groups.values():
+        for u in range(len(idx)):
+            for v in range(u + 1, len(idx)):
+                i, j = idx[u], idx[v]
+                if _maps_equal(J[i : i + 1], c[i : i + 1], J[j : j + 1], c[j : j + 1], span, rtol)[
+                    0
+                ] and _shared_edge(polys[i], polys[j], edge_tol):
+                    pairs.append((i, j))
+    labels = _components(len(polys), pairs)
+    return RegionCount(
+        linear=int(labels.max()) + 1 if len(labels) else 0,
+        activation=len(polys),
+        dim=2,
+        slopes=J,
+        intercepts=c,
+        labels=labels,
+        polygons=polys,
+        evaluations=ev.n_eval,
+    )
+
+
+# --------------------------------------------------------------------------- public
+def count_linear_regions(
+    f: AbstractPiecewiseLinear,
+    lo: Float[Array, " d"] | float,
+    hi: Float[Array, " d"] | float,
+    *,
+    n_seed: int = 1024,
+    tol: float = 1e-11,
+    map_rtol: float = 1e-9,
+    split: str = "affine",
+) -> RegionCount:
+    """Exact number of linear regions of ``f`` on the box ``[lo, hi]`` (d = 1 or 2).
+
+    A *linear region* is a maximal connected set on which f is affine; an *activation
+    region* is a set of fixed full activation pattern (argmax per head and block, ReLU sign
+    per FFN unit and token, argmax per maxout unit). Activation regions are convex, and
+    the linear regions are the connected unions of adjacent activation regions with equal
+    affine maps (spec §2.5). Affine maps are those of the **pattern-frozen** model (its
+    forward-mode Jacobian at an interior point, exact for an affine map), never finite
+    differences (the pitfall of spec §7).
+
+    Args:
+        f: a :class:`MaxoutNetwork` (ReLU networks via ``from_relu``) or a hardmax
+            :class:`MaxoutTransformer`, or any :class:`AbstractPiecewiseLinear`.
+        lo, hi: the box (scalars broadcast to ``(d,)``).
+        n_seed: 1-D: number of seed intervals of the bisection.
+        tol: 1-D: bisection stops at intervals shorter than ``tol`` (regions narrower than
+            ``tol`` lying strictly inside one seed interval with equal end patterns are
+            missed; convexity of activation regions guarantees nothing else is).
+        split: 1-D: where to split an interval whose end patterns differ: ``"affine"``
+            (default) at the exit point of the left region predicted from its affine logits
+            (± tol/4), ``"midpoint"`` plain bisection (spec §7 recipe). Both certify regions
+            only by pattern equality; ``"affine"`` needs far fewer evaluations.
+        map_rtol: two affine maps are equal if they differ by at most ``map_rtol`` times
+            their size on the box (``|J|·|hi−lo| + |c|``).
+
+    Returns:
+        :class:`RegionCount` (``.linear``, ``.activation``, maps, breakpoints/polygons).
+
+    Use float64 (``jax.config.update("jax_enable_x64", True)``) for deep or steep models
+    (spec C10).
+
+    Example:
+        >>> import jax
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> from transflow.expressivity import zigzag_maxout, count_linear_regions
+        >>> count_linear_regions(zigzag_maxout(2, 3), 0.0, 1.0).linear   # 3**3
+        27
+    """
+    if not isinstance(f, AbstractPiecewiseLinear):
+        raise TypeError(
+            "`f` must be a MaxoutNetwork, a MaxoutTransformer or another "
+            f"AbstractPiecewiseLinear, got {type(f).__name__}."
+        )
+    dtype = _default_dtype()
+    lo, hi = _check_box(f, lo, hi, dtype)
+    if f.in_dim == 1:
+        if not (isinstance(n_seed, int) and n_seed >= 1):
+            raise ValueError(f"`n_seed` must be an int >= 1, got {n_seed!r}.")
+        if not tol > 0:
+            raise ValueError(f"`tol` must be > 0, got {tol!r}.")
+        if split not in ("affine", "midpoint"):
+            raise ValueError(f"`split` must be 'affine' or 'midpoint', got {split!r}.")
+        return _count_1d(f, lo, hi, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype)
+    if f.in_dim == 2:
+        return _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype)
+    raise ValueError(
+        f"count_linear_regions: exact counting is implemented for input dimension 1 or 2, "
+        f"got `f.in_dim` = {f.in_dim}. Restrict f to a line or a plane first."
+    )
+
+
+def _grid_components(ids: np.ndarray) -> int:
+    """Number of 4-connected components of equal ids on a 2-D grid."""
+    n1, n2 = ids.shape
+    lab = np.arange(n1 * n2).reshape(n1, n2)
+    while True:
+        old = lab
+        new = lab.copy()
+        same_v = ids[1:, :] == ids[:-1, :]
+        same_h = ids[:, 1:] == ids[:, :-1]
+        m = np.minimum(new[1:, :], new[:-1, :])
+        new[1:, :] = np.where(same_v, m, new[1:, :])
+        new[:-1, :] = np.where(same_v, np.minimum(new[:-1, :], m), new[:-1, :])
+        m = np.minimum(new[:, 1:], new[:, :-1])
+        new[:, 1:] = np.where(same_h, m, new[:, 1:])
+        new[:, :-1] = np.where(same_h, np.minimum(new[:, :-1], m), new[:, :-1])
+        flat = new.ravel()
+        for _ in range(4):
+            flat = flat[flat]
+        lab = flat.reshape(n1, n2)
+        if np.array_equal(lab, old):
+            break
+    return int(np.unique(lab).size)
+
+
+def grid_region_count(
+    f: AbstractPiecewiseLinear,
+    lo: Float[Array, " d"] | float,
+    hi: Float[Array, " d"] | float,
+    n: int = 600,
+    *,
+    map_rtol: float = 1e-9,
+) -> dict[str, int]:
+    """Brute-force region count by pattern hashing on a grid of cell centres (d = 1 or 2).
+
+    Returns ``{"patterns": distinct activation patterns hit, "activation": connected
+    components of equal patterns, "linear": connected components of equal affine maps}``
+    on ``n`` (1-D) or ``n × n`` (2-D) points. Each is a lower bound on the corresponding
+    exact count (regions missed by the grid are not seen; thin regions may also break up a
+    component, so compare ``patterns`` with the exact activation count). Independent of
+    :func:`count_linear_regions` except for the model's pattern and map.
+
+    Example:
+        >>> import jax
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> from transflow.expressivity import zigzag_maxout, grid_region_count
+        >>> grid_region_count(zigzag_maxout(2, 2), 0.0, 1.0, 1000)["linear"]
+        9
+    """
+    if not isinstance(f, AbstractPiecewiseLinear):
+        raise TypeError(f"`f` must be an AbstractPiecewiseLinear, got {type(f).__name__}.")
+    if not (isinstance(n, int) and n >= 2):
+        raise ValueError(f"`n` must be an int >= 2, got {n!r}.")
+    dtype = _default_dtype()
+    lo, hi = _check_box(f, lo, hi, dtype)
+    d = f.in_dim
+    if d not in (1, 2):
+        raise ValueError(f"grid_region_count: need input dimension 1 or 2, got {d}.")
+    axes = [lo[i] + (np.arange(n) + 0.5) * (hi[i] - lo[i]) / n for i in range(d)]
+    pts = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, d)
+    ev = _Evaluator(f, dtype)
+    hs = ev.hashes(pts)
+    uniq, first, inv = np.unique(hs, return_index=True, return_inverse=True)
+    J, c = ev.affine(pts[first])
+    keys = _map_keys(J, c, float(np.max(hi - lo)), map_rtol)
+    key_id = {}
+    map_of_pattern = np.array([key_id.setdefault(k, len(key_id)) for k in keys])
+    map_ids = map_of_pattern[inv]
+    if d == 1:
+        act = 1 + int(np.count_nonzero(inv[1:] != inv[:-1]))
+        lin = 1 + int(np.count_nonzero(map_ids[1:] != map_ids[:-1]))
+    else:
+        act = _grid_components(inv.reshape(n, n))
+        lin = _grid_components(map_ids.reshape(n, n))
+    return {"patterns": int(uniq.size), "activation": act, "linear": lin}
