@@ -20,6 +20,7 @@ as the FFN branch time step of spec §3.2) but no state.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import equinox as eqx
@@ -29,7 +30,7 @@ from jaxtyping import Array, Float
 from ._controls import FFNParams, LayerControls, NormParams, num_steps
 from ._errors import check_array, check_choice, check_finite
 from ._grid import Grid
-from ._operators import activation_fn, attention, project_s1
+from ._operators import Implementation, activation_fn, attention, project_s1
 
 __all__ = ["AbstractScheme", "LieScheme", "PreNormScheme", "evolve", "ffn_branch"]
 
@@ -96,6 +97,9 @@ class LieScheme(AbstractScheme):
             FFN branch of a K = 2 parallel splitting runs with 2Δt). Irrelevant for
             lifting sub-steps, which have no Δt.
         hardmax, temperature: attention kernel options (see :func:`attention_weights`).
+        implementation: how the attention operator is evaluated, ``"auto"`` (default),
+            ``"dense"`` or ``"chunked"`` (memory linear in the token grid); see
+            :func:`transflow.attention`. The same operator up to round-off.
 
     The closing projection uses ``ε/4`` when the layer's ``eps = ε > 0``: by LN's scale
     invariance LN_ε(w) = LN_{ε/4}(½ w) (spec §8.7), so the scheme reproduces PyTorch's
@@ -108,9 +112,11 @@ class LieScheme(AbstractScheme):
     ffn_branch_dt: Literal["dt", "2dt"] = eqx.field(static=True, default="dt")
     hardmax: bool = eqx.field(static=True, default=False)
     temperature: float = eqx.field(static=True, default=1.0)
+    implementation: Implementation = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
+        check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps
@@ -120,7 +126,7 @@ class LieScheme(AbstractScheme):
         c = controls
         u1 = u + dt * attention(
             u, c.attn, grid=grid, causal=causal, hardmax=self.hardmax,
-            temperature=self.temperature,
+            temperature=self.temperature, implementation=self.implementation,
         )
         u2 = _project(u1, c.norm1, grid)
         ffn_dt = dt if self.ffn_branch_dt == "dt" else 2 * dt
@@ -144,10 +150,15 @@ class PreNormScheme(AbstractScheme):
     projections use each layer's ``norm1``/``norm2``. There is no closing projection.
 
     Sub-step names: ``ln1``, ``attention``, ``ln2``, ``ffn1`` … ``ffnJ``, ``residual``.
+    ``implementation`` selects the attention evaluation as in :class:`LieScheme`.
     """
 
     hardmax: bool = eqx.field(static=True, default=False)
     temperature: float = eqx.field(static=True, default=1.0)
+    implementation: Implementation = eqx.field(static=True, default="auto")
+
+    def __check_init__(self):
+        check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps
@@ -158,7 +169,7 @@ class PreNormScheme(AbstractScheme):
         p1 = _project(u, c.norm1, grid)
         u1 = u + dt * attention(
             p1, c.attn, grid=grid, causal=causal, hardmax=self.hardmax,
-            temperature=self.temperature,
+            temperature=self.temperature, implementation=self.implementation,
         )
         p2 = _project(u1, c.norm2, grid)
         z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
@@ -180,6 +191,7 @@ def evolve(
     final_norm: NormParams | None = None,
     save_trajectory: bool = False,
     remat: bool = False,
+    attention_implementation: Implementation | None = None,
 ):
     """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``).
 
@@ -195,6 +207,9 @@ def evolve(
         save_trajectory: also return the states after every step, ``(N_t, n, d)``.
         remat: rematerialise each step in the backward pass (``jax.checkpoint``), so the
             memory of reverse-mode AD does not store the sub-step states of every step.
+        attention_implementation: overrides the scheme's ``implementation`` field
+            (``"auto"``, ``"dense"`` or ``"chunked"``, see :func:`transflow.attention`);
+            ``None`` keeps the scheme's choice.
 
     Returns:
         u at T = N_t Δt, or ``(u_T, trajectory)`` with ``save_trajectory=True``.
@@ -213,6 +228,15 @@ def evolve(
     scheme = LieScheme() if scheme is None else scheme
     if not isinstance(scheme, AbstractScheme):
         raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
+    if attention_implementation is not None:
+        check_choice("attention_implementation", attention_implementation,
+                     ("auto", "dense", "chunked"))
+        if not hasattr(scheme, "implementation"):
+            raise TypeError(
+                f"`attention_implementation` needs a scheme with an `implementation` field "
+                f"(LieScheme, PreNormScheme); got {type(scheme).__name__}."
+            )
+        scheme = dataclasses.replace(scheme, implementation=attention_implementation)
     u0 = check_finite("u0", u0)
 
     def body(u, theta):

@@ -1,0 +1,198 @@
+"""Chunked (online-softmax) attention vs the dense operator: values, gradients, memory.
+
+Tolerances: float64 relative max error ≤ 1e-12 (values) and ≤ 1e-10 (gradients, relative
+to the largest gradient entry of the tree); float32 ≤ 1e-5 relative (the issue's target).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.extend.core
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transflow import (
+    CHUNKED_THRESHOLD,
+    AttentionParams,
+    Grid,
+    LayerControls,
+    LieScheme,
+    PreNormScheme,
+    attention,
+    chunked_attention,
+    evolve,
+    online_softmax_attention,
+    stack_controls,
+)
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def _tree_rel(ga, gb) -> float:
+    la = [np.asarray(x) for x in jax.tree.leaves(ga) if np.size(x)]
+    lb = [np.asarray(x) for x in jax.tree.leaves(gb) if np.size(x)]
+    scale = max(float(np.max(np.abs(x))) for x in lb)
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(la, lb)) / scale
+
+
+N = 203  # not a multiple of the blocks: exercises the padding
+
+
+def _setup(getkey, dtype, *, d=16, n_heads=4, head_dim=None):
+    p = AttentionParams.random(
+        d, n_heads=n_heads, head_dim=head_dim, bias=True, dtype=dtype, key=getkey()
+    )
+    # AttentionParams.random multiplies by a NumPy float64 scale, which promotes under
+    # x64; cast explicitly so the float32 checks really run in float32.
+    p = jax.tree.map(lambda x: x.astype(dtype), p)
+    u = jax.random.normal(getkey(), (N, d), dtype)
+    return p, u
+
+
+GRID = Grid.interval(N, 16, x_rule="gauss", y_rule="trapezoid")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hardmax", [False, True])
+@pytest.mark.parametrize("use_grid", [False, True])
+def test_chunked_matches_dense_float64(getkey, causal, hardmax, use_grid):
+    p, u = _setup(getkey, jnp.float64)
+    kw = dict(grid=GRID if use_grid else None, causal=causal, hardmax=hardmax, temperature=1.7)
+    dense = attention(u, p, implementation="dense", **kw)
+    chunked = chunked_attention(u, p, query_block=48, key_block=64, **kw)
+    assert dense.dtype == chunked.dtype == jnp.float64
+    assert _rel(chunked, dense) <= 1e-12
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunked_matches_dense_float32(getkey, causal):
+    p, u = _setup(getkey, jnp.float32)
+    grid = Grid.interval(N, 16, x_rule="gauss", y_rule="trapezoid", dtype=jnp.float32)
+    dense = attention(u, p, grid=grid, causal=causal, implementation="dense")
+    chunked = attention(
+        u, p, grid=grid, causal=causal, implementation="chunked", query_block=64, key_block=32
+    )
+    assert chunked.dtype == dense.dtype == jnp.float32
+    assert _rel(chunked, dense) <= 1e-5
+
+
+def test_chunked_rectangular_heads_scale_and_vmap(getkey):
+    # H·d_k = 3·5 = 15 ≠ d = 16, explicit scale, batched with vmap.
+    p, _ = _setup(getkey, jnp.float64, head_dim=5, n_heads=3)
+    u = jax.random.normal(getkey(), (3, N, 16), jnp.float64)
+    dense = jax.vmap(lambda x: attention(x, p, scale=0.3, implementation="dense"))(u)
+    chunked = jax.vmap(
+        lambda x: chunked_attention(x, p, scale=0.3, query_block=100, key_block=100)
+    )(u)
+    assert _rel(chunked, dense) <= 1e-12
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hardmax", [False, True])
+def test_chunked_gradient_matches_dense(getkey, causal, hardmax):
+    p, u = _setup(getkey, jnp.float64)
+    c = jax.random.normal(getkey(), u.shape, jnp.float64)
+
+    def loss(impl):
+        def f(u, p, grid):
+            a = attention(
+                u,
+                p,
+                grid=grid,
+                causal=causal,
+                hardmax=hardmax,
+                temperature=0.8,
+                implementation=impl,
+                query_block=64,
+                key_block=48,
+            )
+            return jnp.sum(c * a)
+
+        return jax.grad(f, argnums=(0, 1, 2))(u, p, GRID)
+
+    g_dense, g_chunked = loss("dense"), loss("chunked")
+    assert _tree_rel(g_chunked, g_dense) <= 1e-10
+    # Not vacuous: the input gradient is non-zero.
+    assert float(jnp.max(jnp.abs(g_dense[0]))) > 1e-3
+
+
+def test_online_softmax_attention_direct(getkey):
+    q, k, v = jax.random.normal(getkey(), (3, 2, 130, 8), jnp.float64)
+    lw = jnp.log(jax.random.uniform(getkey(), (130,), jnp.float64, 0.5, 2.0))
+    ref = jax.nn.softmax(q @ k.swapaxes(-1, -2) + lw, axis=-1) @ v
+    out = online_softmax_attention(q, k, v, lw, query_block=32, key_block=40)
+    assert _rel(out, ref) <= 1e-12
+
+
+def _max_intermediate(jaxpr) -> int:
+    """Largest number of elements of any value in a jaxpr, sub-jaxprs included."""
+    best = 0
+    for eqn in jaxpr.eqns:
+        for var in eqn.outvars:
+            shape = getattr(var.aval, "shape", ())
+            best = max(best, int(np.prod(shape)) if shape else 1)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            best = max(best, _max_intermediate(sub))
+    return best
+
+
+def test_chunked_memory_is_linear_forward_and_backward(getkey):
+    # No intermediate of the chunked operator (or of its gradient) has n² entries.
+    n, d = 1024, 16
+    p = AttentionParams.random(d, n_heads=1, dtype=jnp.float32, key=getkey())
+    u = jax.random.normal(getkey(), (n, d), jnp.float32)
+
+    def f(u, impl):
+        return jnp.sum(
+            attention(u, p, causal=True, implementation=impl, query_block=128, key_block=128) ** 2
+        )
+
+    chunked = _max_intermediate(
+        jax.make_jaxpr(jax.value_and_grad(f), static_argnums=1)(u, "chunked").jaxpr
+    )
+    dense = _max_intermediate(
+        jax.make_jaxpr(jax.value_and_grad(f), static_argnums=1)(u, "dense").jaxpr
+    )
+    assert dense >= n * n  # the check sees the dense score matrix ...
+    assert chunked <= 128 * 128 * 2  # ... and only (query_block, key_block) blocks here
+
+
+def test_auto_switches_to_chunked_above_threshold(getkey):
+    p = AttentionParams.random(8, n_heads=1, dtype=jnp.float32, key=getkey())
+    n_big = int(np.sqrt(CHUNKED_THRESHOLD)) + 1
+    u = jax.ShapeDtypeStruct((n_big, 8), jnp.float32)
+    jaxpr = jax.make_jaxpr(lambda x: attention(x, p))(u).jaxpr
+    assert _max_intermediate(jaxpr) < n_big * n_big
+    small = jax.make_jaxpr(lambda x: attention(x, p))(
+        jax.ShapeDtypeStruct((64, 8), jnp.float32)
+    ).jaxpr
+    assert _max_intermediate(small) >= 64 * 64
+
+
+@pytest.mark.parametrize("scheme_cls", [LieScheme, PreNormScheme])
+def test_schemes_and_evolve_thread_the_implementation(getkey, scheme_cls):
+    theta = stack_controls(
+        [LayerControls.random(8, n_heads=2, d_ff=16, eps=1e-5, key=getkey()) for _ in range(2)]
+    )
+    u = jax.random.normal(getkey(), (37, 8), jnp.float64)
+    dense = evolve(u, theta, scheme_cls(implementation="dense"))
+    chunked = evolve(u, theta, scheme_cls(implementation="chunked"))
+    override = evolve(
+        u, theta, scheme_cls(implementation="dense"), attention_implementation="chunked"
+    )
+    assert _rel(chunked, dense) <= 1e-12
+    assert _rel(override, dense) <= 1e-12
+
+
+def test_bad_options_name_the_argument(getkey):
+    p, u = _setup(getkey, jnp.float64)
+    with pytest.raises(ValueError, match="implementation"):
+        attention(u, p, implementation="flash")
+    with pytest.raises(ValueError, match="key_block"):
+        chunked_attention(u, p, key_block=0)
+    with pytest.raises(ValueError, match="implementation"):
+        LieScheme(implementation="sparse")
