@@ -208,111 +208,47 @@ def _count_1d(f, lo, hi, *, n_seed, tol, rtol, split, dtype) -> RegionCount:
     ev = _Evaluator(f, dtype)
     a0, b0 = float(lo[0]), float(hi[0])
     xs = np.linspace(a0, b0, n_seed + 1)
-    hs, es, ys, dys = ev.probe(xs)
-    diff = hs[:-1] != hs[1:]
-    idx = np.nonzero(diff)[0]
-    # active intervals: a, b, ha, hb, ea (exit of a's region), data of b (y, dy), use-midpoint
+    hs, es, _, _ = ev.probe(xs)
+    idx = np.nonzero(hs[:-1] != hs[1:])[0]
+    # active intervals: ends a < b, their pattern hashes, the exit point of a's region,
+    # and whether to bisect at the midpoint in the next round
     a, b, ha, hb, ea = xs[idx], xs[idx + 1], hs[idx], hs[idx + 1], es[idx]
-    yb, dyb = ys[idx + 1], dys[idx + 1]
-    mid_flag = np.full(a.shape, split == "midpoint")
-    fin_x, fin_y, fin_dy, fin_b = [], [], [], []
+    mid = np.full(a.shape, split == "midpoint")
+    found = []
     d = tol / 4
     while a.size:
         small = (b - a) <= tol
-        if small.any():
-            fin_b.append(0.5 * (a[small] + b[small]))
-            fin_x.append(b[small])
-            fin_y.append(yb[small])
-            fin_dy.append(dyb[small])
-            keep = ~small
-            a, b, ha, hb, ea, yb, dyb, mid_flag = (
-                v[keep] for v in (a, b, ha, hb, ea, yb, dyb, mid_flag)
-            )
-            if not a.size:
-                break
-        r = ea
-        pred = ~mid_flag & (r - d > a) & (r + d < b)
-        p1 = np.where(pred, r - d, 0.5 * (a + b))
-        p2 = np.where(pred, r + d, p1)
-        npred = int(pred.sum())
-        h_all, e_all, y_all, dy_all = ev.probe(np.concatenate([p1[pred], p2]))
-        h1, e1, y1, dy1 = (v[:npred] for v in (h_all, e_all, y_all, dy_all))
-        h2, e2, y2, dy2 = (v[npred:] for v in (h_all, e_all, y_all, dy_all))
-        # children of predicted intervals: (a,p1), (p1,p2), (p2,b); of the others: (a,m), (m,b)
-        P = np.nonzero(pred)[0]
-        parts = []
-        ap, hap, eap = a[P], ha[P], ea[P]
-        c1 = hap != h1
-        parts.append(
-            (ap[c1], p1[P][c1], hap[c1], h1[c1], eap[c1], y1[c1], dy1[c1], np.zeros(c1.sum(), bool))
-        )
-        c2 = h1 != h2[P]
-        parts.append(
-            (
-                p1[P][c2],
-                p2[P][c2],
-                h1[c2],
-                h2[P][c2],
-                e1[c2],
-                y2[P][c2],
-                dy2[P][c2],
-                np.zeros(c2.sum(), bool),
-            )
-        )
-        c3 = h2[P] != hb[P]
-        # prediction overshot nothing (still a's pattern at p2): bisect that child next
-        parts.append(
-            (
-                p2[P][c3],
-                b[P][c3],
-                h2[P][c3],
-                hb[P][c3],
-                e2[P][c3],
-                yb[P][c3],
-                dyb[P][c3],
-                (h2[P] == hap)[c3],
-            )
-        )
-        M = np.nonzero(~pred)[0]
-        c4 = ha[M] != h2[M]
-        parts.append(
-            (
-                a[M][c4],
-                p2[M][c4],
-                ha[M][c4],
-                h2[M][c4],
-                ea[M][c4],
-                y2[M][c4],
-                dy2[M][c4],
-                np.full(c4.sum(), split == "midpoint"),
-            )
-        )
-        c5 = h2[M] != hb[M]
-        parts.append(
-            (
-                p2[M][c5],
-                b[M][c5],
-                h2[M][c5],
-                hb[M][c5],
-                e2[M][c5],
-                yb[M][c5],
-                dyb[M][c5],
-                np.full(c5.sum(), split == "midpoint"),
-            )
-        )
-        a, b, ha, hb, ea, yb, dyb, mid_flag = (np.concatenate(v) for v in zip(*parts))
-    if fin_b:
-        bps, bx = np.concatenate(fin_b), np.concatenate(fin_x)
-        by, bdy = np.concatenate(fin_y), np.concatenate(fin_dy)
-        order = np.argsort(bps)
-        bps, bx, by, bdy = bps[order], bx[order], by[order], bdy[order]
-    else:
-        bps, bx = np.zeros(0), np.zeros(0)
-        by, bdy = ys[:0], dys[:0]
-    # one point of every activation region with its frozen affine map (from the probes)
-    X = np.concatenate([[xs[0]], bx])
-    Y = np.concatenate([ys[:1], by]).astype(np.float64)
-    DY = np.concatenate([dys[:1], bdy]).astype(np.float64)
+        found.append(0.5 * (a[small] + b[small]))
+        a, b, ha, hb, ea, mid = (v[~small] for v in (a, b, ha, hb, ea, mid))
+        if not a.size:
+            break
+        pred = ~mid & (ea - d > a) & (ea + d < b)
+        p1 = np.where(pred, ea - d, 0.5 * (a + b))
+        p2 = np.where(pred, ea + d, p1)
+        P, M = np.nonzero(pred)[0], np.nonzero(~pred)[0]
+        h_all, e_all, _, _ = ev.probe(np.concatenate([p1[P], p2]))
+        h1, e1 = h_all[: P.size], e_all[: P.size]
+        h2, e2 = h_all[P.size :], e_all[P.size :]
+        no, yes = np.zeros(P.size, bool), np.full(M.size, split == "midpoint")
+        # predicted: children (a, p1), (p1, p2), (p2, b); a child that still starts with a's
+        # pattern at p2 (the prediction fell short) is bisected next round
+        children = [
+            (a[P], p1[P], ha[P], h1, ea[P], no),
+            (p1[P], p2[P], h1, h2[P], e1, no),
+            (p2[P], b[P], h2[P], hb[P], e2[P], h2[P] == ha[P]),
+            # midpoint: children (a, m), (m, b)
+            (a[M], p2[M], ha[M], h2[M], ea[M], yes),
+            (p2[M], b[M], h2[M], hb[M], e2[M], yes),
+        ]
+        # keep the children whose end patterns differ (the others lie in one region)
+        children = [tuple(v[c[2] != c[3]] for v in c) for c in children]
+        a, b, ha, hb, ea, mid = (np.concatenate(v) for v in zip(*children))
+    bps = np.sort(np.concatenate(found)) if found else np.zeros(0)
+    # the frozen affine map of every activation region, probed at the middle of the region
+    # (points next to a boundary can sit on a numerical tie of the hardmax)
+    X = 0.5 * (np.concatenate([[a0], bps]) + np.concatenate([bps, [b0]]))
+    _, _, Y, DY = ev.probe(X)
+    Y, DY = Y.astype(np.float64), DY.astype(np.float64)
     J, c = DY[:, :, None], Y - DY * X[:, None]
     same = _maps_equal(J[:-1], c[:-1], J[1:], c[1:], b0 - a0, rtol)
     labels = np.concatenate([[0], np.cumsum(~same)])
