@@ -322,11 +322,15 @@ def _prepare(
             f"method='ring' implements LieScheme and PreNormScheme, got {type(scheme).__name__}; "
             "use method='gspmd'."
         )
+    order = list(mesh.axis_names)
     for field in ("tokens", "features"):
-        if len(axes.names(field)) > 1:
+        names = axes.names(field)
+        if len(names) > 1 and [order.index(a) for a in names] != sorted(
+            order.index(a) for a in names
+        ):
             raise ValueError(
-                f"method='ring' needs at most one mesh axis for `{field}`, got "
-                f"{getattr(axes, field)!r}; use method='gspmd' for tuples of axes."
+                f"method='ring' needs the mesh axes of `{field}` in the mesh's order "
+                f"{tuple(order)}, got {names!r}; reorder them or use method='gspmd'."
             )
     dtype = u_batch.dtype
     s, w = _head_scale(controls.attn, grid, None, dtype)
