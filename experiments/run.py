@@ -20,7 +20,9 @@ the layout of a run directory is described in :mod:`experiments.context`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import pathlib
 import sys
 import time
@@ -30,6 +32,7 @@ from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError
 
 from .config import Precision, register_schemas
 from .context import RunContext, summary_markdown, to_jsonable
@@ -135,6 +138,8 @@ def run_job(cfg: DictConfig, *, run_dir: str | pathlib.Path, task_name: str) -> 
     ``report.md`` and, last, an empty ``DONE`` marker. Exceptions are re-raised after
     ``status.json`` says FAILED.
     """
+    # Hydra's job logging is at INFO; JAX's backend probing would fill run.log with noise.
+    logging.getLogger("jax").setLevel(logging.WARNING)
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("DONE", "summary.json"):
@@ -154,8 +159,15 @@ def run_job(cfg: DictConfig, *, run_dir: str | pathlib.Path, task_name: str) -> 
                 f"task '{task_name}' (experiments/tasks/{task_name}.py) is not available:\n{why}"
             )
         module = tasks[task_name]
-        # Validate against the task's schema (catches `+task.typo=1` too), then build the
-        # dataclass the task receives.
+        # Validate against the task's schema (also `+task.typo=1`, which Hydra lets through
+        # because `task` is open in RunConfig), then build the dataclass the task receives.
+        fields = {f.name for f in dataclasses.fields(module.Config)}
+        extra = sorted(set(cfg.task.keys()) - fields)
+        if extra:
+            raise ConfigKeyError(
+                f"task.{extra[0]}: not a field of task '{task_name}' "
+                f"(experiments/tasks/{task_name}.py::Config); its fields are {sorted(fields)}."
+            )
         task_cfg = OmegaConf.merge(OmegaConf.structured(module.Config), cfg.task)
         task_obj = OmegaConf.to_object(task_cfg)
         ctx = RunContext(

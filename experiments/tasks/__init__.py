@@ -19,8 +19,9 @@ is reported (:func:`discover` returns the error text) instead of breaking the ot
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import importlib.util
 import pathlib
+import sys
 import traceback
 from types import ModuleType
 
@@ -43,29 +44,51 @@ def _check_task(name: str, module: ModuleType) -> str | None:
     return None
 
 
-def discover(*, refresh: bool = False) -> tuple[dict[str, ModuleType], dict[str, str]]:
+def _import_task(path: pathlib.Path, *, reload: bool) -> ModuleType:
+    name = f"{__name__}.{path.stem}"
+    if not reload and name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def discover(
+    tasks_dir: pathlib.Path | None = None, *, refresh: bool = False
+) -> tuple[dict[str, ModuleType], dict[str, str]]:
     """Import every task module; returns ``(tasks, errors)``.
 
     ``tasks`` maps a task name to its module; ``errors`` maps the name of every module that
     could not be used to a message (the traceback of a failed import, or what is missing).
-    Files starting with ``_`` are skipped. The result is cached (``refresh=True`` redoes it).
+    Files starting with ``_`` are skipped. Modules are imported as
+    ``experiments.tasks.<name>``. The result for the default directory is cached
+    (``refresh=True`` re-imports).
+
+    Example:
+        >>> tasks, errors = discover()
+        >>> "equivalence" in tasks
+        True
     """
     global _CACHE
-    if _CACHE is not None and not refresh:
+    default = tasks_dir is None
+    if default and _CACHE is not None and not refresh:
         return _CACHE
+    tasks_dir = TASKS_DIR if default else pathlib.Path(tasks_dir)
     tasks: dict[str, ModuleType] = {}
     errors: dict[str, str] = {}
-    for path in sorted(TASKS_DIR.glob("*.py")):
+    for path in sorted(tasks_dir.glob("*.py")):
         name = path.stem
         if name.startswith("_"):
             continue
         try:
-            module = importlib.import_module(f"{__name__}.{name}")
-            if refresh:
-                module = importlib.reload(module)
-        except BaseException as e:  # noqa: BLE001 - a broken task must not stop the others
-            if isinstance(e, KeyboardInterrupt):
-                raise
+            module = _import_task(path, reload=refresh or not default)
+        except Exception as e:  # noqa: BLE001 - a broken task must not stop the others
             errors[name] = "".join(traceback.format_exception(e)).rstrip()
             continue
         problem = _check_task(name, module)
@@ -73,8 +96,9 @@ def discover(*, refresh: bool = False) -> tuple[dict[str, ModuleType], dict[str,
             tasks[name] = module
         else:
             errors[name] = problem
-    _CACHE = (tasks, errors)
-    return _CACHE
+    if default:
+        _CACHE = (tasks, errors)
+    return tasks, errors
 
 
 def register_tasks() -> tuple[dict[str, ModuleType], dict[str, str]]:

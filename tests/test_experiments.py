@@ -1,0 +1,451 @@
+"""The Hydra experiment machinery: composition of every config, smoke runs of every
+experiment, run directories, sweeps, bad keys/types, task discovery, RunContext.
+
+Parametrized over the files found at collection time, so experiments added by others
+(``configs/experiment/*.yaml``, ``experiments/tasks/*.py``) are tested automatically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+CONFIGS = REPO / "configs"
+BIN = pathlib.Path(sys.executable).parent
+GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name != "hydra")
+GROUP_OPTIONS = [
+    (g, p.stem) for g in GROUPS if g != "experiment" for p in sorted((CONFIGS / g).glob("*.yaml"))
+]
+EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
+
+
+def _env():
+    env = dict(os.environ)
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    env["HYDRA_FULL_ERROR"] = "0"
+    return env
+
+
+def _transflow_run(*args, cwd=REPO, timeout=300):
+    exe = BIN / "transflow-run"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "experiments.run"]
+    return subprocess.run(
+        [*cmd, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env()
+    )
+
+
+def _status(run_dir: pathlib.Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+# --------------------------------------------------------------------------- composition
+def test_config_tree_has_the_groups():
+    for group in ("grid", "model", "scheme", "experiment", "hydra", "debug"):
+        assert (CONFIGS / group).is_dir(), f"configs/{group}/ is missing"
+    assert (CONFIGS / "debug" / "smoke.yaml").exists()
+    assert "equivalence" in EXPERIMENTS
+
+
+def test_compose_default():
+    from experiments.config import GridConfig, ModelConfig, RunConfig, SchemeConfig
+    from experiments.run import compose
+    from omegaconf import OmegaConf
+
+    cfg, task = compose([])
+    assert task == "equivalence"
+    assert OmegaConf.get_type(cfg) is RunConfig
+    assert OmegaConf.get_type(cfg.grid) is GridConfig
+    assert OmegaConf.get_type(cfg.model) is ModelConfig
+    assert OmegaConf.get_type(cfg.scheme) is SchemeConfig
+    assert cfg.model.d_model == cfg.grid.n_features  # interpolation
+    assert cfg.model.init_seed == cfg.seed
+    assert cfg.smoke is False
+
+
+@pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)
+def test_compose_every_group_option(group, option):
+    from experiments.run import compose
+    from omegaconf import OmegaConf
+
+    cfg, task = compose([f"{group}={option}"])
+    OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # every value resolves
+    if group == "task":
+        assert task == option
+    if group == "debug" and option == "smoke":
+        assert cfg.smoke is True
+    if group == "grid":
+        from experiments.builders import build_grid
+
+        g = build_grid(cfg.grid)
+        assert g.n_tokens == cfg.grid.n_tokens and g.n_features == cfg.grid.n_features
+    if group == "scheme":
+        from experiments.builders import build_scheme
+
+        import transflow
+
+        assert isinstance(build_scheme(cfg.scheme), transflow.AbstractScheme)
+
+
+def test_compose_every_registered_task():
+    from experiments.run import compose
+    from experiments.tasks import discover
+
+    tasks, errors = discover()
+    assert not errors, "task modules that cannot be used:\n" + "\n\n".join(
+        f"{k}: {v}" for k, v in errors.items()
+    )
+    for name, module in tasks.items():
+        cfg, task = compose([f"task={name}"])
+        assert task == name
+        from omegaconf import OmegaConf
+
+        assert OmegaConf.get_type(cfg.task) is module.Config
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_compose_every_experiment(name):
+    from experiments.run import compose
+    from omegaconf import OmegaConf
+
+    for extra in ([], ["debug=smoke"]):
+        cfg, task = compose([f"experiment={name}", *extra])
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        assert "experiment" not in cfg, (
+            f"configs/experiment/{name}.yaml was not merged at the top level: it needs the "
+            "'# @package _global_' directive in its leading comment block"
+        )
+    assert cfg.smoke is True
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_file_header(name):
+    text = (CONFIGS / "experiment" / f"{name}.yaml").read_text()
+    header = []
+    for line in text.splitlines():
+        if line.strip() and not line.strip().startswith("#"):
+            break
+        header.append(line)
+    assert any(line.strip().replace(" ", "") == "#@package_global_" for line in header), (
+        f"configs/experiment/{name}.yaml: the leading comment block must contain "
+        "'# @package _global_'"
+    )
+    # Hydra reads only the first 512 characters for directives.
+    assert "@package _global_" in text[:512], (
+        f"configs/experiment/{name}.yaml: put '# @package _global_' within the first 512 "
+        "characters (best: on the first line), Hydra reads no further for directives"
+    )
+    comments = [line for line in header if "@package" not in line and line.strip()]
+    assert comments, (
+        f"configs/experiment/{name}.yaml must start with a comment: the command, the "
+        "expected runtime and the expected result"
+    )
+
+
+def test_header_directive_below_a_comment(tmp_path):
+    """The project convention (description comment first) still applies @package."""
+    import shutil
+
+    from experiments.run import compose
+
+    shutil.copytree(CONFIGS, tmp_path / "configs")
+    (tmp_path / "configs" / "experiment" / "probe.yaml").write_text(
+        "# a description first\n# @package _global_\ndefaults:\n"
+        "  - override /task: equivalence\ntask:\n  batch: 7\n"
+    )
+    cfg, task = compose(["experiment=probe"], config_dir=tmp_path / "configs")
+    assert task == "equivalence" and cfg.task.batch == 7
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("grid.n_tokns=4", "grid.n_tokns"),
+        ("grid.n_tokens=abc", "grid.n_tokens"),
+        ("model.nhead=two", "model.nhead"),
+        ("precision=fp16", "precision"),
+        ("task.batchh=3", "task.batchh"),
+        ("task.batch=1.5", "task.batch"),
+        ("sed=1", "sed"),
+    ],
+)
+def test_compose_rejects_bad_key_or_type(override, key):
+    from experiments.run import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    with pytest.raises((HydraException, OmegaConfBaseException)) as info:
+        compose([override])
+    text = str(info.value) + str(info.value.__cause__ or "")
+    assert key in text, text
+
+
+# --------------------------------------------------------------------------- smoke runs
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_smoke_run_every_experiment(name, tmp_path):
+    """Every experiment runs in debug=smoke mode and leaves a complete run directory."""
+    import jax
+    from experiments.run import run_in_process
+
+    x64 = jax.config.jax_enable_x64
+    summary, cfg = run_in_process([f"experiment={name}", "debug=smoke"], tmp_path)
+    assert cfg.smoke is True
+    assert jax.config.jax_enable_x64 == x64, "the job did not restore jax_enable_x64"
+    assert _status(tmp_path)["status"] == "COMPLETED"
+    assert (tmp_path / "DONE").exists()
+    assert set(json.loads((tmp_path / "summary.json").read_text())) == set(summary)
+    assert "## Summary" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / ".hydra" / "config.yaml").exists()
+
+
+def test_equivalence_smoke_results(tmp_path):
+    """The default experiment's numbers, tables and figures in smoke mode."""
+    from experiments.run import run_in_process
+
+    summary, _ = run_in_process(["experiment=equivalence", "debug=smoke"], tmp_path)
+    assert summary["all_pass"] is True
+    assert summary["n_pass"] == summary["n_configs"] == 5  # 2 x 2 layers + one encoder
+    assert summary["max_abs_fp64"] < 1e-10  # the stated fp64 tolerance
+    assert summary["max_rel_fp32"] < 1e-5  # the stated fp32 tolerance
+    assert summary["substep_max_abs"] < 1e-10
+    lines = [json.loads(s) for s in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    agreement = [r for r in lines if r["kind"] == "agreement"]
+    substeps = [r for r in lines if r["kind"] == "substep"]
+    assert len(agreement) == summary["n_configs"]
+    assert [r["substep"] for r in substeps] == ["attention", "ln1", "ffn1", "ffn2", "relax", "ln2"]
+    for stem in ("F1_substeps", "F2_agreement"):
+        assert (tmp_path / f"{stem}.png").stat().st_size > 0
+        assert (tmp_path / f"{stem}.pdf").stat().st_size > 0
+    with np.load(tmp_path / "agreement.npz") as z:
+        assert z["max_abs_fp64"].shape == (summary["n_configs"],)
+        assert np.all(z["passed"])
+    report = (tmp_path / "report.md").read_text()
+    assert "| config |" in report and "PASS" in report
+
+
+def test_equivalence_detects_a_wrong_model(tmp_path, monkeypatch):
+    """The comparison can fail: perturb transflow's output and the rows say FAIL."""
+    from experiments.run import run_in_process
+
+    import transflow
+
+    original = transflow.SplitTransformer.__call__
+
+    def perturbed(self, u, **kw):
+        return original(self, u, **kw) * (1 + 1e-6)
+
+    monkeypatch.setattr(transflow.SplitTransformer, "__call__", perturbed)
+    summary, _ = run_in_process(
+        ["experiment=equivalence", "debug=smoke", "task.encoder_layers=0"], tmp_path
+    )
+    assert summary["all_pass"] is False and summary["n_pass"] == 0
+    assert summary["max_abs_fp64"] > 1e-10
+
+
+def test_failed_run_says_failed(tmp_path):
+    from experiments.run import run_in_process
+
+    # nhead=3 does not divide d_model=16: the task raises while building the layers.
+    with pytest.raises(ValueError, match="divisible"):
+        run_in_process(["debug=smoke", "task.nhead=[3]"], tmp_path)
+    status = _status(tmp_path)
+    assert status["status"] == "FAILED" and "divisible" in status["error"]
+    assert not (tmp_path / "DONE").exists() and not (tmp_path / "summary.json").exists()
+
+
+def test_added_task_key_is_rejected_before_compute(tmp_path):
+    from experiments.run import run_in_process
+    from omegaconf.errors import ConfigKeyError
+
+    with pytest.raises(ConfigKeyError, match="batchh"):
+        run_in_process(["debug=smoke", "+task.batchh=3"], tmp_path)
+    assert _status(tmp_path)["status"] == "FAILED"
+    assert not (tmp_path / "DONE").exists() and not (tmp_path / "metrics.jsonl").exists()
+
+
+# --------------------------------------------------------------------------- command line
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("grid.n_tokns=4", "grid.n_tokns"), ("grid.n_tokens=abc", "grid.n_tokens")],
+)
+def test_cli_bad_override_exits_nonzero(override, key, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _transflow_run(override, f"hydra.run.dir={run_dir}")
+    assert proc.returncode != 0
+    assert key in proc.stderr + proc.stdout, proc.stderr
+    # Nothing that looks like a success: no DONE, no COMPLETED status (no dir at all).
+    assert not (run_dir / "DONE").exists()
+    if (run_dir / "status.json").exists():
+        assert _status(run_dir)["status"] != "COMPLETED"
+
+
+def test_cli_multirun_sweep(tmp_path):
+    """`transflow-run -m ... seed=0,1` writes one directory per job, each complete."""
+    sweep = tmp_path / "sweep"
+    proc = _transflow_run(
+        "-m",
+        "experiment=equivalence",
+        "debug=smoke",
+        "seed=0,1",
+        "task.norm_first=[false]",
+        "task.activation=[relu]",
+        "task.encoder_layers=0",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert [p.name for p in jobs] == ["0", "1"]
+    import yaml
+
+    for seed, job in enumerate(jobs):
+        cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+        assert cfg["seed"] == seed and cfg["smoke"] is True
+        assert (job / ".hydra" / "overrides.yaml").exists()
+        rows = [json.loads(s) for s in (job / "metrics.jsonl").read_text().splitlines()]
+        assert any(r["kind"] == "agreement" for r in rows)
+        assert _status(job)["status"] == "COMPLETED" and (job / "DONE").exists()
+        assert (job / "F2_agreement.png").exists()
+    assert "results in" in proc.stdout
+
+
+def test_importing_the_entry_point_does_not_import_jax_or_torch():
+    code = (
+        "import sys, experiments.run as r; r.register_configs(warn=False); "
+        "print(','.join(m for m in ('jax', 'torch') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr
+    offenders = []
+    if proc.stdout.strip():
+        for path in sorted((REPO / "experiments" / "tasks").glob("[!_]*.py")):
+            probe = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    f"import sys, runpy; runpy.run_path({str(path)!r}); "
+                    "print(','.join(m for m in ('jax', 'torch') if m in sys.modules))",
+                ],
+                capture_output=True,
+                text=True,
+                env=_env(),
+                cwd=REPO,
+            )
+            if probe.stdout.strip():
+                offenders.append(f"{path.name} imports {probe.stdout.strip()}")
+    assert proc.stdout.strip() == "", (
+        "importing experiments.run (task discovery) imported "
+        + proc.stdout.strip()
+        + "; JAX/torch must be imported inside run(cfg, ctx): "
+        + "; ".join(offenders)
+    )
+
+
+# --------------------------------------------------------------------------- discovery
+def test_discovery_reports_broken_tasks(tmp_path):
+    from experiments.tasks import discover
+
+    (tmp_path / "good_probe.py").write_text(
+        "from dataclasses import dataclass\n@dataclass\nclass Config:\n    n: int = 1\n"
+        "def run(cfg, ctx):\n    return {'n': cfg.n}\n"
+    )
+    (tmp_path / "broken_probe.py").write_text("import not_a_module_xyz\n")
+    (tmp_path / "norun_probe.py").write_text(
+        "from dataclasses import dataclass\n@dataclass\nclass Config:\n    n: int = 1\n"
+    )
+    (tmp_path / "_private.py").write_text("raise RuntimeError('never imported')\n")
+    tasks, errors = discover(tmp_path)
+    assert sorted(tasks) == ["good_probe"]
+    assert sorted(errors) == ["broken_probe", "norun_probe"]
+    assert "not_a_module_xyz" in errors["broken_probe"]
+    assert "def run(cfg, ctx)" in errors["norun_probe"]
+    for name in ("good_probe", "norun_probe"):
+        sys.modules.pop(f"experiments.tasks.{name}", None)
+
+
+# --------------------------------------------------------------------------- RunContext
+def test_run_context_writers(tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from experiments.context import RunContext
+
+    ctx = RunContext(tmp_path / "r", smoke=True, seed=3, precision="fp32")
+    assert ctx.run_dir.is_dir() and ctx.dtypes == ("float32",)
+    ctx.log({"step": 0, "err": np.float32(0.25), "v": np.arange(3), "nan": float("nan")})
+    ctx.log({"step": 1})
+    rows = [json.loads(s) for s in (ctx.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["err"] == 0.25 and rows[0]["v"] == [0, 1, 2] and np.isnan(rows[0]["nan"])
+    assert rows[1] == {"step": 1}
+    with pytest.raises(TypeError, match="record"):
+        ctx.log([1, 2])
+    path = ctx.save_arrays("arrs", a=np.eye(2), b=[1, 2])
+    with np.load(path) as z:
+        np.testing.assert_array_equal(z["a"], np.eye(2))
+    with pytest.raises(ValueError, match="name"):
+        ctx.save_arrays("../x", a=1)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1])
+    paths = ctx.save_figure(fig, "fig")
+    assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size for p in paths)
+    ctx.report("# Title")
+    ctx.report("text")
+    assert ctx.report_path.read_text() == "# Title\n\ntext\n\n"
+    assert list(ctx.progress(range(4), desc="quiet")) == [0, 1, 2, 3]
+    # pytest captures stderr (not a TTY): the progress bar stays quiet.
+    assert "quiet" not in capsys.readouterr().err
+
+
+def test_precision_context_restores_x64():
+    import jax
+    from experiments.run import _Precision
+
+    before = jax.config.jax_enable_x64
+    with _Precision("fp32"):
+        assert jax.config.jax_enable_x64 is False
+        import jax.numpy as jnp
+
+        assert jnp.ones(2).dtype == jnp.float32
+    assert jax.config.jax_enable_x64 == before
+    with _Precision("both"):
+        assert jax.config.jax_enable_x64 is True
+    assert jax.config.jax_enable_x64 == before
+
+
+# --------------------------------------------------------------------------- builders
+def test_builders():
+    import torch
+    from experiments.builders import build_scheme, build_torch_reference, scheme_class
+    from experiments.config import ModelConfig, SchemeConfig
+
+    import transflow
+
+    assert scheme_class("lie") is transflow.LieScheme
+    assert scheme_class("prenorm") is transflow.PreNormScheme
+    with pytest.raises(ValueError, match="scheme.name"):
+        scheme_class("nope")
+    s = build_scheme(SchemeConfig(name="lie", ffn_branch_dt="2dt"))
+    assert isinstance(s, transflow.LieScheme) and s.ffn_branch_dt == "2dt"
+    with pytest.raises(ValueError, match="scheme.options.bogus"):
+        build_scheme(SchemeConfig(options={"bogus": 1}))
+    m = ModelConfig(d_model=8, init_seed=5)
+    a = build_torch_reference(m, nhead=2)
+    b = build_torch_reference(m, nhead=2)
+    assert isinstance(a, torch.nn.TransformerEncoderLayer) and not a.training
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)  # seeded
+    assert not torch.equal(a.norm1.weight, torch.ones(8))  # randomize_affine
+    enc = build_torch_reference(m, num_layers=3, final_norm=True, dtype="float64")
+    assert isinstance(enc, torch.nn.TransformerEncoder) and enc.norm is not None
+    assert enc.layers[0].linear1.weight.dtype == torch.float64
+    assert not torch.equal(enc.layers[0].linear1.weight, enc.layers[1].linear1.weight)
+    with pytest.raises(ValueError, match="divisible"):
+        build_torch_reference(m, nhead=3)
