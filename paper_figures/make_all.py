@@ -63,9 +63,15 @@ def load(path: pathlib.Path) -> ModuleType:
     """Import a figure script by path and check its ``FIGURE``/``make`` protocol."""
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location(f"paper_figures_{path.stem}", path)
+    name = f"paper_figures_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     fig = getattr(module, "FIGURE", None)
     if not isinstance(fig, dict) or any(k not in fig for k in REQUIRED_KEYS):
         raise ValueError(
@@ -189,19 +195,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the figure scripts and exit")
     parser.add_argument(
+        "--figures-dir",
+        type=pathlib.Path,
+        default=ROOT,
+        help="where the f<N>_*.py scripts are (default: paper_figures/)",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="set TRANSFLOW_SMOKE=1: figures that support it make a tiny version",
     )
     args = parser.parse_args(argv)
     if args.list:
-        for p in discover():
+        for p in discover(args.figures_dir):
             print(f"{_figure_id_from_path(p):>4}  paper_figures/{p.name}")
         return 0
     if args.smoke:
         os.environ["TRANSFLOW_SMOKE"] = "1"
     os.environ.setdefault("MPLBACKEND", "Agg")
-    results = run_figures(args.ids, out_dir=args.out)
+    results = run_figures(args.ids, out_dir=args.out, fig_dir=args.figures_dir)
     failed = [fid for fid, e in results.items() if e["status"] != "ok"]
     print(
         f"[make_all] {len(results) - len(failed)}/{len(results)} figures ok; manifest: "

@@ -1,0 +1,128 @@
+"""``make figures`` (paper_figures/make_all.py): discovery, the protocol of every figure
+script, the manifest, failures, and the figures F1/F2 of the equivalence experiment."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+FIG_DIR = REPO / "paper_figures"
+SCRIPTS = sorted(p.name for p in FIG_DIR.glob("f*_*.py"))
+
+
+def _make_all():
+    spec = importlib.util.spec_from_file_location("paper_figures_make_all", FIG_DIR / "make_all.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_figure_script_follows_the_protocol(script):
+    """FIGURE has id/title/command/config, the id matches the file name, make is callable."""
+    make_all = _make_all()
+    module = make_all.load(FIG_DIR / script)
+    fig = module.FIGURE
+    assert fig["id"].upper() == script.split("_", 1)[0].upper(), (fig["id"], script)
+    for key in make_all.REQUIRED_KEYS:
+        assert isinstance(fig[key], str) and fig[key].strip(), f"{script}: FIGURE[{key!r}]"
+
+
+def test_discovery_order_and_ids():
+    make_all = _make_all()
+    paths = make_all.discover()
+    assert {"f1_substeps.py", "f2_agreement.py"} <= {p.name for p in paths}
+    numbers = [int(p.stem.split("_")[0][1:]) for p in paths]
+    assert numbers == sorted(numbers)
+
+
+def test_make_f1_f2_and_manifest(tmp_path, monkeypatch):
+    """F1 and F2 (smoke size) are regenerated with PNG, PDF, JSON and a manifest."""
+    import jax
+
+    make_all = _make_all()
+    monkeypatch.setenv("TRANSFLOW_SMOKE", "1")
+    x64 = jax.config.jax_enable_x64
+    rc = make_all.main(["F1", "f2", "--out", str(tmp_path)])
+    assert rc == 0
+    assert jax.config.jax_enable_x64 == x64, "make_all did not restore jax_enable_x64"
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert set(manifest) == {"F1", "F2"}
+    for fid in ("F1", "F2"):
+        entry = manifest[fid]
+        assert entry["status"] == "ok", entry.get("traceback")
+        assert {f"{fid}.png", f"{fid}.pdf", f"{fid}.json"} <= set(entry["files"])
+        for key in ("title", "config", "command", "script", "numbers"):
+            assert entry[key], (fid, key)
+        assert (tmp_path / f"{fid}.png").stat().st_size > 0
+    f1 = manifest["F1"]["numbers"]
+    assert f1["n_substeps"] == 6  # M = 4 + J with J = 2 FFN sub-steps
+    assert f1["substep_max_abs_fp64"] < 1e-10
+    f2 = manifest["F2"]["numbers"]
+    assert f2["n_pass"] == f2["n_configs"] > 0
+    assert f2["max_abs_fp64"] < 1e-10 and f2["max_rel_fp32"] < 1e-5
+    data = json.loads((tmp_path / "F1.json").read_text())
+    assert [r["substep"] for r in data["substeps"]] == [
+        "attention",
+        "ln1",
+        "ffn1",
+        "ffn2",
+        "relax",
+        "ln2",
+    ]
+    rows = json.loads((tmp_path / "F2.json").read_text())["rows"]
+    assert len(rows) == f2["n_configs"]
+
+
+def test_failing_figure_is_reported_and_others_run(tmp_path, capsys):
+    make_all = _make_all()
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    (figs / "f1_good.py").write_text(
+        "import json\n"
+        "FIGURE = {'id': 'F1', 'title': 't', 'command': 'c', 'config': 'library call'}\n"
+        "def make(out_dir):\n"
+        "    import matplotlib; matplotlib.use('Agg')\n"
+        "    import matplotlib.pyplot as plt\n"
+        "    fig, ax = plt.subplots(); ax.plot([0, 1])\n"
+        "    for ext in ('png', 'pdf'): fig.savefig(out_dir / f'F1.{ext}')\n"
+        "    (out_dir / 'F1.json').write_text(json.dumps([0, 1]))\n"
+        "    return {'n': 2}\n"
+    )
+    (figs / "f2_broken.py").write_text(
+        "FIGURE = {'id': 'F2', 'title': 't', 'command': 'c', 'config': 'c'}\n"
+        "def make(out_dir):\n    raise RuntimeError('boom')\n"
+    )
+    (figs / "f3_nofiles.py").write_text(
+        "FIGURE = {'id': 'F3', 'title': 't', 'command': 'c', 'config': 'c'}\n"
+        "def make(out_dir):\n    return {}\n"
+    )
+    (figs / "f4_noprotocol.py").write_text("x = 1\n")
+    out = tmp_path / "out"
+    results = make_all.run_figures(out_dir=out, fig_dir=figs)
+    assert results["F1"]["status"] == "ok" and results["F1"]["numbers"] == {"n": 2}
+    assert results["F2"]["status"] == "FAILED" and "boom" in results["F2"]["error"]
+    assert results["F3"]["status"] == "FAILED" and "F3.png" in results["F3"]["error"]
+    assert results["F4"]["status"] == "FAILED" and "FIGURE" in results["F4"]["error"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [manifest[f]["status"] for f in ("F1", "F2", "F3", "F4")] == [
+        "ok",
+        "FAILED",
+        "FAILED",
+        "FAILED",
+    ]
+    # The command line exits non-zero when a figure failed; a subset re-run updates the
+    # manifest in place.
+    assert make_all.main(["--figures-dir", str(figs), "--out", str(out), "F2"]) == 1
+    assert make_all.main(["--figures-dir", str(figs), "--out", str(out), "F1"]) == 0
+    assert set(json.loads((out / "manifest.json").read_text())) == {"F1", "F2", "F3", "F4"}
+    with pytest.raises(SystemExit, match="F9"):
+        make_all.main(["--figures-dir", str(figs), "--out", str(out), "F9"])
+    for name in list(sys.modules):
+        if name.startswith("paper_figures_f"):
+            sys.modules.pop(name)
