@@ -152,6 +152,10 @@ def run_job(cfg: DictConfig, *, run_dir: str | pathlib.Path, task_name: str) -> 
     _write_json(run_dir / "status.json", status)
     t0 = time.perf_counter()
     try:
+        # Hydra's .hydra/config.yaml keeps interpolations (model.d_model: ${grid.n_features});
+        # write the values the job actually used next to it.
+        (run_dir / ".hydra").mkdir(exist_ok=True)
+        (run_dir / ".hydra" / "resolved.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         tasks, errors = discover()
         if task_name not in tasks:
             why = errors.get(task_name, "no such file")
@@ -241,7 +245,7 @@ def run_in_process(
 ) -> tuple[dict[str, Any], DictConfig]:
     """Compose ``overrides`` and run the job in this process, writing into ``run_dir``.
 
-    For tests and figure scripts. Also writes ``.hydra/config.yaml`` (the resolved config)
+    For tests and figure scripts. Also writes ``.hydra/config.yaml`` (the composed config)
     and ``.hydra/overrides.yaml`` as ``transflow-run`` does. Returns ``(summary, cfg)``.
     """
     cfg, task_name = compose(overrides)

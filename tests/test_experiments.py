@@ -306,6 +306,8 @@ def test_cli_multirun_sweep(tmp_path):
     for seed, job in enumerate(jobs):
         cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
         assert cfg["seed"] == seed and cfg["smoke"] is True
+        resolved = yaml.safe_load((job / ".hydra" / "resolved.yaml").read_text())
+        assert resolved["model"]["init_seed"] == seed
         assert (job / ".hydra" / "overrides.yaml").exists()
         rows = [json.loads(s) for s in (job / "metrics.jsonl").read_text().splitlines()]
         assert any(r["kind"] == "agreement" for r in rows)

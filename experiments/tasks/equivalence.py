@@ -328,6 +328,8 @@ def plot_substeps(rows: list[dict[str, Any]], *, title: str = ""):
     errs = np.array([r["max_abs"] for r in rows], dtype=float)
     tiny = np.finfo(np.float64).tiny
     ax.semilogy(x, np.where(np.isnan(errs), np.nan, np.maximum(errs, tiny)), "o-", color="C3")
+    ax.axhline(np.finfo(np.float64).eps, color="gray", ls="--", lw=1, label="float64 eps")
+    ax.legend(fontsize=8)
     ax.set_title(r"max $|$transflow $-$ torch$|$")
     for a in axes:
         a.set_xticks(x, names, rotation=45, ha="right")
