@@ -1,0 +1,54 @@
+"""The continuous-time limit: splitting schemes as data, continuous controls and kernels,
+diffrax reference solves of the well-posed sub-models, and convergence studies.
+
+See ``docs/continuous.md`` and spec ``continuous-model.md`` §3, §7 (Q9, Q10), §8.4, §8.10.
+"""
+
+from ._controls import (
+    KernelAttention as KernelAttention,
+    KernelLinear as KernelLinear,
+    PiecewiseConstant as PiecewiseConstant,
+    SmoothPath as SmoothPath,
+)
+from ._flows import (
+    euler_flow as euler_flow,
+    linear_flow_exact as linear_flow_exact,
+    make_flow as make_flow,
+    projection_flow as projection_flow,
+    rk4_flow as rk4_flow,
+)
+from ._models import (
+    SubModel as SubModel,
+    full_model_flows as full_model_flows,
+    tangent_s1 as tangent_s1,
+    y_mean as y_mean,
+)
+from ._reference import (
+    reference_error_estimate as reference_error_estimate,
+    reference_solve as reference_solve,
+)
+from ._schemes import (
+    Flow as Flow,
+    SplittingScheme as SplittingScheme,
+    Stage as Stage,
+    hybrid as hybrid,
+    integrate as integrate,
+    lie as lie,
+    paper_lie as paper_lie,
+    parallel as parallel,
+    strang as strang,
+)
+from ._studies import (
+    SCHEMES as SCHEMES,
+    ConvergenceResult as ConvergenceResult,
+    clustering_trajectory as clustering_trajectory,
+    convergence_study as convergence_study,
+    default_submodel as default_submodel,
+    dt_convergence as dt_convergence,
+    fit_slope as fit_slope,
+    full_model_controls as full_model_controls,
+    full_model_refinement as full_model_refinement,
+    grid_convergence as grid_convergence,
+    scheme_for as scheme_for,
+    smooth_kernel_model as smooth_kernel_model,
+)

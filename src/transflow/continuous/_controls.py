@@ -1,0 +1,159 @@
+"""Continuous controls θ(t) and kernels W(ξ, y) as functions.
+
+- :class:`PiecewiseConstant`: the paper's controls, one set per layer, constant on
+  ``[t_start + n τ, t_start + (n+1) τ)`` (spec §2.6); τ = 1 is "one layer per unit time".
+- :class:`SmoothPath`: ``θ(t) = θ_0 + sin(ω t) θ_1`` leaf by leaf, a smooth control for
+  convergence studies in Δt.
+- :class:`KernelAttention`, :class:`KernelLinear`: continuous kernels ``W(ξ, y, t)`` that any
+  :class:`~transflow.Grid` samples by quadrature (``W[k, l] = w_k W(y_k, y_l, t)``,
+  spec §3.4), so one model can be evaluated at any (N_x, N_y, Δt).
+
+Each is a callable ``θ(t)`` returning a pytree of arrays (e.g. an
+:class:`~transflow.AttentionParams` or a ``(W, b)`` pair).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+from .._controls import AttentionParams, num_steps
+from .._grid import Grid
+
+__all__ = ["PiecewiseConstant", "SmoothPath", "KernelAttention", "KernelLinear"]
+
+Kernel = Callable[[Array, Array, Array], Array]
+
+
+class PiecewiseConstant(eqx.Module):
+    """Piecewise-constant controls from a stack (leading time axis) of per-layer controls.
+
+    ``θ(t) = stacked[n]`` for ``t ∈ [t_start + nτ, t_start + (n+1)τ)``, with ``n`` clipped
+    to ``[0, N−1]``. A relative tolerance of ``1e-9`` on the layer index makes the left
+    end points of the layers (the times where the paper evaluates θⁿ) robust to round-off.
+
+    Example:
+        >>> import jax
+        >>> from transflow import LayerControls, stack_controls
+        >>> from transflow.continuous import PiecewiseConstant
+        >>> theta = stack_controls([LayerControls.random(4, key=jax.random.key(i))
+        ...                         for i in range(3)])
+        >>> path = PiecewiseConstant(theta)
+        >>> bool((path(1.5).attn.wq == theta.attn.wq[1]).all())
+        True
+    """
+
+    stacked: Any
+    tau: float = eqx.field(static=True, default=1.0)
+    t_start: float = eqx.field(static=True, default=0.0)
+
+    def __check_init__(self):
+        if not self.tau > 0:
+            raise ValueError(f"PiecewiseConstant: `tau` must be > 0, got {self.tau!r}.")
+
+    @property
+    def n_pieces(self) -> int:
+        return num_steps(self.stacked)
+
+    def index(self, t) -> Array:
+        s = (jnp.asarray(t) - self.t_start) / self.tau
+        n = jnp.floor(s + 1e-9 * jnp.maximum(1.0, jnp.abs(s))).astype(jnp.int32)
+        return jnp.clip(n, 0, self.n_pieces - 1)
+
+    def __call__(self, t):
+        i = self.index(t)
+        return jax.tree.map(lambda x: x[i], self.stacked)
+
+
+class SmoothPath(eqx.Module):
+    """``θ(t) = θ_0 + sin(ω t) θ_1`` on every floating leaf (a smooth control path).
+
+    ``base`` and ``amplitude`` must be pytrees of the same structure (e.g. two
+    :class:`~transflow.AttentionParams`).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.continuous import SmoothPath
+        >>> p = SmoothPath(jnp.zeros(2), jnp.ones(2), omega=jnp.pi / 2)
+        >>> p(1.0).tolist()
+        [1.0, 1.0]
+    """
+
+    base: Any
+    amplitude: Any
+    omega: float = 1.0
+
+    def __check_init__(self):
+        if jax.tree.structure(self.base) != jax.tree.structure(self.amplitude):
+            raise ValueError(
+                "SmoothPath: `base` and `amplitude` must have the same pytree structure, got "
+                f"{jax.tree.structure(self.base)} and {jax.tree.structure(self.amplitude)}."
+            )
+
+    def __call__(self, t):
+        s = jnp.sin(self.omega * jnp.asarray(t))
+        return jax.tree.map(
+            lambda a, b: a + s.astype(jnp.result_type(a)) * b, self.base, self.amplitude
+        )
+
+
+class KernelAttention(eqx.Module):
+    """Single-head attention kernels W^Q, W^K, W^V(ξ, y, t) (spec §2.2) as functions.
+
+    ``sample(grid)`` returns the control path ``t ↦ AttentionParams`` with the quadrature
+    matrices ``w_k W(y_k, y_l, t)`` of ``grid``; the score scale |Ω_y|^{-1/2} and the
+    feature weights of ⟨Q, K⟩ are applied by :func:`transflow.attention` with
+    ``grid=grid``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow import Grid
+        >>> from transflow.continuous import KernelAttention
+        >>> k = lambda xi, y, t: jnp.cos(jnp.pi * (xi - y)) * (1 + 0 * t)
+        >>> p = KernelAttention(k, k, k).sample(Grid.interval(6, 8))(0.0)
+        >>> p.wq.shape
+        (8, 8)
+    """
+
+    wq: Kernel
+    wk: Kernel
+    wv: Kernel
+
+    def sample(self, grid: Grid) -> Callable[[Any], AttentionParams]:
+        def path(t):
+            t = jnp.asarray(t, grid.y_nodes.dtype)
+            mats = [
+                grid.sample_kernel(lambda xi, y, k=k: k(xi, y, t))
+                for k in (self.wq, self.wk, self.wv)
+            ]
+            return AttentionParams.paper(*mats)
+
+        return path
+
+
+class KernelLinear(eqx.Module):
+    """A linear integral operator ``∫ W(ξ, y, t) u(x, ξ) dξ + b(y, t)`` as functions.
+
+    ``sample(grid)`` returns the control path ``t ↦ (W, b)`` (quadrature matrix, bias
+    vector); ``b=None`` means no bias.
+    """
+
+    w: Kernel
+    b: Callable[[Array, Array], Array] | None = None
+
+    def sample(self, grid: Grid) -> Callable[[Any], tuple[Array, Array]]:
+        def path(t):
+            t = jnp.asarray(t, grid.y_nodes.dtype)
+            w = grid.sample_kernel(lambda xi, y: self.w(xi, y, t))
+            if self.b is None:
+                b = jnp.zeros(grid.n_features, w.dtype)
+            else:
+                b = self.b(grid.y_nodes, t) * jnp.ones(grid.n_features, w.dtype)
+            return w, b
+
+        return path

@@ -1,0 +1,228 @@
+"""Vector fields and sub-flows of the well-posed sub-models and of the full model.
+
+The well-posed sub-models of spec §8.10, on a fixed grid (a finite system of ODEs in
+``u ∈ ℝ^{n × d}``), with F(t, u) = 𝒜(t) u (+ Σ_j 𝒲_j(t) u + b_j(t)):
+
+- ``"a"``: ``u_t = F(t, u)`` (no constraint);
+- ``"b"``: ``0 ∈ u_t − F(t, u) + N_{S1(σ1(t), σ2(t))}(u)``, i.e. on S1 the tangent-space
+  projected ODE
+
+      u_t = F − mean_y F + σ1' − [(mean_y((u − σ1) F) − σ2 σ2') / σ2²] (u − σ1);
+
+- ``"c"``: ``0 ∈ u_t − F(t, u) + N_{S2}(u)``, S2 = {u ≥ 0} convex; the solution follows
+  the projected field ``u_t = P_{T_{S2}(u)} F`` (components at 0 with F < 0 stay at 0).
+
+Operators of the splittings (names used by the schemes):
+
+- ``"attention"``: F's attention part (for ``"b"`` with ``tangent=True`` its tangent part
+  ``P_T F = F − mean F − [mean((u − ū) F)/var u] (u − ū)``, whose flow keeps every token's
+  mean and variance);
+- ``"linear"``: the linear terms ``u W(t) + b(t)`` (if the model has them);
+- ``"s1"``: the normal cone of S1(σ1(t), σ2(t)). For a state on S1(σ(t0)) the *exact*
+  flow of the constraint drift ``σ1' + (σ2'/σ2)(u − σ1)`` up to t1 is the projection
+  P_{S1(σ(t1))}, so its sub-flow is exact;
+- ``"s2"``: the normal cone of S2, whose flow is P_{S2} = ReLU.
+
+:func:`full_model_flows` gives the operators of the paper's full model (``attention``,
+``ln1``, ``ffn1`` … ``ffnJ``, ``relu``, ``ln2``) for :func:`~transflow.continuous.paper_lie`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._controls import LayerControls
+from .._grid import Grid
+from .._operators import activation_fn, attention, linear_y, project_s1, project_s2
+from ._flows import make_flow, projection_flow
+from ._schemes import Flow
+
+__all__ = ["SubModel", "full_model_flows", "tangent_s1", "y_mean"]
+
+
+def y_mean(v: Float[Array, "n d"], grid: Grid | None) -> Float[Array, "n 1"]:
+    """Per-token mean over Ω_y, ``(1/|Ω_y|) ∫ v dy`` by the grid's quadrature."""
+    if grid is None:
+        return jnp.mean(v, axis=-1, keepdims=True)
+    w = (grid.y_weights / jnp.sum(grid.y_weights)).astype(v.dtype)
+    return jnp.sum(v * w, axis=-1, keepdims=True)
+
+
+def tangent_s1(u: Float[Array, "n d"], f: Float[Array, "n d"], grid: Grid | None = None):
+    """Project ``f`` onto the tangent space at ``u`` of the level set of u's mean and
+    variance: ``f − mean f − [mean((u − ū) f)/var u] (u − ū)`` per token."""
+    c = u - y_mean(u, grid)
+    var = y_mean(c * c, grid)
+    return f - y_mean(f, grid) - y_mean(c * f, grid) / var * c
+
+
+class SubModel(eqx.Module):
+    """A well-posed sub-model of spec §8.10 on a fixed grid.
+
+    Attributes:
+        kind: ``"a"`` (attention + linear), ``"b"`` (+ S1 constraint), ``"c"`` (+ S2).
+        attn: the control path ``t ↦ AttentionParams``.
+        linear: ``t ↦ (W, b)`` (quadrature matrix and bias) or ``None``.
+        norm: for ``"b"``, ``t ↦ (σ1, σ2)`` (scalars; must be differentiable in t).
+        grid: the grid (``None``: the index grid).
+        temperature: attention temperature λ.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import AttentionParams
+        >>> from transflow.continuous import SubModel
+        >>> p = AttentionParams.random(4, key=jax.random.key(0))
+        >>> m = SubModel("a", lambda t: p)
+        >>> m.operators
+        ('attention',)
+        >>> m.vector_field(0.0, jnp.ones((3, 4))).shape
+        (3, 4)
+    """
+
+    kind: Literal["a", "b", "c"] = eqx.field(static=True)
+    attn: Callable[[Any], Any]
+    linear: Callable[[Any], Any] | None = None
+    norm: Callable[[Any], Any] | None = None
+    grid: Grid | None = None
+    temperature: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        if self.kind not in ("a", "b", "c"):
+            raise ValueError(f"SubModel: `kind` must be 'a', 'b' or 'c', got {self.kind!r}.")
+        if self.kind == "b" and self.norm is None:
+            raise ValueError("SubModel: kind 'b' needs `norm` (t ↦ (σ1, σ2)), got None.")
+
+    # ------------------------------------------------------------------ fields
+    def attention_field(self, t, u):
+        return attention(u, self.attn(t), grid=self.grid, temperature=self.temperature)
+
+    def linear_field(self, t, u):
+        w, b = self.linear(t)
+        return linear_y(u, w, b)
+
+    def drive(self, t, u):
+        """F(t, u): attention plus the linear terms."""
+        f = self.attention_field(t, u)
+        return f if self.linear is None else f + self.linear_field(t, u)
+
+    def sigma(self, t):
+        """``(σ1, σ2, σ1', σ2')`` at time t (derivatives by forward-mode AD)."""
+        t = jnp.asarray(t, float)
+        (s1, s2), (d1, d2) = jax.jvp(
+            lambda s: tuple(map(jnp.asarray, self.norm(s))), (t,), (jnp.ones_like(t),)
+        )
+        return s1, s2, d1, d2
+
+    def project_s1(self, t, u):
+        s1, s2, _, _ = self.sigma(t)
+        yw = None if self.grid is None else self.grid.y_weights
+        return project_s1(u, s1, s2, y_weights=yw)
+
+    def vector_field(self, t, u):
+        """The right-hand side of the continuous sub-model (the diffrax reference)."""
+        f = self.drive(t, u)
+        if self.kind == "a":
+            return f
+        if self.kind == "b":
+            s1, s2, d1, d2 = self.sigma(t)
+            c = u - s1
+            coef = (y_mean(c * f, self.grid) - s2 * d2) / s2**2
+            return f - y_mean(f, self.grid) + d1 - coef * c
+        return jnp.where((u <= 0) & (f < 0), jnp.zeros_like(f), f)
+
+    # ------------------------------------------------------------------ splitting
+    @property
+    def operators(self) -> tuple[str, ...]:
+        """Operator names in their default splitting order."""
+        ops = ("attention",) + (() if self.linear is None else ("linear",))
+        return ops + {"a": (), "b": ("s1",), "c": ("s2",)}[self.kind]
+
+    def flows(
+        self, solver: str = "rk4", *, n_sub: int = 1, tangent: bool = True
+    ) -> dict[str, Flow]:
+        """Sub-flows of the operators.
+
+        Args:
+            solver: ``"rk4"`` (order 4, for Strang) or ``"euler"`` (the paper's explicit
+                sub-steps) for the attention and linear operators. Constraint operators
+                are solved exactly (projections).
+            n_sub: RK4 sub-steps per sub-flow.
+            tangent: for ``"b"``, split off the tangent part of F (exact invariants in
+                each sub-flow; needed for order 2). ``False`` uses F itself, the paper's
+                reading (explicit step, then projection): consistent, first order.
+        """
+        grid = self.grid
+        tan = self.kind == "b" and tangent
+
+        def wrap(g):
+            return (lambda t, u: tangent_s1(u, g(t, u), grid)) if tan else g
+
+        out = {"attention": make_flow(wrap(self.attention_field), solver, n_sub)}
+        if self.linear is not None:
+            out["linear"] = make_flow(wrap(self.linear_field), solver, n_sub)
+        if self.kind == "b":
+            out["s1"] = projection_flow(self.project_s1)
+        if self.kind == "c":
+            out["s2"] = projection_flow(lambda t, u: project_s2(u))
+        return out
+
+
+def full_model_flows(
+    controls: Callable[[Any], LayerControls],
+    *,
+    grid: Grid | None = None,
+    causal: bool = False,
+    hardmax: bool = False,
+    temperature: float = 1.0,
+) -> dict[str, Flow]:
+    """Sub-flows of the paper's full model for :func:`~transflow.continuous.paper_lie`.
+
+    Every sub-step uses the controls at the *start* of its interval, θ(t0) (the paper's
+    θⁿ on the whole step). ``attention`` and ``ffn{j}`` are explicit Euler steps (lifting
+    FFN sub-steps, ``residual=False``, are ``Z W + b``), ``relu`` is P_S2, ``ln1``/``ln2``
+    are P_S1 with ``norm1``/``norm2`` (the closing one with ε/4, as
+    :class:`transflow.LieScheme`). Reuses the core operators.
+    """
+    yw = None if grid is None else grid.y_weights
+
+    def att(t0, t1, u, speed=1.0):
+        p = controls(t0).attn
+        a = attention(u, p, grid=grid, causal=causal, hardmax=hardmax, temperature=temperature)
+        return u + speed * (t1 - t0) * a
+
+    def ln(which, eps_scale):
+        def flow(t0, t1, u, speed=1.0):
+            nrm = getattr(controls(t0), which)
+            return project_s1(u, nrm.bias, nrm.gain, eps=nrm.eps * eps_scale, y_weights=yw)
+
+        return flow
+
+    def ffn(j):
+        def flow(t0, t1, u, speed=1.0):
+            f = controls(t0).ffn
+            lin = u @ f.weights[j] + f.biases[j]
+            return u + speed * (t1 - t0) * lin if f.residual[j] else lin
+
+        return flow
+
+    def relu(t0, t1, u, speed=1.0):
+        # P_S2 for "relu"; other activations are explicit pointwise maps (extensions).
+        return activation_fn(controls(t0).ffn.activation)(u)
+
+    # J is read lazily from the controls at t=0 (static structure).
+    J = controls(0.0).ffn.num_substeps
+    flows: dict[str, Flow] = {
+        "attention": att,
+        "ln1": ln("norm1", 1.0),
+        "ln2": ln("norm2", 0.25),
+        "relu": relu,
+    }
+    for j in range(J):
+        flows[f"ffn{j + 1}"] = ffn(j)
+    return flows

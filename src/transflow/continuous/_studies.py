@@ -1,0 +1,378 @@
+"""Convergence studies: in Δt against diffrax references, in the grid (N_x, N_y), the
+non-convergence of the full model (spec Q9), and long-time token trajectories.
+
+Each study returns plain numbers (floats, lists) so experiments and figures can log them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._controls import AttentionParams, LayerControls, NormParams, stack_controls
+from .._grid import Grid
+from .._operators import attention, project_s1
+from ._controls import KernelAttention, KernelLinear, PiecewiseConstant, SmoothPath
+from ._flows import euler_flow, projection_flow
+from ._models import SubModel, full_model_flows
+from ._reference import reference_error_estimate
+from ._schemes import SplittingScheme, hybrid, integrate, lie, paper_lie, parallel, strang
+
+__all__ = [
+    "fit_slope",
+    "ConvergenceResult",
+    "default_submodel",
+    "scheme_for",
+    "dt_convergence",
+    "convergence_study",
+    "smooth_kernel_model",
+    "grid_convergence",
+    "full_model_controls",
+    "full_model_refinement",
+    "clustering_trajectory",
+    "SCHEMES",
+]
+
+SCHEMES = ("lie", "strang", "lie-paper", "parallel", "hybrid-2dt", "hybrid-dt")
+"""Scheme names of :func:`scheme_for`: ``lie``/``strang``/``parallel`` with RK4 sub-flows
+(tangent attention for sub-model b), ``lie-paper`` with explicit Euler sub-steps and the
+full F (the paper's step types), ``hybrid-2dt``/``hybrid-dt``: attention, then the other
+operators averaged with the zero operator at speed 2 (consistent) or 1 (paper-literal)."""
+
+
+def fit_slope(h: Sequence[float], err: Sequence[float]) -> float:
+    """Least-squares slope of ``log err`` against ``log h`` (the observed order)."""
+    h, err = np.asarray(h, float), np.asarray(err, float)
+    if h.shape != err.shape or h.size < 2:
+        raise ValueError(f"need >= 2 matching (h, err) pairs, got {h.size} and {err.size}.")
+    if np.any(err <= 0) or np.any(h <= 0):
+        raise ValueError(f"h and err must be positive to fit a log-log slope, got {err}.")
+    return float(np.polyfit(np.log(h), np.log(err), 1)[0])
+
+
+@dataclasses.dataclass
+class ConvergenceResult:
+    """Errors of one scheme on one sub-model against the reference, and the fitted order."""
+
+    submodel: str
+    scheme: str
+    declared_order: int
+    dts: list[float]
+    errors: list[float]
+    slope: float
+    reference_error: float
+
+    def record(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def default_submodel(
+    kind: str,
+    *,
+    n_tokens: int = 5,
+    n_features: int = 4,
+    seed: int = 0,
+    constraint_active: bool = False,
+    dtype=None,
+) -> tuple[SubModel, jax.Array]:
+    """A sub-model of spec §8.10 with smooth random controls, and a consistent u0.
+
+    - ``"a"``: attention + linear, ``θ(t) = θ_0 + sin(ωt) θ_1``;
+    - ``"b"``: (a) + S1 with σ1(t) = 0.2 + 0.1 sin t, σ2(t) = 1 + 0.2 cos 2t; u0 ∈ S1(σ(0));
+    - ``"c"``: attention + linear + S2. By default W_V ≥ 0, W Metzler (off-diagonal ≥ 0),
+      b ≥ 0 and u0 > 0, so
+      S2 is forward invariant and the normal cone is inactive along the solution (the
+      regime where splitting keeps its order). ``constraint_active=True`` uses controls
+      of both signs: the solution reaches ∂S2 and stays there on part of the horizon
+      (Strang then drops to first order, documented in docs/continuous.md).
+    """
+    if kind not in ("a", "b", "c"):
+        raise ValueError(f"`kind` must be 'a', 'b' or 'c', got {kind!r}.")
+    dtype = dtype or jnp.result_type(float)
+    ks = jax.random.split(jax.random.key(seed), 8)
+    d = n_features
+    # cast: AttentionParams.random returns float64 weights under x64 whatever `dtype`
+    cast = lambda tree: jax.tree.map(lambda x: x.astype(dtype), tree)
+    p0 = cast(AttentionParams.random(d, key=ks[0], dtype=dtype))
+    p1 = cast(AttentionParams.random(d, key=ks[1], scale=0.5, dtype=dtype))
+    s = float(0.5 / np.sqrt(d))
+    w0, w1 = (s * jax.random.normal(k, (d, d), dtype) for k in ks[2:4])
+    b0, b1 = (0.1 * jax.random.normal(k, (d,), dtype) for k in ks[4:6])
+    u0 = jax.random.normal(ks[6], (n_tokens, d), dtype)
+    if kind == "c" and not constraint_active:
+        p0 = AttentionParams.paper(p0.wq, p0.wk, 0.25 * jnp.abs(p0.wv))
+        p1 = AttentionParams.paper(p1.wq, p1.wk, 0.5 * jnp.abs(p0.wv))
+        # Metzler W (off-diagonal >= 0) and b >= 0: {u >= 0} is forward invariant.
+        w0, b0 = jnp.abs(w0) - 2 * jnp.eye(d, dtype=dtype), jnp.abs(b0)
+        w1, b1 = 0.5 * jnp.abs(w0) * (1 - jnp.eye(d, dtype=dtype)), 0.5 * b0
+    else:
+        p0 = AttentionParams.paper(p0.wq, p0.wk, p0.wv)
+        p1 = AttentionParams.paper(p1.wq, p1.wk, p1.wv)
+    attn = SmoothPath(p0, p1, omega=2.0)
+    lin = SmoothPath((w0, b0), (w1, b1), omega=1.5)
+    norm = None
+    if kind == "b":
+
+        def norm(t):
+            return 0.2 + 0.1 * jnp.sin(t), 1.0 + 0.2 * jnp.cos(2 * t)
+
+    model = SubModel(kind, attn, lin, norm)
+    if kind == "b":
+        u0 = model.project_s1(0.0, u0)
+    if kind == "c":
+        u0 = jnp.abs(u0) + (0.05 if constraint_active else 0.1)
+    return model, u0
+
+
+def scheme_for(name: str, model: SubModel) -> tuple[SplittingScheme, dict]:
+    """The scheme ``name`` (one of :data:`SCHEMES`) for ``model`` and its sub-flows."""
+    ops = model.operators
+    if name == "strang" and model.kind in ("b", "c"):
+        # the constraint outermost: every step ends with its (exact) projection
+        return strang((ops[-1], *ops[:-1])), model.flows("rk4")
+    if name in ("lie", "strang", "parallel"):
+        build = {"lie": lie, "strang": strang, "parallel": parallel}[name]
+        return build(ops), model.flows("rk4")
+    if name == "lie-paper":
+        return lie(ops), model.flows("euler", tangent=False)
+    if name in ("hybrid-2dt", "hybrid-dt"):
+        rest = [(op,) for op in ops[1:]]
+        scheme = hybrid([ops[0], [*rest, None]], ffn_branch_dt=name.split("-")[1])
+        return scheme, model.flows("rk4")
+    raise ValueError(f"unknown scheme {name!r}; expected one of {SCHEMES}.")
+
+
+def dt_convergence(
+    model: SubModel,
+    u0: jax.Array,
+    scheme_name: str,
+    *,
+    t1: float = 1.0,
+    n_steps: Sequence[int] = (4, 8, 16, 32, 64),
+    reference: tuple[jax.Array, float] | None = None,
+    submodel: str | None = None,
+) -> ConvergenceResult:
+    """Max-abs error at ``t1`` of ``scheme_name`` for each N in ``n_steps`` (Δt = t1/N)
+    against a diffrax reference (Dopri8, tol 1e-12 with a 1e-14 check), and the fitted
+    log–log slope (compare with the declared order, as diffrax's ``test_ode_order``)."""
+    scheme, flows = scheme_for(scheme_name, model)
+    if reference is None:
+        reference = reference_error_estimate(model.vector_field, u0, t1=t1)
+    ref, ref_err = reference
+    run = jax.jit(lambda v, n: integrate(scheme, flows, v, t1=t1, n_steps=n))
+    errors = [float(jnp.max(jnp.abs(run(u0, n) - ref))) for n in n_steps]
+    dts = [t1 / n for n in n_steps]
+    slope = fit_slope(dts, errors) if all(e > 0 for e in errors) else float("nan")
+    return ConvergenceResult(
+        submodel or model.kind, scheme_name, scheme.order, dts, errors, slope, float(ref_err)
+    )
+
+
+def convergence_study(
+    kinds: Sequence[str] = ("a", "b", "c"),
+    schemes: Sequence[str] = ("lie", "strang"),
+    *,
+    n_steps: Sequence[int] = (4, 8, 16, 32, 64),
+    t1: float = 1.0,
+    seed: int = 0,
+    n_tokens: int = 5,
+    n_features: int = 4,
+) -> list[ConvergenceResult]:
+    """:func:`dt_convergence` for every (sub-model, scheme); ``"c_active"`` selects
+    sub-model c with an active constraint. One reference solve per sub-model."""
+    out = []
+    for kind in kinds:
+        active = kind == "c_active"
+        model, u0 = default_submodel(
+            "c" if active else kind,
+            constraint_active=active,
+            seed=seed,
+            n_tokens=n_tokens,
+            n_features=n_features,
+        )
+        ref = reference_error_estimate(model.vector_field, u0, t1=t1)
+        for name in schemes:
+            if name.startswith("hybrid") and kind == "a" and model.linear is None:
+                continue
+            out.append(
+                dt_convergence(
+                    model, u0, name, t1=t1, n_steps=n_steps, reference=ref, submodel=kind
+                )
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- grid
+def smooth_kernel_model(grid: Grid) -> tuple[SubModel, jax.Array]:
+    """Sub-model (a) with smooth kernels on Ω_x = Ω_y = [0, 1] sampled on ``grid``, and
+    the initial condition f(x, y) = sin(2πx + y) + ½ cos(πxy) on its nodes."""
+
+    def wq(xi, y, t):
+        return 2.0 * jnp.cos(jnp.pi * (xi - y)) + 0.5 * xi * y * (1 + 0 * t)
+
+    def wk(xi, y, t):
+        return 2.0 * jnp.sin(jnp.pi * (xi + y)) + 0 * t
+
+    def wv(xi, y, t):
+        return jnp.exp(-((xi - y) ** 2)) * (1 + 0.3 * jnp.sin(t))
+
+    def wl(xi, y, t):
+        return 0.5 * jnp.cos(2 * jnp.pi * xi * y) - 0.3 + 0 * t
+
+    def bl(y, t):
+        return 0.1 * jnp.sin(jnp.pi * y) * jnp.cos(t)
+
+    attn = KernelAttention(wq, wk, wv).sample(grid)
+    lin = KernelLinear(wl, bl).sample(grid)
+    model = SubModel("a", attn, lin, grid=grid)
+    u0 = grid.sample_function(
+        lambda x, y: jnp.sin(2 * jnp.pi * x + y) + 0.5 * jnp.cos(jnp.pi * x * y)
+    )
+    return model, u0
+
+
+def grid_convergence(
+    sizes: Sequence[int] = (4, 12, 36),
+    *,
+    n_ref: int = 324,
+    quantity: str = "attention",
+    t1: float = 0.5,
+    n_time_steps: int = 8,
+) -> dict:
+    """Error of the discrete operator (or evolution) vs a fine grid as N_x = N_y = N grows.
+
+    Midpoint grids refined by factors of 3 are nested (the coarse nodes are fine nodes), so
+    the error is the max-abs difference at the coarse nodes, without interpolation.
+
+    Args:
+        sizes: grid sizes N (each ``n_ref / N`` must be a power of 3).
+        quantity: ``"attention"`` (𝒜u of the initial condition), ``"linear"`` (𝒲u + b)
+            or ``"evolution"`` (u(t1) by Strang with RK4 sub-flows and ``n_time_steps``
+            steps: the same Δt on every grid, so only the grid error remains).
+
+    Returns:
+        ``{"sizes", "errors", "slope"}`` with ``slope`` = −(fitted log–log slope), which is
+        2 for the midpoint rule.
+    """
+    if quantity not in ("attention", "linear", "evolution"):
+        raise ValueError(
+            f"`quantity` must be 'attention', 'linear' or 'evolution', got {quantity!r}."
+        )
+
+    @jax.jit
+    def compute_on(grid):
+        model, u0 = smooth_kernel_model(grid)
+        if quantity == "attention":
+            return model.attention_field(0.0, u0)
+        if quantity == "linear":
+            return model.linear_field(0.0, u0)
+        return integrate(
+            strang(model.operators), model.flows("rk4"), u0, t1=t1, n_steps=n_time_steps
+        )
+
+    def compute(n):
+        return compute_on(Grid.interval(n, n))
+
+    ref = compute(n_ref)
+    errors = []
+    for n in sizes:
+        k = round(np.log(n_ref / n) / np.log(3))
+        if n * 3**k != n_ref:
+            raise ValueError(
+                f"n_ref/N must be a power of 3 for nested midpoints; got n_ref={n_ref}, N={n}."
+            )
+        idx = 3**k * np.arange(n) + (3**k - 1) // 2
+        errors.append(float(jnp.max(jnp.abs(compute(n) - ref[np.ix_(idx, idx)]))))
+    return {"sizes": list(sizes), "errors": errors, "slope": -fit_slope(sizes, errors)}
+
+
+# --------------------------------------------------------------------------- full model
+def full_model_controls(
+    n_layers: int = 2, d: int = 4, *, sigma1: float = 0.0, sigma2: float = 1.0, seed: int = 0
+) -> LayerControls:
+    """Random paper-form controls (J = 2, ε = 0) with LayerNorm set S1(σ1, σ2)."""
+    layers = []
+    for i in range(n_layers):
+        c = LayerControls.random(d, key=jax.random.key(seed * 1000 + i))
+        nrm = NormParams.scalar(sigma1, sigma2)
+        layers.append(LayerControls(c.attn, nrm, c.ffn, nrm))
+    return stack_controls(layers)
+
+
+def full_model_refinement(
+    *,
+    sigma1: float = 0.0,
+    sigma2: float = 1.0,
+    refinements: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128),
+    n_layers: int = 2,
+    n_tokens: int = 5,
+    d: int = 4,
+    ffn_branch_dt: str = "dt",
+    seed: int = 0,
+) -> dict:
+    """The full model (paper Lie scheme) with piecewise-constant controls on [0, n_layers],
+    each layer split into m sub-steps (Δt = 1/m), for m in ``refinements``.
+
+    Returns ``{"m", "dts", "diffs", "ratios", "states"}``: ``diffs[i] = max|u_{m_{i+1}} −
+    u_{m_i}|`` (successive refinements) and ``ratios[i] = diffs[i+1]/diffs[i]``. For a
+    convergent order-p scheme the ratios tend to 2^{-p}; with σ1 ≤ 0 < σ2 (S1 ∩ S2 = ∅,
+    spec Q9) they do not decrease.
+    """
+    theta = full_model_controls(n_layers, d, sigma1=sigma1, sigma2=sigma2, seed=seed)
+    path = PiecewiseConstant(theta)
+    flows = full_model_flows(path)
+    scheme = paper_lie(2, ffn_branch_dt=ffn_branch_dt)
+    u0 = jax.random.normal(jax.random.key(seed + 7), (n_tokens, d))
+    run = jax.jit(lambda v, n: integrate(scheme, flows, v, t1=float(n_layers), n_steps=n))
+    states = [np.asarray(run(u0, n_layers * m)) for m in refinements]
+    diffs = [float(np.max(np.abs(b - a))) for a, b in zip(states[:-1], states[1:])]
+    ratios = [b / a if a > 0 else float("inf") for a, b in zip(diffs[:-1], diffs[1:])]
+    return {
+        "m": list(refinements),
+        "dts": [1.0 / m for m in refinements],
+        "diffs": diffs,
+        "ratios": ratios,
+        "states": states,
+    }
+
+
+# --------------------------------------------------------------------------- clustering
+def clustering_trajectory(
+    *,
+    n_tokens: int = 32,
+    d: int = 4,
+    t1: float = 30.0,
+    dt: float = 0.1,
+    temperature: float = 4.0,
+    seed: int = 0,
+) -> dict:
+    """Tokens under attention + S1 projection with W_Q = W_K = W_V = I (the particle model
+    of Geshkovski–Letrouit–Polyanskiy–Rigollet on the sphere S1(0, 1)), split by the Lie
+    scheme (explicit Euler attention, then P_S1) over a long horizon.
+
+    Returns ``{"times", "trajectory" (steps+1, n, d), "min_cosine"}``: ``min_cosine[k]`` is
+    the smallest pairwise cosine between centred tokens at step k (→ 1 as they cluster).
+    """
+    eye = jnp.eye(d)
+    p = AttentionParams.paper(eye, eye, eye)
+    n_steps = int(round(t1 / dt))
+    flows = {
+        "attention": euler_flow(lambda t, u: attention(u, p, temperature=temperature)),
+        "s1": projection_flow(lambda t, u: project_s1(u, 0.0, 1.0)),
+    }
+    u0 = project_s1(jax.random.normal(jax.random.key(seed), (n_tokens, d)), 0.0, 1.0)
+    _, traj = integrate(
+        lie(("attention", "s1")), flows, u0, t1=t1, n_steps=n_steps, save_trajectory=True
+    )
+    traj = jnp.concatenate([u0[None], traj])
+    unit = traj / jnp.linalg.norm(traj, axis=-1, keepdims=True)
+    cos = jnp.einsum("tid,tjd->tij", unit, unit)
+    return {
+        "times": np.linspace(0.0, t1, n_steps + 1),
+        "trajectory": np.asarray(traj),
+        "min_cosine": np.asarray(jnp.min(cos, axis=(1, 2))),
+    }
