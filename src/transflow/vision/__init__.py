@@ -10,40 +10,18 @@
 
 from ._cvt import (
     ConvAttentionParams as ConvAttentionParams,
-)
-from ._cvt import (
     ConvEmbedding as ConvEmbedding,
-)
-from ._cvt import (
     ConvLayerControls as ConvLayerControls,
-)
-from ._cvt import (
     ConvPreNormScheme as ConvPreNormScheme,
-)
-from ._cvt import (
     CvtStageModel as CvtStageModel,
-)
-from ._cvt import (
     DepthwiseConv2d as DepthwiseConv2d,
-)
-from ._cvt import (
     FeatureConv as FeatureConv,
-)
-from ._cvt import (
     conv_attention as conv_attention,
-)
-from ._cvt import (
     conv_output_size as conv_output_size,
 )
 from ._vit import (
     ClassTokenReadout as ClassTokenReadout,
-)
-from ._vit import (
     PatchEmbedding as PatchEmbedding,
-)
-from ._vit import (
     VisionTransformer as VisionTransformer,
-)
-from ._vit import (
     patchify as patchify,
 )
