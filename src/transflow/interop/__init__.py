@@ -4,8 +4,7 @@ torch and transformers are imported inside these functions only.
 """
 
 from .._causal import CausalScheme as CausalScheme
-from ._hf import from_hf as from_hf
-from ._hf import hf_activation as hf_activation
+from ._hf import from_hf as from_hf, hf_activation as hf_activation
 from ._torch import (
     from_torch as from_torch,
     layer_controls_from_torch as layer_controls_from_torch,
