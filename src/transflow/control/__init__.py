@@ -1,0 +1,52 @@
+"""Training as optimal control (spec §5): models, exact gradients, checkpoints, resume.
+
+- Models: :class:`FlowModel` (embedding → split-scheme evolution → read-out),
+  :class:`PatchEmbedding` (ViT-style, 2-D token grid), :class:`TokenEmbedding`,
+  :func:`make_vit`, :func:`make_seq`.
+- Gradients: :func:`evolve_checkpointed` (√N_t two-level rematerialisation),
+  :func:`grads_to_torch_layout` (compare with torch autograd).
+- Training: :func:`make_step` (one jitted loss/grad/optax step), :func:`make_optimizer`,
+  :func:`train` (checkpointing and bitwise-exact resume), :func:`evaluate`.
+- Checkpoints: :func:`save_checkpoint`, :func:`load_latest_checkpoint` (atomic writes,
+  SHA-256 checksums, fallback to the previous good checkpoint).
+- Data: :class:`EpochOrder` (data order as a pure function of seed and step),
+  :func:`load_digits_split`, :func:`sequence_batch`.
+- Tasks: :func:`run_digits`, :func:`run_sequence` (used by the Hydra tasks and by
+  ``python -m transflow.control``).
+"""
+
+from ._checkpoint import (
+    CheckpointError as CheckpointError,
+    list_checkpoints as list_checkpoints,
+    load_latest_checkpoint as load_latest_checkpoint,
+    save_checkpoint as save_checkpoint,
+)
+from ._data import (
+    EpochOrder as EpochOrder,
+    load_digits_split as load_digits_split,
+    sequence_batch as sequence_batch,
+)
+from ._model import (
+    FlowModel as FlowModel,
+    PatchEmbedding as PatchEmbedding,
+    TokenEmbedding as TokenEmbedding,
+    make_seq as make_seq,
+    make_vit as make_vit,
+    patchify as patchify,
+)
+from ._remat import evolve_checkpointed as evolve_checkpointed
+from ._tasks import (
+    DigitsConfig as DigitsConfig,
+    SequenceConfig as SequenceConfig,
+    run_digits as run_digits,
+    run_sequence as run_sequence,
+)
+from ._torch_layout import grads_to_torch_layout as grads_to_torch_layout
+from ._train import (
+    TrainResult as TrainResult,
+    cross_entropy_loss as cross_entropy_loss,
+    evaluate as evaluate,
+    make_optimizer as make_optimizer,
+    make_step as make_step,
+    train as train,
+)

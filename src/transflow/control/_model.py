@@ -1,0 +1,267 @@
+"""A small continuous model for training: embedding f → split-scheme evolution → read-out.
+
+Training is the optimal-control problem of spec §5,
+
+    min_θ (1/B) Σ_i ℓ(R(u_i(T)), v_i)   s.t.   u_i(T) = evolution of f(u_i) over [0, T],
+
+where the embedding f produces the initial condition u(x, y, 0) on the token grid, the
+controls θ(t) are the stacked :class:`~transflow.LayerControls`, and the read-out R maps the
+final state to logits. Embedding and read-out are part of f and ℓ (spec §5, [R]).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from .._controls import LayerControls, stack_controls
+from .._grid import Grid
+from .._splitting import AbstractScheme, LieScheme
+from ._remat import RematMode, evolve_remat
+
+__all__ = ["PatchEmbedding", "TokenEmbedding", "FlowModel", "patchify", "make_vit", "make_seq"]
+
+Pool = Literal["cls", "mean", "tokens"]
+
+
+def patchify(image: Float[Array, "h w"], patch: int) -> Float[Array, "n p2"]:
+    """Cut an ``(h, w)`` image into non-overlapping ``patch × patch`` patches, row-major.
+
+    Returns ``(h/patch · w/patch, patch²)``: token i is patch (i // (w/patch), i % (w/patch)).
+    """
+    h, w = image.shape
+    if h % patch or w % patch:
+        raise ValueError(f"`patch`={patch} must divide the image shape {(h, w)}.")
+    x = image.reshape(h // patch, patch, w // patch, patch).transpose(0, 2, 1, 3)
+    return x.reshape((h // patch) * (w // patch), patch * patch)
+
+
+class PatchEmbedding(eqx.Module):
+    """ViT-style initial condition f for images (spec §4.2, [R]).
+
+    ``f = [x_cls ; P E + b] + E_pos``: the image is cut into patches on a 2-D token grid
+    (row-major), each patch is mapped linearly to d features, an optional learned class
+    token is prepended and a learned position embedding is added.
+
+    Attributes:
+        weight: ``(patch², d)`` patch embedding E.
+        bias: ``(d,)``.
+        cls_token: ``(d,)`` or ``None`` (mean-pool read-out).
+        pos: ``(n_tokens, d)`` position embedding (n_tokens includes the class token).
+        image_shape, patch: static geometry.
+    """
+
+    weight: Float[Array, "p2 d"]
+    bias: Float[Array, " d"]
+    cls_token: Float[Array, " d"] | None
+    pos: Float[Array, "n d"]
+    image_shape: tuple[int, int] = eqx.field(static=True)
+    patch: int = eqx.field(static=True)
+
+    @property
+    def token_shape(self) -> tuple[int, int]:
+        return self.image_shape[0] // self.patch, self.image_shape[1] // self.patch
+
+    def grid(self) -> Grid:
+        """The token grid Ω_x: the 2-D patch grid (``Grid.image``), plus a node for the
+        class token when there is one (all quadrature weights 1, the paper's Δx = 1)."""
+        h, w = self.token_shape
+        d = self.weight.shape[-1]
+        g = Grid.image(h, w, d, dtype=self.weight.dtype)
+        if self.cls_token is None:
+            return g
+        nodes = jnp.concatenate([jnp.full((1, 2), -1.0, g.x_nodes.dtype), g.x_nodes])
+        return Grid(nodes, jnp.ones(h * w + 1, g.x_weights.dtype), g.y_nodes, g.y_weights)
+
+    def __call__(self, image: Float[Array, "h w"]) -> Float[Array, "n d"]:
+        if tuple(image.shape) != tuple(self.image_shape):
+            raise ValueError(
+                f"PatchEmbedding: `image` must have shape {self.image_shape}, got "
+                f"{tuple(image.shape)}."
+            )
+        tokens = patchify(image.astype(self.weight.dtype), self.patch) @ self.weight + self.bias
+        if self.cls_token is not None:
+            tokens = jnp.concatenate([self.cls_token[None], tokens])
+        return tokens + self.pos
+
+
+class TokenEmbedding(eqx.Module):
+    """Initial condition f for integer sequences: ``f = E[token] + E_pos`` on a 1-D grid.
+
+    Attributes:
+        table: ``(vocab, d)`` token embedding.
+        pos: ``(length, d)`` learned position embedding.
+    """
+
+    table: Float[Array, "vocab d"]
+    pos: Float[Array, "n d"]
+
+    def grid(self) -> Grid:
+        """The 1-D index token grid (Δx = Δy = 1)."""
+        return Grid.index(self.pos.shape[0], self.pos.shape[1], dtype=self.pos.dtype)
+
+    def __call__(self, tokens: Int[Array, " n"]) -> Float[Array, "n d"]:
+        if tokens.shape != self.pos.shape[:1]:
+            raise ValueError(
+                f"TokenEmbedding: `tokens` must have shape ({self.pos.shape[0]},), got "
+                f"{tuple(tokens.shape)}."
+            )
+        return self.table[tokens] + self.pos
+
+
+class FlowModel(eqx.Module):
+    """Embedding → N_t steps of a splitting scheme → linear read-out.
+
+    ``model(x)`` acts on one example (batch with ``jax.vmap``):
+
+    1. ``u0 = embed(x)``, shape ``(n_tokens, d)`` (the initial condition f);
+    2. ``uT = evolve(u0, controls, scheme, dt=dt, grid=embed.grid())`` with the chosen
+       rematerialisation (``"none"``, ``"step"`` = ``jax.checkpoint`` per step,
+       ``"nested"`` = √N_t two-level checkpointing, :func:`evolve_checkpointed`); the
+       forward value is the same for all three;
+    3. ``pool`` reads out the class token (``"cls"``), the token mean
+       ``∫_Ω_x u(x,·,T) dx / |Ω_x|`` (``"mean"``) or every token (``"tokens"``), followed
+       by the linear head ``z @ head_w + head_b``.
+
+    With the paper's :class:`~transflow.LieScheme` every step ends with the projection
+    onto S1 (LayerNorm), so the read-out needs no extra normalisation.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow.control import make_vit
+        >>> model = make_vit(d=16, n_steps=2, n_heads=2, key=jax.random.key(0))
+        >>> model(jnp.zeros((8, 8))).shape
+        (10,)
+    """
+
+    embed: PatchEmbedding | TokenEmbedding
+    controls: LayerControls
+    head_w: Float[Array, "d c"]
+    head_b: Float[Array, " c"]
+    scheme: AbstractScheme = LieScheme()
+    dt: float = eqx.field(static=True, default=1.0)
+    pool: Pool = eqx.field(static=True, default="mean")
+    remat: RematMode = eqx.field(static=True, default="step")
+
+    def __check_init__(self):
+        if self.pool not in ("cls", "mean", "tokens"):
+            raise ValueError(f"`pool` must be 'cls', 'mean' or 'tokens', got {self.pool!r}.")
+        if self.remat not in ("none", "step", "nested"):
+            raise ValueError(f"`remat` must be 'none', 'step' or 'nested', got {self.remat!r}.")
+        if self.pool == "cls" and not (
+            isinstance(self.embed, PatchEmbedding) and self.embed.cls_token is not None
+        ):
+            raise ValueError("`pool='cls'` needs a PatchEmbedding with a class token.")
+
+    def features(self, x) -> Float[Array, "n d"]:
+        """The final state u(·, ·, T) for one example."""
+        u0 = self.embed(x)
+        return evolve_remat(
+            u0, self.controls, self.scheme, remat=self.remat, dt=self.dt, grid=self.embed.grid()
+        )
+
+    def __call__(self, x) -> Float[Array, "*n c"]:
+        u = self.features(x)
+        if self.pool == "cls":
+            z = u[0]
+        elif self.pool == "mean":
+            w = self.embed.grid().x_weights
+            z = (w @ u) / jnp.sum(w)
+        else:
+            z = u
+        return z @ self.head_w + self.head_b
+
+
+def _controls(d, n_steps, n_heads, d_ff, dtype, key):
+    keys = jax.random.split(key, n_steps)
+    return stack_controls(
+        [LayerControls.random(d, n_heads=n_heads, d_ff=d_ff, dtype=dtype, key=k) for k in keys]
+    )
+
+
+def make_vit(
+    *,
+    d: int = 32,
+    n_steps: int = 4,
+    n_heads: int = 2,
+    d_ff: int | None = None,
+    patch: int = 2,
+    image_shape: tuple[int, int] = (8, 8),
+    n_classes: int = 10,
+    pool: Pool = "mean",
+    scheme: AbstractScheme | None = None,
+    dt: float = 1.0,
+    remat: RematMode = "step",
+    dtype=jnp.float32,
+    key: PRNGKeyArray,
+) -> FlowModel:
+    """A small ViT-style continuous classifier for (8×8) images.
+
+    ``d_ff=None`` uses the paper's square FFN (W_j : Ω_y → Ω_y, residual sub-steps);
+    an integer uses lifting maps to a hidden domain of that width (spec Q6 extension).
+    ``pool="cls"`` adds a class token; ``"mean"`` averages the final state over Ω_x.
+    """
+    h, w = image_shape
+    n_tok = (h // patch) * (w // patch) + (pool == "cls")
+    k1, k2, k3, k4, k5 = jax.random.split(key, 5)
+    p2 = patch * patch
+    embed = PatchEmbedding(
+        weight=jax.random.normal(k1, (p2, d), dtype) / np.sqrt(p2),
+        bias=jnp.zeros((d,), dtype),
+        cls_token=0.02 * jax.random.normal(k2, (d,), dtype) if pool == "cls" else None,
+        pos=0.02 * jax.random.normal(k3, (n_tok, d), dtype),
+        image_shape=(h, w),
+        patch=patch,
+    )
+    controls = _controls(d, n_steps, n_heads, d_ff, dtype, k4)
+    head_w = jax.random.normal(k5, (d, n_classes), dtype) / np.sqrt(d)
+    return FlowModel(
+        embed,
+        controls,
+        head_w,
+        jnp.zeros((n_classes,), dtype),
+        LieScheme() if scheme is None else scheme,
+        dt,
+        pool,
+        remat,
+    )
+
+
+def make_seq(
+    *,
+    vocab: int,
+    length: int,
+    n_out: int | None = None,
+    d: int = 32,
+    n_steps: int = 2,
+    n_heads: int = 2,
+    d_ff: int | None = None,
+    scheme: AbstractScheme | None = None,
+    dt: float = 1.0,
+    remat: RematMode = "step",
+    dtype=jnp.float32,
+    key: PRNGKeyArray,
+) -> FlowModel:
+    """A continuous sequence-to-sequence model (per-token read-out) on a 1-D token grid."""
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    n_out = vocab if n_out is None else n_out
+    embed = TokenEmbedding(
+        jax.random.normal(k1, (vocab, d), dtype), jax.random.normal(k2, (length, d), dtype)
+    )
+    controls = _controls(d, n_steps, n_heads, d_ff, dtype, k3)
+    head_w = jax.random.normal(k4, (d, n_out), dtype) / np.sqrt(d)
+    return FlowModel(
+        embed,
+        controls,
+        head_w,
+        jnp.zeros((n_out,), dtype),
+        LieScheme() if scheme is None else scheme,
+        dt,
+        "tokens",
+        remat,
+    )
