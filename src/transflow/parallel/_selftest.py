@@ -208,33 +208,36 @@ def check_records(opts: dict[str, Any]) -> list[dict[str, Any]]:
     for dtype_name in opts["dtypes"]:
         theta, u, grid, scheme = _problem(opts, dtype_name)
         ref = np.asarray(_reference(theta, u, grid, scheme, bool(opts["causal"])))
-        for label, axes in opts["assignments"].items():
-            for method in opts["methods"]:
-                base, _, impl = method.partition("+")
-                out = shard_evolve(
-                    theta,
-                    u,
-                    mesh,
-                    axes,
-                    method=base,
-                    scheme=scheme,
-                    grid=grid,
-                    causal=bool(opts["causal"]),
-                    attention_implementation=impl or None,
-                    query_block=int(opts["query_block"]),
-                    key_block=int(opts["key_block"]),
+        pairs = opts.get("pairs") or [
+            (label, m) for label in opts["assignments"] for m in opts["methods"]
+        ]
+        for label, method in pairs:
+            axes = opts["assignments"][label]
+            base, _, impl = method.partition("+")
+            out = shard_evolve(
+                theta,
+                u,
+                mesh,
+                axes,
+                method=base,
+                scheme=scheme,
+                grid=grid,
+                causal=bool(opts["causal"]),
+                attention_implementation=impl or None,
+                query_block=int(opts["query_block"]),
+                key_block=int(opts["key_block"]),
+            )
+            records.append(
+                dict(
+                    assignment=label,
+                    axes={k: v for k, v in axes.items()},
+                    mesh=dict(zip(opts["axis_names"], mesh_shape)),
+                    method=method,
+                    dtype=dtype_name,
+                    max_rel_diff_vs_single_device=max_rel_diff(to_host(out), ref),
+                    out_spec=str(out.sharding.spec),
                 )
-                records.append(
-                    dict(
-                        assignment=label,
-                        axes={k: v for k, v in axes.items()},
-                        mesh=dict(zip(opts["axis_names"], mesh_shape)),
-                        method=method,
-                        dtype=dtype_name,
-                        max_rel_diff_vs_single_device=max_rel_diff(to_host(out), ref),
-                        out_spec=str(out.sharding.spec),
-                    )
-                )
+            )
     return records
 
 
