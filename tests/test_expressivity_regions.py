@@ -76,18 +76,34 @@ def test_split_rules_agree():
 
 
 # ---------------------------------------------------------------- C6, 2-D
-def test_zigzag_transformer_regions_2d():
-    """d = 2, Variant A, T = 3, D = 3: (2T−1)^{2(D−1)} = 625 exact polygons; grid agrees."""
-    net, tf = _zigzag_tf(3, 3, "A", dim=2)
-    r = count_linear_regions(tf, [0.0, 0.0], [1.0, 1.0])
-    assert r.linear == r.activation == 625
-    areas = [
+def _areas(polys):
+    return [
         0.5 * abs(np.dot(P[:, 0], np.roll(P[:, 1], -1)) - np.dot(P[:, 1], np.roll(P[:, 0], -1)))
-        for P in r.polygons
+        for P in polys
     ]
-    np.testing.assert_allclose(sum(areas), 1.0, rtol=1e-9)  # the polygons tile the box
-    g = grid_region_count(net, [0.0, 0.0], [1.0, 1.0], 600)
-    assert g["patterns"] == g["linear"] == 625
+
+
+def test_zigzag_transformer_regions_2d():
+    """d = 2, Variant A, T = 2, D = 3: (2T−1)^{2(D−1)} = 81 exact polygons; grid agrees."""
+    net, tf = _zigzag_tf(2, 3, "A", dim=2)
+    r = count_linear_regions(tf, [0.0, 0.0], [1.0, 1.0])
+    assert r.linear == r.activation == 81
+    np.testing.assert_allclose(sum(_areas(r.polygons)), 1.0, rtol=1e-9)  # tiles the box
+    g = grid_region_count(net, [0.0, 0.0], [1.0, 1.0], 300)
+    assert g["patterns"] == g["linear"] == 81
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("T", "D"), [(3, 3), (2, 4)])
+def test_zigzag_transformer_regions_2d_larger(T, D):
+    """Spec C6: 625 and 729 regions on [0,1]^2, exact polygons and a 600² grid."""
+    net, tf = _zigzag_tf(T, D, "A", dim=2)
+    expected = (2 * T - 1) ** (2 * (D - 1))
+    r = count_linear_regions(tf, [0.0, 0.0], [1.0, 1.0])
+    assert r.linear == r.activation == expected
+    np.testing.assert_allclose(sum(_areas(r.polygons)), 1.0, rtol=1e-9)
+    g = grid_region_count(tf, [0.0, 0.0], [1.0, 1.0], 600)
+    assert g["patterns"] == g["linear"] == expected
 
 
 # ---------------------------------------------------------------- C8: RC vs maxout net
