@@ -13,7 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._controls import AttentionParams, LayerControls, NormParams, stack_controls
+from .._controls import (
+    AttentionParams,
+    LayerControls,
+    NormParams,
+    stack_controls,
+    unstack_controls,
+)
 from .._grid import Grid
 from .._operators import attention, project_s1
 from ._controls import KernelAttention, KernelLinear, PiecewiseConstant, SmoothPath
@@ -317,25 +323,47 @@ def full_model_refinement(
     """The full model (paper Lie scheme) with piecewise-constant controls on [0, n_layers],
     each layer split into m sub-steps (Δt = 1/m), for m in ``refinements``.
 
-    Returns ``{"m", "dts", "diffs", "ratios", "states"}``: ``diffs[i] = max|u_{m_{i+1}} −
-    u_{m_i}|`` (successive refinements) and ``ratios[i] = diffs[i+1]/diffs[i]``. For a
-    convergent order-p scheme the ratios tend to 2^{-p}; with σ1 ≤ 0 < σ2 (S1 ∩ S2 = ∅,
-    spec Q9) they do not decrease.
+    Returns a dict with
+
+    - ``m``, ``dts``; ``states``: u(T) for each m;
+    - ``diffs[i] = max|u_{m_{i+1}} − u_{m_i}|`` (successive refinements) and
+      ``ratios[i] = diffs[i+1]/diffs[i]``: for a convergent order-p scheme the ratios tend
+      to 2^{-p};
+    - ``sensitivity[i] = max|u_T(θ) − u_T(θ')|`` where θ' replaces the controls of the last
+      layer by independent ones: whether the Δt → 0 limit still depends on the dynamics;
+    - ``fixed_point_residual[i] = max|g(u_T) − u_T|`` for the Δt-independent part of one
+      step, g(u) = P_S1(½(u + ReLU u)) (σ1, σ2 of the model).
+
+    With σ1 ≤ 0 < σ2 (S1 ∩ S2 = ∅, spec Q9) each step applies g, an O(1) map, whatever Δt:
+    the refinements collapse onto a fixed point of g and the sensitivity vanishes like Δt.
     """
     theta = full_model_controls(n_layers, d, sigma1=sigma1, sigma2=sigma2, seed=seed)
-    path = PiecewiseConstant(theta)
-    flows = full_model_flows(path)
+    other = full_model_controls(n_layers, d, sigma1=sigma1, sigma2=sigma2, seed=seed + 5)
+    layers = unstack_controls(theta)
+    mixed = stack_controls([*layers[:-1], unstack_controls(other)[-1]])
     scheme = paper_lie(2, ffn_branch_dt=ffn_branch_dt)
     u0 = jax.random.normal(jax.random.key(seed + 7), (n_tokens, d))
-    run = jax.jit(lambda v, n: integrate(scheme, flows, v, t1=float(n_layers), n_steps=n))
-    states = [np.asarray(run(u0, n_layers * m)) for m in refinements]
+    out = []
+    for th in (theta, mixed):
+        flows = full_model_flows(PiecewiseConstant(th))
+        run = jax.jit(lambda v, n, f=flows: integrate(scheme, f, v, t1=float(n_layers), n_steps=n))
+        out.append([np.asarray(run(u0, n_layers * m)) for m in refinements])
+    states, states_mixed = out
     diffs = [float(np.max(np.abs(b - a))) for a, b in zip(states[:-1], states[1:])]
     ratios = [b / a if a > 0 else float("inf") for a, b in zip(diffs[:-1], diffs[1:])]
+    sens = [float(np.max(np.abs(a - b))) for a, b in zip(states, states_mixed)]
+
+    def g(u):
+        return np.asarray(project_s1(0.5 * (u + np.maximum(u, 0)), sigma1, sigma2))
+
+    resid = [float(np.max(np.abs(g(u) - u))) for u in states]
     return {
         "m": list(refinements),
         "dts": [1.0 / m for m in refinements],
         "diffs": diffs,
         "ratios": ratios,
+        "sensitivity": sens,
+        "fixed_point_residual": resid,
         "states": states,
     }
 
