@@ -1,0 +1,190 @@
+"""Task ``sharded``: sharded evolution on 8 CPU host devices equals the single-device one.
+
+For every axis assignment of ``parallel.assignments`` (default on a (2, 4) mesh with axes
+``("a", "b")``: tokens only, features only, tokens × features, batch × tokens) and every
+method of ``parallel.methods`` (``gspmd``: ``jax.jit`` + ``NamedSharding``; ``ring``:
+``shard_map`` ring attention with an online softmax; ``gspmd+chunked``: the chunked
+attention operator), :func:`transflow.parallel.shard_evolve` evolves a random batch and
+``max_rel_diff_vs_single_device = max |sharded − single| / max |single|`` is logged per
+(dtype, assignment, method) to ``metrics.jsonl``; it must be ≤ 1e-12 in float64 and
+≤ 1e-5 in float32. A second part compiles the token-sharded program for P = 1, 2, 4, 8
+token devices and logs the per-device memory from ``compiled.memory_analysis()``.
+
+JAX fixes the number of CPU devices when its backend starts, and the job's process has
+already started JAX with one device; so the checks run in a child process
+(``python -m transflow.parallel._selftest``) with
+``XLA_FLAGS=--xla_force_host_platform_device_count=<parallel.devices>`` set — this task
+sets it itself. The child process is bounded by ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Config", "ParallelConfig", "run"]
+
+
+def _default_assignments() -> dict[str, Any]:
+    return {
+        "tokens": {"tokens": ["a", "b"]},
+        "features": {"features": ["a", "b"]},
+        "tokens_x_features": {"tokens": "a", "features": "b"},
+        "batch_x_tokens": {"batch": "a", "tokens": "b"},
+    }
+
+
+@dataclass
+class ParallelConfig:
+    """The device mesh (``configs/parallel/default.yaml``, ``task.parallel.*``)."""
+
+    devices: int = 8  # CPU host devices of the child process (XLA_FLAGS)
+    mesh: list[int] = field(default_factory=lambda: [2, 4])  # devices per mesh axis
+    axis_names: list[str] = field(default_factory=lambda: ["a", "b"])
+    # label -> {batch|tokens|features: mesh axis name, list of names, or null}
+    assignments: dict[str, Any] = field(default_factory=_default_assignments)
+    methods: list[str] = field(default_factory=lambda: ["gspmd", "ring", "gspmd+chunked"])
+
+
+@dataclass
+class Config:
+    """Parameters of the sharded-evolution check (``task.<field>=...``)."""
+
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    batch: int = 4
+    n_tokens: int = 64
+    d_model: int = 32
+    n_heads: int = 8
+    d_ff: int | None = 64  # None: the paper's square FFN (residual form)
+    n_layers: int = 2
+    grid: str = "gauss"  # "gauss": Gauss–Legendre weights on Ω_x and Ω_y; "index": Δx=Δy=1
+    scheme: str = "lie"  # "lie" | "prenorm"
+    causal: bool = False
+    query_block: int = 16  # block sizes of the chunked operator
+    key_block: int = 16
+    # memory part: token sharding over these device counts (0-length list: skip)
+    memory_n_tokens: int = 1024
+    memory_token_devices: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    memory_methods: list[str] = field(default_factory=lambda: ["gspmd", "ring"])
+    tol_fp64: float = 1e-12
+    tol_fp32: float = 1e-5
+    timeout_s: int = 1200
+
+
+def _table(records, tol) -> str:
+    lines = [
+        "| dtype | assignment | method | out sharding | max rel diff vs 1 device | |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        ok = r["max_rel_diff_vs_single_device"] <= tol[r["dtype"]]
+        lines.append(
+            f"| {r['dtype']} | {r['assignment']} | {r['method']} | `{r['out_spec']}` | "
+            f"{r['max_rel_diff_vs_single_device']:.2e} | {'PASS' if ok else 'FAIL'} |"
+        )
+    return "\n".join(lines)
+
+
+def run(cfg: Config, ctx) -> dict:
+    from omegaconf import OmegaConf
+
+    from transflow.parallel._selftest import run_subprocess
+
+    par = cfg.parallel
+    assignments = OmegaConf.to_container(OmegaConf.create(dict(par.assignments)))
+    opts = dict(
+        devices=par.devices,
+        mesh=list(par.mesh),
+        axis_names=list(par.axis_names),
+        assignments=assignments,
+        methods=list(par.methods),
+        dtypes=list(ctx.dtypes),
+        batch=cfg.batch,
+        n_tokens=cfg.n_tokens,
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        d_ff=cfg.d_ff,
+        n_layers=cfg.n_layers,
+        grid=cfg.grid,
+        scheme=cfg.scheme,
+        causal=cfg.causal,
+        seed=ctx.seed,
+        query_block=cfg.query_block,
+        key_block=cfg.key_block,
+    )
+    mem_devices = [p for p in cfg.memory_token_devices if p <= par.devices]
+    if ctx.smoke:  # seconds: tiny problem, one dtype, the jit path only, no memory scan
+        n_dev = 1
+        for s in par.mesh:
+            n_dev *= int(s)
+        opts.update(
+            batch=n_dev,
+            n_tokens=16,
+            d_model=16,
+            d_ff=16,
+            n_layers=1,
+            methods=["gspmd"],
+            dtypes=list(ctx.dtypes)[-1:],
+        )
+        mem_devices = []
+    tol = {"float64": cfg.tol_fp64, "float32": cfg.tol_fp32}
+
+    records = run_subprocess("check", opts, timeout=cfg.timeout_s)
+    for r in records:
+        r["tolerance"] = tol[r["dtype"]]
+        r["passed"] = r["max_rel_diff_vs_single_device"] <= r["tolerance"]
+        ctx.log({"kind": "equivalence", **r})
+    ctx.report(
+        f"## Sharded vs single-device evolution ({par.devices} CPU host devices, mesh "
+        f"{dict(zip(par.axis_names, par.mesh))})\n\n"
+        f"batch {opts['batch']}, {opts['n_tokens']} tokens, d = {opts['d_model']}, "
+        f"{opts['n_heads']} heads, d_ff = {opts['d_ff']}, {opts['n_layers']} "
+        f"{opts['scheme']} steps, grid {opts['grid']}, causal {opts['causal']}.\n\n"
+        + _table(records, tol)
+    )
+
+    summary: dict[str, Any] = {
+        "n_checks": len(records),
+        "n_passed": sum(r["passed"] for r in records),
+    }
+    for dt in sorted({r["dtype"] for r in records}):
+        summary[f"max_rel_diff_{dt}"] = max(
+            r["max_rel_diff_vs_single_device"] for r in records if r["dtype"] == dt
+        )
+
+    if mem_devices:
+        mem = run_subprocess(
+            "memory",
+            dict(
+                opts,
+                n_tokens=cfg.memory_n_tokens,
+                grid="index",
+                dtype="float32",
+                methods=list(cfg.memory_methods),
+                token_devices=mem_devices,
+                n_heads=2,
+                d_ff=None,
+            ),
+            timeout=cfg.timeout_s,
+        )
+        base = {r["method"]: r for r in mem if r["token_devices"] == mem_devices[0]}
+        lines = ["| method | P | temp bytes | temp ratio vs P=1 | 1/P |", "|---|---|---|---|---|"]
+        for r in mem:
+            r["temp_ratio"] = r["temp"] / base[r["method"]]["temp"]
+            ctx.log({"kind": "memory", **r})
+            lines.append(
+                f"| {r['method']} | {r['token_devices']} | {r['temp']} | "
+                f"{r['temp_ratio']:.3f} | {mem_devices[0] / r['token_devices']:.3f} |"
+            )
+        ctx.report(
+            f"## Per-device memory, token axis sharded ({cfg.memory_n_tokens} tokens, "
+            "float32, compiled memory_analysis)\n\n" + "\n".join(lines)
+        )
+        pmax = max(mem_devices)
+        for m in cfg.memory_methods:
+            top = next(r for r in mem if r["method"] == m and r["token_devices"] == pmax)
+            summary[f"temp_ratio_P{pmax}_{m}"] = top["temp_ratio"]
+    if summary["n_passed"] != summary["n_checks"]:
+        failed = [r for r in records if not r["passed"]]
+        raise AssertionError(f"sharded evolution differs from single-device: {failed}")
+    return summary
