@@ -34,6 +34,10 @@ from ._model import (
     make_vit as make_vit,
     patchify as patchify,
 )
+from ._plot import (
+    curves_from_history as curves_from_history,
+    plot_training_curves as plot_training_curves,
+)
 from ._remat import evolve_checkpointed as evolve_checkpointed
 from ._tasks import (
     DigitsConfig as DigitsConfig,

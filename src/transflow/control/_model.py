@@ -179,9 +179,12 @@ class FlowModel(eqx.Module):
 
 def _controls(d, n_steps, n_heads, d_ff, dtype, key):
     keys = jax.random.split(key, n_steps)
-    return stack_controls(
+    stacked = stack_controls(
         [LayerControls.random(d, n_heads=n_heads, d_ff=d_ff, dtype=dtype, key=k) for k in keys]
     )
+    # LayerControls.random scales by a NumPy float64 scalar, which promotes float32 kernels
+    # to float64 when x64 is on; cast back so the model has the dtype that was asked for.
+    return jax.tree.map(lambda x: x.astype(dtype), stacked)
 
 
 def make_vit(
@@ -211,7 +214,7 @@ def make_vit(
     k1, k2, k3, k4, k5 = jax.random.split(key, 5)
     p2 = patch * patch
     embed = PatchEmbedding(
-        weight=jax.random.normal(k1, (p2, d), dtype) / np.sqrt(p2),
+        weight=jax.random.normal(k1, (p2, d), dtype) / float(np.sqrt(p2)),
         bias=jnp.zeros((d,), dtype),
         cls_token=0.02 * jax.random.normal(k2, (d,), dtype) if pool == "cls" else None,
         pos=0.02 * jax.random.normal(k3, (n_tok, d), dtype),
@@ -219,7 +222,7 @@ def make_vit(
         patch=patch,
     )
     controls = _controls(d, n_steps, n_heads, d_ff, dtype, k4)
-    head_w = jax.random.normal(k5, (d, n_classes), dtype) / np.sqrt(d)
+    head_w = jax.random.normal(k5, (d, n_classes), dtype) / float(np.sqrt(d))
     return FlowModel(
         embed,
         controls,
@@ -254,7 +257,7 @@ def make_seq(
         jax.random.normal(k1, (vocab, d), dtype), jax.random.normal(k2, (length, d), dtype)
     )
     controls = _controls(d, n_steps, n_heads, d_ff, dtype, k3)
-    head_w = jax.random.normal(k4, (d, n_out), dtype) / np.sqrt(d)
+    head_w = jax.random.normal(k4, (d, n_out), dtype) / float(np.sqrt(d))
     return FlowModel(
         embed,
         controls,

@@ -1,0 +1,56 @@
+"""Training curves (loss and accuracy against steps) from :func:`train` histories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["curves_from_history", "plot_training_curves"]
+
+
+def curves_from_history(history: list[dict]) -> dict[str, list]:
+    """Split a history (or ``metrics.jsonl`` records) into plottable columns.
+
+    Returns ``step``/``loss``/``train_accuracy`` (the logged training entries) and
+    ``eval_step``/``eval_loss``/``eval_accuracy`` (the evaluation entries).
+    """
+    train = [h for h in history if "loss" in h and not h.get("final")]
+    ev = [h for h in history if "eval_accuracy" in h and not h.get("final")]
+    return {
+        "step": [h["step"] for h in train],
+        "loss": [h["loss"] for h in train],
+        "train_accuracy": [h["train_accuracy"] for h in train],
+        "eval_step": [h["step"] for h in ev],
+        "eval_loss": [h["eval_loss"] for h in ev],
+        "eval_accuracy": [h["eval_accuracy"] for h in ev],
+    }
+
+
+def plot_training_curves(runs: dict[str, list[dict]], *, title: str = "") -> Any:
+    """A two-panel matplotlib figure: loss (log scale) and accuracy against steps.
+
+    ``runs`` maps a label to a history; training entries are thin lines, evaluation
+    (held-out) entries markers.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
+    for i, (label, hist) in enumerate(runs.items()):
+        c = curves_from_history(hist)
+        color = f"C{i}"
+        ax_l.plot(c["step"], c["loss"], color=color, lw=0.8, alpha=0.7, label=f"{label} train")
+        ax_l.plot(c["eval_step"], c["eval_loss"], "o-", color=color, ms=3, label=f"{label} test")
+        ax_a.plot(c["step"], c["train_accuracy"], color=color, lw=0.8, alpha=0.5)
+        ax_a.plot(
+            c["eval_step"], c["eval_accuracy"], "o-", color=color, ms=3, label=f"{label} test"
+        )
+    ax_l.set(xlabel="step", ylabel="cross-entropy", yscale="log", title="loss")
+    ax_a.set(xlabel="step", ylabel="accuracy", ylim=(0, 1.02), title="accuracy")
+    ax_a.axhline(0.95, color="gray", ls=":", lw=0.8)
+    ax_l.legend(fontsize=7)
+    ax_a.legend(fontsize=7, loc="lower right")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return fig
