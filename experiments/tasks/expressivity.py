@@ -61,16 +61,19 @@ def _random_maxout(rng, d, widths, ranks, d_out=1):
     return MaxoutNetwork(ws, bs, rng.normal(size=(d_out, prev)), rng.normal(size=d_out))
 
 
+_CALL = {}
+
+
 def _batched(f, x):
-    import equinox as eqx
-    import jax
+    """``vmap(f)(x)`` as numpy, compiled once per model structure (f is an argument)."""
     import numpy as np
 
-    @eqx.filter_jit
-    def call(f, x):
-        return jax.vmap(f)(x)
+    if "fn" not in _CALL:
+        import equinox as eqx
+        import jax
 
-    return np.asarray(call(f, x))
+        _CALL["fn"] = eqx.filter_jit(lambda f, x: jax.vmap(f)(x))
+    return np.asarray(_CALL["fn"](f, x))
 
 
 def _errors(a, b):
@@ -106,6 +109,7 @@ def softmax_rows(tokens, lambdas, n_grid=20001, n_random=2000, seed=0) -> list[d
                     "err_lambda_grid": float(np.abs(eg).max() * lam),
                     "err_lambda_random": float(np.abs(er).max() * lam),
                     "c_T": softmax_max_constant(T),
+                "n_random": n_random,
                 }
             )
     return rows
@@ -132,7 +136,7 @@ def plot_softmax(rows):
             "x:",
             color=col,
             alpha=0.7,
-            label=f"T={T}: {len(rr) and 'random points'}",
+            label=f"T={T}: {rr[0]['n_random']} random points",
         )
         ax.axhline(rr[0]["c_T"], color=col, lw=0.8, ls="--")
         ax.text(
@@ -237,14 +241,17 @@ def plot_regions(rows):
             + (" (1 block/layer)" if variant == "A" else " (3 blocks/layer, reserved token)")
         )
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6)
+        if rr:
+            ax.legend(fontsize=6)
+        else:
+            ax.text(0.5, 0.5, "not run", transform=ax.transAxes, ha="center")
     axes[0].set_ylabel("linear regions on [0, 1] (d = 1)")
     fig.suptitle("F8: linear regions of the zigzag transformers vs depth")
     fig.tight_layout()
     return fig
 
 
-def partition_2d(T=3, D=3, seed=0):
+def partition_2d(T=3, D=3, seed=0, relu=True):
     """F9 data: the exact partition of [0,1]² into linear regions of the Variant-A
     transformer of the zigzag net (T tokens, D blocks) plus a small random ReLU net's."""
     import numpy as np
@@ -259,6 +266,8 @@ def partition_2d(T=3, D=3, seed=0):
     out = {}
     tf = maxout_to_transformer(zigzag_maxout(T, D - 1, 2), 0.0, 1.0)
     out["zigzag"] = count_linear_regions(tf, [0.0, 0.0], [1.0, 1.0])
+    if not relu:
+        return out
     rng = np.random.default_rng(seed)
     Ws = [rng.normal(size=(6, 2)), rng.normal(size=(5, 6)), rng.normal(size=(1, 5))]
     bs = [rng.normal(size=6), rng.normal(size=5), rng.normal(size=1)]
@@ -302,45 +311,23 @@ def plot_partition(parts, T=3, D=3):
 
 
 # ------------------------------------------------------------------------ run
-def run(cfg, ctx) -> dict:
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
+def _relu_and_cpwl(rng, n, ctx) -> dict:
+    """Checks C2 (ReLU net 4→8→8→6→1) and C3 (lattice and hinging-hyperplane CPWL)."""
     import numpy as np
 
     from transflow.expressivity import (
         MaxoutNetwork,
-        count_linear_regions,
-        grid_region_count,
         hinging_cpwl,
         lattice_cpwl,
         lattice_eval,
         maxout_to_transformer,
     )
 
-    smoke = ctx.smoke
-    n = 2000 if smoke else int(cfg.n_points)
-    rng = np.random.default_rng(ctx.seed)
-    summary: dict = {}
-
-    # C1 / C7 / C9 ------------------------------------------------------------------
-    net = _random_maxout(rng, 3, (5, 4, 3), (2, 4, 3), d_out=2)
-    x = rng.uniform(-1, 1, size=(n, 3))
-    y = _batched(net, x)
-    for variant in ("A", "B"):
-        tf = maxout_to_transformer(net, -1.0, 1.0, variant=variant)
-        e = _errors(_batched(tf, x), y)
-        pc = tf.param_counts()
-        ctx.log({"check": "C1" if variant == "A" else "C7", "variant": variant, **e, **pc})
-        summary[f"C1_hardmax_max_rel_{variant}"] = e["max_rel"]
-        summary[f"C9_params_{variant}"] = {k: pc[k] for k in ("maxout", "nnz", "dense")}
-
-    # C2 --------------------------------------------------------------------------
+    summary = {}
     sizes = (4, 8, 8, 6, 1)
     Ws = [rng.normal(size=(o, i)) / np.sqrt(i) for i, o in zip(sizes[:-1], sizes[1:])]
     bs = [0.3 * rng.normal(size=o) for o in sizes[1:]]
-    relu = MaxoutNetwork.from_relu(Ws, bs)
-    tf = maxout_to_transformer(relu, -1.0, 1.0)
+    tf = maxout_to_transformer(MaxoutNetwork.from_relu(Ws, bs), -1.0, 1.0)
     x4 = rng.uniform(-1, 1, size=(n, 4))
     h = x4
     for w, b in zip(Ws[:-1], bs[:-1]):
@@ -349,7 +336,6 @@ def run(cfg, ctx) -> dict:
     ctx.log({"check": "C2", "T": tf.n_tokens, "D": tf.depth, **e})
     summary["C2_relu_max_rel"] = e["max_rel"]
 
-    # C3 --------------------------------------------------------------------------
     A, c = rng.normal(size=(7, 2)), rng.normal(size=7)
     sets = [[0, 1, 2], [2, 3], [3, 4, 5], [5, 6, 0], [1, 4, 6]]
     tf = maxout_to_transformer(lattice_cpwl(A, c, sets), -2.0, 2.0)
@@ -363,8 +349,71 @@ def run(cfg, ctx) -> dict:
     e = _errors(_batched(tf, x2)[:, 0], ref)
     ctx.log({"check": "C3", "route": "hinging", "T": tf.n_tokens, "D": tf.depth, **e})
     summary["C3_hinging_max_rel"] = e["max_rel"]
+    return summary
 
-    # C4 --------------------------------------------------------------------------
+
+def _c8(rng, ctx) -> list[int]:
+    """Check C8: regions of a random 1-6-6-6-1 rank-3 net on [−3, 3], of its transformer,
+    and of grid hashing (2·10^5 points)."""
+    import numpy as np
+
+    from transflow.expressivity import (
+        MaxoutNetwork,
+        count_linear_regions,
+        grid_region_count,
+        maxout_to_transformer,
+    )
+
+    Wc = [rng.normal(size=(6, 3, 1)), rng.normal(size=(6, 3, 6)), rng.normal(size=(6, 3, 6))]
+    net = MaxoutNetwork(
+        Wc, [rng.normal(size=(6, 3)) for _ in range(3)], rng.normal(size=(1, 6)), np.zeros(1)
+    )
+    r_net = count_linear_regions(net, -3.0, 3.0)
+    r_tf = count_linear_regions(maxout_to_transformer(net, -3.0, 3.0), -3.0, 3.0)
+    g = grid_region_count(net, -3.0, 3.0, 200_000)
+    ctx.log(
+        {
+            "check": "C8",
+            "net": [r_net.linear, r_net.activation],
+            "transformer": [r_tf.linear, r_tf.activation],
+            "grid": g,
+        }
+    )
+    return [r_net.linear, r_tf.linear, g["linear"]]
+
+
+def run(cfg, ctx) -> dict:
+    """All checks; ``debug=smoke`` keeps C1 (A), C4, one softmax unit, three tiny region
+    counts and a tiny 2-D partition."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+
+    from transflow.expressivity import grid_region_count, maxout_to_transformer, zigzag_maxout
+
+    smoke = ctx.smoke
+    n = 2000 if smoke else int(cfg.n_points)
+    rng = np.random.default_rng(ctx.seed)
+    summary: dict = {}
+
+    # C1 / C7 / C9
+    net = _random_maxout(rng, 3, (5, 4, 3), (2, 4, 3), d_out=2)
+    x = rng.uniform(-1, 1, size=(n, 3))
+    y = _batched(net, x)
+    for variant in ("A",) if smoke else ("A", "B"):
+        tf = maxout_to_transformer(net, -1.0, 1.0, variant=variant)
+        e = _errors(_batched(tf, x), y)
+        pc = tf.param_counts()
+        ctx.log({"check": "C1" if variant == "A" else "C7", "variant": variant, **e, **pc})
+        summary[f"C1_hardmax_max_rel_{variant}"] = e["max_rel"]
+        summary[f"C9_params_{variant}"] = {k: pc[k] for k in ("maxout", "nnz", "dense")}
+
+    # C2, C3
+    if not smoke:
+        summary.update(_relu_and_cpwl(rng, n, ctx))
+
+    # C4
     small = _random_maxout(rng, 2, (4, 3), (3, 2))
     tf = maxout_to_transformer(small, -1.0, 1.0, margin=0.0)
     u = rng.normal(size=(n, 2))
@@ -376,101 +425,69 @@ def run(cfg, ctx) -> dict:
     summary["C4_err_inside_R1"] = c4[1.0]
     summary["C4_err_R100"] = c4[100.0]
 
-    # C5 --------------------------------------------------------------------------
-    tokens = [2, 3] if smoke else list(cfg.softmax_tokens)
+    # C5
+    tokens = [2] if smoke else list(cfg.softmax_tokens)
     lambdas = [10.0, 1e3] if smoke else [float(v) for v in cfg.lambdas]
     rows = softmax_rows(tokens, lambdas, n_grid=2001 if smoke else 20001)
     ctx.log({"check": "C5", "rows": rows})
-    worst = max(abs(r["err_lambda_grid"] - r["c_T"]) / r["c_T"] for r in rows if r["lambda"] >= 10)
-    summary["C5_max_rel_dev_err_lambda_vs_cT"] = worst
-    deep = _random_maxout(rng, 2, (3, 3, 2), (3, 2, 3))
-    xs = rng.uniform(-1, 1, size=(n, 2))
-    yd = _batched(deep, xs)
-    multi = []
-    for lam in (1e2, 1e3, 1e4):
-        tf = maxout_to_transformer(deep, -1.0, 1.0, attention=lam)
-        multi.append(
-            {
-                "lambda": lam,
-                "max_abs": _errors(_batched(tf, xs), yd)["max_abs"],
-                "bound": tf.softmax_error_bound(),
-            }
-        )
-    ctx.log({"check": "C5_multilayer", "rows": multi})
-    summary["C5_multilayer_within_bound"] = all(m["max_abs"] <= m["bound"] for m in multi)
+    summary["C5_max_rel_dev_err_lambda_vs_cT"] = max(
+        abs(r["err_lambda_grid"] - r["c_T"]) / r["c_T"] for r in rows if r["lambda"] >= 10
+    )
+    if not smoke:
+        deep = _random_maxout(rng, 2, (3, 3, 2), (3, 2, 3))
+        xs = rng.uniform(-1, 1, size=(n, 2))
+        yd = _batched(deep, xs)
+        multi = []
+        for lam in (1e2, 1e3, 1e4):
+            tf = maxout_to_transformer(deep, -1.0, 1.0, attention=lam)
+            err = _errors(_batched(tf, xs), yd)["max_abs"]
+            multi.append({"lambda": lam, "max_abs": err, "bound": tf.softmax_error_bound()})
+        ctx.log({"check": "C5_multilayer", "rows": multi})
+        summary["C5_multilayer_within_bound"] = all(m["max_abs"] <= m["bound"] for m in multi)
     ctx.save_figure(plot_softmax(rows), "F7_softmax_error")
 
-    # C6 / C7 / C12 ---------------------------------------------------------------
-    max_regions = 30 if smoke else int(cfg.max_regions)
-    tok_a = [2] if smoke else list(cfg.tokens_a)
-    tok_b = [3] if smoke else list(cfg.tokens_b)
-    rrows = []
-    for r in ctx.progress(region_rows(tok_a, tok_b, max_regions), desc="regions"):
+    # C6 / C7 / C12
+    max_regions = 9 if smoke else int(cfg.max_regions)
+    tok_b = [] if smoke else list(cfg.tokens_b)
+    rrows = region_rows([2] if smoke else list(cfg.tokens_a), tok_b, max_regions)
+    for r in rrows:
         ctx.log({"check": "C6" if r["variant"] == "A" else "C7", **r})
-        rrows.append(r)
     summary["C6_C7_counts_equal_rc_exact"] = all(r["regions"] == r["rc_exact"] for r in rrows)
     summary["C6_C7_largest_count"] = max(r["regions"] for r in rrows)
     ctx.save_figure(plot_regions(rrows), "F8_regions_depth")
 
-    # C6 in 2-D and F9 --------------------------------------------------------------
+    # C6 in 2-D, F9
     T2, D2 = (2, 2) if smoke else (int(cfg.partition_tokens), int(cfg.partition_depth))
-    parts = partition_2d(T2, D2, seed=ctx.seed)
+    parts = partition_2d(T2, D2, seed=ctx.seed, relu=not smoke)
     z = parts["zigzag"]
-    from transflow.expressivity import zigzag_maxout
-
     g = grid_region_count(
         maxout_to_transformer(zigzag_maxout(T2, D2 - 1, 2), 0.0, 1.0),
         [0.0, 0.0],
         [1.0, 1.0],
         100 if smoke else int(cfg.grid_2d),
     )
-    rec = {
-        "check": "C6_2d",
-        "T": T2,
-        "D": D2,
-        "polygon_linear": z.linear,
-        "polygon_activation": z.activation,
-        "grid": g,
-        "rc_exact": (2 * T2 - 1) ** (2 * (D2 - 1)),
-    }
-    ctx.log(rec)
-    summary["C6_2d_polygon_count"] = z.linear
-    summary["C6_2d_grid_patterns"] = g["patterns"]
-    summary["C6_2d_rc_exact"] = rec["rc_exact"]
-    ctx.save_figure(plot_partition(parts, T2, D2), "F9_partition")
-
-    # C8 --------------------------------------------------------------------------
-    Wc = [rng.normal(size=(6, 3, 1)), rng.normal(size=(6, 3, 6)), rng.normal(size=(6, 3, 6))]
-    c8 = MaxoutNetwork(
-        Wc, [rng.normal(size=(6, 3)) for _ in range(3)], rng.normal(size=(1, 6)), np.zeros(1)
-    )
-    r_net = count_linear_regions(c8, -3.0, 3.0)
-    r_tf = count_linear_regions(maxout_to_transformer(c8, -3.0, 3.0), -3.0, 3.0)
-    g8 = grid_region_count(c8, -3.0, 3.0, 20000 if smoke else 200000)
+    rc = (2 * T2 - 1) ** (2 * (D2 - 1))
     ctx.log(
         {
-            "check": "C8",
-            "net": [r_net.linear, r_net.activation],
-            "transformer": [r_tf.linear, r_tf.activation],
-            "grid": g8,
+            "check": "C6_2d",
+            "T": T2,
+            "D": D2,
+            "polygon_linear": z.linear,
+            "polygon_activation": z.activation,
+            "grid": g,
+            "rc_exact": rc,
         }
     )
-    summary["C8_regions_net_tf_grid"] = [r_net.linear, r_tf.linear, g8["linear"]]
+    summary["C6_2d_polygon_grid_formula"] = [z.linear, g["patterns"], rc]
+    ctx.save_figure(plot_partition(parts, T2, D2), "F9_partition")
+
+    # C8
+    if not smoke:
+        summary["C8_regions_net_tf_grid"] = _c8(rng, ctx)
 
     ctx.report(
         "# Expressivity checks (spec maxout-expressivity.md §7)\n\n"
-        f"- C1 hardmax Variant A/B max rel error: {summary['C1_hardmax_max_rel_A']:.2e} / "
-        f"{summary['C1_hardmax_max_rel_B']:.2e}\n"
-        f"- C2 ReLU: {summary['C2_relu_max_rel']:.2e}; C3 lattice/hinging: "
-        f"{summary['C3_lattice_max_rel']:.2e} / {summary['C3_hinging_max_rel']:.2e}\n"
-        f"- C4 outside the box: error {c4[1.0]:.1e} at R=1, {c4[100.0]:.1e} at R=100\n"
-        f"- C5 sup err·λ vs c_T: max rel deviation {worst:.1e}\n"
-        f"- C6/C7 counts = RC-exact formula: {summary['C6_C7_counts_equal_rc_exact']} "
-        f"(largest {summary['C6_C7_largest_count']})\n"
-        f"- C6 2-D: polygons {z.linear}, grid patterns {g['patterns']}, formula "
-        f"{rec['rc_exact']}\n"
-        f"- C8 regions (net, transformer, grid): {summary['C8_regions_net_tf_grid']}\n"
-        f"- C9 parameter counts: {summary['C9_params_A']}"
+        + "\n".join(f"- {k}: {v}" for k, v in summary.items())
     )
     if not math.isfinite(summary["C1_hardmax_max_rel_A"]):
         raise FloatingPointError("C1 produced a non-finite error")
