@@ -1,0 +1,104 @@
+"""Shared helpers of the benchmarks: environment, interleaved timing, JSON results.
+
+Timings on a shared machine are noisy: every benchmark times its candidates *interleaved*
+(one call of each per round, after warm-up) and reports the median with min and max, so a
+burst of load hits all candidates alike and the ratios stay meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+
+
+def pin_threads(threads: int | None) -> int:
+    """Restrict this process to ``threads`` cores (both XLA and torch then use them).
+
+    Must run before jax/torch start their thread pools. Returns the thread count used.
+    """
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    n = len(cores) or (os.cpu_count() or 1)
+    if threads is not None and threads < n and cores:
+        os.sched_setaffinity(0, cores[:threads])
+        n = threads
+    return n
+
+
+def env_info() -> dict:
+    import jax
+
+    info = {
+        "jax_version": jax.__version__,
+        "jaxlib_version": getattr(jax.lib, "__version__", None) or _version("jaxlib"),
+        "backend": jax.default_backend(),
+        "device": str(jax.devices()[0].device_kind),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+    try:
+        import torch
+
+        info["torch_version"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:  # pragma: no cover
+        info["torch_version"] = None
+    return info
+
+
+def _version(dist: str):
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:  # pragma: no cover
+        return None
+
+
+def stats(samples: list[float]) -> dict:
+    return {
+        "median": statistics.median(samples),
+        "min": min(samples),
+        "max": max(samples),
+        "n": len(samples),
+        "samples": samples,
+    }
+
+
+def interleaved(fns: dict[str, Callable[[], object]], *, warmup: int, rounds: int) -> dict:
+    """Time each callable once per round, round-robin, after ``warmup`` untimed rounds."""
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: stats(v) for k, v in times.items()}
+
+
+def write_result(name: str, result: dict, out_dir: pathlib.Path | None = None) -> pathlib.Path:
+    out_dir = RESULTS if out_dir is None else pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def fmt(s: dict, unit: float = 1e3, suffix: str = "ms") -> str:
+    return (
+        f"{s['median'] * unit:8.2f} {suffix} (min {s['min'] * unit:.2f}, "
+        f"max {s['max'] * unit:.2f}, n={s['n']})"
+    )

@@ -1,0 +1,130 @@
+"""Run every benchmark (``make bench``) and write ``benchmarks/results/summary.json``.
+
+Each benchmark runs in its own process (clean thread pools and memory counters), prints its
+numbers with the JAX version and writes ``results/<name>.json``; this script collects the
+headline numbers into ``summary.json`` and checks them against the issue's targets.
+
+    .venv/bin/python benchmarks/run_all.py            # full run, ~5 min on 2 busy cores
+    .venv/bin/python benchmarks/run_all.py --quick    # fewer rounds, no gradient run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+OWN = ("bench_layer.py", "bench_compile.py", "bench_chunked.py")
+TARGETS = {
+    "ratio_vs_torch": (">=", 1.0),
+    "flop_fraction": (">=", 0.5),
+    "compile_ratio_48_vs_1": ("<=", 1.5),
+    "chunked_peak_rss_gib": ("<=", 1.5),
+    "chunked_agreement_rel_err": ("<=", 1e-5),
+}
+
+
+def _run(script: str, args: list[str]) -> None:
+    cmd = [sys.executable, str(HERE / script), *args]
+    print(f"$ {' '.join(cmd[1:])}", flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument(
+        "--skip-torch",
+        action="store_true",
+        help="no torch comparison (e.g. on a GPU machine without CUDA torch)",
+    )
+    args = ap.parse_args(argv)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    common = ["--out", str(out)]
+    t0 = time.perf_counter()
+    rounds = ["--rounds", "8"] if args.quick else []
+    if not args.skip_torch:
+        _run("bench_layer.py", common + rounds)
+        layer = json.loads((out / "layer.json").read_text())
+    else:
+        layer = {}
+    _run("bench_compile.py", common + (["--rounds", "2"] if args.quick else []))
+    _run("bench_chunked.py", common + (["--no-grad"] if args.quick else []))
+    # Benchmarks of other areas (e.g. bench_regions.py) run too, with their own CLI; a
+    # failure there is reported without hiding the results above.
+    others = {}
+    for script in sorted(HERE.glob("bench_*.py")):
+        if script.name in OWN:
+            continue
+        try:
+            _run(script.name, ["--quick"] if args.quick else [])
+            others[script.stem] = "ok"
+        except subprocess.CalledProcessError as e:
+            others[script.stem] = f"failed (exit {e.returncode})"
+    compile_ = json.loads((out / "compile.json").read_text())
+    chunked = json.loads((out / "chunked.json").read_text())
+
+    summary = {
+        "ratio_vs_torch": layer.get("ratio_vs_torch"),
+        "ratio_vs_torch_min_max_per_round": layer.get("ratio_vs_torch_per_round"),
+        "flop_fraction": layer.get("flop_fraction"),
+        "torch_flop_fraction": layer.get("torch_flop_fraction"),
+        "xla_matmul_gflops": layer.get("xla_matmul_gflops"),
+        "transflow_ms": layer.get("timings_s", {}).get("transflow"),
+        "torch_ms": layer.get("timings_s", {}).get("torch"),
+        "torch_fast_path": layer.get("torch_fast_path"),
+        "threads": layer.get("threads"),
+        "compile_ratio_48_vs_1": compile_["compile_ratio"],
+        "compile_s": {k: v["total"] for k, v in compile_["timings_s"].items()},
+        "chunked_peak_rss_gib": chunked["chunked_peak_rss_gib"],
+        "chunked_grad_peak_rss_gib": chunked["chunked_grad_peak_rss_gib"],
+        "chunked_baseline_rss_gib": chunked["baseline_rss_gib"],
+        "chunked_agreement_rel_err": chunked["agreement_rel_err"],
+        "chunked_tokens": chunked["tokens"],
+        "jax_version": compile_["jax_version"],
+        "jaxlib_version": compile_["jaxlib_version"],
+        "torch_version": compile_.get("torch_version"),
+        "backend": compile_["backend"],
+        "device": compile_["device"],
+        "cpu_count": compile_["cpu_count"],
+        "load_average_1min_at_end": compile_["load_average_1min"],
+        "other_benchmarks": others,
+        "quick": args.quick,
+        "wall_s": time.perf_counter() - t0,
+    }
+    # The timing fields keep median/min/max only (samples stay in the per-benchmark files).
+    for key in ("transflow_ms", "torch_ms"):
+        if summary[key]:
+            summary[key] = {k: summary[key][k] * 1e3 for k in ("median", "min", "max")}
+    summary["compile_s"] = {
+        n: {k: v[k] for k in ("median", "min", "max")} for n, v in summary["compile_s"].items()
+    }
+    met = {}
+    for key, (op, bound) in TARGETS.items():
+        v = summary.get(key)
+        met[key] = None if v is None else (v >= bound if op == ">=" else v <= bound)
+    summary["targets"] = {
+        k: {"bound": f"{op} {b}", "met": met[k]} for k, (op, b) in TARGETS.items()
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(
+        f"\n[summary] jax {summary['jax_version']}, torch {summary['torch_version']}, "
+        f"{summary['backend']} ({summary['device']}), {summary['wall_s']:.0f} s"
+    )
+    for key, (op, bound) in TARGETS.items():
+        v = summary.get(key)
+        vs = "n/a" if v is None else f"{v:.3g}"
+        flag = {True: "met", False: "NOT met", None: "not measured"}[met[key]]
+        print(f"  {key:28s} {vs:>10s}   target {op} {bound:g}: {flag}")
+    print(f"  -> {out / 'summary.json'}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
