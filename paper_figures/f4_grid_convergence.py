@@ -1,0 +1,42 @@
+"""F4: error vs grid size N_x = N_y = N (log–log) of the discrete attention operator, the
+linear integral operator and the evolution of sub-model (a), for smooth kernels on
+Ω_x = Ω_y = [0, 1] with the midpoint rule; nested grids N = 4, 12, 36 against N = 324.
+Expected: slope 2 (the quadrature order).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+FIGURE = {
+    "id": "F4",
+    "title": "Error vs grid size for smooth kernels (midpoint rule, order 2)",
+    "command": "make figures  (python paper_figures/make_all.py F4)",
+    "config": "experiment=grid_refinement (precision=fp64)",
+}
+
+
+def make(out_dir: pathlib.Path) -> dict:
+    import jax
+    from experiments.figures import figure_smoke, save_figure
+    from experiments.run import compose
+    from experiments.tasks.grid_refinement import plot_grid
+    from omegaconf import OmegaConf
+
+    from transflow.continuous import grid_convergence
+
+    jax.config.update("jax_enable_x64", True)
+    cfg, _ = compose(["experiment=grid_refinement"])
+    task = OmegaConf.to_object(cfg.task)
+    quantities, sizes, n_ref = list(task.quantities), list(task.sizes), int(task.n_ref)
+    if figure_smoke():
+        quantities, sizes, n_ref = ["attention"], [4, 12], 36
+    records = []
+    for q in quantities:
+        res = grid_convergence(
+            sizes, n_ref=n_ref, quantity=q, t1=task.t1, n_time_steps=task.n_time_steps
+        )
+        records.append({"quantity": q, "n_ref": n_ref, **res})
+    fig = plot_grid(records)
+    save_figure(fig, out_dir, FIGURE["id"], {"records": records})
+    return {f"slope_{r['quantity']}": round(r["slope"], 3) for r in records}

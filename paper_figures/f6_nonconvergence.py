@@ -1,0 +1,56 @@
+"""F6: the expected negative (spec Q9). The full model's Lie scheme with σ1 = 0
+(S1 ∩ S2 = ∅) under Δt refinement: successive differences are erratic, then the state
+collapses onto a fixed point of g(u) = P_S1(½(u + ReLU u)) and its sensitivity to the
+last layer's controls vanishes like Δt: the "limit" forgets the dynamics. Contrast:
+σ1 = 1, σ2 = 0.3 (S1 ∩ S2 ≠ ∅) converges at first order with O(1) sensitivity.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+FIGURE = {
+    "id": "F6",
+    "title": "Non-convergence of the full model with σ1 = 0 under Δt refinement",
+    "command": "make figures  (python paper_figures/make_all.py F6)",
+    "config": "experiment=nonconvergence (precision=fp64)",
+}
+
+
+def make(out_dir: pathlib.Path) -> dict:
+    import jax
+    from experiments.figures import figure_smoke, save_figure
+    from experiments.run import compose
+    from experiments.tasks.nonconvergence import CASES, plot_nonconvergence
+    from omegaconf import OmegaConf
+
+    from transflow.continuous import full_model_refinement
+
+    jax.config.update("jax_enable_x64", True)
+    cfg, _ = compose(["experiment=nonconvergence"])
+    task = OmegaConf.to_object(cfg.task)
+    refs = [1, 2, 4, 8] if figure_smoke() else list(task.refinements)
+    results = {}
+    for name, (s1, s2) in CASES.items():
+        r = full_model_refinement(
+            sigma1=s1,
+            sigma2=s2,
+            refinements=refs,
+            n_layers=task.n_layers,
+            n_tokens=task.n_tokens,
+            d=task.d,
+            ffn_branch_dt=task.ffn_branch_dt,
+            seed=int(cfg.seed),
+        )
+        r.pop("states")
+        results[name] = r
+    fig = plot_nonconvergence(results)
+    save_figure(fig, out_dir, FIGURE["id"], results)
+    r0, r1 = results.values()
+    return {
+        "sigma1_0_sensitivity_dt_min": r0["sensitivity"][-1],
+        "sigma1_0_sensitivity_dt_1": r0["sensitivity"][0],
+        "sigma1_0_fixed_point_residual": r0["fixed_point_residual"][-1],
+        "sigma1_1_sensitivity_dt_min": r1["sensitivity"][-1],
+        "sigma1_1_last_ratio": r1["ratios"][-1] if r1["ratios"] else None,
+    }
