@@ -49,7 +49,7 @@ class ShardAxes:
     Example:
         >>> from transflow.parallel import ShardAxes
         >>> ShardAxes(tokens="t", features="f").spec()
-        PartitionSpec(None, 't', 'f')
+        P(None, 't', 'f')
     """
 
     batch: AxisAssignment = None
