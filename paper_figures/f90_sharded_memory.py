@@ -1,4 +1,4 @@
-"""F9: per-device memory of the token-sharded evolution vs the number of devices P.
+"""F90: per-device memory of the token-sharded evolution vs the number of devices P.
 
 The token grid (1024 tokens, d = 32, 2 heads, 2 Lie steps, float32) is split over
 P = 1, 2, 4, 8 CPU host devices (a child process with
@@ -17,9 +17,9 @@ from __future__ import annotations
 import pathlib
 
 FIGURE = {
-    "id": "F9",
+    "id": "F90",
     "title": "Per-device memory of the token-sharded evolution vs number of devices",
-    "command": "make figures  (python paper_figures/make_all.py F9)",
+    "command": "make figures  (python paper_figures/make_all.py F90)",
     "config": "library call: transflow.parallel.memory_report (as experiment=sharded)",
 }
 
@@ -68,7 +68,7 @@ def make(out_dir: pathlib.Path) -> dict:
     ax.set_xticks(ps, [str(p) for p in ps])
     ax.set_xlabel("token devices P")
     ax.set_ylabel("per-device temporaries [MiB]")
-    ax.set_title(f"F9: token-sharded evolution, n = {n_tokens}, float32", fontsize=10)
+    ax.set_title(f"F90: token-sharded evolution, n = {n_tokens}, float32", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     save_figure(fig, out_dir, FIGURE["id"], out)
