@@ -115,16 +115,20 @@ def test_submodel_orders_against_diffrax(kind):
         assert all(e2 < e1 for e1, e2 in zip(r.errors, r.errors[1:])), r.errors
 
 
-def test_submodel_b_stays_on_s1():
-    """The projected-ODE reference and the Strang iterate stay on S1(σ1(t), σ2(t))."""
+def test_submodel_b_field_is_tangent_and_iterates_stay_on_s1():
+    """The projected-ODE field keeps S1(σ1(t), σ2(t)): d/dt mean = σ1', d/dt var = 2σ2σ2'
+    (exact algebra, 1e-12); the Strang iterate ends every step on S1 (projection, 1e-12)."""
     model, u0 = default_submodel("b")
+    for t in (0.0, 0.4, 0.9):
+        s1, s2, d1, d2 = model.sigma(t)
+        u = model.project_s1(t, u0 + t)
+        f = model.vector_field(t, u)
+        assert float(jnp.max(jnp.abs(f.mean(-1) - d1))) < 1e-12
+        assert float(jnp.max(jnp.abs(((u - s1) * f).mean(-1) - s2 * d2))) < 1e-12
     s1, s2, _, _ = model.sigma(1.0)
-    for u in (
-        reference_solve(model.vector_field, u0),
-        integrate(*scheme_for("strang", model), u0, n_steps=16),
-    ):
-        assert float(jnp.max(jnp.abs(u.mean(-1) - s1))) < 1e-9
-        assert float(jnp.max(jnp.abs(u.std(-1) - s2))) < 1e-9
+    u = integrate(*scheme_for("strang", model), u0, n_steps=16)
+    assert float(jnp.max(jnp.abs(u.mean(-1) - s1))) < 1e-12
+    assert float(jnp.max(jnp.abs(u.std(-1) - s2))) < 1e-12
 
 
 def test_submodel_c_stays_feasible():
@@ -185,8 +189,7 @@ def test_smooth_path_structure_error(getkey):
         SmoothPath(p, jnp.zeros(3))
 
 
-@pytest.mark.parametrize("ffn_branch_dt", ["dt", "2dt"])
-@pytest.mark.parametrize("dt", [1.0, 0.25])
+@pytest.mark.parametrize(("ffn_branch_dt", "dt"), [("dt", 1.0), ("2dt", 0.25)])
 def test_paper_lie_data_matches_core_scheme(getkey, ffn_branch_dt, dt):
     """The data form of the paper's scheme equals the core LieScheme (float64, ≤1e-12)."""
     theta = stack_controls([LayerControls.random(6, key=getkey()) for _ in range(3)])
@@ -254,7 +257,8 @@ def test_full_model_sigma1_zero_has_no_meaningful_limit():
     fixed point of g (|g(u) − u| < 0.02): it has collapsed; (iii) its sensitivity to the
     controls of the last layer vanishes (< 2% of that at Δt = 1), so the Δt → 0 "limit"
     does not depend on the dynamics. Contrast σ1 = 1, σ2 = 0.3 (S1 ∩ S2 ≠ ∅): successive
-    ratios in (0.3, 0.7) (first order) and the sensitivity stays > 0.3."""
+    ratios in (0.3, 0.7) (first order) and the sensitivity stays > 0.3. (In d = 4,
+    S1(1, 0.3) ⊂ S2: the ReLU never acts there, the model is well posed.)"""
     refs = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     res0 = full_model_refinement(sigma1=0.0, sigma2=1.0, refinements=refs)
     assert max(res0["ratios"][:5]) > 2.0, res0["ratios"]
@@ -264,7 +268,6 @@ def test_full_model_sigma1_zero_has_no_meaningful_limit():
     res1 = full_model_refinement(sigma1=1.0, sigma2=0.3, refinements=refs)
     assert all(0.3 < r < 0.7 for r in res1["ratios"][-4:]), res1["ratios"]
     assert res1["sensitivity"][-1] > 0.3, res1["sensitivity"]
-    assert res1["fixed_point_residual"][-1] > 0.1  # no collapse onto the fixed points of g
 
 
 def test_clustering_on_the_sphere():
