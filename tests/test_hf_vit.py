@@ -105,7 +105,7 @@ def test_vit_layer_substeps_match_hf(fp64_eager):
 
 @pytest.mark.parametrize(
     "c",
-    [CONFIGS[0], pytest.param(CONFIGS[1], marks=pytest.mark.slow), CONFIGS[2]],
+    [CONFIGS[0], CONFIGS[1], pytest.param(CONFIGS[2], marks=pytest.mark.slow)],
     ids=IDS[:3],
 )
 def test_vit_model_float64(c, fp64_eager):
