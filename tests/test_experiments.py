@@ -187,28 +187,40 @@ def test_compose_rejects_bad_key_or_type(override, key):
 
 
 # --------------------------------------------------------------------------- smoke runs
+_SMOKE_RUNS: dict[str, tuple[pathlib.Path, dict, object]] = {}
+
+
+def _smoke_run(name: str, tmp_path_factory) -> tuple[pathlib.Path, dict, object]:
+    """Run ``experiment=<name> debug=smoke`` in-process once per test process."""
+    if name not in _SMOKE_RUNS:
+        from experiments.run import run_in_process
+
+        run_dir = tmp_path_factory.mktemp(f"smoke_{name}")
+        summary, cfg = run_in_process([f"experiment={name}", "debug=smoke"], run_dir)
+        _SMOKE_RUNS[name] = (run_dir, summary, cfg)
+    return _SMOKE_RUNS[name]
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
-def test_smoke_run_every_experiment(name, tmp_path):
+def test_smoke_run_every_experiment(name, tmp_path_factory):
     """Every experiment runs in debug=smoke mode and leaves a complete run directory."""
     import jax
-    from experiments.run import run_in_process
 
     x64 = jax.config.jax_enable_x64
-    summary, cfg = run_in_process([f"experiment={name}", "debug=smoke"], tmp_path)
+    run_dir, summary, cfg = _smoke_run(name, tmp_path_factory)
     assert cfg.smoke is True
     assert jax.config.jax_enable_x64 == x64, "the job did not restore jax_enable_x64"
-    assert _status(tmp_path)["status"] == "COMPLETED"
-    assert (tmp_path / "DONE").exists()
-    assert set(json.loads((tmp_path / "summary.json").read_text())) == set(summary)
-    assert "## Summary" in (tmp_path / "report.md").read_text()
-    assert (tmp_path / ".hydra" / "config.yaml").exists()
+    assert _status(run_dir)["status"] == "COMPLETED"
+    assert (run_dir / "DONE").exists()
+    assert set(json.loads((run_dir / "summary.json").read_text())) == set(summary)
+    assert "## Summary" in (run_dir / "report.md").read_text()
+    assert (run_dir / ".hydra" / "config.yaml").exists()
+    assert (run_dir / ".hydra" / "resolved.yaml").exists()
 
 
-def test_equivalence_smoke_results(tmp_path):
+def test_equivalence_smoke_results(tmp_path_factory):
     """The default experiment's numbers, tables and figures in smoke mode."""
-    from experiments.run import run_in_process
-
-    summary, _ = run_in_process(["experiment=equivalence", "debug=smoke"], tmp_path)
+    tmp_path, summary, _ = _smoke_run("equivalence", tmp_path_factory)
     assert summary["all_pass"] is True
     assert summary["n_pass"] == summary["n_configs"] == 5  # 2 x 2 layers + one encoder
     assert summary["max_abs_fp64"] < 1e-10  # the stated fp64 tolerance
@@ -242,8 +254,16 @@ def test_equivalence_detects_a_wrong_model(tmp_path, monkeypatch):
 
     monkeypatch.setattr(transflow.SplitTransformer, "__call__", perturbed)
     summary, _ = run_in_process(
-        ["experiment=equivalence", "debug=smoke", "task.encoder_layers=0"], tmp_path
+        [
+            "experiment=equivalence",
+            "debug=smoke",
+            "task.encoder_layers=0",
+            "task.norm_first=[false,true]",
+            "task.activation=[relu]",
+        ],
+        tmp_path,
     )
+    assert summary["n_configs"] == 2
     assert summary["all_pass"] is False and summary["n_pass"] == 0
     assert summary["max_abs_fp64"] > 1e-10
 
@@ -451,3 +471,36 @@ def test_builders():
     assert not torch.equal(enc.layers[0].linear1.weight, enc.layers[1].linear1.weight)
     with pytest.raises(ValueError, match="divisible"):
         build_torch_reference(m, nhead=3)
+
+
+def test_equivalence_run_without_hydra(tmp_path):
+    """A task's run(cfg, ctx) also works when called directly (ctx.cfg is None)."""
+    from experiments.context import RunContext
+    from experiments.tasks.equivalence import Config, run
+
+    cfg = Config(norm_first=[True], activation=["gelu"], encoder_layers=0)
+    summary = run(cfg, RunContext(tmp_path, smoke=True, precision="fp64"))
+    assert summary["n_configs"] == 1 and summary["all_pass"] is True
+    assert summary["max_abs_fp64"] < 1e-10
+    assert np.isnan(summary["max_rel_fp32"])  # precision=fp64: no float32 comparison
+
+
+def test_equivalence_model_group_sets_depth(tmp_path):
+    """model=torch_encoder: the product rows are 3-layer stacks with a final LayerNorm."""
+    from experiments.run import run_in_process
+
+    summary, _ = run_in_process(
+        [
+            "debug=smoke",
+            "model=torch_encoder",
+            "task.norm_first=[true]",
+            "task.activation=[relu]",
+            "task.encoder_layers=0",
+            "precision=fp64",
+        ],
+        tmp_path,
+    )
+    rows = [json.loads(s) for s in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    agreement = [r for r in rows if r["kind"] == "agreement"]
+    assert [(r["num_layers"], r["final_norm"]) for r in agreement] == [(3, True)]
+    assert summary["all_pass"] is True and summary["max_abs_fp64"] < 1e-10

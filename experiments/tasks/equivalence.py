@@ -71,11 +71,15 @@ def _label(c: dict[str, Any]) -> str:
     )
 
 
-def configurations(cfg: Config, *, smoke: bool = False) -> list[dict[str, Any]]:
+def configurations(
+    cfg: Config, *, smoke: bool = False, num_layers: int = 1, final_norm: bool = False
+) -> list[dict[str, Any]]:
     """The list of reference-layer configurations of the experiment.
 
-    In smoke mode only ``norm_first × activation`` (the first value of the other axes) and
-    one encoder stack of two layers.
+    The product rows have ``num_layers``/``final_norm`` of the ``model`` group (one layer
+    by default); ``cfg.encoder_layers > 0`` appends two stacks (post-/pre-LN) of that depth
+    with a final LayerNorm (``stack=True``). In smoke mode only ``norm_first × activation``
+    (the first value of the other axes) and one post-LN stack of two layers.
     """
     values = {ax: list(getattr(cfg, ax)) for ax in AXES}
     for ax, vals in values.items():
@@ -86,14 +90,14 @@ def configurations(cfg: Config, *, smoke: bool = False) -> list[dict[str, Any]]:
             ax: (v if ax in ("norm_first", "activation") else v[:1]) for ax, v in values.items()
         }
     out = [
-        dict(zip(AXES, combo), num_layers=1, final_norm=False)
+        dict(zip(AXES, combo), num_layers=int(num_layers), final_norm=bool(final_norm), stack=False)
         for combo in itertools.product(*values.values())
     ]
     depth = min(cfg.encoder_layers, 2) if smoke else cfg.encoder_layers
     if depth > 0:
         for nf in [False] if smoke else [False, True]:
             base = {ax: values[ax][0] for ax in AXES}
-            out.append(dict(base, norm_first=nf, num_layers=depth, final_norm=True))
+            out.append(dict(base, norm_first=nf, num_layers=depth, final_norm=True, stack=True))
     return out
 
 
@@ -127,7 +131,7 @@ def _compare(
     from ..builders import build_torch_reference, torch_slow_path
 
     fields = {k: c[k] for k in (*AXES, "num_layers", "final_norm")}
-    row: dict[str, Any] = {"config": _label(c), **fields}
+    row: dict[str, Any] = {"config": _label(c), **fields, "stack": bool(c.get("stack"))}
     row["max_abs_fp64"] = row["max_rel_fp32"] = row["max_abs_fp32"] = math.nan
     with torch_slow_path():
         ref32 = build_torch_reference(ref_cfg, dtype="float32", **fields)
@@ -172,8 +176,11 @@ def agreement_rows(
     """
     import torch
 
-    cfgs = configurations(cfg, smoke=smoke)
-    d_model = int(model_cfg.d_model)
+    m = _with_seed(model_cfg)
+    cfgs = configurations(
+        cfg, smoke=smoke, num_layers=int(m["num_layers"]), final_norm=bool(m["final_norm"])
+    )
+    d_model = int(m["d_model"])
     gen = torch.Generator().manual_seed(int(seed))
     batch = 1 if smoke else int(cfg.batch)
     x64 = torch.randn(batch, int(n_tokens), d_model, generator=gen, dtype=torch.float64)
@@ -181,7 +188,7 @@ def agreement_rows(
     rows = []
     for i, c in enumerate(it):
         row = _compare(
-            _with_seed(model_cfg, int(model_cfg.init_seed) * 1000 + i),
+            _with_seed(m, int(m["init_seed"]) * 1000 + i),
             c,
             x64,
             tol_fp64=cfg.tol_fp64,
@@ -344,7 +351,7 @@ def plot_substeps(rows: list[dict[str, Any]], *, title: str = ""):
 def _grid_layout(rows: list[dict[str, Any]]):
     """Split the product configurations into a matrix: rows (norm_first, activation,
     bias) × columns (nhead, dim_feedforward, layer_norm_eps)."""
-    single = [r for r in rows if r.get("num_layers", 1) == 1]
+    single = [r for r in rows if not r.get("stack", False)]
     rkeys = ("norm_first", "activation", "bias")
     ckeys = ("nhead", "dim_feedforward", "layer_norm_eps")
 
