@@ -29,6 +29,7 @@ def make(out_dir: pathlib.Path) -> dict:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
     from experiments.figures import figure_smoke, save_figure
 
     from transflow.parallel._selftest import run_subprocess
@@ -66,6 +67,7 @@ def make(out_dir: pathlib.Path) -> dict:
     ps = [r["token_devices"] for r in g]
     ax.loglog(ps, [g[0]["temp"] / 2**20 / p for p in ps], "k--", lw=1, label="1/P")
     ax.set_xticks(ps, [str(p) for p in ps])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("token devices P")
     ax.set_ylabel("per-device temporaries [MiB]")
     ax.set_title(f"F90: token-sharded evolution, n = {n_tokens}, float32", fontsize=10)
