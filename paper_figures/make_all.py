@@ -50,13 +50,17 @@ def _figure_id_from_path(path: pathlib.Path) -> str:
 
 
 def _sort_key(path: pathlib.Path):
-    m = re.match(r"f(\d+)", path.stem)
+    m = re.match(r"f(\d+)_", path.stem)
     return (int(m.group(1)) if m else 10**9, path.stem)
 
 
 def discover(fig_dir: pathlib.Path = ROOT) -> list[pathlib.Path]:
-    """The figure scripts ``f<N>_<name>.py`` in ``fig_dir``, ordered by N."""
-    return sorted((p for p in fig_dir.glob("f*_*.py") if re.match(r"f\d+_", p.stem)), key=_sort_key)
+    """The figure scripts ``f<id>_<name>.py`` in ``fig_dir``: numbered ids in order
+    (F1, F2, …, F10), then the others (e.g. ``fperf_benchmarks.py`` → FPERF)."""
+    return sorted(
+        (p for p in fig_dir.glob("f*_*.py") if re.match(r"f[A-Za-z0-9]+_\w", p.stem)),
+        key=_sort_key,
+    )
 
 
 def load(path: pathlib.Path) -> ModuleType:
@@ -167,9 +171,25 @@ def run_figures(
         except json.JSONDecodeError:
             manifest = {}
     results = {}
+    first_of: dict[str, pathlib.Path] = {}
     for path in selected:
         print(f"[make_all] {path.name} ...", flush=True)
-        entry = _run_one(path, out_dir)
+        fid = _figure_id_from_path(path)
+        if fid in first_of:
+            # Two scripts with one id would overwrite each other's files: run the first only.
+            entry = {
+                "id": f"{fid}:{path.stem}",
+                "script": f"paper_figures/{path.name}",
+                "status": "FAILED",
+                "error": f"duplicate figure id {fid}: also paper_figures/{first_of[fid].name}; "
+                f"rename one of them (f<new id>_...py and FIGURE['id']).",
+                "traceback": "",
+                "seconds": 0.0,
+                "files": [],
+            }
+        else:
+            first_of[fid] = path
+            entry = _run_one(path, out_dir)
         results[entry["id"]] = entry
         manifest[entry["id"]] = entry
         state = "ok" if entry["status"] == "ok" else f"FAILED: {entry['error']}"

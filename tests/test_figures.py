@@ -33,12 +33,30 @@ def test_every_figure_script_follows_the_protocol(script):
         assert isinstance(fig[key], str) and fig[key].strip(), f"{script}: FIGURE[{key!r}]"
 
 
+def test_figure_ids_are_unique():
+    """Two scripts with one id would overwrite each other's PNG/PDF/JSON and manifest entry."""
+    make_all = _make_all()
+    seen: dict[str, str] = {}
+    clashes = []
+    for path in make_all.discover():
+        fid = path.stem.split("_", 1)[0].upper()
+        if fid in seen:
+            clashes.append(f"{fid}: {seen[fid]} and {path.name}")
+        seen.setdefault(fid, path.name)
+    assert not clashes, "duplicate figure ids (rename one script and its FIGURE['id']): " + (
+        "; ".join(clashes)
+    )
+
+
 def test_discovery_order_and_ids():
     make_all = _make_all()
     paths = make_all.discover()
     assert {"f1_substeps.py", "f2_agreement.py"} <= {p.name for p in paths}
-    numbers = [int(p.stem.split("_")[0][1:]) for p in paths]
+    ids = [p.stem.split("_")[0][1:] for p in paths]
+    numbers = [int(i) for i in ids if i.isdigit()]
     assert numbers == sorted(numbers)
+    # numbered figures first, then named ones (e.g. fperf_...)
+    assert all(i.isdigit() for i in ids[: len(numbers)])
 
 
 def test_make_f1_f2_and_manifest(tmp_path, monkeypatch):
@@ -103,15 +121,19 @@ def test_failing_figure_is_reported_and_others_run(tmp_path, capsys):
         "def make(out_dir):\n    return {}\n"
     )
     (figs / "f4_noprotocol.py").write_text("x = 1\n")
+    (figs / "f1_zz_duplicate.py").write_text("raise RuntimeError('must not be imported')\n")
     out = tmp_path / "out"
     results = make_all.run_figures(out_dir=out, fig_dir=figs)
     assert results["F1"]["status"] == "ok" and results["F1"]["numbers"] == {"n": 2}
     assert results["F2"]["status"] == "FAILED" and "boom" in results["F2"]["error"]
     assert results["F3"]["status"] == "FAILED" and "F3.png" in results["F3"]["error"]
     assert results["F4"]["status"] == "FAILED" and "FIGURE" in results["F4"]["error"]
+    dup = results["F1:f1_zz_duplicate"]  # sorted by name: f1_good runs first
+    assert dup["status"] == "FAILED" and "duplicate figure id F1" in dup["error"]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert [manifest[f]["status"] for f in ("F1", "F2", "F3", "F4")] == [
+    assert [manifest[f]["status"] for f in ("F1", "F2", "F3", "F4", "F1:f1_zz_duplicate")] == [
         "ok",
+        "FAILED",
         "FAILED",
         "FAILED",
         "FAILED",
@@ -119,8 +141,16 @@ def test_failing_figure_is_reported_and_others_run(tmp_path, capsys):
     # The command line exits non-zero when a figure failed; a subset re-run updates the
     # manifest in place.
     assert make_all.main(["--figures-dir", str(figs), "--out", str(out), "F2"]) == 1
+    assert make_all.main(["--figures-dir", str(figs), "--out", str(out), "F1"]) == 1  # clash
+    (figs / "f1_zz_duplicate.py").unlink()
     assert make_all.main(["--figures-dir", str(figs), "--out", str(out), "F1"]) == 0
-    assert set(json.loads((out / "manifest.json").read_text())) == {"F1", "F2", "F3", "F4"}
+    assert set(json.loads((out / "manifest.json").read_text())) == {
+        "F1",
+        "F2",
+        "F3",
+        "F4",
+        "F1:f1_zz_duplicate",
+    }
     with pytest.raises(SystemExit, match="F9"):
         make_all.main(["--figures-dir", str(figs), "--out", str(out), "F9"])
     for name in list(sys.modules):
