@@ -65,6 +65,9 @@ def worker(mode: str, n: int, d: int, qb: int, kb: int) -> dict:
             out[f"rel_err_causal_{causal}"] = float(np.max(np.abs(a - b)) / np.max(np.abs(a)))
     else:
         raise ValueError(f"unknown worker mode {mode!r}")
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:  # accelerators: device memory, not host RSS
+        out["device_peak_gib"] = stats["peak_bytes_in_use"] / GIB
     out["peak_rss_bytes"] = _peak_rss_bytes()
     out["peak_rss_gib"] = out["peak_rss_bytes"] / GIB
     return out

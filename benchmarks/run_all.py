@@ -49,18 +49,15 @@ def main(argv=None) -> dict:
     common = ["--out", str(out)]
     t0 = time.perf_counter()
     rounds = ["--rounds", "8"] if args.quick else []
-    if not args.skip_torch:
-        _run("bench_layer.py", common + rounds)
-        layer = json.loads((out / "layer.json").read_text())
-    else:
-        layer = {}
+    _run("bench_layer.py", common + rounds + (["--no-torch"] if args.skip_torch else []))
+    layer = json.loads((out / "layer.json").read_text())
     _run("bench_compile.py", common + (["--rounds", "2"] if args.quick else []))
     _run("bench_chunked.py", common + (["--no-grad"] if args.quick else []))
     # Benchmarks of other areas (e.g. bench_regions.py) run too, with their own CLI; a
     # failure there is reported without hiding the results above.
     others = {}
     for script in sorted(HERE.glob("bench_*.py")):
-        if script.name in OWN:
+        if script.name in OWN or args.no_others:
             continue
         try:
             _run(script.name, ["--quick"] if args.quick else [])
