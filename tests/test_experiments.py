@@ -23,6 +23,11 @@ GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name != "h
 GROUP_OPTIONS = [
     (g, p.stem) for g in GROUPS if g != "experiment" for p in sorted((CONFIGS / g).glob("*.yaml"))
 ]
+PRIMARY_GROUPS = {
+    line.strip()[2:].split(":")[0].strip()
+    for line in (CONFIGS / "config.yaml").read_text().splitlines()
+    if line.strip().startswith("- ") and ":" in line
+}
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 
 
@@ -74,6 +79,22 @@ def test_compose_every_group_option(group, option):
     from experiments.run import compose
     from omegaconf import OmegaConf
 
+    if group not in PRIMARY_GROUPS:
+        # A group used only from experiment overlays (e.g. `- /parallel@task.parallel: x`):
+        # it must load on its own and be used by at least one experiment, which
+        # test_compose_every_experiment composes.
+        from hydra import compose as hydra_compose, initialize_config_dir
+
+        with initialize_config_dir(str(CONFIGS), version_base="1.3"):
+            node = hydra_compose(f"{group}/{option}")
+        assert node is not None
+        users = [
+            p.stem
+            for p in (CONFIGS / "experiment").glob("*.yaml")
+            if f"/{group}" in p.read_text() or f"{group}:" in p.read_text()
+        ]
+        assert users, f"configs/{group}/ is used by no experiment and not by config.yaml"
+        return
     cfg, task = compose([f"{group}={option}"])
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)  # every value resolves
     if group == "task":
