@@ -30,7 +30,7 @@ def make(out_dir: pathlib.Path) -> dict:
     if figure_smoke():
         rows = region_rows([2], [3], 10)
     else:
-        rows = region_rows([2, 3], [3, 4], 1000)
+        rows = region_rows([2, 3], [3, 4], 125)
     save_figure(plot_regions(rows), out_dir, FIGURE["id"], {"rows": rows})
     return {
         "all_counts_equal_rc_exact": all(r["regions"] == r["rc_exact"] for r in rows),
