@@ -166,6 +166,9 @@ def _leaves_bytes(model):
 def test_train_resume_in_process_is_bitwise(tmp_path):
     ref = _tiny_training(tmp_path / "ref", 10)
     assert ref.resumed_from is None and ref.step == 10
+    # a float32 model stays float32 (x64 is on in the tests)
+    dtypes = {x.dtype for x in jax.tree.leaves(eqx.filter(ref.model, eqx.is_inexact_array))}
+    assert dtypes == {jnp.dtype(jnp.float32)}
     assert [p.name for p in sorted((tmp_path / "ref").iterdir())] == [
         "ckpt-00000006.eqx",
         "ckpt-00000009.eqx",
@@ -185,12 +188,6 @@ def test_train_resume_in_process_is_bitwise(tmp_path):
     # the history of the first run is carried over, so curves are complete after a resume
     assert [h["step"] for h in res.history if "loss" in h] == [2, 4, 6, 8, 10]
     assert [h["loss"] for h in res.history] == [h["loss"] for h in ref.history]
-
-
-def test_train_model_stays_float32_under_x64():
-    res = _tiny_training(None, 2)
-    dtypes = {x.dtype for x in jax.tree.leaves(eqx.filter(res.model, eqx.is_inexact_array))}
-    assert dtypes == {jnp.dtype(jnp.float32)}
 
 
 def test_train_rejects_bad_arguments():
@@ -257,6 +254,7 @@ def _cli(run_dir, *extra):
     )
 
 
+@pytest.mark.slow  # three ~10 s CPU subprocess runs (two in parallel); ~30 s on 2 idle cores
 def test_sigkill_then_rerun_is_bitwise_identical(tmp_path):
     """A real SIGKILL mid-run; the rerun resumes (skipping a half-written newest checkpoint)
     and ends with the same bits as an uninterrupted run of the same command."""

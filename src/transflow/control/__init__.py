@@ -11,10 +11,18 @@
   SHA-256 checksums, fallback to the previous good checkpoint).
 - Data: :class:`EpochOrder` (data order as a pure function of seed and step),
   :func:`load_digits_split`, :func:`sequence_batch`.
+- Continuous time: :func:`adjoint_gradients` (diffrax ``RecursiveCheckpointAdjoint`` /
+  ``BacksolveAdjoint`` on the attention + linear sub-model vs the discrete adjoint).
 - Tasks: :func:`run_digits`, :func:`run_sequence` (used by the Hydra tasks and by
   ``python -m transflow.control``).
 """
 
+from ._adjoint import (
+    AttentionLinearControls as AttentionLinearControls,
+    adjoint_gradients as adjoint_gradients,
+    continuous_loss as continuous_loss,
+    discrete_loss as discrete_loss,
+)
 from ._checkpoint import (
     CheckpointError as CheckpointError,
     list_checkpoints as list_checkpoints,

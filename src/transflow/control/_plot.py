@@ -25,11 +25,12 @@ def curves_from_history(history: list[dict]) -> dict[str, list]:
     }
 
 
-def plot_training_curves(runs: dict[str, list[dict]], *, title: str = "") -> Any:
+def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title: str = "") -> Any:
     """A two-panel matplotlib figure: loss (log scale) and accuracy against steps.
 
-    ``runs`` maps a label to a history; training entries are thin lines, evaluation
-    (held-out) entries markers.
+    ``runs`` maps a label to a history (list of logged dicts) or to the columns of
+    :func:`curves_from_history` (e.g. a run's ``curves.npz``); training entries are thin
+    lines, evaluation (held-out) entries markers.
     """
     import matplotlib
 
@@ -38,7 +39,7 @@ def plot_training_curves(runs: dict[str, list[dict]], *, title: str = "") -> Any
 
     fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
     for i, (label, hist) in enumerate(runs.items()):
-        c = curves_from_history(hist)
+        c = hist if isinstance(hist, dict) else curves_from_history(hist)
         color = f"C{i}"
         ax_l.plot(c["step"], c["loss"], color=color, lw=0.8, alpha=0.7, label=f"{label} train")
         ax_l.plot(c["eval_step"], c["eval_loss"], "o-", color=color, ms=3, label=f"{label} test")
