@@ -201,3 +201,16 @@ def test_divisibility_error_names_size_and_axis(getkey):
     ):
         _check_divisible("u_batch's n_tokens", 6, "t", 4)
     _check_divisible("u_batch's n_tokens", 8, "t", 4)  # divisible: no error
+
+
+@pytest.mark.parametrize("method", ["gspmd", "ring"])
+def test_programs_are_reused_across_calls(getkey, method):
+    from transflow.parallel._evolve import _prepare
+
+    theta = _theta(getkey)
+    u = jnp.ones((1, 4, 8))
+    kw = dict(method=method, scheme=None, dt=None, grid=None, causal=False, final_norm=None)
+    f1, _ = _prepare(theta, u, _mesh2(), {"tokens": "t"}, **kw)
+    f2, _ = _prepare(_theta(getkey), u + 1, _mesh2(), {"tokens": "t"}, **kw)
+    f3, _ = _prepare(theta, u, _mesh2(), {"tokens": "t"}, **{**kw, "causal": True})
+    assert f1 is f2 and f1 is not f3

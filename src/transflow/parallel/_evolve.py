@@ -133,6 +133,24 @@ def _resolve(model_or_controls, scheme, dt, final_norm):
     )
 
 
+_PROGRAMS: dict = {}
+_MAX_PROGRAMS = 64
+
+
+def _cached(key, build):
+    """The jitted program for ``key`` (its static options), built once and reused, so
+    repeated :func:`shard_evolve` calls hit ``jax.jit``'s compilation cache."""
+    try:
+        hash(key)
+    except TypeError:  # e.g. a traced or array-valued dt: no reuse
+        return build()
+    if key not in _PROGRAMS:
+        if len(_PROGRAMS) >= _MAX_PROGRAMS:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        _PROGRAMS[key] = build()
+    return _PROGRAMS[key]
+
+
 def _check_divisible(what: str, size: int, axis_desc, parts: int):
     if parts > 1 and size % parts:
         raise ValueError(
@@ -299,17 +317,34 @@ def _prepare(
         grid_p = None if grid is None else jax.tree.map(lambda x: _place(x, rep), grid)
         if attention_implementation is not None:
             _check_implementation(attention_implementation, scheme)
-        prog = _gspmd_program(
+        key = (
+            "gspmd",
             scheme,
             dt,
             causal,
             mesh,
             axes,
-            implementation=attention_implementation,
-            blocks=(query_block, key_block),
-            d_total=d,
+            attention_implementation,
+            query_block,
+            key_block,
+            d,
         )
-        fn = jax.jit(prog, out_shardings=state_sh)
+        fn = _cached(
+            key,
+            lambda: jax.jit(
+                _gspmd_program(
+                    scheme,
+                    dt,
+                    causal,
+                    mesh,
+                    axes,
+                    implementation=attention_implementation,
+                    blocks=(query_block, key_block),
+                    d_total=d,
+                ),
+                out_shardings=state_sh,
+            ),
+        )
         return fn, (u_p, c_p, grid_p, fn_p)
 
     if attention_implementation is not None:
@@ -345,17 +380,26 @@ def _prepare(
         extras["y_weights"] = grid.y_weights
         extra_specs["y_weights"] = P(axes.features)
     ex_p = shard(extras, extra_specs)
-    prog = _ring_program(
+    all_specs = {"controls": specs, "extras": extra_specs, "final_norm": fn_specs}
+    key = (
+        "ring",
         scheme,
         dt,
         causal,
         mesh,
         axes,
-        n_heads=H,
-        d_total=d,
-        specs={"controls": specs, "extras": extra_specs, "final_norm": fn_specs},
+        H,
+        d,
+        tuple(jax.tree.leaves(all_specs, is_leaf=_is_spec)),
+        jax.tree.structure(all_specs, is_leaf=_is_spec),
     )
-    return jax.jit(prog), (u_p, c_p, ex_p, fn_p)
+    fn = _cached(
+        key,
+        lambda: jax.jit(
+            _ring_program(scheme, dt, causal, mesh, axes, n_heads=H, d_total=d, specs=all_specs)
+        ),
+    )
+    return fn, (u_p, c_p, ex_p, fn_p)
 
 
 # --------------------------------------------------------------------------- public
