@@ -106,13 +106,14 @@ def checkpoint_dir_for(
     (plus seed and smoke), so rerunning the same command finds it even though
     ``transflow-run`` gives each run a new time-stamped directory
     (``outputs/<task>/<time>/`` → ``outputs/checkpoints/``); ``"run"`` →
-    ``<run_dir>/checkpoints`` (no resume across commands); ``"none"``/``""`` → no
+    ``<run_dir>/checkpoints`` (no resume across commands; also what ``"auto"`` means in
+    smoke mode, so smoke runs never touch the real checkpoints); ``"none"``/``""`` → no
     checkpoints; anything else is a path.
     """
     spec = str(cfg.checkpoint_dir)
     if spec in ("", "none"):
         return None
-    if spec == "run":
+    if spec == "run" or (spec == "auto" and smoke):
         return run_dir / "checkpoints"
     if spec != "auto":
         return pathlib.Path(spec)
