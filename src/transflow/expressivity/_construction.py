@@ -93,8 +93,10 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
 
     # ------------------------------------------------------------------ evaluation
     def embed(self, x: Float[Array, " d"]) -> Float[Array, "T m"]:
-        """``X⁰ = E x 1ᵀ + P``: x in the first d slots of every token, plus P."""
+        """``X⁰ = E x 1ᵀ + P``: x in the first d slots of every token, plus P (x is cast to
+        the model's dtype)."""
         d, (T, m) = self.in_dim, self.positional.shape
+        x = jnp.asarray(x, self.positional.dtype)
         return self.positional + jnp.zeros((T, m), x.dtype).at[:, :d].set(x[None, :])
 
     def _attn(self, X, a):
