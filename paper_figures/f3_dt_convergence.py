@@ -1,7 +1,7 @@
 """F3: error vs Δt (log–log) of the Lie and Strang splittings on the well-posed sub-models
 (a) attention + linear, (b) + S1 (tangent-space projected ODE), (c) + S2 (forward
-invariant), against diffrax Dopri8 references (tol 1e-12), with fitted slopes; the
-paper-literal Lie (explicit Euler sub-steps) for comparison. Expected: Lie ≈ 1, Strang ≈ 2.
+invariant), against diffrax Dopri8 references (tol 1e-12), with fitted slopes (the
+schemes of ``experiment=convergence``). Expected: Lie ≈ 1, Strang ≈ 2.
 """
 
 from __future__ import annotations
