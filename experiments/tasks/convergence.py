@@ -33,6 +33,7 @@ class Config:
 def plot_convergence(records: list[dict]):
     """Log–log error vs Δt, one panel per sub-model, with reference slopes 1 and 2."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -52,6 +53,7 @@ def plot_convergence(records: list[dict]):
         ax.set_ylabel("max |u(T) − u_ref(T)|")
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     fig.tight_layout()
     return fig
 

@@ -38,6 +38,7 @@ class Config:
 def plot_nonconvergence(results: dict):
     """Successive differences and control sensitivity vs Δt, both cases."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -55,6 +56,7 @@ def plot_nonconvergence(results: dict):
     for a in (ax, bx):
         a.grid(True, which="both", alpha=0.3)
         a.legend(fontsize=7)
+        a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     fig.tight_layout()
     return fig
 
