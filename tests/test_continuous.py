@@ -280,3 +280,12 @@ def test_clustering_on_the_sphere():
     traj = res["trajectory"]
     assert np.max(np.abs(traj.mean(-1))) < 1e-10  # on S1(0, 1) at every step
     assert np.max(np.abs(traj.std(-1) - 1)) < 1e-10
+
+
+@pytest.mark.slow
+def test_active_s2_constraint_limits_strang_to_first_order():
+    """Documented finding (docs/continuous.md): when the S2 constraint is active on part of
+    the horizon, P_S2 acts with O(Δt) corrections and Strang is only first order."""
+    (lie_res, strang_res) = convergence_study(("c_active",), ("lie", "strang"), n_steps=N_STEPS)
+    assert abs(lie_res.slope - 1) < 0.2, lie_res.slope
+    assert abs(strang_res.slope - 1) < 0.2, strang_res.slope
