@@ -83,8 +83,7 @@ class SplittingScheme(eqx.Module):
     """A splitting scheme as data: named stages and a declared order of convergence.
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> from transflow.continuous import strang, linear_flow_exact
+        >>> from transflow.continuous import strang
         >>> s = strang(("a", "b"))
         >>> s.order, s.describe()
         (2, 'a[0,0.5] -> b[0,1] -> a[0.5,1]')

@@ -90,11 +90,11 @@ def default_submodel(
     - ``"a"``: attention + linear, ``θ(t) = θ_0 + sin(ωt) θ_1``;
     - ``"b"``: (a) + S1 with σ1(t) = 0.2 + 0.1 sin t, σ2(t) = 1 + 0.2 cos 2t; u0 ∈ S1(σ(0));
     - ``"c"``: attention + linear + S2. By default W_V ≥ 0, W Metzler (off-diagonal ≥ 0),
-      b ≥ 0 and u0 > 0, so
-      S2 is forward invariant and the normal cone is inactive along the solution (the
-      regime where splitting keeps its order). ``constraint_active=True`` uses controls
-      of both signs: the solution reaches ∂S2 and stays there on part of the horizon
-      (Strang then drops to first order, documented in docs/continuous.md).
+      b ≥ 0 and u0 > 0, so S2 is forward invariant and the normal cone is inactive along
+      the solution (the regime where splitting keeps its order).
+      ``constraint_active=True`` uses controls of both signs: the solution reaches ∂S2
+      and stays there on part of the horizon (Strang then drops to first order,
+      documented in docs/continuous.md).
     """
     if kind not in ("a", "b", "c"):
         raise ValueError(f"`kind` must be 'a', 'b' or 'c', got {kind!r}.")
