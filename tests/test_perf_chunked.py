@@ -196,3 +196,24 @@ def test_bad_options_name_the_argument(getkey):
         chunked_attention(u, p, key_block=0)
     with pytest.raises(ValueError, match="implementation"):
         LieScheme(implementation="sparse")
+
+
+@pytest.mark.slow
+def test_chunked_peak_rss_at_32768_tokens_in_fresh_process():
+    # The memory target, measured like benchmarks/bench_chunked.py: a fresh process
+    # (float32, 32 768 tokens, 64 features, one head) whose dense scores alone are 4 GiB.
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "bench_chunked.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--worker", "chunked", "--tokens", "32768", "--d", "64"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["n_tokens"] == 32768
+    assert result["peak_rss_gib"] <= 1.5
