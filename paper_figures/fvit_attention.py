@@ -1,4 +1,4 @@
-"""F5 (F-ViT): the attention kernel γ(x*, x̃) of one query patch x* over the 2-D patch grid
+"""FVIT (F-ViT): the attention kernel γ(x*, x̃) of one query patch x* over the 2-D patch grid
 Ω_x of a ViT layer, from transflow beside the same from the HuggingFace ``ViTLayer``.
 
 A 1-layer HF ``ViTModel`` (float64, eager attention, non-square 6 × 8 patch grid, 2 heads)
@@ -16,10 +16,10 @@ from __future__ import annotations
 import pathlib
 
 FIGURE = {
-    "id": "F5",
+    "id": "FVIT",
     "title": "F-ViT: attention kernel of one query patch over the 2-D patch grid, "
     "transflow vs HuggingFace ViTLayer",
-    "command": "make figures  (python paper_figures/make_all.py F5)",
+    "command": "make figures  (python paper_figures/make_all.py FVIT)",
     "config": "library call: transflow.interop.from_hf(ViTModel) (seed 0)",
 }
 
