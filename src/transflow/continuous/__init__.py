@@ -38,6 +38,7 @@ from ._schemes import (
     parallel as parallel,
     strang as strang,
 )
+from ._solver import SplittingSolver as SplittingSolver
 from ._studies import (
     SCHEMES as SCHEMES,
     ConvergenceResult as ConvergenceResult,
