@@ -12,7 +12,11 @@ torch = pytest.importorskip("torch", reason="the causal equivalence tests need P
 pytest.importorskip("transformers", reason="the GPT-2 equivalence tests need transformers")
 
 from transformers import GPT2Config  # noqa: E402
-from transformers.models.gpt2.modeling_gpt2 import GPT2Block, GPT2Model  # noqa: E402
+from transformers.models.gpt2.modeling_gpt2 import (  # noqa: E402
+    GPT2Block,
+    GPT2LMHeadModel,
+    GPT2Model,
+)
 
 import transflow  # noqa: E402
 from test_hf_helpers import max_abs, randomize_, rel_err, to_np  # noqa: E402
@@ -166,6 +170,31 @@ def test_gpt2_model_with_its_own_causal_mask(dtype):
         assert max_abs(out, ref) <= 1e-10
     else:
         assert rel_err(out, ref) <= 1e-5
+
+
+def test_gpt2_lm_head_model_from_input_ids():
+    """from_hf(GPT2LMHeadModel): f = wte[ids] + wpe, causal blocks, ln_f, tied logits;
+    and prefix dependence of the whole decoder on the token ids."""
+    c = GPT2[1]
+    hf = randomize_(GPT2LMHeadModel(_gpt2_config(c, n_layer=2)).double().eval(), 8)
+    ids = torch.tensor([3, 1, 4, 1, 5, 9, 2])
+    with torch.no_grad():
+        o = hf.transformer(input_ids=ids[None])
+        logits = hf(input_ids=ids[None]).logits[0]
+    model = from_hf(hf)
+    jids = jnp.asarray(ids.numpy())
+    run = eqx.filter_jit(lambda m, i: (m(i), m.logits(i)))
+    out, lg = run(model, jids)
+    assert max_abs(out, to_np(o.last_hidden_state[0])) <= 1e-10
+    assert max_abs(lg, to_np(logits)) <= 1e-10
+    changed = jids.at[4:].set(jnp.asarray([0, 7, 8]))
+    out2, _ = run(model, changed)
+    assert max_abs(out2[:4], out[:4]) <= 1e-13
+    assert max_abs(out2[4:], out[4:]) > 1e-3
+    # GPT2Model gives the same decoder without the unembedding
+    bare = from_hf(hf.transformer)
+    assert bare.unembedding is None
+    assert max_abs(eqx.filter_jit(bare)(jids), out) <= 1e-13
 
 
 def test_gpt2_unsupported_activation_names_the_option():

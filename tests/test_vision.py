@@ -240,3 +240,9 @@ def test_conv_scheme_rejects_causal():
     c = ConvLayerControls(ConvAttentionParams(a, None, None, None), norm, ffn, norm)
     with pytest.raises(ValueError, match="causal"):
         ConvPreNormScheme((2, 2)).step(jnp.ones((4, 4)), c, causal=True)
+
+
+def test_depthwise_conv_rejects_a_grid_smaller_than_the_kernel():
+    dw = DepthwiseConv2d(jnp.ones((3, 3, 2)), jnp.ones(2), jnp.zeros(2), 1, 0)
+    with pytest.raises(ValueError, match="too small"):
+        dw(jnp.ones((2, 4, 2)))

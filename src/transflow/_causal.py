@@ -9,13 +9,23 @@ so the state at token x after any number of steps depends only on the initial co
 at tokens x̃ ≤ x (prefix dependence). Every scheme takes ``causal=True``; a
 :class:`CausalScheme` wraps a scheme so that a model (e.g. a GPT-2 block loaded with
 :func:`transflow.interop.from_hf`) is causal whatever its caller passes.
+
+A decoder's initial condition is f(x_i, ·) = E[token_i] + P[i] (token and position
+embeddings, :class:`TokenEmbedding`), and its read-out the logits ⟨u_T(x_i, ·), E[v]⟩
+(tied unembedding) inside the loss ℓ (spec §5); :class:`CausalDecoder` assembles them.
 """
 
 from __future__ import annotations
 
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from ._errors import check_array
+from ._model import SplitTransformer
 from ._splitting import AbstractScheme
 
-__all__ = ["CausalScheme"]
+__all__ = ["CausalScheme", "TokenEmbedding", "CausalDecoder"]
 
 
 class CausalScheme(AbstractScheme):
@@ -48,3 +58,65 @@ class CausalScheme(AbstractScheme):
         return self.inner.step(
             u, controls, dt, grid=grid, causal=True, return_substeps=return_substeps
         )
+
+
+class TokenEmbedding(eqx.Module):
+    """Initial condition of a decoder: ``f(x_i, ·) = table[ids_i] + positions[i]``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.interop import TokenEmbedding
+        >>> emb = TokenEmbedding(jnp.eye(5, 4), jnp.zeros((8, 4)))
+        >>> emb(jnp.array([0, 3, 3])).shape
+        (3, 4)
+    """
+
+    table: Float[Array, "vocab d"]
+    positions: Float[Array, "max_len d"] | None
+
+    def __call__(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
+        check_array("ids", ids, ndim=1, floating=False)
+        if not jnp.issubdtype(ids.dtype, jnp.integer):
+            raise TypeError(f"`ids` must be integer token ids, got dtype {ids.dtype}.")
+        n = ids.shape[0]
+        f = self.table[ids]
+        if self.positions is not None:
+            if n > self.positions.shape[0]:
+                raise ValueError(
+                    f"`ids` has {n} tokens but the position table holds "
+                    f"{self.positions.shape[0]} positions."
+                )
+            f = f + self.positions[:n]
+        return f
+
+
+class CausalDecoder(eqx.Module):
+    """A causal decoder (GPT): token embedding f → causal evolution → (logits).
+
+    ``model(ids)`` is the final state (HF ``GPT2Model``'s ``last_hidden_state``: the
+    blocks then the final LayerNorm as closing projection); ``model.logits(ids)`` applies
+    the unembedding ``u_T @ unembedding`` (HF ``GPT2LMHeadModel``: the tied ``wte``).
+    The decoder's scheme should be a :class:`CausalScheme`.
+    """
+
+    embedding: TokenEmbedding
+    decoder: SplitTransformer
+    unembedding: Float[Array, "d vocab"] | None = None
+
+    def __check_init__(self):
+        if not isinstance(self.decoder.scheme, CausalScheme):
+            raise ValueError(
+                "CausalDecoder: `decoder.scheme` must be a CausalScheme (got "
+                f"{type(self.decoder.scheme).__name__}); wrap it: CausalScheme(scheme)."
+            )
+
+    def initial_condition(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
+        return self.embedding(ids)
+
+    def __call__(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
+        return self.decoder(self.embedding(ids))
+
+    def logits(self, ids: Int[Array, " n"]) -> Float[Array, "n vocab"]:
+        if self.unembedding is None:
+            raise ValueError("this CausalDecoder has no `unembedding`.")
+        return self(ids) @ self.unembedding

@@ -3,7 +3,11 @@
 torch and transformers are imported inside these functions only.
 """
 
-from .._causal import CausalScheme as CausalScheme
+from .._causal import (
+    CausalDecoder as CausalDecoder,
+    CausalScheme as CausalScheme,
+    TokenEmbedding as TokenEmbedding,
+)
 from ._hf import from_hf as from_hf, hf_activation as hf_activation
 from ._torch import (
     from_torch as from_torch,

@@ -23,7 +23,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._causal import CausalScheme
+from .._causal import CausalDecoder, CausalScheme, TokenEmbedding
 from .._controls import AttentionParams, FFNParams, LayerControls, stack_controls
 from .._model import SplitTransformer
 from .._splitting import PreNormScheme
@@ -172,6 +172,13 @@ def _gpt2_block(block, dtype) -> LayerControls:
     return LayerControls(attn, _norm(block.ln_1, dtype), ffn, _norm(block.ln_2, dtype))
 
 
+def _gpt2_model(model, dtype, unembedding=None) -> CausalDecoder:
+    blocks = stack_controls([_gpt2_block(b, dtype) for b in model.h])
+    decoder = SplitTransformer(blocks, CausalScheme(PreNormScheme()), 1.0, _norm(model.ln_f, dtype))
+    emb = TokenEmbedding(_arr(model.wte.weight, dtype), _arr(model.wpe.weight, dtype))
+    return CausalDecoder(emb, decoder, unembedding)
+
+
 # ----------------------------------------------------------------------------- CvT
 def _dw_bn(proj, dtype, option: str) -> DepthwiseConv2d:
     torch = _torch()
@@ -263,7 +270,7 @@ def _classes():
 
 def from_hf(
     module: Any, *, dtype=None, grid_shape: tuple[int, int] | None = None
-) -> SplitTransformer | VisionTransformer | CvtStageModel:
+) -> SplitTransformer | VisionTransformer | CvtStageModel | CausalDecoder:
     """Load a HuggingFace layer or model into transflow (eval-mode semantics).
 
     Supported modules and what is returned:
@@ -278,6 +285,9 @@ def from_hf(
       ``CausalScheme(PreNormScheme())``: causal whatever ``causal=`` the caller passes.
       GPT-2's ``Conv1D`` (in, out) weights, ``scale_attn_weights`` and
       ``scale_attn_by_inverse_layer_idx`` (folded into W^Q) are handled.
+    - ``GPT2Model`` → :class:`CausalDecoder`: ``model(input_ids)`` is
+      ``last_hidden_state`` (f = wte[ids] + wpe[positions], the blocks, ``ln_f``);
+      ``GPT2LMHeadModel`` also gives ``model.logits(input_ids)`` (``lm_head``).
     - ``CvtLayer`` → ``SplitTransformer`` with :class:`~transflow.vision.ConvPreNormScheme`
       on the token grid ``grid_shape=(rows, columns)`` (required: HF passes height and
       width at call time), the class token split off if ``with_cls_token``.
@@ -339,6 +349,13 @@ def from_hf(
         return SplitTransformer(
             stack_controls([_gpt2_block(module, dtype)]), CausalScheme(PreNormScheme())
         )
+    if isinstance(module, gpt2.GPT2Model):
+        return _gpt2_model(module, dtype)
+    if isinstance(module, gpt2.GPT2LMHeadModel):
+        head = module.lm_head
+        if head.bias is not None:
+            raise ValueError("unsupported GPT2LMHeadModel: `lm_head` with a bias.")
+        return _gpt2_model(module.transformer, dtype, _arr(head.weight, dtype).T)
     if isinstance(module, cvt.CvtLayer):
         if grid_shape is None:
             raise ValueError(
@@ -351,7 +368,8 @@ def from_hf(
     if isinstance(module, cvt.CvtStage):
         return _cvt_stage(module, dtype)
     raise TypeError(
-        "from_hf supports ViTLayer, ViTModel, GPT2Block, CvtLayer, CvtStage and ModuleLists "
+        "from_hf supports ViTLayer, ViTModel, GPT2Block, GPT2Model, GPT2LMHeadModel, CvtLayer, "
+        "CvtStage and ModuleLists "
         f"of ViTLayer/GPT2Block; got {type(module).__name__}. torch.nn.TransformerEncoder"
         "(Layer): see transflow.interop.from_torch."
     )

@@ -107,6 +107,11 @@ class DepthwiseConv2d(eqx.Module):
         # cheap to compile (XLA's grouped float64 convolution compiles slowly on CPU).
         kh, kw = self.kernel.shape[-3:-1]
         h2, w2 = self.output_shape(u.shape[:2])
+        if h2 < 1 or w2 < 1:
+            raise ValueError(
+                f"`u` has a {u.shape[0]}x{u.shape[1]} token grid, too small for a {kh}x{kw} "
+                f"kernel with padding {self.padding}."
+            )
         p, s = self.padding, self.stride
         up = jnp.pad(u, ((p, p), (p, p), (0, 0)))
         kernel = self.kernel.astype(u.dtype)
