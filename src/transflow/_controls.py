@@ -123,7 +123,7 @@ class AttentionParams(eqx.Module):
             raise ValueError(f"d={d} is too small for n_heads={n_heads}.")
         hk = dk * n_heads
         ks = jax.random.split(key, 8)
-        s = scale / np.sqrt(d)
+        s = float(scale / np.sqrt(d))  # a Python float keeps `dtype`
         n = lambda k, shape: s * jax.random.normal(k, shape, dtype)
         b = (
             (lambda k, shape: 0.1 * jax.random.normal(k, shape, dtype))
@@ -281,9 +281,9 @@ class LayerControls(eqx.Module):
             d, n_heads=n_heads, bias=bias, scale=scale, dtype=dtype, key=k1
         )
         h = d if d_ff is None else d_ff
-        s = scale / np.sqrt(d)
+        s = float(scale / np.sqrt(d))
         w1 = s * jax.random.normal(k2, (d, h), dtype)
-        w2 = (scale / np.sqrt(h)) * jax.random.normal(k3, (h, d), dtype)
+        w2 = float(scale / np.sqrt(h)) * jax.random.normal(k3, (h, d), dtype)
         kb1, kb2 = jax.random.split(k4)
         b1 = 0.1 * jax.random.normal(kb1, (h,), dtype)
         b2 = 0.1 * jax.random.normal(kb2, (d,), dtype)
