@@ -198,3 +198,28 @@ def test_sequence_model_gradient_is_finite_and_nonzero():
     g = eqx.filter_jit(eqx.filter_grad(lambda m: cross_entropy_loss(m, x, jnp.sort(x, 1))[0]))(m)
     norms = [float(jnp.linalg.norm(a)) for a in jax.tree.leaves(g.controls)]
     assert all(np.isfinite(norms)) and sum(norms) > 0
+
+
+@pytest.mark.slow  # two compilations of a 64-step ViT gradient (~15 s CPU)
+def test_nested_remat_memory_grows_sublinearly():
+    """XLA's working memory of the gradient at N_t = 64 is ≤ 2× that at N_t = 8 with √N_t
+    checkpointing (benchmarks/bench_memory.py measures the full training step)."""
+    x, y = jnp.zeros((128, 8, 8), jnp.float32), jnp.zeros((128,), jnp.int32)
+
+    def loss(p, static):
+        return cross_entropy_loss(eqx.combine(p, static), x, y)[0]
+
+    temps = {}
+    for n_steps in (8, 64):
+        model = make_vit(
+            d=16,
+            n_steps=n_steps,
+            n_heads=2,
+            remat="nested",
+            dtype=jnp.float32,
+            key=jax.random.key(0),
+        )
+        params, static = eqx.partition(model, eqx.is_inexact_array)
+        grad = jax.jit(jax.grad(loss), static_argnums=1)
+        temps[n_steps] = grad.lower(params, static).compile().memory_analysis().temp_size_in_bytes
+    assert temps[64] <= 2 * temps[8], temps
