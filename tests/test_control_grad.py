@@ -18,7 +18,6 @@ from transflow.control import (
     cross_entropy_loss,
     evolve_checkpointed,
     grads_to_torch_layout,
-    make_seq,
     make_vit,
 )
 
@@ -156,7 +155,10 @@ def test_remat_modes_same_values_and_gradients():
             np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
 
 
-@pytest.mark.parametrize("n_steps,chunk", [(7, None), (10, 3)])
+@pytest.mark.parametrize(
+    "n_steps,chunk",
+    [(7, None), pytest.param(10, 3, marks=pytest.mark.slow)],  # k = 3: 2 chunks + remainder 1
+)
 def test_evolve_checkpointed_equals_evolve(getkey, n_steps, chunk):
     theta = stack_controls(
         [LayerControls.random(8, n_heads=2, key=getkey()) for _ in range(n_steps)]
@@ -190,14 +192,6 @@ def test_float32_gradients_agree_with_float64():
         [np.ravel(np.asarray(a, np.float64)) for a in jax.tree.leaves(g)]
     )
     assert _rel(flat(g32), flat(g64)) <= 1e-4
-
-
-def test_sequence_model_gradient_is_finite_and_nonzero():
-    m = make_seq(vocab=5, length=4, d=8, n_steps=2, dtype=jnp.float64, key=jax.random.key(0))
-    x = jnp.array([[0, 3, 1, 4], [2, 2, 0, 1]])
-    g = eqx.filter_jit(eqx.filter_grad(lambda m: cross_entropy_loss(m, x, jnp.sort(x, 1))[0]))(m)
-    norms = [float(jnp.linalg.norm(a)) for a in jax.tree.leaves(g.controls)]
-    assert all(np.isfinite(norms)) and sum(norms) > 0
 
 
 @pytest.mark.slow  # two compilations of a 64-step ViT gradient (~15 s CPU)
