@@ -43,21 +43,43 @@ def main(argv=None) -> dict:
         action="store_true",
         help="no torch comparison (e.g. on a GPU machine without CUDA torch)",
     )
+    ap.add_argument(
+        "--no-others",
+        action="store_true",
+        help="only the three benchmarks of issue #8 (skip other bench_*.py)",
+    )
+    ap.add_argument(
+        "--summarize-only",
+        action="store_true",
+        help="rebuild summary.json from the existing result files",
+    )
     args = ap.parse_args(argv)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     common = ["--out", str(out)]
     t0 = time.perf_counter()
     rounds = ["--rounds", "8"] if args.quick else []
-    _run("bench_layer.py", common + rounds + (["--no-torch"] if args.skip_torch else []))
+    no_torch = ["--no-torch"] if args.skip_torch else []
+    if not args.summarize_only:
+        _run("bench_layer.py", common + rounds + no_torch)
+        if not args.quick:  # one thread each: free of thread-oversubscription effects
+            _run(
+                "bench_layer.py",
+                ["--out", str(out / "threads1"), "--threads", "1", "--rounds", "10", *no_torch],
+            )
+        _run("bench_compile.py", common + (["--rounds", "2"] if args.quick else []))
+        _run("bench_chunked.py", common + (["--no-grad"] if args.quick else []))
     layer = json.loads((out / "layer.json").read_text())
-    _run("bench_compile.py", common + (["--rounds", "2"] if args.quick else []))
-    _run("bench_chunked.py", common + (["--no-grad"] if args.quick else []))
+    t1_path = out / "threads1" / "layer.json"
+    layer1 = json.loads(t1_path.read_text()) if t1_path.exists() else {}
     # Benchmarks of other areas (e.g. bench_regions.py) run too, with their own CLI; a
     # failure there is reported without hiding the results above.
-    others = {}
+    others, previous = {}, {}
+    if args.summarize_only and (out / "summary.json").exists():
+        previous = json.loads((out / "summary.json").read_text())
+        others = previous.get("other_benchmarks", {})
     for script in sorted(HERE.glob("bench_*.py")):
-        if script.name in OWN or args.no_others:
+        if script.name in OWN or args.no_others or args.summarize_only:
             continue
         try:
             _run(script.name, ["--quick"] if args.quick else [])
@@ -76,6 +98,9 @@ def main(argv=None) -> dict:
         "transflow_ms": layer.get("timings_s", {}).get("transflow"),
         "torch_ms": layer.get("timings_s", {}).get("torch"),
         "torch_fast_path": layer.get("torch_fast_path"),
+        "load_average_1min_layer": layer.get("load_average_1min"),
+        "ratio_vs_torch_1thread": layer1.get("ratio_vs_torch"),
+        "flop_fraction_1thread": layer1.get("flop_fraction"),
         "threads": layer.get("threads"),
         "compile_ratio_48_vs_1": compile_["compile_ratio"],
         "compile_s": {k: v["total"] for k, v in compile_["timings_s"].items()},
@@ -102,6 +127,8 @@ def main(argv=None) -> dict:
     summary["compile_s"] = {
         n: {k: v[k] for k in ("median", "min", "max")} for n, v in summary["compile_s"].items()
     }
+    if args.summarize_only:  # keep the wall time of the run that produced the results
+        summary["wall_s"] = previous.get("wall_s", summary["wall_s"])
     met = {}
     for key, (op, bound) in TARGETS.items():
         v = summary.get(key)
@@ -119,6 +146,11 @@ def main(argv=None) -> dict:
         vs = "n/a" if v is None else f"{v:.3g}"
         flag = {True: "met", False: "NOT met", None: "not measured"}[met[key]]
         print(f"  {key:28s} {vs:>10s}   target {op} {bound:g}: {flag}")
+    if summary["ratio_vs_torch_1thread"] is not None:
+        print(
+            f"  (one thread each: ratio_vs_torch {summary['ratio_vs_torch_1thread']:.3g}, "
+            f"flop_fraction {summary['flop_fraction_1thread']:.3g})"
+        )
     print(f"  -> {out / 'summary.json'}")
     return summary
 
