@@ -26,7 +26,7 @@ RESULTS = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "resul
 
 def _load(results: pathlib.Path) -> dict:
     out = {}
-    for name in ("layer", "compile", "chunked", "summary"):
+    for name in ("layer", "compile", "chunked", "summary", "threads1/layer"):
         path = results / f"{name}.json"
         if path.exists():
             out[name] = json.loads(path.read_text())
@@ -87,18 +87,22 @@ def make(out_dir: pathlib.Path, results: pathlib.Path = RESULTS) -> dict:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     t = layer["timings_s"]
     shp = layer["shape"]
-    med = _bar(
-        axes[0],
-        ["transflow\n(jit+vmap)", "torch\n(fast path)"],
-        [t["transflow"], t["torch"]],
-        1e3,
-        ["C0", "C1"],
-    )
+    labels = ["transflow\n(jit+vmap)", "torch\n(fast path)"]
+    series = [t["transflow"], t["torch"]]
+    colors = ["C0", "C1"]
+    one = res.get("threads1/layer")
+    if one is not None:  # the same comparison with one thread each
+        labels = [f"{lbl}\n{layer['threads']['torch']} thr" for lbl in labels]
+        labels += ["transflow\n1 thr", "torch\n1 thr"]
+        series += [one["timings_s"]["transflow"], one["timings_s"]["torch"]]
+        colors += ["C0", "C1"]
+    med = _bar(axes[0], labels, series, 1e3, colors)
     axes[0].set_ylabel("forward time [ms]")
     axes[0].set_title(
         f"(a) {shp['layers']}-layer post-LN, B={shp['batch']}, n={shp['tokens']}, "
         f"d={shp['d_model']}\nratio torch/transflow = {layer['ratio_vs_torch']:.2f}, "
-        f"flop fraction {layer['flop_fraction']:.2f}",
+        f"flop fraction {layer['flop_fraction']:.2f}"
+        + ("" if one is None else f"; 1 thread: ratio {one['ratio_vs_torch']:.2f}"),
         fontsize=9,
     )
 
@@ -152,7 +156,8 @@ def make(out_dir: pathlib.Path, results: pathlib.Path = RESULTS) -> dict:
     }
     data = {
         **numbers,
-        "forward_ms": {"transflow": med[0], "torch": med[1]},
+        "forward_ms": dict(zip([lbl.replace("\n", " ") for lbl in labels], med)),
+        "ratio_vs_torch_1thread": None if one is None else one["ratio_vs_torch"],
         "layer_timings_s": {k: {q: v[q] for q in ("median", "min", "max")} for k, v in t.items()},
         "compile_s": {s: comp["timings_s"][s]["total"]["median"] for s in steps},
         "rss_gib": dict(zip([lbl.replace("\n", " ") for lbl in labels], vals)),
