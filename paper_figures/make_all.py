@@ -150,7 +150,10 @@ def run_figures(
     out_dir: pathlib.Path = DEFAULT_OUT,
     fig_dir: pathlib.Path = ROOT,
 ) -> dict[str, dict[str, Any]]:
-    """Run the selected figures (all when ``ids`` is empty); update the manifest.
+    """Run the selected figures (all when ``ids`` is empty) and write the manifest.
+
+    A full run rewrites ``manifest.json``; a subset updates its entries in place (and drops
+    entries of scripts that no longer exist).
 
     Returns the manifest entries of the figures that ran, keyed by figure id.
     """
@@ -165,11 +168,13 @@ def run_figures(
     selected = [p for p in scripts if not wanted or _figure_id_from_path(p) in wanted]
     manifest_path = out_dir / "manifest.json"
     manifest: dict[str, Any] = {}
-    if manifest_path.exists():
+    if wanted and manifest_path.exists():  # a subset updates the manifest in place
         try:
             manifest = json.loads(manifest_path.read_text())
         except json.JSONDecodeError:
             manifest = {}
+        present = {f"paper_figures/{p.name}" for p in scripts}
+        manifest = {k: v for k, v in manifest.items() if v.get("script") in present}
     results = {}
     first_of: dict[str, pathlib.Path] = {}
     for path in selected:
