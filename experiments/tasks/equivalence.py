@@ -143,7 +143,7 @@ def _compare(
             model = from_torch(ref, dtype=getattr(jnp, dt))
             got = np.asarray(jax.vmap(model)(jnp.asarray(x.numpy())))
             if got.dtype != np.dtype(dt):
-                raise AssertionError(f"transflow returned {got.dtype}, expected {dt}.")
+                raise RuntimeError(f"transflow returned {got.dtype}, expected {dt}.")
             err = float(np.max(np.abs(got - want)))
             if dt == "float64":
                 row["max_abs_fp64"] = err
