@@ -4,7 +4,7 @@ Each benchmark runs in its own process (clean thread pools and memory counters),
 numbers with the JAX version and writes ``results/<name>.json``; this script collects the
 headline numbers into ``summary.json`` and checks them against the issue's targets.
 
-    .venv/bin/python benchmarks/run_all.py            # full run, ~5 min on 2 busy cores
+    .venv/bin/python benchmarks/run_all.py            # full run (see benchmarks/README.md)
     .venv/bin/python benchmarks/run_all.py --quick    # fewer rounds, no gradient run
 """
 
