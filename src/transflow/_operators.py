@@ -285,7 +285,9 @@ def project_s2(v: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
 
 
 def linear_y(
-    u: Float[Array, "n d_in"], w: Float[Array, "d_in d_out"], b: Float[Array, "*d_out"] | None = None
+    u: Float[Array, "n d_in"],
+    w: Float[Array, "d_in d_out"],
+    b: Float[Array, "*d_out"] | None = None,
 ) -> Float[Array, "n d_out"]:
     """Linear integral operator in y: ``∫ W(ξ, y) u(x, ξ) dξ + b(y)`` as ``u @ W + b``.
 
