@@ -10,11 +10,15 @@ Public API (re-exported from private modules, equinox style):
 - Operators: :func:`attention`, :func:`attention_scores`, :func:`attention_weights`,
   :func:`chunked_attention`, :func:`online_softmax_attention` (memory-linear attention),
   :func:`project_s1` (LayerNorm), :func:`project_s2` (ReLU), :func:`linear_y`.
-- Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`, :func:`evolve`,
-  :class:`SplitTransformer`.
-- Subpackages: :mod:`transflow.interop` (PyTorch/HuggingFace).
+- Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`,
+  :class:`CausalScheme` (decoders), :func:`evolve`, :class:`SplitTransformer`.
+- Subpackages: :mod:`transflow.interop` (PyTorch/HuggingFace), :mod:`transflow.continuous`
+  (Δt and grid limits), :mod:`transflow.vision` (ViT/CvT), :mod:`transflow.expressivity`
+  (maxout/CPWL constructions, linear regions), :mod:`transflow.control` (training),
+  :mod:`transflow.parallel` (sharded evolution).
 """
 
+from ._causal import CausalScheme as CausalScheme
 from ._chunked import (
     chunked_attention as chunked_attention,
     online_softmax_attention as online_softmax_attention,
