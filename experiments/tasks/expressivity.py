@@ -109,7 +109,7 @@ def softmax_rows(tokens, lambdas, n_grid=20001, n_random=2000, seed=0) -> list[d
                     "err_lambda_grid": float(np.abs(eg).max() * lam),
                     "err_lambda_random": float(np.abs(er).max() * lam),
                     "c_T": softmax_max_constant(T),
-                "n_random": n_random,
+                    "n_random": n_random,
                 }
             )
     return rows

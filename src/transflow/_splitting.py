@@ -125,8 +125,13 @@ class LieScheme(AbstractScheme):
     def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
         c = controls
         u1 = u + dt * attention(
-            u, c.attn, grid=grid, causal=causal, hardmax=self.hardmax,
-            temperature=self.temperature, implementation=self.implementation,
+            u,
+            c.attn,
+            grid=grid,
+            causal=causal,
+            hardmax=self.hardmax,
+            temperature=self.temperature,
+            implementation=self.implementation,
         )
         u2 = _project(u1, c.norm1, grid)
         ffn_dt = dt if self.ffn_branch_dt == "dt" else 2 * dt
@@ -168,8 +173,13 @@ class PreNormScheme(AbstractScheme):
         c = controls
         p1 = _project(u, c.norm1, grid)
         u1 = u + dt * attention(
-            p1, c.attn, grid=grid, causal=causal, hardmax=self.hardmax,
-            temperature=self.temperature, implementation=self.implementation,
+            p1,
+            c.attn,
+            grid=grid,
+            causal=causal,
+            hardmax=self.hardmax,
+            temperature=self.temperature,
+            implementation=self.implementation,
         )
         p2 = _project(u1, c.norm2, grid)
         z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
@@ -222,15 +232,17 @@ def evolve(
         >>> evolve(jnp.ones((4, 8)) + jnp.arange(8.0), theta).shape
         (4, 8)
     """
-    check_array("u0", u0, ndim=2, shape=(grid.n_tokens if grid is not None else None,
-                                         controls.d_model))
+    check_array(
+        "u0", u0, ndim=2, shape=(grid.n_tokens if grid is not None else None, controls.d_model)
+    )
     num_steps(controls)
     scheme = LieScheme() if scheme is None else scheme
     if not isinstance(scheme, AbstractScheme):
         raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
     if attention_implementation is not None:
-        check_choice("attention_implementation", attention_implementation,
-                     ("auto", "dense", "chunked"))
+        check_choice(
+            "attention_implementation", attention_implementation, ("auto", "dense", "chunked")
+        )
         if not hasattr(scheme, "implementation"):
             raise TypeError(
                 f"`attention_implementation` needs a scheme with an `implementation` field "
