@@ -21,7 +21,7 @@ Usage::
     python paper_figures/make_all.py F1 F2        # a subset (ids, case-insensitive)
     python paper_figures/make_all.py --list       # list the figures
     python paper_figures/make_all.py --smoke F2   # TRANSFLOW_SMOKE=1: tiny versions (tests)
-    python paper_figures/make_all.py --out /tmp/figs
+    python paper_figures/make_all.py --out out/figs
 """
 
 from __future__ import annotations
