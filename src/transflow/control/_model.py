@@ -22,6 +22,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._controls import LayerControls, stack_controls
 from .._grid import Grid
 from .._splitting import AbstractScheme, LieScheme
+from ..vision import patchify as vision_patchify
 from ._remat import RematMode, evolve_remat
 
 __all__ = ["PatchEmbedding", "TokenEmbedding", "FlowModel", "patchify", "make_vit", "make_seq"]
@@ -37,8 +38,7 @@ def patchify(image: Float[Array, "h w"], patch: int) -> Float[Array, "n p2"]:
     h, w = image.shape
     if h % patch or w % patch:
         raise ValueError(f"`patch`={patch} must divide the image shape {(h, w)}.")
-    x = image.reshape(h // patch, patch, w // patch, patch).transpose(0, 2, 1, 3)
-    return x.reshape((h // patch) * (w // patch), patch * patch)
+    return vision_patchify(image[None], patch)  # one channel: entries (row, column)
 
 
 class PatchEmbedding(eqx.Module):
