@@ -31,7 +31,7 @@ def build_grid(grid_cfg: Any, *, dtype: Any = None):
     """A :class:`transflow.Grid` from a ``grid`` config node (:class:`GridConfig`).
 
     Example:
-        >>> from experiments.config import GridConfig
+        >>> from transflow.experiments.config import GridConfig
         >>> build_grid(GridConfig(n_tokens=4, n_features=8)).n_tokens
         4
     """
@@ -138,7 +138,7 @@ def build_torch_reference(model_cfg: Any, *, dtype: str = "float32", **overrides
     replace fields of ``model_cfg`` (e.g. ``nhead=4``).
 
     Example:
-        >>> from experiments.config import ModelConfig
+        >>> from transflow.experiments.config import ModelConfig
         >>> layer = build_torch_reference(ModelConfig(d_model=8, init_seed=0), nhead=2)
         >>> type(layer).__name__
         'TransformerEncoderLayer'

@@ -101,6 +101,7 @@ class RunContext:
     seed: int = 0
     precision: str = "both"
     cfg: Any = None
+    claims: list[dict[str, Any]] = dataclasses.field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self):
         self.run_dir = pathlib.Path(self.run_dir)
@@ -161,6 +162,56 @@ class RunContext:
             tqdm(iterable, total=total, desc=desc, disable=quiet, file=sys.stderr, leave=False)
         )
 
+    def claim(
+        self, name: str, value: Any, bound: Any, *, op: str = "<=", enforce: bool = True
+    ) -> bool:
+        """Record a claim check ``value <op> bound``; returns whether it holds.
+
+        ``transflow-run`` writes every claim into ``summary.json`` (``claims``: name, value,
+        op, bound, pass, enforced) and a table into ``report.md``. If any *enforced* claim
+        fails, the run is marked FAILED (no ``DONE``) and the command exits non-zero. Use
+        ``enforce=False`` for a claim that does not hold at this size (``debug=smoke``):
+        it is recorded, not enforced. A NaN value never passes.
+
+        Example:
+            >>> import tempfile
+            >>> ctx = RunContext(pathlib.Path(tempfile.mkdtemp()))
+            >>> ctx.claim("max_abs_fp64", 2e-15, 1e-10)
+            True
+            >>> ctx.claim("regions", 118000, 117649, op="==")
+            False
+        """
+        import math
+
+        ops = {
+            "<=": lambda a, b: a <= b,
+            "<": lambda a, b: a < b,
+            ">=": lambda a, b: a >= b,
+            ">": lambda a, b: a > b,
+            "==": lambda a, b: a == b,
+        }
+        if op not in ops:
+            raise ValueError(f"ctx.claim({name!r}): op must be one of {sorted(ops)}, got {op!r}.")
+        value, bound = to_jsonable(value), to_jsonable(bound)
+        is_nan = isinstance(value, float) and math.isnan(value)
+        ok = bool(not is_nan and ops[op](value, bound))
+        self.claims.append(
+            {
+                "name": name,
+                "value": value,
+                "op": op,
+                "bound": bound,
+                "pass": ok,
+                "enforced": bool(enforce),
+            }
+        )
+        return ok
+
+    @property
+    def failed_claims(self) -> list[str]:
+        """Names of the enforced claims that failed."""
+        return [c["name"] for c in self.claims if c["enforced"] and not c["pass"]]
+
     def report(self, text: str) -> None:
         """Append markdown ``text`` (a paragraph, a table, ...) to ``report.md``."""
         with self.report_path.open("a") as f:
@@ -173,6 +224,21 @@ def _check_name(arg: str, name: str) -> None:
             f"`{arg}` must be a plain file name without '/' (a file in the run directory), "
             f"got {name!r}."
         )
+
+
+def claims_markdown(claims: list[dict[str, Any]]) -> str:
+    """The claim checks as a markdown table (for ``report.md``)."""
+    if not claims:
+        return ""
+    lines = ["## Claim checks", "", "| claim | value | bound | result |", "|---|---|---|---|"]
+    for c in claims:
+        verdict = "PASS" if c["pass"] else ("FAIL" if c["enforced"] else "fail (not enforced)")
+        lines.append(f"| {c['name']} | {c['value']} | {c['op']} {c['bound']} | {verdict} |")
+    return "\n".join(lines)
+
+
+class ClaimsFailed(RuntimeError):
+    """Raised by ``transflow-run`` after the task when an enforced claim check failed."""
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:

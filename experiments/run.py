@@ -7,15 +7,15 @@ Usage::
     transflow-run -m experiment=equivalence seed=0,1,2      # a sweep: one dir per job
     transflow-run experiment=equivalence task.norm_first=[false] precision=fp64
 
-The entry point only composes the config, builds a :class:`~experiments.context.RunContext`
-for the job's directory and calls the selected task's ``run(cfg, ctx)``
-(``experiments/tasks/<name>.py``). JAX is imported and configured *inside* the job (x64
-for ``precision=fp64|both``), never at import of this module, so launchers that start
-worker processes are safe.
+The entry point only composes the config, builds a
+:class:`~transflow.experiments.context.RunContext` for the job's directory and calls the
+selected task's ``run(cfg, ctx)`` (``experiments/tasks/<name>.py``). JAX is imported and
+configured *inside* the job (x64 for ``precision=fp64|both``), never at import of this
+module, so launchers that start worker processes are safe.
 
 Run directories: ``outputs/<task>/<date>_<time>/`` for single runs and
 ``multirun/<task>/<date>_<time>/<job number>/`` for sweeps (``configs/hydra/default.yaml``);
-the layout of a run directory is described in :mod:`experiments.context`.
+the layout of a run directory is described in :mod:`transflow.experiments.context`.
 """
 
 from __future__ import annotations
@@ -35,49 +35,26 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
 from .config import Precision, register_schemas
-from .context import RunContext, summary_markdown, to_jsonable
+from .context import ClaimsFailed, RunContext, claims_markdown, summary_markdown, to_jsonable
 from .tasks import discover, register_tasks
 
 __all__ = ["CONFIG_DIR", "compose", "main", "register_configs", "run_in_process", "run_job"]
 
-CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
+
+def _config_dir() -> pathlib.Path:
+    """The config tree shipped in the package (``transflow.configs``), as a directory.
+
+    An installed wheel unpacks it into site-packages; an editable install maps the package
+    onto the repository's ``configs/`` folder. Either way it is a real directory.
+    """
+    import importlib.resources
+
+    return pathlib.Path(str(importlib.resources.files("transflow.configs")))
+
+
+CONFIG_DIR = _config_dir()
 
 _REGISTERED = False
-
-
-def _read_header_directives(config_text: str) -> dict[str, str | None]:
-    """Hydra's ``ConfigSource._get_header_dict``, reading the *whole* leading comment block.
-
-    Hydra 1.3 stops at the first comment line that is not a ``# @key value`` directive, so
-    an experiment file that starts with its description comment (the convention of this
-    project: command, runtime, expected result) and has ``# @package _global_`` below it
-    would silently lose the directive. Here every line of the leading comment block is
-    read; the first non-comment line ends the header, as in Hydra.
-    """
-    import re
-
-    res: dict[str, str | None] = {}
-    for line in config_text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if not line.startswith("#"):
-            break
-        if re.match(r"^\s*#\s*@", line):
-            parts = line.lstrip("#").strip().split()
-            if len(parts) != 2:
-                raise ValueError(f"Expected header format: '# @KEY VALUE', got '{line}'")
-            key, val = parts
-            if key.startswith("@"):
-                res[key[1:]] = val
-    res.setdefault("package", None)
-    return res
-
-
-def _patch_hydra_header() -> None:
-    from hydra.plugins.config_source import ConfigSource
-
-    ConfigSource._get_header_dict = staticmethod(_read_header_directives)
 
 
 def register_configs(*, warn: bool = True) -> dict[str, str]:
@@ -87,7 +64,6 @@ def register_configs(*, warn: bool = True) -> dict[str, str]:
     stderr, so a broken task of another experiment is reported but does not stop this one.
     """
     global _REGISTERED
-    _patch_hydra_header()
     register_schemas()
     _, errors = register_tasks()
     if warn and errors and not _REGISTERED:
@@ -190,8 +166,18 @@ def run_job(cfg: DictConfig, *, run_dir: str | pathlib.Path, task_name: str) -> 
                 f"task '{task_name}': run(cfg, ctx) must return a dict of headline numbers, "
                 f"got {type(result).__name__}."
             )
+        if ctx.claims:
+            result["claims"] = ctx.claims
+            result["claims_pass"] = not ctx.failed_claims
         _write_json(run_dir / "summary.json", result)
-        ctx.report(summary_markdown(result))
+        ctx.report(summary_markdown({k: v for k, v in result.items() if k != "claims"}))
+        if ctx.claims:
+            ctx.report(claims_markdown(ctx.claims))
+        if ctx.failed_claims:
+            raise ClaimsFailed(
+                f"task '{task_name}': claim checks failed: {', '.join(ctx.failed_claims)} "
+                f"(see {run_dir / 'summary.json'}, key 'claims')"
+            )
     except BaseException as e:
         status.update(
             status="FAILED",

@@ -60,7 +60,7 @@ def _short_run(task: str, steps: int):
 
 
 def make(out_dir: pathlib.Path) -> dict:
-    from experiments.figures import figure_smoke, save_figure
+    from transflow.experiments.figures import figure_smoke, save_figure
 
     from transflow.control import plot_training_curves
 

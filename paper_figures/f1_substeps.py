@@ -22,9 +22,9 @@ FIGURE = {
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    from experiments.figures import save_figure
-    from experiments.run import compose
-    from experiments.tasks.equivalence import fast_eager, plot_substeps, substep_rows
+    from transflow.experiments.figures import save_figure
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks.equivalence import fast_eager, plot_substeps, substep_rows
 
     jax.config.update("jax_enable_x64", True)
     cfg, _ = compose(["experiment=equivalence"])

@@ -23,10 +23,10 @@ def make(out_dir: pathlib.Path) -> dict:
     import math
 
     import jax
-    from experiments.figures import figure_smoke, save_figure
-    from experiments.run import compose
-    from experiments.tasks.equivalence import agreement_rows, fast_eager, plot_agreement
     from omegaconf import OmegaConf
+    from transflow.experiments.figures import figure_smoke, save_figure
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks.equivalence import agreement_rows, fast_eager, plot_agreement
 
     jax.config.update("jax_enable_x64", True)
     cfg, _ = compose(["experiment=equivalence"])

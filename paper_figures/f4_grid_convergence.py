@@ -18,10 +18,10 @@ FIGURE = {
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    from experiments.figures import figure_smoke, save_figure
-    from experiments.run import compose
-    from experiments.tasks.grid_refinement import plot_grid
     from omegaconf import OmegaConf
+    from transflow.experiments.figures import figure_smoke, save_figure
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks.grid_refinement import plot_grid
 
     from transflow.continuous import grid_convergence
 

@@ -19,10 +19,10 @@ FIGURE = {
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    from experiments.figures import figure_smoke, save_figure
-    from experiments.run import compose
-    from experiments.tasks.clustering import plot_clustering
     from omegaconf import OmegaConf
+    from transflow.experiments.figures import figure_smoke, save_figure
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks.clustering import plot_clustering
 
     from transflow.continuous import clustering_trajectory
 

@@ -19,10 +19,10 @@ FIGURE = {
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    from experiments.figures import figure_smoke, save_figure
-    from experiments.run import compose
-    from experiments.tasks.nonconvergence import CASES, plot_nonconvergence
     from omegaconf import OmegaConf
+    from transflow.experiments.figures import figure_smoke, save_figure
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks.nonconvergence import CASES, plot_nonconvergence
 
     from transflow.continuous import full_model_refinement
 

@@ -17,15 +17,15 @@ FIGURE = {
     "id": "F7",
     "title": "Softmax max-unit: sup error × λ vs λ, with the sharp constant W((T−1)/e)",
     "command": "make figures  (python paper_figures/make_all.py F7)",
-    "config": "library call (experiments.tasks.expressivity.softmax_rows); "
+    "config": "library call (transflow.experiments.tasks.expressivity.softmax_rows); "
     "also written by experiment=expressivity",
 }
 
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    from experiments.figures import figure_smoke, save_figure
-    from experiments.tasks.expressivity import Config, plot_softmax, softmax_rows
+    from transflow.experiments.figures import figure_smoke, save_figure
+    from transflow.experiments.tasks.expressivity import Config, plot_softmax, softmax_rows
 
     jax.config.update("jax_enable_x64", True)
     cfg = Config()

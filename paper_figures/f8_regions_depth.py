@@ -16,15 +16,15 @@ FIGURE = {
     "id": "F8",
     "title": "Linear regions vs depth (Variants A and B) with candidate bounds",
     "command": "make figures  (python paper_figures/make_all.py F8)",
-    "config": "library call (experiments.tasks.expressivity.region_rows); "
+    "config": "library call (transflow.experiments.tasks.expressivity.region_rows); "
     "also written by experiment=expressivity",
 }
 
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    from experiments.figures import figure_smoke, save_figure
-    from experiments.tasks.expressivity import plot_regions, region_rows
+    from transflow.experiments.figures import figure_smoke, save_figure
+    from transflow.experiments.tasks.expressivity import plot_regions, region_rows
 
     jax.config.update("jax_enable_x64", True)
     if figure_smoke():

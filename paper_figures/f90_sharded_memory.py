@@ -30,7 +30,7 @@ def make(out_dir: pathlib.Path) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
-    from experiments.figures import figure_smoke, save_figure
+    from transflow.experiments.figures import figure_smoke, save_figure
 
     from transflow.parallel._selftest import run_subprocess
 

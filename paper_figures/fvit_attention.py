@@ -27,7 +27,7 @@ FIGURE = {
 def _hf_model(smoke: bool):
     import numpy as np
     import torch
-    from experiments.tasks.vit_equivalence import randomize_
+    from transflow.experiments.tasks.vit_equivalence import randomize_
     from transformers import ViTConfig, ViTModel
 
     image, patch, d, heads = ((12, 16), 4, 16, 2) if smoke else ((24, 32), 4, 16, 2)
@@ -77,8 +77,8 @@ def make(out_dir: pathlib.Path) -> dict:
     import matplotlib.pyplot as plt
     import numpy as np
     import torch
-    from experiments.figures import figure_smoke, save_figure
-    from experiments.tasks.vit_equivalence import fp64_vit_softmax
+    from transflow.experiments.figures import figure_smoke, save_figure
+    from transflow.experiments.tasks.vit_equivalence import fp64_vit_softmax
 
     import transflow
     from transflow.interop import from_hf

@@ -137,7 +137,7 @@ def _run_one(path: pathlib.Path, out_dir: pathlib.Path) -> dict[str, Any]:
 
 def _jsonable(obj: Any) -> Any:
     try:
-        from experiments.context import to_jsonable
+        from transflow.experiments.context import to_jsonable
 
         return to_jsonable(obj)
     except ImportError:  # pragma: no cover - experiments is installed with transflow

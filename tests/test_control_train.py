@@ -204,7 +204,7 @@ def test_task_configs_mirror_library_configs():
     """experiments/tasks/train_*.py declare the same fields and defaults as the library."""
     sys.path.insert(0, str(ROOT))
     try:
-        from experiments.tasks import train_digits, train_sequence
+        from transflow.experiments.tasks import train_digits, train_sequence
     finally:
         sys.path.remove(str(ROOT))
     for task_cfg, lib_cfg in (

@@ -6,7 +6,7 @@ The protocol (see ``docs/experiments.md``)::
     class Config:            # the task's parameters, typed, with defaults
         n_steps: int = 100
 
-    def run(cfg, ctx) -> dict:   # cfg: the task node; ctx: experiments.context.RunContext
+    def run(cfg, ctx) -> dict:   # cfg: the task node; ctx: transflow.experiments.context.RunContext
         import jax               # JAX is imported inside run, never at module import
         ...
         return {"headline": 1.0}
@@ -67,7 +67,7 @@ def discover(
     ``tasks`` maps a task name to its module; ``errors`` maps the name of every module that
     could not be used to a message (the traceback of a failed import, or what is missing).
     Files starting with ``_`` are skipped. Modules are imported as
-    ``experiments.tasks.<name>``. The result for the default directory is cached
+    ``transflow.experiments.tasks.<name>``. The result for the default directory is cached
     (``refresh=True`` re-imports).
 
     Example:

@@ -4,7 +4,7 @@ layers reproduced by the split scheme, in float32 and float64.
 For every configuration in the product ``norm_first × activation × nhead ×
 dim_feedforward × bias × layer_norm_eps`` (the other fields come from the ``model``
 group, the sequence length from ``grid.n_tokens``), a random
-``torch.nn.TransformerEncoderLayer`` (:func:`experiments.builders.build_torch_reference`)
+``torch.nn.TransformerEncoderLayer`` (:func:`transflow.experiments.builders.build_torch_reference`)
 is loaded with :func:`transflow.interop.from_torch` and both are applied to the same
 random batch, on torch's slow (Python) path in eval mode:
 
