@@ -1,0 +1,44 @@
+"""Saving figures with the numbers they plot, and the smoke switch of ``make figures``."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Any
+
+__all__ = ["figure_smoke", "save_figure"]
+
+
+def figure_smoke() -> bool:
+    """True when ``make_all.py --smoke`` (``TRANSFLOW_SMOKE=1``) asks for tiny figures.
+
+    Example:
+        >>> import os
+        >>> os.environ.pop("TRANSFLOW_SMOKE", None) and None
+        >>> figure_smoke()
+        False
+    """
+    return os.environ.get("TRANSFLOW_SMOKE", "0") not in ("", "0", "false", "False")
+
+
+def save_figure(
+    fig: Any, out_dir: str | pathlib.Path, fid: str, data: Any, *, dpi: int = 150
+) -> list[pathlib.Path]:
+    """Save ``fig`` as ``<fid>.png`` and ``<fid>.pdf`` and ``data`` as ``<fid>.json``.
+
+    Closes the figure; returns the three paths. ``data`` is made JSON-safe (arrays become
+    lists, NaN stays NaN).
+    """
+    import matplotlib.pyplot as plt
+
+    from .._records import to_jsonable
+
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{fid}.png", out_dir / f"{fid}.pdf", out_dir / f"{fid}.json"]
+    fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
+    plt.close(fig)
+    paths[2].write_text(json.dumps(to_jsonable(data), indent=2, allow_nan=True) + "\n")
+    return paths
