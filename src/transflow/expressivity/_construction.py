@@ -15,6 +15,7 @@ A block with no heads (no FFN units) skips its attention (FFN).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Literal
 
 import equinox as eqx
@@ -26,7 +27,7 @@ from .._controls import AttentionParams, FFNParams
 from .._operators import attention as _attention_op, attention_scores
 from .._splitting import ffn_branch
 from ._maxout import MaxoutNetwork, ibp_bounds
-from ._pwl import AbstractPiecewiseLinear
+from ._pwl import AbstractPiecewiseLinear, exact_argmax, gamma, to_fraction_array
 from ._softmax import softmax_deltas, softmax_error_bound
 
 __all__ = ["MaxoutTransformer", "maxout_to_transformer"]
@@ -121,26 +122,23 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
     def layer_logits(self, x: Float[Array, " d"]) -> tuple[Float[Array, "G K"], ...]:
         """Decision quantities per sub-layer, along the hardmax forward pass at x.
 
-        Attention: the scores ``attention_scores(X, p, scale=1)`` of every head and query
-        token, shape ``(H·T, T)`` (winner = argmax key). FFN: ``(0, pre-activation)`` of
-        every token and hidden unit, shape ``(T·r, 2)`` (winner 1 ⇔ the ReLU is active).
-        Only defined for hardmax attention.
+        Attention: the scores ``attention_scores(X, p, scale=1)`` of every head, shape
+        ``(H, T)`` (winner = argmax key); the queries of the construction are constant
+        (they read only the constant coordinate), so every query token has the same
+        scores and one group per head is the whole decision. FFN: ``(0, pre-activation)``
+        of every token and hidden unit, shape ``(T·r, 2)`` (winner 1 ⇔ the ReLU is
+        active). Only defined for hardmax attention.
         """
         return self.output_and_logits(x)[1]
 
     def output_and_logits(self, x):
-        if not self.hardmax:
-            raise ValueError(
-                "MaxoutTransformer.layer_logits: the activation pattern (and linear regions) "
-                f"is defined for hardmax attention only; this model uses softmax with "
-                f"λ={float(self.temperature)}. Build it with attention='hardmax'."
-            )
+        self._refuse_softmax()
         X = self.embed(x)
         out = []
         for a, f in self.blocks:
             if a is not None:
                 s = attention_scores(X, a, scale=1.0)
-                out.append(s.reshape(-1, s.shape[-1]))
+                out.append(s[:, 0, :])  # constant queries: query token 0 stands for all
                 X = self._attn(X, a)
             if f is not None:
                 pre = (X @ f.weights[0] + f.biases[0]).reshape(-1)
@@ -148,6 +146,149 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
                 X = X + ffn_branch(X, f, 1.0)
         y = self.readout_weight @ X[0, : self.n_out_units] + self.readout_bias
         return y, tuple(out)
+
+    def _refuse_softmax(self):
+        if not self.hardmax:
+            raise ValueError(
+                "MaxoutTransformer: this model uses softmax attention (λ="
+                f"{float(self.temperature)}), which is smooth, not piecewise linear: it has no "
+                "linear regions to count. Build it with attention='hardmax' (the exact "
+                "construction), or count the regions of its maxout network `model.net`."
+            )
+
+    def eval_bounded(self, x, ex=None, pattern=None):
+        """Forward pass with running round-off bounds (hardmax; see
+        :meth:`AbstractPiecewiseLinear.eval_bounded`). Every matrix product with n terms
+        adds ``γ_{n+1}(|W||X̂| + |b|)`` to ``|W| e_X``; a score ``q·k`` adds
+        ``|q| e_k + |k| e_q + e_q e_k + γ_{dk}|q||k|``; the hardmax keeps the error of the
+        selected value; a residual sum adds ``u |X̂|``."""
+        self._refuse_softmax()
+        dt = self.positional.dtype
+        u = gamma(1, dt)
+        T, m = self.positional.shape
+        d = self.in_dim
+        x = jnp.asarray(x, dt)
+        X = self.embed(x)
+        EX = jnp.zeros((T, m), dt)
+        if ex is not None:
+            EX = EX.at[:, :d].set(jnp.asarray(ex, dt)[None, :])
+        logits, errs, wins, off = [], [], [], 0
+
+        def lin(Z, EZ, W, b):
+            aW = jnp.abs(W)
+            out = Z @ W + b
+            return out, EZ @ aW + gamma(W.shape[0] + 1, dt) * (jnp.abs(Z) @ aW + jnp.abs(b))
+
+        for a, f in self.blocks:
+            if a is not None:
+                H = a.n_heads
+                q, eq = lin(X[:1], EX[:1], a.wq, a.bq)  # constant queries: token 0
+                k, ek = lin(X, EX, a.wk, a.bk)
+                v, ev = lin(X, EX, a.wv, a.bv)
+                dk, dv = q.shape[-1] // H, v.shape[-1] // H
+                q, eq = q.reshape(H, dk), eq.reshape(H, dk)
+                k, ek = k.reshape(T, H, dk), ek.reshape(T, H, dk)
+                s = jnp.einsum("hc,thc->ht", q, k)
+                es = (
+                    jnp.einsum("hc,thc->ht", jnp.abs(q), ek)
+                    + jnp.einsum("hc,thc->ht", eq, jnp.abs(k) + ek)
+                    + gamma(dk, dt) * jnp.einsum("hc,thc->ht", jnp.abs(q), jnp.abs(k))
+                )
+                win = jnp.argmax(s, axis=-1) if pattern is None else pattern[off : off + H]
+                off += H
+                logits.append(s)
+                errs.append(es)
+                wins.append(win.astype(jnp.int32))
+                v, ev = v.reshape(T, H, dv), ev.reshape(T, H, dv)
+                o = v[win, jnp.arange(H)].reshape(H * dv)
+                eo = ev[win, jnp.arange(H)].reshape(H * dv)
+                out, eout = lin(o[None], eo[None], a.wo, a.bo)
+                X = X + out
+                EX = EX + eout + u * jnp.abs(X)
+            if f is not None:
+                W1, W2 = f.weights
+                b1, b2 = f.biases
+                pre, epre = lin(X, EX, W1, b1)
+                r = pre.shape[-1]
+                logits.append(jnp.stack([jnp.zeros_like(pre), pre], -1).reshape(T * r, 2))
+                errs.append(jnp.stack([jnp.zeros_like(epre), epre], -1).reshape(T * r, 2))
+                if pattern is None:
+                    act = (pre > 0).reshape(-1)
+                else:
+                    act = pattern[off : off + T * r] == 1
+                off += T * r
+                wins.append(act.astype(jnp.int32))
+                act = act.reshape(T, r)
+                hid = jnp.where(act, pre, 0.0)
+                ehid = jnp.where(act, epre, 0.0)
+                out, eout = lin(hid, ehid, W2, b2)
+                X = X + out
+                EX = EX + eout + u * jnp.abs(X)
+        n = self.n_out_units
+        y, ey = lin(X[:1, :n], EX[:1, :n], self.readout_weight.T, self.readout_bias)
+        return y[0], ey[0], tuple(logits), tuple(errs), jnp.concatenate(wins)
+
+    def exact_params(self):
+        self._refuse_softmax()
+        blocks = []
+        for a, f in self.blocks:
+            ea = (
+                None
+                if a is None
+                else tuple(to_fraction_array(t) for t in (a.wq, a.bq, a.wk, a.bk, a.wv, a.bv))
+                + (to_fraction_array(a.wo), to_fraction_array(a.bo), a.n_heads)
+            )
+            ef = None if f is None else tuple(to_fraction_array(t) for t in (*f.weights, *f.biases))
+            blocks.append((ea, ef))
+        return (
+            blocks,
+            to_fraction_array(self.positional),
+            to_fraction_array(self.readout_weight),
+            to_fraction_array(self.readout_bias),
+        )
+
+    def exact_eval(self, params, x, pattern=None):
+        blocks, P, A, c = params
+        T, m = P.shape
+        X = P.copy()
+        for t in range(T):
+            for j, xj in enumerate(x):
+                X[t, j] = X[t, j] + xj
+        logits, wins, off = [], [], 0
+        for ea, ef in blocks:
+            if ea is not None:
+                wq, bq, wk, bk, wv, bv, wo, bo, H = ea
+                q = (X[:1].dot(wq) + bq).reshape(H, -1)
+                k = (X.dot(wk) + bk).reshape(T, H, -1)
+                v = (X.dot(wv) + bv).reshape(T, H, -1)
+                s = np.empty((H, T), dtype=object)
+                for h in range(H):
+                    for t in range(T):
+                        s[h, t] = q[h].dot(k[t, h])
+                win = exact_argmax(s) if pattern is None else np.asarray(pattern[off : off + H])
+                off += H
+                logits.append(s)
+                wins.append(np.asarray(win, np.int64))
+                o = np.concatenate([v[win[h], h] for h in range(H)])
+                X = X + (o.dot(wo) + bo)[None, :]
+            if ef is not None:
+                W1, W2, b1, b2 = ef
+                pre = X.dot(W1) + b1
+                r = pre.shape[-1]
+                if pattern is None:
+                    act = np.array([[p > 0 for p in row] for row in pre]).reshape(-1)
+                else:
+                    act = np.asarray(pattern[off : off + T * r]) == 1
+                off += T * r
+                lg = np.empty((T * r, 2), dtype=object)
+                lg[:, 0] = Fraction(0)
+                lg[:, 1] = pre.reshape(-1)
+                logits.append(lg)
+                wins.append(act.astype(np.int64))
+                hid = np.where(act.reshape(T, r), pre, Fraction(0))
+                X = X + hid.dot(W2) + b2
+        y = A.dot(X[0, : self.n_out_units]) + c
+        return y, logits, np.concatenate(wins)
 
     def in_box(self, x: Float[Array, " d"]) -> Bool[Array, ""]:
         """True iff ``lo ≤ x ≤ hi`` componentwise (where the construction is exact)."""

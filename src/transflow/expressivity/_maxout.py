@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._pwl import AbstractPiecewiseLinear
+from ._pwl import AbstractPiecewiseLinear, exact_argmax, gamma, to_fraction_array
 
 __all__ = ["MaxoutNetwork", "zigzag_maxout", "ibp_bounds"]
 
@@ -174,7 +174,135 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
     def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d_out"]:
         return self.readout_weight @ self.hidden(x) + self.readout_bias
 
+    # ------------------------------------------------------------------ certification
+    def eval_bounded(self, x, ex=None, pattern=None):
+        """Forward pass with running round-off bounds (see
+        :meth:`AbstractPiecewiseLinear.eval_bounded`): for ``z = W h + b`` with n inputs,
+        ``|ẑ − z| ≤ |W| e_h + γ_{n+1} (|W| |ĥ| + |b|)``; the max keeps the error of the
+        selected piece."""
+        dt = self.weights[0].dtype
+        h = jnp.asarray(x, dt)
+        eh = jnp.zeros_like(h) if ex is None else jnp.asarray(ex, dt)
+        logits, errs, wins, off = [], [], [], 0
+        for w, b in zip(self.weights, self.biases):
+            n, _, n_prev = w.shape
+            aw = jnp.abs(w)
+            z = w @ h + b
+            ez = aw @ eh + gamma(n_prev + 1, dt) * (aw @ jnp.abs(h) + jnp.abs(b))
+            win = jnp.argmax(z, axis=-1) if pattern is None else pattern[off : off + n]
+            off += n
+            h = jnp.take_along_axis(z, win[:, None], axis=-1)[:, 0]
+            eh = jnp.take_along_axis(ez, win[:, None], axis=-1)[:, 0]
+            logits.append(z)
+            errs.append(ez)
+            wins.append(win.astype(jnp.int32))
+        A, c = self.readout_weight, self.readout_bias
+        aA = jnp.abs(A)
+        y = A @ h + c
+        ey = aA @ eh + gamma(h.shape[0] + 1, dt) * (aA @ jnp.abs(h) + jnp.abs(c))
+        return y, ey, tuple(logits), tuple(errs), jnp.concatenate(wins)
+
+    def exact_params(self):
+        return (
+            [to_fraction_array(w) for w in self.weights],
+            [to_fraction_array(b) for b in self.biases],
+            to_fraction_array(self.readout_weight),
+            to_fraction_array(self.readout_bias),
+        )
+
+    def exact_eval(self, params, x, pattern=None):
+        Ws, bs, A, c = params
+        h = np.asarray(x, dtype=object)
+        logits, wins, off = [], [], 0
+        for w, b in zip(Ws, bs):
+            n, k, n_prev = w.shape
+            z = (w.reshape(n * k, n_prev).dot(h)).reshape(n, k) + b
+            win = exact_argmax(z) if pattern is None else np.asarray(pattern[off : off + n])
+            off += n
+            h = np.array([z[i, win[i]] for i in range(n)], dtype=object)
+            logits.append(z)
+            wins.append(np.asarray(win, np.int64))
+        return A.dot(h) + c, logits, np.concatenate(wins)
+
     # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_torch(cls, module, *, dtype=None) -> MaxoutNetwork:
+        """The maxout network of a ``torch.nn.Sequential`` of ``Linear`` layers with
+        ``ReLU`` / ``LeakyReLU`` / ``Identity`` between them (weights copied as float64).
+
+        ``ReLU`` is the rank-2 unit ``max(0, u)``, ``LeakyReLU(a)`` the rank-2 unit
+        ``max(a·u, u)`` (``0 ≤ a ≤ 1``); consecutive ``Linear`` layers (or ``Identity``)
+        are composed. The last ``Linear`` becomes the read-out. Anything else (``Conv``,
+        ``Tanh``, ``Dropout`` in training mode, normalisations, …) raises a ``TypeError``
+        naming the module and what to do instead.
+
+        Example:
+            >>> import torch
+            >>> from transflow.expressivity import MaxoutNetwork
+            >>> torch.manual_seed(0) and None
+            >>> m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(),
+            ...                         torch.nn.Linear(4, 1)).double()
+            >>> net = MaxoutNetwork.from_torch(m)
+            >>> x = torch.randn(3, dtype=torch.float64)
+            >>> bool(abs(float(net(x.numpy())[0]) - float(m(x)[0])) < 1e-12)
+            True
+        """
+        import torch
+
+        if not isinstance(module, torch.nn.Sequential):
+            raise TypeError(
+                "MaxoutNetwork.from_torch: `module` must be a torch.nn.Sequential of Linear "
+                f"and ReLU/LeakyReLU/Identity layers, got {type(module).__name__}. Wrap your "
+                "layers in nn.Sequential (or build MaxoutNetwork(weights, biases) yourself)."
+            )
+        A = None  # pending affine map (W, b) since the last activation
+        ws, bs = [], []
+        for i, layer in enumerate(module):
+            if isinstance(layer, torch.nn.Linear):
+                W = layer.weight.detach().cpu().double().numpy()
+                b = (
+                    layer.bias.detach().cpu().double().numpy()
+                    if layer.bias is not None
+                    else np.zeros(W.shape[0])
+                )
+                A = (W, b) if A is None else (W @ A[0], W @ A[1] + b)
+            elif isinstance(layer, torch.nn.Identity) or (
+                isinstance(layer, torch.nn.Dropout) and not layer.training
+            ):
+                continue
+            elif isinstance(layer, torch.nn.ReLU | torch.nn.LeakyReLU):
+                if A is None:
+                    raise TypeError(
+                        f"MaxoutNetwork.from_torch: layer {i} ({layer}) is an activation "
+                        "without a Linear layer before it; start the Sequential with a Linear."
+                    )
+                a = float(layer.negative_slope) if isinstance(layer, torch.nn.LeakyReLU) else 0.0
+                if not 0.0 <= a <= 1.0:
+                    raise TypeError(
+                        f"MaxoutNetwork.from_torch: layer {i} LeakyReLU(negative_slope={a}) is "
+                        "not a max of two pieces for a outside [0, 1]; use 0 <= a <= 1."
+                    )
+                W, b = A
+                ws.append(np.stack([a * W, W], axis=1))
+                bs.append(np.stack([a * b, b], axis=1))
+                A = None
+            else:
+                raise TypeError(
+                    f"MaxoutNetwork.from_torch: unsupported module {type(layer).__name__} at "
+                    f"position {i}; supported are Linear, ReLU, LeakyReLU, Identity (and "
+                    "Dropout in eval mode). Convert other piecewise-linear layers to Linear "
+                    "first, or restrict the count to the supported part of the network."
+                )
+        if not ws:
+            raise TypeError(
+                "MaxoutNetwork.from_torch: the Sequential has no ReLU/LeakyReLU, so it is "
+                "affine (one linear region); add an activation or count nothing."
+            )
+        if A is None:
+            n = ws[-1].shape[0]
+            A = (np.eye(n), np.zeros(n))
+        return cls(ws, bs, A[0], A[1], dtype=dtype)
+
     @classmethod
     def from_relu(cls, weights: Sequence, biases: Sequence, *, dtype=None) -> MaxoutNetwork:
         """A ReLU network as a rank-2 maxout network: ``ReLU(w·v+b) = max(0, w·v+b)``.

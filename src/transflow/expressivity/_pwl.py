@@ -1,30 +1,78 @@
 """The interface the linear-region counter needs from a piecewise-linear model.
 
 A model of this module is a composition of *max-groups*: at decision layer ``l`` it
-computes a table of competing affine quantities ``logits_l(x)`` of shape
-``(G_l, K_l)`` (``G_l`` independent groups with ``K_l`` competitors each) and continues
-with the winner of every group. The **activation pattern** at ``x`` is the winner index of
-every group of every layer (the lowest index on ties, as :func:`jax.numpy.argmax`):
+computes a table of competing quantities ``logits_l(x)`` of shape ``(G_l, K_l)`` (``G_l``
+independent groups with ``K_l`` competitors each) and continues with the winner of every
+group. The **activation pattern** at ``x`` is the winner index of every group of every
+layer (the lowest index on ties, as :func:`jax.numpy.argmax`):
 
 - a maxout unit ``max_j z_j`` is one group with ``K = rank`` competitors;
 - a ReLU ``max(u, 0)`` is a group with competitors ``(0, u)``, so winner 1 ⇔ ``u > 0``;
 - a hardmax attention head is one group per query token with the scores over the keys
-  as competitors.
+  as competitors (one group per head when every query token has the same query).
 
 Given the pattern of layers ``< l`` the logits of layer ``l`` are affine in ``x`` (for the
 constructions here, whose attention queries are constant), so every activation region is
 a convex polyhedron, and the model restricted to one region is affine.
+
+Certified counting (:func:`count_linear_regions`) needs two more methods:
+
+- :meth:`AbstractPiecewiseLinear.eval_bounded`: the forward pass in floating point with a
+  *running round-off bound* next to every quantity (``|computed − exact| ≤ bound``, the
+  standard bound ``γ_n Σ|w||x|`` of a sum of n products, propagated through every
+  operation), optionally with the pattern frozen;
+- :meth:`AbstractPiecewiseLinear.exact_eval`: the same forward pass in exact rational
+  arithmetic (:class:`fractions.Fraction`; every float weight is a dyadic rational), for
+  the few places where round-off exceeds a logit gap.
 """
 
 from __future__ import annotations
 
 import abc
+from fractions import Fraction
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 __all__ = ["AbstractPiecewiseLinear"]
+
+
+def unit_roundoff(dtype) -> float:
+    """u = 2^-53 (float64) or 2^-24 (float32)."""
+    return float(np.finfo(np.dtype(dtype)).eps) / 2
+
+
+def gamma(n: int, dtype) -> float:
+    """``γ_n = n u / (1 − n u)`` (Higham), inflated by 1 % to cover the round-off of the
+    bound computation itself."""
+    u = unit_roundoff(dtype)
+    return 1.01 * n * u / (1.0 - n * u)
+
+
+def to_fraction_array(a) -> np.ndarray:
+    """An object array of exact :class:`Fraction` values of a float array."""
+    a = np.asarray(a, np.float64)
+    out = np.empty(a.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, v in enumerate(a.reshape(-1)):
+        flat[i] = Fraction(float(v))
+    return out
+
+
+def exact_argmax(v: np.ndarray) -> np.ndarray:
+    """Row-wise argmax of an object array of Fractions (lowest index on ties)."""
+    v = np.asarray(v, dtype=object)
+    out = np.zeros(v.shape[:-1], dtype=np.int64)
+    for idx in np.ndindex(*v.shape[:-1]):
+        row = list(v[idx])
+        best = 0
+        for j in range(1, len(row)):
+            if row[j] > row[best]:
+                best = j
+        out[idx] = best
+    return out
 
 
 class AbstractPiecewiseLinear(eqx.Module):
@@ -32,6 +80,7 @@ class AbstractPiecewiseLinear(eqx.Module):
 
     Subclasses implement :meth:`__call__` (one input ``x`` of shape ``(d,)``),
     :meth:`layer_logits` and :attr:`in_dim`. :meth:`pattern` is derived from them.
+    Certified counting also needs :meth:`eval_bounded` and :meth:`exact_eval`.
     """
 
     @property
@@ -58,3 +107,35 @@ class AbstractPiecewiseLinear(eqx.Module):
         return jnp.concatenate(
             [jnp.argmax(z, axis=-1).astype(jnp.int32).ravel() for z in self.layer_logits(x)]
         )
+
+    # ------------------------------------------------------------------ certification
+    def eval_bounded(self, x, ex=None, pattern=None):
+        """``(y, y_err, logits, logit_errs, pattern)``: the forward pass with a rigorous
+        running round-off bound on every output and logit (``ex``: a bound on the error of
+        the input itself). With ``pattern`` (the flat winner vector of :meth:`pattern`),
+        the winners are frozen to it (the affine map of that activation region).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has no round-off-bounded evaluation (eval_bounded), so its "
+            "region count cannot be certified; count with certify=False."
+        )
+
+    def exact_params(self):
+        """The model's parameters as exact rationals (object arrays), for :meth:`exact_eval`."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no exact rational evaluation (exact_eval)."
+        )
+
+    def exact_eval(self, params, x, pattern=None):
+        """``(y, logits, pattern)`` in exact rational arithmetic at a rational point ``x``
+        (object array of Fractions); ``pattern`` freezes the winners as in
+        :meth:`eval_bounded`."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no exact rational evaluation (exact_eval)."
+        )
+
+    @property
+    def affine_logits(self) -> bool:
+        """True if, with the pattern frozen, every logit is affine in x (then activation
+        regions are convex polyhedra). Input-dependent hardmax queries make them quadratic."""
+        return True

@@ -157,6 +157,12 @@ class RegionCount:
             bisection intervals, width ≤ tol), sorted; 2-D: ``None``.
         polygons: 2-D: vertex arrays ``(V_i, 2)`` of the activation regions; 1-D: ``None``.
         evaluations: number of model evaluations (pattern points) used.
+        certified: True if the count is certified exact (1-D: every junction between
+            consecutive regions proved with running round-off bounds or recomputed in exact
+            rational arithmetic; 2-D: every polygon's pattern proved at its centroid and
+            consistent at its vertices, the polygons tile the box, and neighbouring maps
+            agree on shared edges — see ``certificate``).
+        certificate: what was checked, with counts (junctions, exact fallbacks, …).
     """
 
     linear: int
@@ -168,6 +174,8 @@ class RegionCount:
     breakpoints: np.ndarray | None = None
     polygons: list[np.ndarray] | None = None
     evaluations: int = 0
+    certified: bool = False
+    certificate: dict | None = None
 
 
 def _maps_equal(J1, c1, J2, c2, span, rtol):
@@ -430,7 +438,121 @@ def _count_2d(f, lo, hi, *, rtol, dtype) -> RegionCount:
     )
 
 
+# --------------------------------------------------------------------------- 1-D certified
+def _count_1d_cert(f, lo, hi, *, n_seed, rtol, dtype, strict) -> RegionCount:
+    from ._certify import count_1d_certified
+
+    ev = _Evaluator(f, dtype)
+    a0, b0 = float(lo[0]), float(hi[0])
+    res = count_1d_certified(
+        f, a0, b0, n_seed=n_seed, dtype=dtype, coeffs=ev.coeffs, strict=strict
+    )
+    bps, dif = res["breakpoints"], res["differ"]
+    edges = np.concatenate([[a0], bps, [b0]])
+    X = 0.5 * (edges[:-1] + edges[1:])
+    J, c = ev.affine(X[:, None])
+    J, c = np.asarray(J, np.float64), np.asarray(c, np.float64)
+    labels = np.concatenate([[0], np.cumsum(dif)]).astype(np.int64)
+    return RegionCount(
+        linear=int(labels[-1]) + 1,
+        activation=int(X.size),
+        dim=1,
+        slopes=J,
+        intercepts=c,
+        labels=labels,
+        breakpoints=bps,
+        evaluations=res["evaluations"],
+        certified=res["certified"],
+        certificate=res["certificate"],
+    )
+
+
+@eqx.filter_jit
+def _bounded_kernel(f, xs):
+    def one(x):
+        y, ey, L, E, pat = f.eval_bounded(x)
+        gaps = []
+        for v, e in zip(L, E):
+            w = jnp.argmax(v, axis=-1)
+            vw = jnp.take_along_axis(v, w[:, None], -1)
+            ew = jnp.take_along_axis(e, w[:, None], -1)
+            m = jnp.arange(v.shape[-1])[None, :] != w[:, None]
+            gaps.append(jnp.min(jnp.where(m, vw - v - ew - e, jnp.inf)))
+        return pat, jnp.min(jnp.stack(gaps)) if gaps else jnp.inf
+
+    return jax.vmap(one)(xs)
+
+
+@eqx.filter_jit
+def _frozen_kernel(f, xs, pats):
+    def one(x, pat):
+        y, ey, L, E, _ = f.eval_bounded(x, None, pat)
+        worst = []
+        off = 0
+        for v, e in zip(L, E):
+            G = v.shape[0]
+            w = pat[off : off + G]
+            off += G
+            vw = jnp.take_along_axis(v, w[:, None], -1)
+            ew = jnp.take_along_axis(e, w[:, None], -1)
+            # negative gap beyond the round-off bound, relative to the logits' size
+            worst.append(jnp.max((v - vw) - e - ew))
+        return y, ey, jnp.max(jnp.stack(worst))
+
+    return jax.vmap(one)(xs, pats)
+
+
+def _verify_2d(f, r: RegionCount, lo, hi, dtype) -> tuple[bool, dict]:
+    """Checks of a 2-D partition (see :class:`RegionCount`)."""
+    polys = r.polygons
+    cents = np.array([P.mean(axis=0) for P in polys])
+    pats, margin = _batched(_bounded_kernel, f, cents.astype(dtype))
+    pattern_ok = bool(np.all(margin >= 0))
+    distinct = len({p.tobytes() for p in pats}) == len(polys)
+    area = sum(_area(P) for P in polys)
+    box = float(np.prod(hi - lo))
+    tiles = abs(area - box) <= 1e-9 * box
+    # vertices: the frozen pattern of the polygon stays valid up to the vertex round-off
+    V = np.concatenate(polys)
+    owner = np.repeat(np.arange(len(polys)), [len(P) for P in polys])
+    yv, eyv, worst = _batched(_frozen_kernel, f, (V.astype(dtype), pats[owner]))
+    span = float(np.max(hi - lo))
+    _, dl = _batched(_logits_kernel, f, cents.astype(dtype))
+    rate = max(float(np.max(np.abs(j))) for j in dl) if dl else 0.0
+    vtol = rate * 1e-12 * span  # clipping places vertices to ~1e-15 relative
+    vertices_ok = bool(np.all(worst <= vtol))
+    # continuity: at every vertex shared by several polygons their frozen outputs agree
+    key = np.round(V / (1e-9 * span)).astype(np.int64)
+    order = np.lexsort(key.T[::-1])
+    ks, ys, es = key[order], yv[order], eyv[order]
+    same = np.all(ks[1:] == ks[:-1], axis=1)
+    scale = float(np.max(np.abs(yv))) + 1.0
+    jump = np.abs(ys[1:] - ys[:-1]).max(axis=1)
+    cont_tol = (es[1:] + es[:-1]).max(axis=1) + 1e-9 * scale
+    continuity_ok = bool(np.all(jump[same] <= cont_tol[same]))
+    ok = pattern_ok and distinct and tiles and vertices_ok and continuity_ok
+    return ok, {
+        "method": "float64 running error bounds at centroids and vertices (tolerance-based)",
+        "patterns_certified_at_centroids": pattern_ok,
+        "one_polygon_per_pattern": distinct,
+        "area_sum_over_box": area / box,
+        "vertex_patterns_consistent": vertices_ok,
+        "continuous_at_shared_vertices": continuity_ok,
+        "max_jump_at_shared_vertices": float(np.max(jump[same], initial=0.0)),
+    }
+
+
 # --------------------------------------------------------------------------- public
+def _refuse(f):
+    hard = getattr(f, "hardmax", True)
+    if not hard:
+        raise ValueError(
+            "count_linear_regions: `f` uses softmax attention, which is smooth, not piecewise "
+            "linear (it has no linear regions). Build it with attention='hardmax', or count "
+            "the regions of its maxout network `f.net`."
+        )
+
+
 def count_linear_regions(
     f: AbstractPiecewiseLinear,
     lo: Float[Array, " d"] | float,
@@ -440,6 +562,8 @@ def count_linear_regions(
     tol: float = 1e-11,
     map_rtol: float = 1e-9,
     split: str = "affine",
+    certify: bool = True,
+    strict: bool = True,
 ) -> RegionCount:
     """Exact number of linear regions of ``f`` on the box ``[lo, hi]`` (d = 1 or 2).
 
@@ -447,27 +571,37 @@ def count_linear_regions(
     region* is a set of fixed full activation pattern (argmax per head and block, ReLU sign
     per FFN unit and token, argmax per maxout unit). Activation regions are convex, and
     the linear regions are the connected unions of adjacent activation regions with equal
-    affine maps (spec §2.5). Affine maps are those of the **pattern-frozen** model (its
-    forward-mode Jacobian at an interior point, exact for an affine map), never finite
-    differences (the pitfall of spec §7).
+    affine maps (spec §2.5). Affine maps are those of the **pattern-frozen** model, never
+    finite differences (the pitfall of spec §7).
+
+    **Certificate** (``certify=True``, the default; see ``transflow.expressivity._certify``):
+    in 1-D every region is found at a point where its pattern is proved by running
+    round-off bounds (every logit gap exceeds the bound), every junction between
+    neighbouring regions is proved to be a single switch (the frozen affine gaps of both
+    sides meet at one root) with the maps compared at both sides and continuity checked,
+    and every junction that floating point cannot prove (round-off larger than a gap)
+    is recomputed in exact rational arithmetic. The result has ``certified=True`` and the
+    count is exact; if the exact fallback is unavailable, ``strict=True`` raises
+    :class:`CertificationError`, ``strict=False`` returns ``certified=False``. In 2-D the
+    polygons are verified (patterns at centroids, vertices, tiling, continuity at shared
+    vertices) with float tolerances.
 
     Args:
-        f: a :class:`MaxoutNetwork` (ReLU networks via ``from_relu``) or a hardmax
-            :class:`MaxoutTransformer`, or any :class:`AbstractPiecewiseLinear`.
+        f: a :class:`MaxoutNetwork` (ReLU networks via ``from_relu`` / ``from_torch``), a
+            hardmax :class:`MaxoutTransformer`, a slice :func:`restrict` of either, or any
+            :class:`AbstractPiecewiseLinear`.
         lo, hi: the box (scalars broadcast to ``(d,)``).
-        n_seed: 1-D: number of seed intervals of the bisection.
-        tol: 1-D: bisection stops at intervals shorter than ``tol`` (regions narrower than
-            ``tol`` lying strictly inside one seed interval with equal end patterns are
-            missed; convexity of activation regions guarantees nothing else is).
-        split: 1-D: where to split an interval whose end patterns differ: ``"affine"``
-            (default) at the exit point of the left region predicted from its affine logits
-            (± tol/4), ``"midpoint"`` plain bisection (spec §7 recipe). Both certify regions
-            only by pattern equality; ``"affine"`` needs far fewer evaluations.
-        map_rtol: two affine maps are equal if they differ by at most ``map_rtol`` times
-            their size on the box (``|J|·|hi−lo| + |c|``).
+        n_seed: 1-D: number of seed intervals.
+        tol: 1-D, ``certify=False`` only: bisection stops at intervals shorter than ``tol``.
+        split: 1-D, ``certify=False`` only: ``"affine"`` or ``"midpoint"`` bisection.
+        map_rtol: 2-D and ``certify=False``: two affine maps are equal if they differ by at
+            most ``map_rtol`` times their size on the box.
+        certify: prove the count (default); ``False``: the earlier uncertified bisection.
+        strict: raise when the count cannot be certified (default).
 
     Returns:
-        :class:`RegionCount` (``.linear``, ``.activation``, maps, breakpoints/polygons).
+        :class:`RegionCount` (``.linear``, ``.activation``, ``.certified``, maps,
+        breakpoints/polygons).
 
     Use float64 (``jax.config.update("jax_enable_x64", True)``) for deep or steep models
     (spec C10).
@@ -476,13 +610,38 @@ def count_linear_regions(
         >>> import jax
         >>> jax.config.update("jax_enable_x64", True)
         >>> from transflow.expressivity import zigzag_maxout, count_linear_regions
-        >>> count_linear_regions(zigzag_maxout(2, 3), 0.0, 1.0).linear   # 3**3
-        27
+        >>> r = count_linear_regions(zigzag_maxout(2, 3), 0.0, 1.0)
+        >>> r.linear, r.certified   # 3**3
+        (27, True)
     """
     if not isinstance(f, AbstractPiecewiseLinear):
         raise TypeError(
             "`f` must be a MaxoutNetwork, a MaxoutTransformer or another "
-            f"AbstractPiecewiseLinear, got {type(f).__name__}."
+            f"AbstractPiecewiseLinear, got {type(f).__name__}. For a torch.nn.Sequential "
+            "use MaxoutNetwork.from_torch(module) (or restrict(module, origin, directions))."
+        )
+    _refuse(f)
+    inner = getattr(f, "f", None)
+    if inner is not None:
+        _refuse(inner)
+    if f.in_dim not in (1, 2):
+        raise ValueError(
+            f"count_linear_regions: exact counting is implemented for input dimension 1 or 2, "
+            f"got `f.in_dim` = {f.in_dim}. Restrict f to a line or a plane first: "
+            "transflow.expressivity.restrict(f, origin, directions) with one or two "
+            "directions (e.g. the line through two data points, the plane through three)."
+        )
+    if not f.affine_logits:
+        if f.in_dim == 1:
+            from ._hardmax import count_1d_polynomial
+
+            return count_1d_polynomial(f, lo, hi)
+        raise ValueError(
+            "count_linear_regions: this model's attention queries depend on x, so with a "
+            "fixed pattern its scores are quadratic in x and the activation regions in 2-D "
+            "have curved boundaries (conic arcs); exact curved-region counting is not "
+            "implemented. Count on lines instead: restrict(f, origin, direction) (1-D is "
+            "exact: the breakpoints are roots of the quadratic score differences)."
         )
     dtype = _default_dtype()
     lo, hi = _check_box(f, lo, hi, dtype)
@@ -493,13 +652,25 @@ def count_linear_regions(
             raise ValueError(f"`tol` must be > 0, got {tol!r}.")
         if split not in ("affine", "midpoint"):
             raise ValueError(f"`split` must be 'affine' or 'midpoint', got {split!r}.")
+        if certify:
+            return _count_1d_cert(f, lo, hi, n_seed=n_seed, rtol=map_rtol, dtype=dtype,
+                                  strict=strict)
         return _count_1d(f, lo, hi, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype)
-    if f.in_dim == 2:
-        return _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype)
-    raise ValueError(
-        f"count_linear_regions: exact counting is implemented for input dimension 1 or 2, "
-        f"got `f.in_dim` = {f.in_dim}. Restrict f to a line or a plane first."
-    )
+    r = _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype)
+    if certify:
+        try:
+            ok, info = _verify_2d(f, r, lo, hi, dtype)
+        except NotImplementedError as err:
+            ok, info = False, {"failure": str(err)}
+        r.certified, r.certificate = ok, info
+        if strict and not ok:
+            from ._certify import CertificationError
+
+            raise CertificationError(
+                f"count_linear_regions (2-D): the partition failed verification: {info}. "
+                "Use float64, a smaller box, or strict=False to inspect it."
+            )
+    return r
 
 
 def _grid_components(ids: np.ndarray) -> int:
