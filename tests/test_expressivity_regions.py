@@ -68,8 +68,8 @@ def test_zigzag_maxout_regions_1d(k, L):
 
 def test_split_rules_agree():
     net = zigzag_maxout(3, 3)
-    a = count_linear_regions(net, 0.0, 1.0, split="affine")
-    b = count_linear_regions(net, 0.0, 1.0, split="midpoint", n_seed=64)
+    a = count_linear_regions(net, 0.0, 1.0, split="affine", certify=False)
+    b = count_linear_regions(net, 0.0, 1.0, split="midpoint", n_seed=64, certify=False)
     assert a.linear == b.linear == 125
     np.testing.assert_allclose(a.breakpoints, b.breakpoints, atol=1e-10)
     assert a.evaluations < b.evaluations

@@ -10,8 +10,14 @@ Public API:
 - CPWL routes: :func:`lattice_cpwl`, :func:`lattice_from_1d`, :func:`hinging_cpwl`.
 - Softmax: :func:`softmax_max_constant` (``c_T = W((T−1)/e)``), :func:`softmax_error_bound`,
   :func:`lambert_w`.
-- Regions: :func:`count_linear_regions` (exact in 1-D and 2-D), :func:`grid_region_count`
-  (pattern hashing, a lower bound), :class:`RegionCount`.
+- Regions: :func:`count_linear_regions` (exact and certified in 1-D, verified in 2-D),
+  :func:`grid_region_count` (pattern hashing, a lower bound), :class:`RegionCount`,
+  :class:`CertificationError`, :func:`lp_region_count` (independent LP enumerator).
+- Slices and users' networks: :func:`restrict` (a line or plane of any input space),
+  :meth:`MaxoutNetwork.from_torch`.
+- Studies (records for the experiment task and the paper figures): :func:`softmax_rows`,
+  :func:`region_rows`, :func:`partition_2d`, :func:`relu_and_cpwl_checks`,
+  :func:`c8_regions`, :func:`slice_study`.
 """
 
 from ._construction import (
@@ -30,11 +36,14 @@ from ._maxout import (
     zigzag_maxout as zigzag_maxout,
 )
 from ._pwl import AbstractPiecewiseLinear as AbstractPiecewiseLinear
+from ._certify import CertificationError as CertificationError
+from ._lp import lp_region_count as lp_region_count
 from ._regions import (
     RegionCount as RegionCount,
     count_linear_regions as count_linear_regions,
     grid_region_count as grid_region_count,
 )
+from ._slice import Restricted as Restricted, restrict as restrict
 from ._softmax import (
     lambert_w as lambert_w,
     softmax_error_bound as softmax_error_bound,

@@ -29,6 +29,7 @@ regions = 1 + number of switches between different affine maps.
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 
 import equinox as eqx
@@ -85,8 +86,9 @@ def _hash(pat, coeffs):
 @eqx.filter_jit
 def _probe_kernel(f, xs, coeffs, shapes):
     def one(x):
-        y, ey, L, E, pat = f.eval_bounded(x)
-        dL = jax.jvp(lambda xx: f.eval_bounded(xx, None, pat)[2], (x,), (jnp.ones_like(x),))[1]
+        (L, E, pat), (dL, _, _) = jax.jvp(
+            lambda xx: f.eval_bounded(xx)[2:], (x,), (jnp.ones_like(x),)
+        )
         gap, eg, mask = _gaps(shapes, L, E, pat)
         dgap = _gaps(shapes, dL, E, pat)[0]
         cert = jnp.all(~mask | (gap - eg >= 0))
@@ -99,63 +101,105 @@ def _probe_kernel(f, xs, coeffs, shapes):
     return jax.vmap(one)(xs)
 
 
-@eqx.filter_jit
-def _junction_kernel(f, a, b, shapes, lid, gid, cid, glid, goff):
-    def one(a, b):
-        ya, eya, La, Ea, pa = f.eval_bounded(a)
-        yb, eyb, Lb, Eb, pb = f.eval_bounded(b)
-        ybp, eybp, Lbp, Ebp, _ = f.eval_bounded(b, None, pa)
-        yaq, eyaq, Laq, Eaq, _ = f.eval_bounded(a, None, pb)
-        gpa, egpa, mp = _gaps(shapes, La, Ea, pa)
-        gpb, egpb, _ = _gaps(shapes, Lbp, Ebp, pa)
-        gqb, egqb, mq = _gaps(shapes, Lb, Eb, pb)
-        gqa, egqa, _ = _gaps(shapes, Laq, Eaq, pb)
-        A, B = a[0], b[0]
-        w = B - A
-        valid_a = jnp.all(~mp | (gpa - egpa >= 0))
-        valid_b = jnp.all(~mq | (gqb - egqb >= 0))
-        inf = jnp.inf
-        # p leaves its region to the right at the first root of its gaps
-        lo1, lo2, hi1, hi2 = gpa - egpa, gpb - egpb, gpa + egpa, gpb + egpb
-        rlo_p = jnp.where(mp & (lo2 < 0), A + w * lo1 / jnp.where(lo2 < 0, lo1 - lo2, 1.0), inf)
-        rhi_p = jnp.where(mp & (hi2 < 0), A + w * hi1 / jnp.where(hi2 < 0, hi1 - hi2, 1.0), inf)
-        # q enters its region from the left at the last root of its gaps
-        qb_lo, qa_lo, qb_hi, qa_hi = gqb - egqb, gqa - egqa, gqb + egqb, gqa + egqa
-        rhi_q = jnp.where(
-            mq & (qa_lo < 0), B - w * qb_lo / jnp.where(qa_lo < 0, qb_lo - qa_lo, 1.0), -inf
-        )
-        rlo_q = jnp.where(
-            mq & (qa_hi < 0), B - w * qb_hi / jnp.where(qa_hi < 0, qb_hi - qa_hi, 1.0), -inf
-        )
-        same = jnp.all(pa == pb)
-        cert_same = same & valid_a & valid_b & jnp.all(~jnp.isfinite(rlo_p))
-        xp_lo, xq_hi = jnp.min(rlo_p), jnp.max(rhi_q)
-        cert_a = ~same & valid_a & valid_b & (xq_hi <= xp_lo)
-        ip, iq = jnp.argmin(rhi_p), jnp.argmax(rlo_q)
-        uniq_p = jnp.isfinite(rhi_p[ip]) & (jnp.sum(rlo_p <= rhi_p[ip]) == 1)
-        uniq_q = jnp.isfinite(rlo_q[iq]) & (jnp.sum(rhi_q >= rlo_q[iq]) == 1)
-        layer, grp = lid[ip], gid[ip]
-        gidx = goff[layer] + grp
-        swap = (lid[iq] == layer) & (gid[iq] == grp) & (cid[ip] == pb[gidx]) & (cid[iq] == pa[gidx])
-        diff = pa != pb
-        others = diff & (jnp.arange(diff.shape[0]) != gidx) & (glid <= layer)
-        cert_b = ~same & valid_a & valid_b & uniq_p & uniq_q & swap & ~jnp.any(others)
-        xs_b, xe_b = 0.5 * (rlo_p[ip] + rhi_p[ip]), 0.5 * (rhi_p[ip] - rlo_p[ip])
-        xs_a, xe_a = 0.5 * (xq_hi + xp_lo), 0.5 * jnp.abs(xp_lo - xq_hi)
-        xstar = jnp.where(cert_b, xs_b, jnp.where(cert_a, xs_a, 0.5 * (A + B)))
-        xerr = jnp.where(cert_b, xe_b, jnp.where(cert_a, xe_a, w))
-        da, eda = ya - yaq, eya + eyaq
-        db, edb = ybp - yb, eybp + eyb
-        differ = jnp.any(jnp.abs(da) > eda) | jnp.any(jnp.abs(db) > edb)
-        equal = jnp.all((da == 0) & (db == 0) & (eda == 0) & (edb == 0))
-        lam = (xstar - A) / w
-        dstar = da + (db - da) * lam
-        tol = eda + edb + jnp.abs(db - da) * xerr / w
-        defect = jnp.max(jnp.abs(dstar) - tol)
-        cert = cert_same | ((cert_a | cert_b) & (differ | equal) & (defect <= 0))
-        return cert, same, xstar, differ, defect
+def _roots_right(gpa, egpa, gpb, egpb, mask, A, w):
+    """Root intervals [lo, hi] of affine gaps valid at A, over [A, A + w] (inf: none)."""
+    lo1, lo2, hi1, hi2 = gpa - egpa, gpb - egpb, gpa + egpa, gpb + egpb
+    rlo = jnp.where(mask & (lo2 < 0), A + w * lo1 / jnp.where(lo2 < 0, lo1 - lo2, 1.0), jnp.inf)
+    rhi = jnp.where(mask & (hi2 < 0), A + w * hi1 / jnp.where(hi2 < 0, hi1 - hi2, 1.0), jnp.inf)
+    return rlo, rhi
 
-    return jax.vmap(one)(a, b)
+
+@eqx.filter_jit
+def _point_kernel(f, xprev, x, xnext, shapes, lid, gid, cid):
+    """Per recorded point x with pattern p: p's side of the junctions (x, xnext) (exit to
+    the right) and (xprev, x) (entry from the left), from 3 bounded evaluations."""
+
+    def one(xprev, x, xnext):
+        y, ey, L, E, p = f.eval_bounded(x)
+        yn, eyn, Ln, En, _ = f.eval_bounded(xnext, None, p)
+        yp, eyp, Lp, Ep, _ = f.eval_bounded(xprev, None, p)
+        g0, e0, m = _gaps(shapes, L, E, p)
+        valid = jnp.all(~m | (g0 - e0 >= 0))
+        X = x[0]
+        # right side: p valid from x up to its first root in [x, xnext]
+        gn, en, _ = _gaps(shapes, Ln, En, p)
+        rlo, rhi = _roots_right(g0, e0, gn, en, m, X, xnext[0] - X)
+        ip = jnp.argmin(rhi)
+        right = (
+            jnp.min(rlo),
+            rhi[ip],
+            jnp.isfinite(rhi[ip]) & (jnp.sum(rlo <= rhi[ip]) == 1),
+            ip,
+        )
+        # left side: mirror (t -> -t): p valid from its last root in [xprev, x] up to x
+        gp, ep, _ = _gaps(shapes, Lp, Ep, p)
+        qlo, qhi = _roots_right(g0, e0, gp, ep, m, -X, X - xprev[0])
+        iq = jnp.argmin(qhi)
+        left = (
+            -jnp.min(qlo),  # xq_hi: the rightmost possible entry point
+            -qhi[iq],  # the leftmost bound of the binding root
+            jnp.isfinite(qhi[iq]) & (jnp.sum(qlo <= qhi[iq]) == 1),
+            iq,
+        )
+        return p.astype(jnp.int8), valid, right, left, (y, ey, yn, eyn, yp, eyp)
+
+    return jax.vmap(one)(xprev, x, xnext)
+
+
+def _junctions(f, P, shapes, tables, dtype):
+    """Certify the junctions between consecutive points P (sorted)."""
+    lid, gid, cid, glid, goff = tables
+    xs = P.reshape(-1, 1).astype(dtype)
+    xprev = np.concatenate([xs[:1], xs[:-1]])
+    xnext = np.concatenate([xs[1:], xs[-1:]])
+    pat, valid, right, left, ys = _batched(
+        _point_kernel, f, (xprev, xs, xnext), shapes, jnp.asarray(lid), jnp.asarray(gid),
+        jnp.asarray(cid)
+    )
+    y, ey, yn, eyn, yp, eyp = ys
+    i, j = np.arange(P.size - 1), np.arange(1, P.size)
+    A, B = P[i], P[j]
+    w = B - A
+    pa, pb = pat[i], pat[j]
+    diff = pa != pb
+    same = ~diff.any(axis=1)
+    va = valid[i] & valid[j]
+    xp_lo, rhi_p, uniq_p, ip = (r[i] for r in right)
+    xq_hi, rlo_q, uniq_q, iq = (r[j] for r in left)
+    np_err = np.errstate(invalid="ignore", divide="ignore")
+    np_err.__enter__()
+    cert_same = same & va & ~np.isfinite(xp_lo)
+    cert_a = ~same & va & (xq_hi <= xp_lo)
+    layer, grp = lid[ip], gid[ip]
+    gidx = goff[layer] + grp
+    rows = np.arange(i.size)
+    swap = (
+        (lid[iq] == layer)
+        & (gid[iq] == grp)
+        & (cid[ip] == pb[rows, gidx])
+        & (cid[iq] == pa[rows, gidx])
+    )
+    cols = np.arange(pat.shape[1])
+    others = (diff & (cols[None, :] != gidx[:, None]) & (glid[None, :] <= layer[:, None])).any(1)
+    cert_b = ~same & va & uniq_p & uniq_q & swap & ~others
+    # the binding root of p lies in [xp_lo, rhi_p] (unique binding: its own interval)
+    xs_b = 0.5 * (xp_lo + rhi_p)
+    xe_b = 0.5 * (rhi_p - xp_lo)
+    xs_a, xe_a = 0.5 * (xq_hi + xp_lo), 0.5 * np.abs(xp_lo - xq_hi)
+    xstar = np.where(cert_b, xs_b, np.where(cert_a, xs_a, 0.5 * (A + B)))
+    xerr = np.where(cert_b, xe_b, np.where(cert_a, xe_a, w))
+    # maps of p and q at both ends: different maps <=> a certified non-zero difference
+    da, eda = y[i] - yp[j], ey[i] + eyp[j]
+    db, edb = yn[i] - y[j], eyn[i] + ey[j]
+    differ = (np.abs(da) > eda).any(1) | (np.abs(db) > edb).any(1)
+    equal = ((da == 0) & (db == 0) & (eda == 0) & (edb == 0)).all(1)
+    lam = ((xstar - A) / w)[:, None]
+    dstar = da + (db - da) * lam
+    tol = eda + edb + np.abs(db - da) * (xerr / w)[:, None]
+    defect = np.max(np.abs(dstar) - tol, axis=1)
+    np_err.__exit__(None, None, None)
+    cert = cert_same | ((cert_a | cert_b) & (differ | equal) & (defect <= 0))
+    return cert, same, xstar, differ, defect
 
 
 _CHUNK = 2048
@@ -266,6 +310,7 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     shapes, lid, gid, cid, glid, goff = _structure(f, dtype)
     shapes = tuple(shapes)
     span = hi - lo
+    timer = {"t0": time.perf_counter(), "cpu0": time.process_time()}
     n_eval = 0
 
     def probe(xs):
@@ -283,7 +328,7 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
             break
         xs[bad] = np.clip(xs[bad] + span * 1e-9 * j * np.pi, lo, hi)
         h[bad], e[bad], s[bad], c[bad] = probe(xs[bad])
-    pts, hs = [xs], [h]
+    pts = [xs]
     # walkers: from seed i towards seed i+1
     idx = np.nonzero(h[:-1] != h[1:])[0]
     x, ex, st, target, xt = xs[idx], e[idx], s[idx], h[idx + 1], xs[idx + 1]
@@ -299,8 +344,7 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
             break
         hy, ey, sy, cy = probe(y)
         ok = cy
-        pts.append(y[ok])
-        hs.append(hy[ok])
+        pts.append(y[ok & (hy != target)])
         # certified: continue from y unless the target region is reached
         cont = ok & (hy != target)
         retry = ~ok & (mult < 4.0**8)
@@ -316,19 +360,13 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     keep = np.concatenate([[True], np.diff(P) > 0])
     P = P[keep]
     # junctions between consecutive points
+    t_walk = time.perf_counter() - timer["t0"]
     a, b = P[:-1], P[1:]
-    n_eval += 4 * a.size
-    cert, same, xstar, differ, defect = _batched(
-        _junction_kernel,
-        f,
-        (a.reshape(-1, 1).astype(dtype), b.reshape(-1, 1).astype(dtype)),
-        shapes,
-        jnp.asarray(lid),
-        jnp.asarray(gid),
-        jnp.asarray(cid),
-        jnp.asarray(glid),
-        jnp.asarray(goff),
+    n_eval += 3 * P.size
+    cert, same, xstar, differ, defect = _junctions(
+        f, P, shapes, (lid, gid, cid, glid, goff), dtype
     )
+    t_junc = time.perf_counter() - timer["t0"] - t_walk
     switches = []  # (point, maps differ, exact?)
     ok = cert & ~same
     for i in np.nonzero(ok)[0]:
@@ -370,6 +408,10 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
             "walk_rounds": rounds,
             "max_continuity_defect": float(np.max(defect[cert & ~same], initial=-np.inf)),
             "failure": failure,
+            "seconds_walk": round(t_walk, 3),
+            "seconds_junctions": round(t_junc, 3),
+            "seconds_exact": round(time.perf_counter() - timer["t0"] - t_walk - t_junc, 3),
+            "cpu_seconds": round(time.process_time() - timer["cpu0"], 3),
         },
         "evaluations": n_eval,
     }

@@ -175,9 +175,9 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
         logits, errs, wins, off = [], [], [], 0
 
         def lin(Z, EZ, W, b):
-            aW = jnp.abs(W)
-            out = Z @ W + b
-            return out, EZ @ aW + gamma(W.shape[0] + 1, dt) * (jnp.abs(Z) @ aW + jnp.abs(b))
+            # |W| e + γ_{n+1}(|W||Z| + |b|) with one product: (e + γ|Z|) |W| + γ|b|
+            g = gamma(W.shape[0] + 1, dt)
+            return Z @ W + b, (EZ + g * jnp.abs(Z)) @ jnp.abs(W) + g * jnp.abs(b)
 
         for a, f in self.blocks:
             if a is not None:

@@ -188,7 +188,8 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
             n, _, n_prev = w.shape
             aw = jnp.abs(w)
             z = w @ h + b
-            ez = aw @ eh + gamma(n_prev + 1, dt) * (aw @ jnp.abs(h) + jnp.abs(b))
+            g = gamma(n_prev + 1, dt)
+            ez = aw @ (eh + g * jnp.abs(h)) + g * jnp.abs(b)
             win = jnp.argmax(z, axis=-1) if pattern is None else pattern[off : off + n]
             off += n
             h = jnp.take_along_axis(z, win[:, None], axis=-1)[:, 0]

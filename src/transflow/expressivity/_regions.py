@@ -515,7 +515,9 @@ def _verify_2d(f, r: RegionCount, lo, hi, dtype) -> tuple[bool, dict]:
     # vertices: the frozen pattern of the polygon stays valid up to the vertex round-off
     V = np.concatenate(polys)
     owner = np.repeat(np.arange(len(polys)), [len(P) for P in polys])
-    yv, eyv, worst = _batched(_frozen_kernel, f, (V.astype(dtype), pats[owner]))
+    from ._certify import _batched as _batched_multi
+
+    yv, eyv, worst = _batched_multi(_frozen_kernel, f, (V.astype(dtype), pats[owner]))
     span = float(np.max(hi - lo))
     _, dl = _batched(_logits_kernel, f, cents.astype(dtype))
     rate = max(float(np.max(np.abs(j))) for j in dl) if dl else 0.0
@@ -633,9 +635,11 @@ def count_linear_regions(
         )
     if not f.affine_logits:
         if f.in_dim == 1:
-            from ._hardmax import count_1d_polynomial
-
-            return count_1d_polynomial(f, lo, hi)
+            raise ValueError(
+                "count_linear_regions: this model's attention queries depend on x (its logits "
+                "are quadratic in x with the pattern frozen); exact counting of such models is "
+                "not implemented. Use a construction with constant queries (MaxoutTransformer)."
+            )
         raise ValueError(
             "count_linear_regions: this model's attention queries depend on x, so with a "
             "fixed pattern its scores are quadratic in x and the activation regions in 2-D "
