@@ -17,15 +17,17 @@ FIGURE = {
     "id": "F7",
     "title": "Softmax max-unit: sup error × λ vs λ, with the sharp constant W((T−1)/e)",
     "command": "make figures  (python paper_figures/make_all.py F7)",
-    "config": "library call (transflow.experiments.tasks.expressivity.softmax_rows); "
+    "config": "library call (transflow.expressivity.softmax_rows); "
     "also written by experiment=expressivity",
 }
 
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    from transflow.experiments.figures import figure_smoke, save_figure
-    from transflow.experiments.tasks.expressivity import Config, plot_softmax, softmax_rows
+    from transflow.experiments.tasks.expressivity import Config
+
+    from transflow.expressivity import softmax_rows
+    from transflow.plotting import figure_smoke, plot_softmax, save_figure
 
     jax.config.update("jax_enable_x64", True)
     cfg = Config()

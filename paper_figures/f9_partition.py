@@ -16,15 +16,16 @@ FIGURE = {
     "id": "F9",
     "title": "2-D partition of the input box into linear regions of constructed transformers",
     "command": "make figures  (python paper_figures/make_all.py F9)",
-    "config": "library call (transflow.experiments.tasks.expressivity.partition_2d); "
+    "config": "library call (transflow.expressivity.partition_2d); "
     "also written by experiment=expressivity",
 }
 
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    from transflow.experiments.figures import figure_smoke, save_figure
-    from transflow.experiments.tasks.expressivity import partition_2d, plot_partition
+
+    from transflow.expressivity import partition_2d
+    from transflow.plotting import figure_smoke, plot_partition, save_figure
 
     jax.config.update("jax_enable_x64", True)
     T, D = (2, 2) if figure_smoke() else (3, 3)

@@ -17,9 +17,10 @@ Public API:
   :meth:`MaxoutNetwork.from_torch`.
 - Studies (records for the experiment task and the paper figures): :func:`softmax_rows`,
   :func:`region_rows`, :func:`partition_2d`, :func:`relu_and_cpwl_checks`,
-  :func:`c8_regions`, :func:`slice_study`.
+  :func:`c8_regions`, :func:`precision_rows`, :func:`slice_study`, ….
 """
 
+from ._certify import CertificationError as CertificationError
 from ._construction import (
     MaxoutTransformer as MaxoutTransformer,
     maxout_to_transformer as maxout_to_transformer,
@@ -30,14 +31,13 @@ from ._cpwl import (
     lattice_eval as lattice_eval,
     lattice_from_1d as lattice_from_1d,
 )
+from ._lp import lp_region_count as lp_region_count
 from ._maxout import (
     MaxoutNetwork as MaxoutNetwork,
     ibp_bounds as ibp_bounds,
     zigzag_maxout as zigzag_maxout,
 )
 from ._pwl import AbstractPiecewiseLinear as AbstractPiecewiseLinear
-from ._certify import CertificationError as CertificationError
-from ._lp import lp_region_count as lp_region_count
 from ._regions import (
     RegionCount as RegionCount,
     count_linear_regions as count_linear_regions,
@@ -49,4 +49,18 @@ from ._softmax import (
     softmax_error_bound as softmax_error_bound,
     softmax_gap_error as softmax_gap_error,
     softmax_max_constant as softmax_max_constant,
+)
+from ._studies import (
+    c8_regions as c8_regions,
+    construction_checks as construction_checks,
+    max_errors as max_errors,
+    outside_box_errors as outside_box_errors,
+    partition_2d as partition_2d,
+    precision_rows as precision_rows,
+    random_maxout as random_maxout,
+    region_rows as region_rows,
+    relu_and_cpwl_checks as relu_and_cpwl_checks,
+    slice_study as slice_study,
+    softmax_multilayer_rows as softmax_multilayer_rows,
+    softmax_rows as softmax_rows,
 )

@@ -83,24 +83,6 @@ def _hash(pat, coeffs):
     return pat.astype(jnp.uint32) @ coeffs
 
 
-@eqx.filter_jit
-def _probe_kernel(f, xs, coeffs, shapes):
-    def one(x):
-        (L, E, pat), (dL, _, _) = jax.jvp(
-            lambda xx: f.eval_bounded(xx)[2:], (x,), (jnp.ones_like(x),)
-        )
-        gap, eg, mask = _gaps(shapes, L, E, pat)
-        dgap = _gaps(shapes, dL, E, pat)[0]
-        cert = jnp.all(~mask | (gap - eg >= 0))
-        down = mask & (dgap < 0)
-        t = jnp.where(down, gap / jnp.where(down, -dgap, 1.0), jnp.inf)
-        i = jnp.argmin(t)
-        step = jnp.where(jnp.isfinite(t[i]), 4.0 * eg[i] / jnp.abs(jnp.where(down[i], dgap[i], 1.0)), 0.0)
-        return _hash(pat, coeffs), x[0] + t[i], step, cert
-
-    return jax.vmap(one)(xs)
-
-
 def _roots_right(gpa, egpa, gpb, egpb, mask, A, w):
     """Root intervals [lo, hi] of affine gaps valid at A, over [A, A + w] (inf: none)."""
     lo1, lo2, hi1, hi2 = gpa - egpa, gpb - egpb, gpa + egpa, gpb + egpb
@@ -110,20 +92,33 @@ def _roots_right(gpa, egpa, gpb, egpb, mask, A, w):
 
 
 @eqx.filter_jit
-def _point_kernel(f, xprev, x, xnext, shapes, lid, gid, cid):
-    """Per recorded point x with pattern p: p's side of the junctions (x, xnext) (exit to
-    the right) and (xprev, x) (entry from the left), from 3 bounded evaluations."""
+def _point_kernel(f, xprev, x, xnext, coeffs, shapes, lid, gid, cid):
+    """Per point x with pattern p (one traced evaluation for the three points):
+
+    - p's side of the junctions (x, xnext) (exit to the right) and (xprev, x) (entry from
+      the left), from bounded evaluations of the frozen model at the three points;
+    - for the walk: the pattern hash, whether p is certified at x, the predicted exit point
+      of p's region to the right and a step that clears the round-off band there (rates
+      from the frozen values at x and xnext: exact for affine logits up to round-off).
+    """
 
     def one(xprev, x, xnext):
-        y, ey, L, E, p = f.eval_bounded(x)
-        yn, eyn, Ln, En, _ = f.eval_bounded(xnext, None, p)
-        yp, eyp, Lp, Ep, _ = f.eval_bounded(xprev, None, p)
+        # the pattern from the model's own forward pass; its validity at x is checked below
+        # (every frozen gap at x exceeds its round-off bound)
+        p = f.pattern(x)
+        Y, EY, LL, EE, _ = jax.vmap(lambda z: f.eval_bounded(z, None, p))(
+            jnp.stack([x, xnext, xprev])
+        )
+        (y, yn, yp), (ey, eyn, eyp) = Y, EY
+        L, Ln, Lp = ([v[i] for v in LL] for i in range(3))
+        E, En, Ep = ([v[i] for v in EE] for i in range(3))
         g0, e0, m = _gaps(shapes, L, E, p)
         valid = jnp.all(~m | (g0 - e0 >= 0))
         X = x[0]
         # right side: p valid from x up to its first root in [x, xnext]
         gn, en, _ = _gaps(shapes, Ln, En, p)
-        rlo, rhi = _roots_right(g0, e0, gn, en, m, X, xnext[0] - X)
+        h = xnext[0] - X
+        rlo, rhi = _roots_right(g0, e0, gn, en, m, X, h)
         ip = jnp.argmin(rhi)
         right = (
             jnp.min(rlo),
@@ -136,26 +131,48 @@ def _point_kernel(f, xprev, x, xnext, shapes, lid, gid, cid):
         qlo, qhi = _roots_right(g0, e0, gp, ep, m, -X, X - xprev[0])
         iq = jnp.argmin(qhi)
         left = (
-            -jnp.min(qlo),  # xq_hi: the rightmost possible entry point
+            -jnp.min(qlo),  # the rightmost possible entry point
             -qhi[iq],  # the leftmost bound of the binding root
             jnp.isfinite(qhi[iq]) & (jnp.sum(qlo <= qhi[iq]) == 1),
             iq,
         )
-        return p.astype(jnp.int8), valid, right, left, (y, ey, yn, eyn, yp, eyp)
+        # walk: exit point and step
+        dgap = (gn - g0) / jnp.where(h != 0, h, 1.0)
+        down = m & (dgap < 0)
+        t = jnp.where(down, g0 / jnp.where(down, -dgap, 1.0), jnp.inf)
+        i = jnp.argmin(t)
+        step = jnp.where(
+            jnp.isfinite(t[i]),
+            4.0 * (e0[i] + en[i]) / jnp.abs(jnp.where(down[i], dgap[i], 1.0)),
+            0.0,
+        )
+        walk = (_hash(p, coeffs), X + t[i], step)
+        return p.astype(jnp.int8), valid, right, left, (y, ey, yn, eyn, yp, eyp), walk
 
     return jax.vmap(one)(xprev, x, xnext)
 
 
-def _junctions(f, P, shapes, tables, dtype):
+def _run_points(f, xprev, xs, xnext, coeffs, shapes, tables, dtype):
+    lid, gid, cid = tables[:3]
+    col = lambda v: np.asarray(v, np.float64).reshape(-1, 1).astype(dtype)
+    return _batched(
+        _point_kernel,
+        f,
+        (col(xprev), col(xs), col(xnext)),
+        coeffs,
+        shapes,
+        jnp.asarray(lid),
+        jnp.asarray(gid),
+        jnp.asarray(cid),
+    )
+
+
+def _junctions(f, P, coeffs, shapes, tables, dtype):
     """Certify the junctions between consecutive points P (sorted)."""
     lid, gid, cid, glid, goff = tables
-    xs = P.reshape(-1, 1).astype(dtype)
-    xprev = np.concatenate([xs[:1], xs[:-1]])
-    xnext = np.concatenate([xs[1:], xs[-1:]])
-    pat, valid, right, left, ys = _batched(
-        _point_kernel, f, (xprev, xs, xnext), shapes, jnp.asarray(lid), jnp.asarray(gid),
-        jnp.asarray(cid)
-    )
+    xprev = np.concatenate([P[:1], P[:-1]])
+    xnext = np.concatenate([P[1:], P[-1:]])
+    pat, valid, right, left, ys, _ = _run_points(f, xprev, P, xnext, coeffs, shapes, tables, dtype)
     y, ey, yn, eyn, yp, eyp = ys
     i, j = np.arange(P.size - 1), np.arange(1, P.size)
     A, B = P[i], P[j]
@@ -199,7 +216,16 @@ def _junctions(f, P, shapes, tables, dtype):
     defect = np.max(np.abs(dstar) - tol, axis=1)
     np_err.__exit__(None, None, None)
     cert = cert_same | ((cert_a | cert_b) & (differ | equal) & (defect <= 0))
-    return cert, same, xstar, differ, defect
+    # the affine output map of every point's region, from the frozen values at x and xnext
+    # (the last point: xprev and x)
+    xa = np.where(xnext > P, P, xprev)
+    xb = np.where(xnext > P, xnext, P)
+    ya_ = np.where((xnext > P)[:, None], y, yp)
+    yb_ = np.where((xnext > P)[:, None], yn, y)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = (yb_ - ya_) / (xb - xa)[:, None]
+    icpt = ya_ - slope * xa[:, None]
+    return cert, same, xstar, differ, defect, (slope, icpt)
 
 
 _CHUNK = 2048
@@ -313,11 +339,15 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     timer = {"t0": time.perf_counter(), "cpu0": time.process_time()}
     n_eval = 0
 
+    tables = (lid, gid, cid, glid, goff)
+
     def probe(xs):
         nonlocal n_eval
-        n_eval += xs.shape[0]
-        h, e, s, c = _batched(_probe_kernel, f, xs.reshape(-1, 1).astype(dtype), coeffs, shapes)
-        return _combine(h), e.astype(np.float64), s.astype(np.float64), c
+        n_eval += 2 * xs.shape[0]
+        _, valid, _, _, _, (h, e, s) = _run_points(
+            f, xs, xs, xs + span, coeffs, shapes, tables, dtype
+        )
+        return _combine(h), e.astype(np.float64), s.astype(np.float64), valid
 
     xs = np.linspace(lo, hi, n_seed + 1)
     h, e, s, c = probe(xs)
@@ -363,14 +393,12 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     t_walk = time.perf_counter() - timer["t0"]
     a, b = P[:-1], P[1:]
     n_eval += 3 * P.size
-    cert, same, xstar, differ, defect = _junctions(
-        f, P, shapes, (lid, gid, cid, glid, goff), dtype
-    )
+    cert, same, xstar, differ, defect, maps = _junctions(f, P, coeffs, shapes, tables, dtype)
     t_junc = time.perf_counter() - timer["t0"] - t_walk
-    switches = []  # (point, maps differ, exact?)
+    switches = []  # (point, maps differ, exact?, index of the point right of it)
     ok = cert & ~same
     for i in np.nonzero(ok)[0]:
-        switches.append((float(xstar[i]), bool(differ[i]), False))
+        switches.append((float(xstar[i]), bool(differ[i]), False, i + 1))
     bad = np.nonzero(~cert)[0]
     exact_used = 0
     failure = None
@@ -382,7 +410,7 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
         if ex_model is not None:
             for i in bad:
                 for pnt, dif in ex_model.walk(Fraction(float(a[i])), Fraction(float(b[i]))):
-                    switches.append((float(pnt), dif, True))
+                    switches.append((float(pnt), dif, True, -1))
             exact_used = int(bad.size)
             n_eval += ex_model.n_eval
     certified = failure is None
@@ -394,7 +422,15 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     switches.sort(key=lambda s: s[0])
     bps = np.array([s[0] for s in switches], np.float64)
     dif = np.array([s[1] for s in switches], bool)
+    # the map of every region: from the point that starts it (-1: a region found by the
+    # exact fallback, without a float point; its map is left to the caller)
+    start = np.array([0] + [s[3] for s in switches], np.int64)
+    slope, icpt = maps
+    J = np.where(start[:, None] >= 0, slope[np.maximum(start, 0)], np.nan)
+    c = np.where(start[:, None] >= 0, icpt[np.maximum(start, 0)], np.nan)
     return {
+        "slopes": J[:, :, None],
+        "intercepts": c,
         "breakpoints": bps,
         "differ": dif,
         "certified": certified,

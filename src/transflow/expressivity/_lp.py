@@ -114,7 +114,9 @@ def lp_region_count(net: MaxoutNetwork, lo, hi, *, eps: float = 1e-9) -> dict:
             for A, b, _, _, rows in cells
         ]
     R, r0 = np.asarray(net.readout_weight, np.float64), np.asarray(net.readout_bias, np.float64)
-    maps = np.array([np.concatenate([R @ M, (R @ c + r0)[:, None]], axis=1) for _, _, M, c in regions])
+    maps = np.array(
+        [np.concatenate([R @ M, (R @ c + r0)[:, None]], axis=1) for _, _, M, c in regions]
+    )
     N = len(regions)
     parent = list(range(N))
 

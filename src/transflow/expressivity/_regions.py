@@ -444,14 +444,15 @@ def _count_1d_cert(f, lo, hi, *, n_seed, rtol, dtype, strict) -> RegionCount:
 
     ev = _Evaluator(f, dtype)
     a0, b0 = float(lo[0]), float(hi[0])
-    res = count_1d_certified(
-        f, a0, b0, n_seed=n_seed, dtype=dtype, coeffs=ev.coeffs, strict=strict
-    )
+    res = count_1d_certified(f, a0, b0, n_seed=n_seed, dtype=dtype, coeffs=ev.coeffs, strict=strict)
     bps, dif = res["breakpoints"], res["differ"]
     edges = np.concatenate([[a0], bps, [b0]])
     X = 0.5 * (edges[:-1] + edges[1:])
-    J, c = ev.affine(X[:, None])
-    J, c = np.asarray(J, np.float64), np.asarray(c, np.float64)
+    J, c = res["slopes"], res["intercepts"]
+    miss = np.nonzero(np.isnan(c).any(axis=1))[0]
+    if miss.size:  # regions found by the exact fallback: their maps at their midpoints
+        Jm, cm = ev.affine(X[miss, None])
+        J[miss], c[miss] = np.asarray(Jm, np.float64), np.asarray(cm, np.float64)
     labels = np.concatenate([[0], np.cumsum(dif)]).astype(np.int64)
     return RegionCount(
         linear=int(labels[-1]) + 1,
@@ -657,8 +658,9 @@ def count_linear_regions(
         if split not in ("affine", "midpoint"):
             raise ValueError(f"`split` must be 'affine' or 'midpoint', got {split!r}.")
         if certify:
-            return _count_1d_cert(f, lo, hi, n_seed=n_seed, rtol=map_rtol, dtype=dtype,
-                                  strict=strict)
+            return _count_1d_cert(
+                f, lo, hi, n_seed=n_seed, rtol=map_rtol, dtype=dtype, strict=strict
+            )
         return _count_1d(f, lo, hi, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype)
     r = _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype)
     if certify:

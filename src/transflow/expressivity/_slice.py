@@ -52,8 +52,11 @@ class Restricted(AbstractPiecewiseLinear):
         return self.f.eval_bounded(x, ex, pattern)
 
     def exact_params(self):
-        return (self.f.exact_params(), to_fraction_array(self.origin),
-                to_fraction_array(self.directions))
+        return (
+            self.f.exact_params(),
+            to_fraction_array(self.origin),
+            to_fraction_array(self.directions),
+        )
 
     def exact_eval(self, params, t, pattern=None):
         fp, o, D = params

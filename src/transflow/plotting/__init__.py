@@ -12,5 +12,13 @@ matplotlib is imported inside the functions, so importing this package is cheap.
 """
 
 from ._common import figure_smoke, save_figure
+from ._expressivity import plot_partition, plot_regions, plot_slice, plot_softmax
 
-__all__ = ["figure_smoke", "save_figure"]
+__all__ = [
+    "figure_smoke",
+    "save_figure",
+    "plot_partition",
+    "plot_regions",
+    "plot_slice",
+    "plot_softmax",
+]
