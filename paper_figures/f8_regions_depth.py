@@ -2,10 +2,11 @@
 and B, with the candidate lower bounds of spec ``maxout-expressivity.md`` §3.5 / C12.
 
 Counts are exact and certified (the 1-D counter of
-``transflow.expressivity.count_linear_regions`` on the hardmax transformers built by ``maxout_to_transformer`` from ``zigzag_maxout``). Drawn
-beside them: the RC-exact formulas (2T−1)^{d(D−1)} (A) and (2T−3)^{dD/3} (B), Montúfar's
-k^{L−1}k^d, and the summary's C·(T−1)^{q(⌊D/3⌋−1)} with C = (T−1)^d (d = 1, where the
-q = 1 and q = d readings coincide).
+``transflow.expressivity.count_linear_regions`` on the hardmax transformers built by
+``maxout_to_transformer`` from ``zigzag_maxout``). Drawn beside them: the RC-exact
+formulas (2T−1)^{d(D−1)} (A) and (2T−3)^{dD/3} (B), Montúfar's k^{L−1}k^d, and the
+summary's C·(T−1)^{q(⌊D/3⌋−1)} with C = (T−1)^d (d = 1, where the q = 1 and q = d
+readings coincide).
 """
 
 from __future__ import annotations
