@@ -37,6 +37,12 @@ def test_zigzag_transformer_regions_1d(T, D, variant):
     expected = (2 * T - 1) ** (D - 1) if variant == "A" else (2 * T - 3) ** (D // 3)
     assert r.linear == expected
     assert r.activation == expected  # zigzag: every activation region is a linear region
+    # the certificate: every junction proved in float64 or recomputed exactly
+    cert = r.certificate
+    assert r.certified
+    assert cert["junctions_certified_float"] + cert["junctions_exact"] == cert["junctions"]
+    assert cert["max_continuity_defect"] <= 0
+    np.testing.assert_allclose(r.breakpoints, np.arange(1, expected) / expected, atol=1e-12)
     # adjacent pieces have slopes ±m^L
     slopes = r.slopes[:, 0, 0]
     m_L = float((2 * _rank_of_tokens(T, variant) - 1) ** net.depth)
@@ -194,6 +200,15 @@ def test_2d_merging_of_equal_maps():
 
 
 # ---------------------------------------------------------------- bad input
+@pytest.mark.slow
+def test_117649_region_transformer_certified():
+    """Issue #14: Variant A, rank 4, depth 6 (T = 4, D = 7): exactly 7^6 regions, certified
+    (the earlier float64 counter returned 119788-119790 without a warning)."""
+    tf = maxout_to_transformer(zigzag_maxout(4, 6), 0.0, 1.0)
+    r = count_linear_regions(tf, 0.0, 1.0, n_seed=1 << 14)
+    assert (r.linear, r.activation, r.certified) == (117649, 117649, True)
+
+
 def test_counter_rejects_bad_input():
     net3 = MaxoutNetwork([np.ones((1, 2, 3))], [np.zeros((1, 2))])
     with pytest.raises(ValueError, match="dimension 1 or 2"):

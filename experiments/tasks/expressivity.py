@@ -35,6 +35,9 @@ class Config:
     slice_width: int = 16  # F13: torch ReLU net R^5 -> R, depth x width
     slice_depth: int = 3
     slice_dense: int = 400001  # dense-sampling points on the segment
+    # run only these sections (empty: all): construction, cpwl, outside_box, softmax,
+    # regions, partition, c8, precision, slice
+    only: list[str] = field(default_factory=list)
 
 
 def run(cfg, ctx) -> dict:
@@ -51,175 +54,204 @@ def run(cfg, ctx) -> dict:
     n = 2000 if smoke else int(cfg.n_points)
     rng = np.random.default_rng(ctx.seed)
     summary: dict = {}
+    sections = set(cfg.only)
+    known = {
+        "construction",
+        "cpwl",
+        "outside_box",
+        "softmax",
+        "regions",
+        "partition",
+        "c8",
+        "precision",
+        "slice",
+    }
+    if sections - known:
+        raise ValueError(
+            f"task.only: unknown sections {sorted(sections - known)}; choose from {sorted(known)}"
+        )
+    on = lambda name: not sections or name in sections
 
     # C1 / C7 / C9
-    for row in ex.construction_checks(rng, n, ("A",) if smoke else ("A", "B")):
-        v = row["variant"]
-        ctx.log({"check": "C1" if v == "A" else "C7", **row})
-        summary[f"C1_hardmax_max_rel_{v}"] = row["max_rel"]
-        ctx.claim(f"C1/C7 hardmax = maxout, Variant {v} (max rel)", row["max_rel"], 1e-12)
-        summary[f"C9_params_{v}"] = {k: row[k] for k in ("maxout", "nnz", "dense")}
-        if v == "A":
-            ctx.claim("C9 P_N of the worked example", row["maxout"], 181, op="==")
-            ctx.claim("C9 nnz (Variant A)", row["nnz"], 341, op="==")
-            ctx.claim("C9 dense (Variant A)", row["dense"], 2144, op="==")
+    if on("construction"):
+        for row in ex.construction_checks(rng, n, ("A",) if smoke else ("A", "B")):
+            v = row["variant"]
+            ctx.log({"check": "C1" if v == "A" else "C7", **row})
+            summary[f"C1_hardmax_max_rel_{v}"] = row["max_rel"]
+            ctx.claim(f"C1/C7 hardmax = maxout, Variant {v} (max rel)", row["max_rel"], 1e-12)
+            summary[f"C9_params_{v}"] = {k: row[k] for k in ("maxout", "nnz", "dense")}
+            if v == "A":
+                ctx.claim("C9 P_N of the worked example", row["maxout"], 181, op="==")
+                ctx.claim("C9 nnz (Variant A)", row["nnz"], 341, op="==")
+                ctx.claim("C9 dense (Variant A)", row["dense"], 2144, op="==")
 
     # C2, C3
-    if full:
+    if on("cpwl") and full:
         for row in ex.relu_and_cpwl_checks(rng, n):
             ctx.log(row)
             summary[f"{row['check']}_{row['route']}_max_rel"] = row["max_rel"]
             ctx.claim(f"{row['check']} {row['route']} = target (max rel)", row["max_rel"], 1e-12)
 
     # C4
-    c4 = ex.outside_box_errors(rng, n)
-    ctx.log({"check": "C4", **c4})
-    errs = c4["max_abs_by_radius"]
-    summary["C4_err_inside_R1"] = errs[1.0]
-    summary["C4_err_R100"] = errs[100.0]
-    ctx.claim("C4 exact inside the box (R <= 1)", max(errs[0.5], errs[1.0]), 1e-12)
-    ctx.claim("C4 fails outside the box (R = 100)", errs[100.0], 1e-3, op=">")
+    if on("outside_box"):
+        c4 = ex.outside_box_errors(rng, n)
+        ctx.log({"check": "C4", **c4})
+        errs = c4["max_abs_by_radius"]
+        summary["C4_err_inside_R1"] = errs[1.0]
+        summary["C4_err_R100"] = errs[100.0]
+        ctx.claim("C4 exact inside the box (R <= 1)", max(errs[0.5], errs[1.0]), 1e-12)
+        ctx.claim("C4 fails outside the box (R = 100)", errs[100.0], 1e-3, op=">")
 
     # C5
-    tokens = [2] if smoke else list(cfg.softmax_tokens)
-    lambdas = [10.0, 1e3] if smoke else [float(v) for v in cfg.lambdas]
-    rows = ex.softmax_rows(tokens, lambdas, n_grid=2001 if smoke else 20001)
-    ctx.log({"check": "C5", "rows": rows})
-    dev = max(abs(r["err_lambda_grid"] - r["c_T"]) / r["c_T"] for r in rows if r["lambda"] >= 10)
-    summary["C5_max_rel_dev_err_lambda_vs_cT"] = dev
-    ctx.claim("C5 sup err·λ = W((T−1)/e) (max rel dev, λ >= 10)", dev, 1e-6)
-    if full:
-        multi = ex.softmax_multilayer_rows(rng, n)
-        ctx.log({"check": "C5_multilayer", "rows": multi})
-        worst = max(m["max_abs"] / m["bound"] for m in multi)
-        summary["C5_multilayer_error_over_bound"] = worst
-        ctx.claim("C5 multi-layer error / §3.6 bound", worst, 1.0)
-    ctx.save_figure(plotting.plot_softmax(rows), "F7_softmax_error")
+    if on("softmax"):
+        tokens = [2] if smoke else list(cfg.softmax_tokens)
+        lambdas = [10.0, 1e3] if smoke else [float(v) for v in cfg.lambdas]
+        rows = ex.softmax_rows(tokens, lambdas, n_grid=2001 if smoke else 20001)
+        ctx.log({"check": "C5", "rows": rows})
+        dev = max(
+            abs(r["err_lambda_grid"] - r["c_T"]) / r["c_T"] for r in rows if r["lambda"] >= 10
+        )
+        summary["C5_max_rel_dev_err_lambda_vs_cT"] = dev
+        ctx.claim("C5 sup err·λ = W((T−1)/e) (max rel dev, λ >= 10)", dev, 1e-6)
+        if full:
+            multi = ex.softmax_multilayer_rows(rng, n)
+            ctx.log({"check": "C5_multilayer", "rows": multi})
+            worst = max(m["max_abs"] / m["bound"] for m in multi)
+            summary["C5_multilayer_error_over_bound"] = worst
+            ctx.claim("C5 multi-layer error / §3.6 bound", worst, 1.0)
+        ctx.save_figure(plotting.plot_softmax(rows), "F7_softmax_error")
 
     # C6 / C7 / C12 (certified exact counts vs depth, candidate bounds)
-    rrows = ex.region_rows(
-        [2] if smoke else list(cfg.tokens_a),
-        [3] if smoke else list(cfg.tokens_b),
-        3 if smoke else int(cfg.max_regions),
-        large=None if smoke else int(cfg.large_regions),
-    )
-    for r in rrows:
-        ctx.log({"check": "C6" if r["variant"] == "A" else "C7", **r})
-    wrong = sum(r["regions"] != r["rc_exact"] for r in rrows)
-    summary["C6_C7_counts_equal_rc_exact"] = wrong == 0
-    summary["C6_C7_largest_count"] = max(r["regions"] for r in rrows)
-    summary["C6_C7_largest_count_B"] = max(
-        (r["regions"] for r in rrows if r["variant"] == "B"), default=0
-    )
-    ctx.claim("C6/C7 counts different from (2T−1)^{D−1} / (2T−3)^{D/3}", wrong, 0, op="==")
-    ctx.claim("C6/C7 counts certified", sum(not r["certified"] for r in rrows), 0, op="==")
-    ctx.claim(
-        "C6 largest certified transformer count (Variant A)",
-        max(r["regions"] for r in rrows if r["variant"] == "A"),
-        100000,
-        op=">=",
-        enforce=full,
-    )
-    ctx.claim(
-        "C7 largest certified transformer count (Variant B)",
-        summary["C6_C7_largest_count_B"],
-        100000,
-        op=">=",
-        enforce=full,
-    )
-    below = sum(r["regions"] < r["montufar"] for r in rrows)
-    ctx.claim("C12 counts below Montúfar's k^(L−1) k^d", below, 0, op="==")
-    below_s = sum(
-        r["regions"] < max(r["summary_q1"], r["summary_qd"]) for r in rrows if r["variant"] == "B"
-    )
-    ctx.claim(
-        "C12 Variant B counts below (T−1)^d (T−1)^(q(⌊D/3⌋−1)), q ∈ {1, d}", below_s, 0, op="=="
-    )
-    ctx.save_figure(plotting.plot_regions(rrows), "F8_regions_depth")
+    if on("regions"):
+        rrows = ex.region_rows(
+            [2] if smoke else list(cfg.tokens_a),
+            [3] if smoke else list(cfg.tokens_b),
+            3 if smoke else int(cfg.max_regions),
+            large=None if smoke else int(cfg.large_regions),
+        )
+        for r in rrows:
+            ctx.log({"check": "C6" if r["variant"] == "A" else "C7", **r})
+        wrong = sum(r["regions"] != r["rc_exact"] for r in rrows)
+        summary["C6_C7_counts_equal_rc_exact"] = wrong == 0
+        summary["C6_C7_largest_count"] = max(r["regions"] for r in rrows)
+        summary["C6_C7_largest_count_B"] = max(
+            (r["regions"] for r in rrows if r["variant"] == "B"), default=0
+        )
+        ctx.claim("C6/C7 counts different from (2T−1)^{D−1} / (2T−3)^{D/3}", wrong, 0, op="==")
+        ctx.claim("C6/C7 counts certified", sum(not r["certified"] for r in rrows), 0, op="==")
+        ctx.claim(
+            "C6 largest certified transformer count (Variant A)",
+            max(r["regions"] for r in rrows if r["variant"] == "A"),
+            100000,
+            op=">=",
+            enforce=full,
+        )
+        ctx.claim(
+            "C7 largest certified transformer count (Variant B)",
+            summary["C6_C7_largest_count_B"],
+            100000,
+            op=">=",
+            enforce=full,
+        )
+        below = sum(r["regions"] < r["montufar"] for r in rrows)
+        ctx.claim("C12 counts below Montúfar's k^(L−1) k^d", below, 0, op="==")
+        below_s = sum(
+            r["regions"] < max(r["summary_q1"], r["summary_qd"])
+            for r in rrows
+            if r["variant"] == "B"
+        )
+        ctx.claim(
+            "C12 Variant B counts below (T−1)^d (T−1)^(q(⌊D/3⌋−1)), q ∈ {1, d}", below_s, 0, op="=="
+        )
+        ctx.save_figure(plotting.plot_regions(rrows), "F8_regions_depth")
 
     # C6 in 2-D, F9
-    T2, D2 = (2, 2) if smoke else (int(cfg.partition_tokens), int(cfg.partition_depth))
-    parts = ex.partition_2d(T2, D2, seed=ctx.seed, relu=full)
-    z = parts["zigzag"]
-    g = ex.grid_region_count(
-        ex.maxout_to_transformer(ex.zigzag_maxout(T2, D2 - 1, 2), 0.0, 1.0),
-        [0.0, 0.0],
-        [1.0, 1.0],
-        100 if smoke else int(cfg.grid_2d),
-    )
-    rc = (2 * T2 - 1) ** (2 * (D2 - 1))
-    ctx.log(
-        {
-            "check": "C6_2d",
-            "T": T2,
-            "D": D2,
-            "polygon_linear": z.linear,
-            "polygon_activation": z.activation,
-            "certified": z.certified,
-            "grid": g,
-            "rc_exact": rc,
-        }
-    )
-    summary["C6_2d_polygon_grid_formula"] = [z.linear, g["patterns"], rc]
-    ctx.claim("C6 2-D polygon count = (2T−1)^{2(D−1)}", z.linear, rc, op="==")
-    ctx.claim("C6 2-D grid patterns = (2T−1)^{2(D−1)}", g["patterns"], rc, op="==")
-    ctx.claim("C6 2-D partition verified", bool(z.certified), True, op="==")
-    ctx.save_figure(plotting.plot_partition(parts, T2, D2), "F9_partition")
+    if on("partition"):
+        T2, D2 = (2, 2) if smoke else (int(cfg.partition_tokens), int(cfg.partition_depth))
+        parts = ex.partition_2d(T2, D2, seed=ctx.seed, relu=full)
+        z = parts["zigzag"]
+        g = ex.grid_region_count(
+            ex.maxout_to_transformer(ex.zigzag_maxout(T2, D2 - 1, 2), 0.0, 1.0),
+            [0.0, 0.0],
+            [1.0, 1.0],
+            100 if smoke else int(cfg.grid_2d),
+        )
+        rc = (2 * T2 - 1) ** (2 * (D2 - 1))
+        ctx.log(
+            {
+                "check": "C6_2d",
+                "T": T2,
+                "D": D2,
+                "polygon_linear": z.linear,
+                "polygon_activation": z.activation,
+                "certified": z.certified,
+                "grid": g,
+                "rc_exact": rc,
+            }
+        )
+        summary["C6_2d_polygon_grid_formula"] = [z.linear, g["patterns"], rc]
+        ctx.claim("C6 2-D polygon count = (2T−1)^{2(D−1)}", z.linear, rc, op="==")
+        ctx.claim("C6 2-D grid patterns = (2T−1)^{2(D−1)}", g["patterns"], rc, op="==")
+        ctx.claim("C6 2-D partition verified", bool(z.certified), True, op="==")
+        ctx.save_figure(plotting.plot_partition(parts, T2, D2), "F9_partition")
 
     # C8
-    if full:
-        c8 = ex.c8_regions(rng)
-        ctx.log({"check": "C8", **c8})
-        summary["C8_regions_net_tf_grid"] = [
-            c8["net"][0],
-            c8["transformer"][0],
-            c8["grid"]["linear"],
-        ]
-        ctx.claim(
-            "C8 transformer regions = maxout-net regions",
-            c8["transformer"][0],
-            c8["net"][0],
-            op="==",
-        )
-        ctx.claim("C8 grid hashing = exact count", c8["grid"]["linear"], c8["net"][0], op="==")
+    if on("c8"):
+        if full:
+            c8 = ex.c8_regions(rng)
+            ctx.log({"check": "C8", **c8})
+            summary["C8_regions_net_tf_grid"] = [
+                c8["net"][0],
+                c8["transformer"][0],
+                c8["grid"]["linear"],
+            ]
+            ctx.claim(
+                "C8 transformer regions = maxout-net regions",
+                c8["transformer"][0],
+                c8["net"][0],
+                op="==",
+            )
+            ctx.claim("C8 grid hashing = exact count", c8["grid"]["linear"], c8["net"][0], op="==")
 
     # C10 precision
-    prows = ex.precision_rows(
-        int(cfg.precision_rank),
-        [1, 2] if smoke else [int(v) for v in cfg.precision_depths],
-        n=2001 if smoke else 20001,
-    )
-    for r in prows:
-        ctx.log({"check": "C10", **r})
-    ratio = max(r["max_abs_error"] / r["running_bound"] for r in prows)
-    summary["C10_errors_by_depth"] = [r["max_abs_error"] for r in prows]
-    ctx.claim("C10 float64 error / running round-off bound (every depth)", ratio, 1.0)
-    ctx.claim(
-        "C10 error grows with depth (last / first)",
-        prows[-1]["max_abs_error"] / max(prows[0]["max_abs_error"], 1e-300),
-        1.0,
-        op=">",
-    )
+    if on("precision"):
+        prows = ex.precision_rows(
+            int(cfg.precision_rank),
+            [1, 2] if smoke else [int(v) for v in cfg.precision_depths],
+            n=2001 if smoke else 20001,
+        )
+        for r in prows:
+            ctx.log({"check": "C10", **r})
+        ratio = max(r["max_abs_error"] / r["running_bound"] for r in prows)
+        summary["C10_errors_by_depth"] = [r["max_abs_error"] for r in prows]
+        ctx.claim("C10 float64 error / running round-off bound (every depth)", ratio, 1.0)
+        ctx.claim(
+            "C10 error grows with depth (last / first)",
+            prows[-1]["max_abs_error"] / max(prows[0]["max_abs_error"], 1e-300),
+            1.0,
+            op=">",
+        )
 
     # slices of a torch ReLU net on R^5 (F13)
-    st = ex.slice_study(
-        ctx.seed,
-        width=6 if smoke else int(cfg.slice_width),
-        depth=2 if smoke else int(cfg.slice_depth),
-        n_dense=20001 if smoke else int(cfg.slice_dense),
-    )
-    ctx.log({"check": "slice", "line": st["line"], "plane": st["plane"]})
-    summary["slice_line_count_dense"] = [st["line"]["linear"], st["line"]["dense_activation"]]
-    summary["slice_plane_regions"] = st["plane"]["linear"]
-    ctx.claim(
-        "slice: segment count = dense-sampling count",
-        st["line"]["activation"],
-        st["line"]["dense_activation"],
-        op="==",
-    )
-    ctx.claim("slice: segment count certified", bool(st["line"]["certified"]), True, op="==")
-    ctx.claim("slice: plane partition verified", bool(st["plane"]["certified"]), True, op="==")
-    ctx.save_figure(plotting.plot_slice(st), "F13_slice")
+    if on("slice"):
+        st = ex.slice_study(
+            ctx.seed,
+            width=6 if smoke else int(cfg.slice_width),
+            depth=2 if smoke else int(cfg.slice_depth),
+            n_dense=20001 if smoke else int(cfg.slice_dense),
+        )
+        ctx.log({"check": "slice", "line": st["line"], "plane": st["plane"]})
+        summary["slice_line_count_dense"] = [st["line"]["linear"], st["line"]["dense_activation"]]
+        summary["slice_plane_regions"] = st["plane"]["linear"]
+        ctx.claim(
+            "slice: segment count = dense-sampling count",
+            st["line"]["activation"],
+            st["line"]["dense_activation"],
+            op="==",
+        )
+        ctx.claim("slice: segment count certified", bool(st["line"]["certified"]), True, op="==")
+        ctx.claim("slice: plane partition verified", bool(st["plane"]["certified"]), True, op="==")
+        ctx.save_figure(plotting.plot_slice(st), "F13_slice")
 
     ctx.report(
         "# Expressivity checks (spec maxout-expressivity.md §7)\n\n"
