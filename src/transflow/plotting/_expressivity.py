@@ -158,9 +158,10 @@ def plot_slice(study):
     )
     ax.plot([0, 1, 0, 0], [0, 0, 1, 0], "w-", lw=1.2)
     ax.plot([0, 1], [0, 0], "k-", lw=2.0)
-    for (tx, ty), name in zip([(0, 0), (1, 0), (0, 1)], ["p0", "p1", "p2"]):
-        ax.plot(tx, ty, "ko", ms=5)
-        ax.annotate(name, (tx, ty), textcoords="offset points", xytext=(4, 4), fontsize=9)
+    offsets = [(4, 4), (-16, 4), (4, -12)]
+    for (tx, ty), name, off in zip([(0, 0), (1, 0), (0, 1)], ["p0", "p1", "p2"], offsets):
+        ax.plot(tx, ty, "ko", ms=5, clip_on=False)
+        ax.annotate(name, (tx, ty), textcoords="offset points", xytext=off, fontsize=9)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_aspect("equal")
@@ -173,6 +174,7 @@ def plot_slice(study):
         f"(certified: {r.certified}); segment p0→p1: {line['linear']} "
         f"(dense sampling: {line['dense_activation']})",
         fontsize=8.5,
+        pad=10,
     )
     fig.tight_layout()
     return fig
