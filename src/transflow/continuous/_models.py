@@ -40,6 +40,7 @@ from jaxtyping import Array, Float
 from .._controls import LayerControls
 from .._grid import Grid
 from .._operators import activation_fn, attention, linear_y, project_s1, project_s2
+from .._splitting import LieScheme, _ffn_substep
 from ._flows import make_flow, projection_flow
 from ._schemes import Flow
 
@@ -180,34 +181,39 @@ def full_model_flows(
     causal: bool = False,
     hardmax: bool = False,
     temperature: float = 1.0,
+    scheme: LieScheme | None = None,
 ) -> dict[str, Flow]:
     """Sub-flows of the paper's full model for :func:`~transflow.continuous.paper_lie`.
 
     Every sub-step uses the controls at the *start* of its interval, θ(t0) (the paper's
-    θⁿ on the whole step). ``attention`` and ``ffn{j}`` are explicit Euler steps (lifting
-    FFN sub-steps, ``residual=False``, are ``Z W + b``), ``relu`` is P_S2, ``ln1``/``ln2``
-    are P_S1 with ``norm1``/``norm2`` (the closing one with ε/4, as
-    :class:`transflow.LieScheme`). Reuses the core operators.
+    θⁿ on the whole step). The sub-steps are those of the core :class:`transflow.LieScheme`
+    (one implementation): ``attention`` is :meth:`LieScheme.attention_substep` (explicit
+    Euler), ``ln1``/``ln2`` are :meth:`LieScheme.norm_substep` (P_S1; the closing one with
+    ε/4), ``ffn{j}`` the FFN sub-steps of :func:`transflow.ffn_branch` (lifting sub-steps,
+    ``residual=False``, are ``Z W + b``) and ``relu`` the FFN activation (P_S2 for ReLU).
+
+    Args:
+        controls: the control path ``t ↦ LayerControls`` (e.g. :class:`PiecewiseConstant`).
+        scheme: the core scheme whose attention options (``hardmax``, ``temperature``,
+            ``implementation``) are used; default ``LieScheme(hardmax=, temperature=)``.
+            Its ``ffn_branch_dt`` is not used: the data scheme's stage speed sets it.
     """
-    yw = None if grid is None else grid.y_weights
+    lie_scheme = LieScheme(hardmax=hardmax, temperature=temperature) if scheme is None else scheme
 
     def att(t0, t1, u, speed=1.0):
-        p = controls(t0).attn
-        a = attention(u, p, grid=grid, causal=causal, hardmax=hardmax, temperature=temperature)
-        return u + speed * (t1 - t0) * a
+        attn = controls(t0).attn
+        return lie_scheme.attention_substep(u, attn, speed * (t1 - t0), grid=grid, causal=causal)
 
-    def ln(which, eps_scale):
+    def ln(which, closing):
         def flow(t0, t1, u, speed=1.0):
             nrm = getattr(controls(t0), which)
-            return project_s1(u, nrm.bias, nrm.gain, eps=nrm.eps * eps_scale, y_weights=yw)
+            return lie_scheme.norm_substep(u, nrm, grid=grid, closing=closing)
 
         return flow
 
     def ffn(j):
         def flow(t0, t1, u, speed=1.0):
-            f = controls(t0).ffn
-            lin = u @ f.weights[j] + f.biases[j]
-            return u + speed * (t1 - t0) * lin if f.residual[j] else lin
+            return _ffn_substep(u, controls(t0).ffn, j, speed * (t1 - t0))
 
         return flow
 
@@ -219,8 +225,8 @@ def full_model_flows(
     J = controls(0.0).ffn.num_substeps
     flows: dict[str, Flow] = {
         "attention": att,
-        "ln1": ln("norm1", 1.0),
-        "ln2": ln("norm2", 0.25),
+        "ln1": ln("norm1", False),
+        "ln2": ln("norm2", True),
         "relu": relu,
     }
     for j in range(J):
