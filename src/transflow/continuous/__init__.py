@@ -38,18 +38,28 @@ from ._schemes import (
     parallel as parallel,
     strang as strang,
 )
-from ._solver import SplittingSolver as SplittingSolver
+from ._solver import (
+    ProjectionTerm as ProjectionTerm,
+    SplittingSolver as SplittingSolver,
+    flows_from_terms as flows_from_terms,
+)
 from ._studies import (
+    NONCONVERGENCE_CASES as NONCONVERGENCE_CASES,
     SCHEMES as SCHEMES,
+    SUBMODELS as SUBMODELS,
     ConvergenceResult as ConvergenceResult,
     clustering_trajectory as clustering_trajectory,
     convergence_study as convergence_study,
     default_submodel as default_submodel,
     dt_convergence as dt_convergence,
+    expected_order as expected_order,
     fit_slope as fit_slope,
     full_model_controls as full_model_controls,
     full_model_refinement as full_model_refinement,
     grid_convergence as grid_convergence,
+    grid_refinement_study as grid_refinement_study,
+    nonconvergence_study as nonconvergence_study,
+    s2_active_fraction as s2_active_fraction,
     scheme_for as scheme_for,
     smooth_kernel_model as smooth_kernel_model,
 )

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -41,8 +42,8 @@ from .._controls import LayerControls
 from .._grid import Grid
 from .._operators import activation_fn, attention, linear_y, project_s1, project_s2
 from .._splitting import LieScheme, _ffn_substep
-from ._flows import make_flow, projection_flow
 from ._schemes import Flow
+from ._solver import ProjectionTerm, flows_from_terms
 
 __all__ = ["SubModel", "full_model_flows", "tangent_s1", "y_mean"]
 
@@ -144,34 +145,53 @@ class SubModel(eqx.Module):
         ops = ("attention",) + (() if self.linear is None else ("linear",))
         return ops + {"a": (), "b": ("s1",), "c": ("s2",)}[self.kind]
 
+    def terms(self, *, tangent: bool = True) -> diffrax.MultiTerm:
+        """The split operators as diffrax terms, in the order of :attr:`operators`.
+
+        ``attention`` and ``linear`` are :class:`diffrax.ODETerm`\\ s, ``s1``/``s2`` are
+        :class:`~transflow.continuous.ProjectionTerm`\\ s (P_S1(σ(t)) and ReLU). Give them
+        to :class:`~transflow.continuous.SplittingSolver`; :meth:`flows` derives the
+        sub-flows of :func:`~transflow.continuous.integrate` from the same terms.
+
+        Args:
+            tangent: for ``"b"``, split off the tangent part P_T F of the attention and
+                linear fields (exact invariants in each sub-flow; needed for order 2).
+                ``False`` splits F itself against the projection, the paper's reading
+                (explicit step, then LayerNorm): consistent, but first order whatever the
+                scheme (docs/continuous.md).
+        """
+        grid = self.grid
+        tan = self.kind == "b" and tangent
+
+        def ode(g):
+            if tan:
+                return diffrax.ODETerm(lambda t, u, args: tangent_s1(u, g(t, u), grid))
+            return diffrax.ODETerm(lambda t, u, args: g(t, u))
+
+        parts = [ode(self.attention_field)]
+        if self.linear is not None:
+            parts.append(ode(self.linear_field))
+        if self.kind == "b":
+            parts.append(ProjectionTerm(lambda t, u, args: self.project_s1(t, u)))
+        if self.kind == "c":
+            parts.append(ProjectionTerm(lambda t, u, args: project_s2(u)))
+        return diffrax.MultiTerm(*parts)
+
     def flows(
         self, solver: str = "rk4", *, n_sub: int = 1, tangent: bool = True
     ) -> dict[str, Flow]:
-        """Sub-flows of the operators.
+        """Sub-flows of the operators, derived from :meth:`terms` by
+        :func:`~transflow.continuous.flows_from_terms`.
 
         Args:
             solver: ``"rk4"`` (order 4, for Strang) or ``"euler"`` (the paper's explicit
                 sub-steps) for the attention and linear operators. Constraint operators
                 are solved exactly (projections).
             n_sub: RK4 sub-steps per sub-flow.
-            tangent: for ``"b"``, split off the tangent part of F (exact invariants in
-                each sub-flow; needed for order 2). ``False`` uses F itself, the paper's
-                reading (explicit step, then projection): consistent, first order.
+            tangent: see :meth:`terms`.
         """
-        grid = self.grid
-        tan = self.kind == "b" and tangent
-
-        def wrap(g):
-            return (lambda t, u: tangent_s1(u, g(t, u), grid)) if tan else g
-
-        out = {"attention": make_flow(wrap(self.attention_field), solver, n_sub)}
-        if self.linear is not None:
-            out["linear"] = make_flow(wrap(self.linear_field), solver, n_sub)
-        if self.kind == "b":
-            out["s1"] = projection_flow(self.project_s1)
-        if self.kind == "c":
-            out["s2"] = projection_flow(lambda t, u: project_s2(u))
-        return out
+        terms = self.terms(tangent=tangent)
+        return flows_from_terms(self.operators, terms, sub_solver=solver, n_sub=n_sub)
 
 
 def full_model_flows(
