@@ -15,7 +15,8 @@ Claims (``summary.json``): each fitted slope within ±0.2 of the order expected 
 (:func:`transflow.continuous.expected_order`: Lie 1; Strang 2 on a, b-tangent and
 c_invariant, 1 on b-full and on c), the reference error ≤ 1e-3 × the smallest error, the
 S2 constraint of c active on ≥ 50% of the horizon, and the paper-literal ``hybrid-dt``
-stalling. Slope claims are not enforced at smoke size (two step sizes).
+stalling on a and c_invariant (spec Q10). Slope claims are not enforced at smoke size
+(two step sizes).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def run(cfg, ctx) -> dict:
         p = expected_order(r["submodel"], r["scheme"], r["b_splitting"] or "tangent")
         if p is not None:
             ctx.claim(f"|slope - {p}| {name}", abs(r["slope"] - p), 0.2, enforce=not ctx.smoke)
-        if r["scheme"] == "hybrid-dt":
+        if r["scheme"] == "hybrid-dt" and r["submodel"] in ("a", "c_invariant"):
             stall = min(r["errors"]) / max(r["errors"])
             ctx.claim(f"min/max error {name} (stalls)", stall, 0.5, op=">=", enforce=not ctx.smoke)
         ctx.claim(
