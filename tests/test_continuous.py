@@ -387,3 +387,27 @@ def test_splitting_solver_uses_its_terms():
         flows_from_terms(model.operators, diffrax.MultiTerm(att, lin))
     with pytest.raises(ValueError, match="sub_solver"):
         SplittingSolver(scheme, sub_solver="rk45")
+
+
+@pytest.mark.slow
+def test_submodel_c_reference_agrees_across_solvers():
+    """The projected field of (c) is discontinuous where an entry reaches 0; the Dopri8
+    reference (tol 1e-14) and a Tsit5 solve (tol 1e-13, another method) agree to 1e-3 ×
+    the smallest splitting error measured on (c) (Δt = 1/64: 8e-2)."""
+    model, u0 = default_submodel("c")
+    dopri = reference_solve(model.vector_field, u0, rtol=1e-14, atol=1e-14)
+    tsit = reference_solve(model.vector_field, u0, rtol=1e-13, atol=1e-13, solver="tsit5")
+    (lie_res,) = convergence_study(("c",), ("lie",), n_steps=(32, 64))
+    assert float(jnp.max(jnp.abs(dopri - tsit))) < 1e-3 * lie_res.errors[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_submodel_c_active_orders_other_seeds(seed):
+    """Other random controls of (c): S2 active on ≥ 50% of the horizon (measured 84–91%)
+    and Lie and Strang both first order (measured 0.85–1.05)."""
+    results = convergence_study(("c",), ("lie", "strang"), seed=seed)
+    for r in results:
+        assert r.active_fraction >= 0.5, r.active_fraction
+        assert abs(r.slope - 1) < 0.2, (r.scheme, r.slope)
+        assert r.reference_error < 1e-3 * min(r.errors)
