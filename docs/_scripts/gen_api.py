@@ -1,0 +1,212 @@
+"""Generate the API reference pages (``docs/api/*.md``) from the package's public names.
+
+The pages are never written by hand: at every build (``make docs``, ``mkdocs serve``) the
+hook ``docs/_scripts/hooks.py`` calls :func:`api_pages`, which imports ``transflow``, walks
+every public module (no path component starting with ``_``) and lists its public names:
+
+- a module's ``__all__`` when it has one;
+- otherwise, for a package: every public attribute that is not a module (the re-exports of
+  its ``__init__``, written ``from ._x import Name as Name``, equinox style);
+- otherwise, for a plain module: the public classes and functions defined in it.
+
+Each name becomes a ``::: transflow.sub.Name`` entry that mkdocstrings renders from the
+docstring. A new subpackage or a new name shows up in the reference with no edit here;
+``tests/test_docs.py`` checks that every ``__all__`` name is listed (without building).
+
+This module imports neither mkdocs nor griffe, so the test needs only ``transflow``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pathlib
+import pkgutil
+from types import ModuleType
+
+ROOT = "transflow"
+API_DIR = "api"
+
+
+def _raise(name: str) -> None:
+    raise ImportError(f"the API reference could not import {name!r} (see the traceback above)")
+
+
+def _declared_packages(root: str) -> list[str]:
+    """The packages below ``root`` that ``pyproject.toml`` lists (``[tool.setuptools]``).
+
+    In an editable install a package mapped from another folder (``transflow.experiments``
+    from ``experiments/``) is not inside ``transflow.__path__``, so walking the path alone
+    would miss it; the package list names it (``tests/test_packaging.py`` keeps it complete).
+    """
+    pyproject = pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if not pyproject.is_file():
+        return []
+    import tomllib
+
+    packages = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["packages"]
+    return [p for p in packages if p == root or p.startswith(root + ".")]
+
+
+def public_modules(root: str = ROOT) -> list[str]:
+    """Every public module and package below ``root`` (itself included), sorted.
+
+    A module is public when no component of its dotted name starts with ``_``
+    (``transflow._grid`` is private, ``transflow.continuous`` public); ``__main__`` modules
+    are skipped. An import error fails loudly (a page would silently go missing otherwise).
+
+    Example:
+        >>> "transflow.continuous" in public_modules()
+        True
+        >>> any(m.split(".")[-1].startswith("_") for m in public_modules())
+        False
+    """
+    names: set[str] = set()
+    for package_name in [root, *_declared_packages(root)]:
+        package = importlib.import_module(package_name)
+        names.add(package_name)
+        for info in pkgutil.walk_packages(package.__path__, package_name + ".", onerror=_raise):
+            names.add(info.name)
+    return sorted(n for n in names if not any(p.startswith("_") for p in n.split(".")))
+
+
+def public_names(module: ModuleType) -> list[str]:
+    """The public names of ``module`` that the API reference documents (see module docs).
+
+    Example:
+        >>> import transflow.plotting
+        >>> public_names(transflow.plotting)
+        ['figure_smoke', 'save_figure']
+    """
+    explicit = getattr(module, "__all__", None)
+    if explicit is not None:
+        return list(explicit)
+    is_package = hasattr(module, "__path__")
+    names = []
+    for name, obj in vars(module).items():
+        if name.startswith("_") or inspect.ismodule(obj):
+            continue
+        if is_package:
+            names.append(name)
+        elif (inspect.isclass(obj) or inspect.isfunction(obj)) and getattr(
+            obj, "__module__", None
+        ) == module.__name__:
+            names.append(name)
+    return names
+
+
+def _summary(obj: object) -> str:
+    """The first sentence-line of a docstring, for the overview tables."""
+    doc = inspect.getdoc(obj) if (inspect.isclass(obj) or callable(obj)) else None
+    if not doc:
+        return ""
+    line = doc.strip().split("\n\n")[0].replace("\n", " ")
+    return line.replace("|", "\\|")
+
+
+def _page_of(module: str, root: str = ROOT) -> str:
+    """The page a module is documented on: ``transflow`` or its top-level subpackage."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else root
+
+
+def pages_and_modules(root: str = ROOT) -> dict[str, list[tuple[str, list[str]]]]:
+    """``{page: [(module, names), ...]}``: every public module with at least one name.
+
+    One page per top-level subpackage (``transflow.continuous``, ``transflow.experiments``,
+    ...) and one for ``transflow`` itself; modules below a subpackage get a section on its
+    page (``transflow.experiments.context`` on ``transflow.experiments``).
+    """
+    pages: dict[str, list[tuple[str, list[str]]]] = {}
+    for name in public_modules(root):
+        module = importlib.import_module(name)
+        names = public_names(module)
+        if names:
+            pages.setdefault(_page_of(name, root), []).append((name, names))
+    return pages
+
+
+def page_path(page: str) -> str:
+    """Where a page lives inside ``docs/`` (``api/transflow.continuous.md``)."""
+    return f"{API_DIR}/{page}.md"
+
+
+def _module_doc_first_paragraph(module: ModuleType) -> str:
+    doc = inspect.getdoc(module) or ""
+    return doc.strip().split("\n\n")[0].replace("\n", " ")
+
+
+def _render_page(page: str, sections: list[tuple[str, list[str]]]) -> str:
+    lines = [f"# `{page}` {{ #{page} }}", ""]
+    single = len(sections) == 1 and sections[0][0] == page
+    for module_name, names in sections:
+        module = importlib.import_module(module_name)
+        level = "###" if single else "####"
+        if not single:
+            lines += [f"## `{module_name}` {{ #{module_name} }}", ""]
+        # The module docstring (without its members), then a table of the names.
+        lines += [
+            f"::: {module_name}",
+            "    options:",
+            "      members: false",
+            "      show_root_heading: false",
+            "      show_root_toc_entry: false",
+            "",
+            "| name | summary |",
+            "|---|---|",
+        ]
+        for name in names:
+            obj = getattr(module, name, None)
+            lines.append(f"| [`{name}`][{module_name}.{name}] | {_summary(obj)} |")
+        lines.append("")
+        for name in names:
+            lines += [
+                f"::: {module_name}.{name}",
+                "    options:",
+                f"      heading_level: {len(level)}",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def _render_index(pages: dict[str, list[tuple[str, list[str]]]]) -> str:
+    lines = [
+        "# API reference",
+        "",
+        "Generated from the docstrings at every build: each page lists every public name of",
+        "a subpackage (its `__all__`, or the names its `__init__` re-exports), so a new name",
+        "appears here without editing the docs. Examples in the docstrings run as doctests",
+        "in `make test` (`tests/test_doctests.py`).",
+        "",
+        "| package | names | what it holds |",
+        "|---|---|---|",
+    ]
+    for page, sections in pages.items():
+        count = sum(len(names) for _, names in sections)
+        module = importlib.import_module(page)
+        link = f"[`{page}`]({page}.md)"
+        lines.append(f"| {link} | {count} | {_module_doc_first_paragraph(module)} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def api_pages(root: str = ROOT) -> dict[str, str]:
+    """``{path inside docs/: markdown}`` for the API index and one page per subpackage.
+
+    Example:
+        >>> pages = api_pages()
+        >>> "::: transflow.Grid" in pages["api/transflow.md"]
+        True
+    """
+    pages = pages_and_modules(root)
+    out = {f"{API_DIR}/index.md": _render_index(pages)}
+    for page, sections in pages.items():
+        out[page_path(page)] = _render_page(page, sections)
+    return out
+
+
+def nav_entries(root: str = ROOT) -> list[dict[str, str]]:
+    """The API part of the site navigation: the index, then one entry per page."""
+    entries = [{"Overview": f"{API_DIR}/index.md"}]
+    entries += [{page: page_path(page)} for page in pages_and_modules(root)]
+    return entries
