@@ -18,14 +18,39 @@ This module imports neither mkdocs nor griffe, so the test needs only ``transflo
 
 from __future__ import annotations
 
+import html
 import importlib
 import inspect
 import pathlib
 import pkgutil
+import re
 from types import ModuleType
 
 ROOT = "transflow"
 API_DIR = "api"
+
+
+_EXAMPLE = re.compile(r"^(\s*)Example:[ \t]*$", re.MULTILINE)
+_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|obj|exc|const):`~?([^`]+)`")
+_LITERAL = re.compile(r"(\S)::[ \t]*$", re.MULTILINE)
+_CODE_SPAN = re.compile(r"(``.+?``|`[^`]+`)")
+
+
+def adapt(text: str) -> str:
+    """A docstring as mkdocstrings should read it (the sources keep their house style).
+
+    ``Example:`` (singular) becomes ``Examples:``, so the ``>>>`` lines are rendered as code
+    (griffe knows only the plural; the singular would be an admonition whose ``>>>`` lines
+    Markdown reads as block quotes); Sphinx roles become code spans; a reST literal-block
+    marker ``::`` at the end of a line becomes ``:``.
+
+    Example:
+        >>> print(adapt("Uses :func:`~transflow.evolve`::"))
+        Uses `transflow.evolve`:
+    """
+    text = _EXAMPLE.sub(r"\1Examples:", text)
+    text = _ROLE.sub(r"`\1`", text)
+    return _LITERAL.sub(r"\1:", text)
 
 
 def _raise(name: str) -> None:
@@ -96,12 +121,21 @@ def public_names(module: ModuleType) -> list[str]:
 
 
 def _summary(obj: object) -> str:
-    """The first sentence-line of a docstring, for the overview tables."""
+    """The first paragraph of a docstring, on one line, for the overview tables."""
     doc = inspect.getdoc(obj) if (inspect.isclass(obj) or callable(obj)) else None
     if not doc:
         return ""
-    line = doc.strip().split("\n\n")[0].replace("\n", " ")
-    return line.replace("|", "\\|")
+    return adapt(doc.strip().split("\n\n")[0]).replace("\n", " ")
+
+
+def _escape_outside_code(text: str) -> str:
+    """A summary as one table cell: outside code spans ``<``, ``&`` become entities and
+    ``|`` is escaped; inside them Markdown needs neither (the table splits around them).
+    """
+    parts = _CODE_SPAN.split(text)  # odd indices: code spans
+    for i in range(0, len(parts), 2):
+        parts[i] = html.escape(parts[i], quote=False).replace("|", "\\|")
+    return "".join(parts)
 
 
 def _page_of(module: str, root: str = ROOT) -> str:
@@ -141,7 +175,7 @@ def _render_page(page: str, sections: list[tuple[str, list[str]]]) -> str:
     single = len(sections) == 1 and sections[0][0] == page
     for module_name, names in sections:
         module = importlib.import_module(module_name)
-        level = "###" if single else "####"
+        level = 2 if single else 3
         if not single:
             lines += [f"## `{module_name}` {{ #{module_name} }}", ""]
         # The module docstring (without its members), then a table of the names.
@@ -152,18 +186,21 @@ def _render_page(page: str, sections: list[tuple[str, list[str]]]) -> str:
             "      show_root_heading: false",
             "      show_root_toc_entry: false",
             "",
+            '<div class="tf-api-summary" markdown>',
+            "",
             "| name | summary |",
             "|---|---|",
         ]
         for name in names:
             obj = getattr(module, name, None)
-            lines.append(f"| [`{name}`][{module_name}.{name}] | {_summary(obj)} |")
-        lines.append("")
+            summary = _escape_outside_code(_summary(obj))
+            lines.append(f"| [`{name}`][{module_name}.{name}] | {summary} |")
+        lines += ["", "</div>", ""]
         for name in names:
             lines += [
                 f"::: {module_name}.{name}",
                 "    options:",
-                f"      heading_level: {len(level)}",
+                f"      heading_level: {level}",
                 "",
             ]
     return "\n".join(lines)

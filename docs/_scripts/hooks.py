@@ -100,9 +100,11 @@ def _escape_math_links(markdown: str) -> str:
             fenced = not fenced
         elif not fenced:
             line = _MATH_LINK.sub(
-                lambda m: m.group(0)
-                if m.string[: m.start()].count("`") % 2
-                else "]&#40;" + m.group(1) + ")",
+                lambda m: (
+                    m.group(0)
+                    if m.string[: m.start()].count("`") % 2
+                    else "]&#40;" + m.group(1) + ")"
+                ),
                 line,
             )
         out.append(line)
