@@ -8,7 +8,10 @@
   to ``docs/``.
 - ``on_page_markdown``: replaces ``<!-- benchmarks:targets -->`` with the table of
   ``benchmarks/results/summary.json``.
-- ``on_page_markdown`` also keeps maths that looks like a link (``[a + b](u − σ1)`` in a
+- ``on_page_markdown`` also makes a page's leading ``## Title`` its title when the page has
+  no ``# `` heading (a guide written as a README section), so the site does not show the
+  nav title above a repeated heading;
+- and it keeps maths that looks like a link (``[a + b](u − σ1)`` in a
   guide's formula) as text: a link target with non-ASCII characters and no ``.``, ``/``,
   ``#`` or ``:`` is no path or URL, so its ``(`` becomes ``&#40;`` (outside code spans).
 """
@@ -111,8 +114,22 @@ def _escape_math_links(markdown: str) -> str:
     return "\n".join(out)
 
 
+def _promote_leading_h2(markdown: str) -> str:
+    lines = markdown.split("\n")
+    fenced, has_h1 = False, False
+    for line in lines:
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and line.startswith("# "):
+            has_h1 = True
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if not has_h1 and first is not None and lines[first].startswith("## "):
+        lines[first] = lines[first][1:]
+    return "\n".join(lines)
+
+
 def on_page_markdown(markdown, page, config, files, **kwargs):
     marker = "<!-- benchmarks:targets -->"
     if marker in markdown:
         markdown = markdown.replace(marker, _benchmark_table(config))
-    return _escape_math_links(markdown)
+    return _escape_math_links(_promote_leading_h2(markdown))
