@@ -11,6 +11,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import importlib.util
+import os
 import pathlib
 import pkgutil
 
@@ -75,8 +76,13 @@ def test_docstring_examples(module_name, x64_off, tmp_path, monkeypatch):
         pytest.skip(f"{module_name}: its `>>>` lines are not in a docstring of this module")
     report: list[str] = []
     runner = doctest.DocTestRunner(optionflags=FLAGS)
-    for test in tests:
-        runner.run(test, out=report.append)
+    environ = dict(os.environ)
+    try:
+        for test in tests:
+            runner.run(test, out=report.append)
+    finally:  # whatever an example sets in the environment does not leak into other tests
+        os.environ.clear()
+        os.environ.update(environ)
     result = runner.summarize(verbose=False)
     assert result.attempted > 0
     assert result.failed == 0, f"{result.failed} failing example(s) in {module_name}:\n" + "".join(

@@ -167,7 +167,7 @@ def page_path(page: str) -> str:
 
 def _module_doc_first_paragraph(module: ModuleType) -> str:
     doc = inspect.getdoc(module) or ""
-    return doc.strip().split("\n\n")[0].replace("\n", " ")
+    return _escape_outside_code(adapt(doc.strip().split("\n\n")[0]).replace("\n", " "))
 
 
 def _render_page(page: str, sections: list[tuple[str, list[str]]]) -> str:
