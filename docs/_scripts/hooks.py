@@ -76,13 +76,20 @@ def on_files(files, config, **kwargs):
 def _benchmark_table(config) -> str:
     root = pathlib.Path(config["config_file_path"]).parent
     summary = json.loads((root / "benchmarks/results/summary.json").read_text())
-    rows = ["| quantity | measured | target | met |", "|---|---|---|---|"]
+    rows = ["| quantity | measured | target | status |", "|---|---|---|---|"]
     for name, target in summary.get("targets", {}).items():
-        value = summary.get(name)
-        shown = f"{value:.3g}" if isinstance(value, float) else str(value)
-        rows.append(
-            f"| `{name}` | {shown} | {target['bound']} | {'yes' if target['met'] else '**no**'} |"
-        )
+        # Either {"bound", "met": bool} or {"bound", "value", "status": "met" | ...}.
+        value = target.get("value", summary.get(name))
+        if "status" in target:
+            status = str(target["status"])
+        elif "met" in target:
+            status = "met" if target["met"] else "not met"
+        else:
+            status = "?"
+        if status != "met":
+            status = f"**{status}**"
+        shown = "—" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
+        rows.append(f"| `{name}` | {shown} | {target.get('bound', '')} | {status} |")
     versions = ", ".join(
         f"{k.replace('_version', '')} {summary[k]}"
         for k in ("jax_version", "torch_version")
