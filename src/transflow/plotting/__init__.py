@@ -12,11 +12,16 @@ matplotlib is imported inside the functions, so importing this package is cheap.
 """
 
 from ._common import figure_smoke, save_figure
+from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
 from ._expressivity import plot_partition, plot_regions, plot_slice, plot_softmax
 
 __all__ = [
     "figure_smoke",
     "save_figure",
+    "plot_convergence",
+    "plot_grid",
+    "plot_nonconvergence",
+    "plot_clustering",
     "plot_partition",
     "plot_regions",
     "plot_slice",
