@@ -238,7 +238,8 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
         naming the module and what to do instead.
 
         Example:
-            >>> import torch
+            >>> import jax, torch
+            >>> jax.config.update("jax_enable_x64", True)
             >>> from transflow.expressivity import MaxoutNetwork
             >>> torch.manual_seed(0) and None
             >>> m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(),
