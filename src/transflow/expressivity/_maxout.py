@@ -246,7 +246,7 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
             ...                         torch.nn.Linear(4, 1)).double()
             >>> net = MaxoutNetwork.from_torch(m)
             >>> x = torch.randn(3, dtype=torch.float64)
-            >>> bool(abs(float(net(x.numpy())[0]) - float(m(x)[0])) < 1e-12)
+            >>> bool(abs(float(net(x.numpy())[0]) - float(m(x).detach()[0])) < 1e-12)
             True
         """
         import torch
