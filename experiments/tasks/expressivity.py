@@ -26,7 +26,7 @@ class Config:
     tokens_a: list[int] = field(default_factory=lambda: [2, 3, 4])
     tokens_b: list[int] = field(default_factory=lambda: [3, 4, 5])
     max_regions: int = 20000  # every depth whose count is <= this ...
-    large_regions: int = 120000  # ... and the deepest whose count is <= this (>= 1e5)
+    large_regions: int = 200000  # ... and the deepest whose count is <= this (>= 1e5)
     partition_tokens: int = 3  # F9: zigzag Variant A on [0,1]^2 with this T ...
     partition_depth: int = 3  # ... and this depth D
     grid_2d: int = 600
