@@ -21,6 +21,7 @@ as the FFN branch time step of spec §3.2) but no state.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import equinox as eqx
@@ -32,9 +33,13 @@ from ._errors import check_array, check_choice, check_finite
 from ._grid import Grid
 from ._operators import Implementation, activation_fn, attention, project_s1
 
-__all__ = ["AbstractScheme", "LieScheme", "PreNormScheme", "evolve", "ffn_branch"]
+__all__ = ["AbstractScheme", "LieScheme", "PreNormScheme", "RematMode", "evolve", "ffn_branch"]
 
 Substeps = dict[str, Float[Array, "n d"]]
+
+#: Rematerialisation of :func:`evolve` in reverse mode: ``"none"``, ``"step"``
+#: (``jax.checkpoint`` per step) or ``"nested"`` (two-level √N_t checkpointing).
+RematMode = Literal["none", "step", "nested"]
 
 
 def _project(v, norm: NormParams, grid: Grid | None, eps_scale: float = 1.0):
@@ -200,7 +205,8 @@ def evolve(
     causal: bool = False,
     final_norm: NormParams | None = None,
     save_trajectory: bool = False,
-    remat: bool = False,
+    remat: bool | RematMode = False,
+    remat_chunk: int | None = None,
     attention_implementation: Implementation | None = None,
 ):
     """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``).
@@ -215,8 +221,15 @@ def evolve(
         final_norm: an optional closing projection after the last step (e.g. the
             ``norm`` of a ``torch.nn.TransformerEncoder``).
         save_trajectory: also return the states after every step, ``(N_t, n, d)``.
-        remat: rematerialise each step in the backward pass (``jax.checkpoint``), so the
-            memory of reverse-mode AD does not store the sub-step states of every step.
+        remat: rematerialisation for reverse mode; the forward value is the same for all.
+            ``False``/``"none"``: reverse-mode AD stores every sub-step state (O(N_t)).
+            ``True``/``"step"``: ``jax.checkpoint`` per step, one state per step (still
+            O(N_t), smaller constant). ``"nested"``: two-level checkpointing, the N_t steps
+            in ⌊N_t/k⌋ chunks of k plus a remainder; an outer ``lax.scan`` over chunks is
+            checkpointed (it keeps only chunk-boundary states) and inside a chunk each
+            step is checkpointed again: ≈ N_t/k + k stored states, ≈ 2√N_t at the
+            default k = ⌈√N_t⌉, for about one extra forward pass.
+        remat_chunk: steps per chunk k of ``remat="nested"``; ``None`` for ⌈√N_t⌉.
         attention_implementation: overrides the scheme's ``implementation`` field
             (``"auto"``, ``"dense"`` or ``"chunked"``, see :func:`transflow.attention`);
             ``None`` keeps the scheme's choice.
@@ -229,13 +242,18 @@ def evolve(
         >>> from transflow import LayerControls, stack_controls, evolve
         >>> keys = jax.random.split(jax.random.key(0), 3)
         >>> theta = stack_controls([LayerControls.random(8, key=k) for k in keys])
-        >>> evolve(jnp.ones((4, 8)) + jnp.arange(8.0), theta).shape
+        >>> u0 = jnp.ones((4, 8)) + jnp.arange(8.0)
+        >>> evolve(u0, theta).shape
         (4, 8)
+        >>> bool(jnp.array_equal(evolve(u0, theta, remat="nested"), evolve(u0, theta)))
+        True
     """
     check_array(
         "u0", u0, ndim=2, shape=(grid.n_tokens if grid is not None else None, controls.d_model)
     )
-    num_steps(controls)
+    n_steps = num_steps(controls)
+    mode = _remat_mode(remat)
+    chunk = _chunk_size(n_steps, remat_chunk)
     scheme = LieScheme() if scheme is None else scheme
     if not isinstance(scheme, AbstractScheme):
         raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
@@ -255,11 +273,54 @@ def evolve(
         u_next = scheme.step(u, theta, dt, grid=grid, causal=causal)
         return u_next, (u_next if save_trajectory else None)
 
-    if remat:
-        body = jax.checkpoint(body)
-    u_T, traj = jax.lax.scan(body, u0, controls)
+    if mode == "nested":
+        u_T, traj = _scan_nested(jax.checkpoint(body), u0, controls, n_steps, chunk)
+    else:
+        u_T, traj = jax.lax.scan(jax.checkpoint(body) if mode == "step" else body, u0, controls)
     if final_norm is not None:
         u_T = _project(u_T, final_norm, grid)
         if save_trajectory:
             traj = traj.at[-1].set(u_T)
     return (u_T, traj) if save_trajectory else u_T
+
+
+def _remat_mode(remat) -> str:
+    if remat is True or remat is False:
+        return "step" if remat else "none"
+    if remat in ("none", "step", "nested"):
+        return remat
+    raise ValueError(
+        f"`remat` must be False/'none', True/'step' or 'nested' (√N_t checkpointing), got "
+        f"{remat!r}."
+    )
+
+
+def _chunk_size(n: int, chunk: int | None) -> int:
+    if chunk is None:
+        return max(1, math.isqrt(n - 1) + 1 if n > 1 else 1)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(
+            f"`remat_chunk` must be a positive int (steps per chunk) or None (⌈√N_t⌉), "
+            f"got {chunk!r}."
+        )
+    return min(chunk, n)
+
+
+def _scan_nested(step, u0, controls, n: int, k: int):
+    """``lax.scan(step, u0, controls)`` as a checkpointed scan over chunks of k steps."""
+    n_chunks, rem = divmod(n, k)
+
+    @jax.checkpoint
+    def run_chunk(u, thetas):
+        return jax.lax.scan(step, u, thetas)
+
+    head = jax.tree.map(lambda x: x[: n_chunks * k].reshape(n_chunks, k, *x.shape[1:]), controls)
+    u, traj = jax.lax.scan(run_chunk, u0, head)
+    if traj is not None:
+        traj = traj.reshape(n_chunks * k, *traj.shape[2:])
+    if rem:
+        tail = jax.tree.map(lambda x: x[n_chunks * k :], controls)
+        u, tail_traj = jax.lax.scan(step, u, tail)
+        if traj is not None:
+            traj = jax.numpy.concatenate([traj, tail_traj])
+    return u, traj

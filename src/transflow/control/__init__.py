@@ -3,8 +3,8 @@
 - Models: :class:`FlowModel` (embedding → split-scheme evolution → read-out),
   :class:`PatchEmbedding` (ViT-style, 2-D token grid), :class:`TokenEmbedding`,
   :func:`make_vit`, :func:`make_seq`.
-- Gradients: :func:`evolve_checkpointed` (√N_t two-level rematerialisation),
-  :func:`grads_to_torch_layout` (compare with torch autograd).
+- Gradients: ``transflow.evolve(..., remat="nested")`` (√N_t two-level
+  rematerialisation), :func:`grads_to_torch_layout` (compare with torch autograd).
 - Training: :func:`make_step` (one jitted loss/grad/optax step), :func:`make_optimizer`,
   :func:`train` (checkpointing and bitwise-exact resume), :func:`evaluate`.
 - Checkpoints: :func:`save_checkpoint`, :func:`load_latest_checkpoint` (atomic writes,
@@ -46,7 +46,6 @@ from ._plot import (
     curves_from_history as curves_from_history,
     plot_training_curves as plot_training_curves,
 )
-from ._remat import evolve_checkpointed as evolve_checkpointed
 from ._tasks import (
     DigitsConfig as DigitsConfig,
     SequenceConfig as SequenceConfig,
