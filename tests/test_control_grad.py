@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transflow import LayerControls, evolve, stack_controls
 from transflow.control import (
     cross_entropy_loss,
     grads_to_torch_layout,

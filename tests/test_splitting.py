@@ -143,9 +143,7 @@ def test_nested_remat_equals_plain_evolve(getkey, n_steps, chunk):
     w = jax.random.normal(getkey(), (5, 8))
     f_ref = jax.jit(jax.value_and_grad(lambda t: jnp.sum(w * evolve(u0, t))))
     f = jax.jit(
-        jax.value_and_grad(
-            lambda t: jnp.sum(w * evolve(u0, t, remat="nested", remat_chunk=chunk))
-        )
+        jax.value_and_grad(lambda t: jnp.sum(w * evolve(u0, t, remat="nested", remat_chunk=chunk)))
     )
     (v_ref, g_ref), (v, g) = f_ref(theta), f(theta)
     assert float(v) == pytest.approx(float(v_ref), rel=1e-13)
