@@ -175,24 +175,37 @@ class PreNormScheme(AbstractScheme):
         return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
 
     def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
-        c = controls
-        p1 = _project(u, c.norm1, grid)
-        u1 = u + dt * attention(
-            p1,
-            c.attn,
-            grid=grid,
-            causal=causal,
-            hardmax=self.hardmax,
-            temperature=self.temperature,
-            implementation=self.implementation,
-        )
-        p2 = _project(u1, c.norm2, grid)
-        z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
-        u2 = u1 + dt * z
-        if not return_substeps:
-            return u2
-        names = self.substep_names(c)
-        return u2, dict(zip(names, (p1, u1, p2, *states, u2)))
+        def attend(p1):
+            return attention(
+                p1,
+                controls.attn,
+                grid=grid,
+                causal=causal,
+                hardmax=self.hardmax,
+                temperature=self.temperature,
+                implementation=self.implementation,
+            )
+
+        return pre_ln_step(self, attend, u, controls, dt, grid=grid, record=return_substeps)
+
+
+def pre_ln_step(scheme, attend, u, controls, dt, *, grid: Grid | None, record: bool):
+    """The pre-LN step of :class:`PreNormScheme` with the attention operator ``attend``.
+
+    ``u¹ = u + Δt attend(P_{S1}(u))``, ``u^{n+1} = u¹ + Δt ℱ(P_{S1'}(u¹))`` with the
+    projections weighted by ``grid.y_weights``. Shared by every pre-LN scheme (the CvT
+    scheme passes its convolutional attention); ``record=True`` also returns the sub-step
+    states named by ``scheme.substep_names``.
+    """
+    c = controls
+    p1 = _project(u, c.norm1, grid)
+    u1 = u + dt * attend(p1)
+    p2 = _project(u1, c.norm2, grid)
+    z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
+    u2 = u1 + dt * z
+    if not record:
+        return u2
+    return u2, dict(zip(scheme.substep_names(c), (p1, u1, p2, *states, u2)))
 
 
 def evolve(
