@@ -60,9 +60,7 @@ def _short_run(task: str, steps: int):
 
 
 def make(out_dir: pathlib.Path) -> dict:
-    from transflow.experiments.figures import figure_smoke, save_figure
-
-    from transflow.control import plot_training_curves
+    from transflow.plotting import figure_smoke, plot_training_curves, save_figure
 
     steps = 30 if figure_smoke() else 300
     curves, sources = {}, {}

@@ -249,6 +249,10 @@ def test_equivalence_smoke_results(tmp_path_factory):
     assert summary["max_abs_fp64"] < 1e-10  # the stated fp64 tolerance
     assert summary["max_rel_fp32"] < 1e-5  # the stated fp32 tolerance
     assert summary["substep_max_abs"] < 1e-10
+    claims = {c["name"]: c for c in summary["claims"]}
+    assert set(claims) == {"n_fail", "max_abs_fp64", "max_rel_fp32", "substep_max_abs"}
+    assert all(c["pass"] and c["enforced"] for c in claims.values())
+    assert claims["max_abs_fp64"]["bound"] == 1e-10 and claims["max_rel_fp32"]["bound"] == 1e-5
     lines = [json.loads(s) for s in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     agreement = [r for r in lines if r["kind"] == "agreement"]
     substeps = [r for r in lines if r["kind"] == "substep"]
@@ -265,7 +269,9 @@ def test_equivalence_smoke_results(tmp_path_factory):
 
 
 def test_equivalence_detects_a_wrong_model(tmp_path, monkeypatch):
-    """The comparison can fail: perturb transflow's output and the rows say FAIL."""
+    """The comparison can fail: perturb transflow's output, the rows say FAIL and the
+    claims stop the run (FAILED, no DONE)."""
+    from transflow.experiments.context import ClaimsFailed
     from transflow.experiments.run import run_in_process
 
     import transflow
@@ -276,19 +282,26 @@ def test_equivalence_detects_a_wrong_model(tmp_path, monkeypatch):
         return original(self, u, **kw) * (1 + 1e-6)
 
     monkeypatch.setattr(transflow.SplitTransformer, "__call__", perturbed)
-    summary, _ = run_in_process(
-        [
-            "experiment=equivalence",
-            "debug=smoke",
-            "task.encoder_layers=0",
-            "task.norm_first=[false,true]",
-            "task.activation=[relu]",
-        ],
-        tmp_path,
-    )
+    with pytest.raises(ClaimsFailed, match="max_abs_fp64"):
+        run_in_process(
+            [
+                "experiment=equivalence",
+                "debug=smoke",
+                "task.encoder_layers=0",
+                "task.norm_first=[false,true]",
+                "task.activation=[relu]",
+            ],
+            tmp_path,
+        )
+    assert _status(tmp_path)["status"] == "FAILED"
+    assert not (tmp_path / "DONE").exists()
+    summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["n_configs"] == 2
     assert summary["all_pass"] is False and summary["n_pass"] == 0
     assert summary["max_abs_fp64"] > 1e-10
+    failed = {c["name"] for c in summary["claims"] if not c["pass"]}
+    assert {"n_fail", "max_abs_fp64"} <= failed
+    assert summary["claims_pass"] is False
 
 
 def test_failed_run_says_failed(tmp_path):

@@ -29,6 +29,7 @@ from ._checkpoint import (
     load_latest_checkpoint as load_latest_checkpoint,
     save_checkpoint as save_checkpoint,
 )
+from ._curves import curves_from_history as curves_from_history
 from ._data import (
     EpochOrder as EpochOrder,
     load_digits_split as load_digits_split,
@@ -41,10 +42,6 @@ from ._model import (
     make_seq as make_seq,
     make_vit as make_vit,
     patchify as patchify,
-)
-from ._plot import (
-    curves_from_history as curves_from_history,
-    plot_training_curves as plot_training_curves,
 )
 from ._tasks import (
     DigitsConfig as DigitsConfig,
