@@ -13,8 +13,10 @@
   :func:`load_digits_split`, :func:`sequence_batch`.
 - Continuous time: :func:`adjoint_gradients` (diffrax ``RecursiveCheckpointAdjoint`` /
   ``BacksolveAdjoint`` on the attention + linear sub-model vs the discrete adjoint).
-- Tasks: :func:`run_digits`, :func:`run_sequence` (used by the Hydra tasks and by
-  ``python -m transflow.control``).
+- Tasks: :func:`run_training` of a :class:`TrainingTask` (:data:`DIGITS`,
+  :data:`SEQUENCE`; configs :class:`TrainConfig` → :class:`DigitsConfig`,
+  :class:`SequenceConfig`), used by the Hydra tasks and by ``python -m transflow.control``.
+- Figures: :func:`transflow.plotting.plot_training_curves` of :func:`curves_from_history`.
 """
 
 from ._adjoint import (
@@ -44,10 +46,16 @@ from ._model import (
     patchify as patchify,
 )
 from ._tasks import (
+    DIGITS as DIGITS,
+    SEQUENCE as SEQUENCE,
+    TRAINING_TASKS as TRAINING_TASKS,
     DigitsConfig as DigitsConfig,
+    Problem as Problem,
     SequenceConfig as SequenceConfig,
-    run_digits as run_digits,
-    run_sequence as run_sequence,
+    TrainConfig as TrainConfig,
+    TrainingTask as TrainingTask,
+    checkpoint_dir_for as checkpoint_dir_for,
+    run_training as run_training,
 )
 from ._torch_layout import grads_to_torch_layout as grads_to_torch_layout
 from ._train import (
