@@ -224,6 +224,27 @@ def _smoke_run(name: str, tmp_path_factory) -> tuple[pathlib.Path, dict, object]
     return _SMOKE_RUNS[name]
 
 
+# The claims each task states in smoke mode: name -> enforced (a failing enforced claim
+# marks the run FAILED; the full-size-only ones are recorded but not enforced).
+SMOKE_CLAIMS = {
+    "equivalence": {
+        "n_fail": True,
+        "max_abs_fp64": True,
+        "max_rel_fp32": True,
+        "substep_max_abs": True,
+    },
+    "vit_equivalence": {"n_fail": True, "max_abs_fp64": True, "max_rel_fp32": True},
+    "sharded": {"n_failed": True, "max_rel_diff_float64": True},
+    "train_digits": {"steps": True, "final_over_first_train_loss": True, "test_accuracy": False},
+    "train_sequence": {
+        "steps": True,
+        "final_over_first_train_loss": True,
+        "test_accuracy": False,
+        "eval_sequence_accuracy": False,
+    },
+}
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_smoke_run_every_experiment(name, tmp_path_factory):
     """Every experiment runs in debug=smoke mode and leaves a complete run directory."""
@@ -239,6 +260,15 @@ def test_smoke_run_every_experiment(name, tmp_path_factory):
     assert "## Summary" in (run_dir / "report.md").read_text()
     assert (run_dir / ".hydra" / "config.yaml").exists()
     assert (run_dir / ".hydra" / "resolved.yaml").exists()
+    if name in SMOKE_CLAIMS:
+        # The task states its claims; the smoke run enforces those that hold at smoke
+        # size (all pass, or the run would have FAILED).
+        saved = json.loads((run_dir / "summary.json").read_text())
+        claims = {c["name"]: c for c in saved["claims"]}
+        assert {k: c["enforced"] for k, c in claims.items()} == SMOKE_CLAIMS[name]
+        assert all(c["pass"] for c in claims.values() if c["enforced"])
+        assert saved["claims_pass"] is True
+        assert "## Claim checks" in (run_dir / "report.md").read_text()
 
 
 def test_equivalence_smoke_results(tmp_path_factory):
