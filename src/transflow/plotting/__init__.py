@@ -6,12 +6,13 @@ returns a matplotlib ``Figure``; saving is the caller's job
 :func:`transflow.plotting.save_figure` in a figure script). One private module per area:
 ``_continuous`` (Δt/grid convergence, clustering, non-convergence), ``_equivalence``
 (sub-steps and agreement tables, ViT), ``_training`` (training curves), ``_parallel``
-(sharded memory), ``_expressivity`` (regions, partitions, softmax
+(sharded memory), ``_benchmarks`` (F-perf), ``_expressivity`` (regions, partitions, softmax
 error), ``_analysis`` (trajectories, budgets, refinement), ``_common`` (saving, smoke mode).
 
 matplotlib is imported inside the functions, so importing this package is cheap.
 """
 
+from ._benchmarks import BENCHMARK_PARTS, plot_benchmarks
 from ._common import figure_smoke, save_figure
 from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
 from ._parallel import plot_sharded_memory
@@ -20,6 +21,9 @@ from ._training import plot_training_curves
 __all__ = [
     "figure_smoke",
     "save_figure",
+    # _benchmarks
+    "BENCHMARK_PARTS",
+    "plot_benchmarks",
     # _equivalence
     "plot_agreement",
     "plot_substeps",
