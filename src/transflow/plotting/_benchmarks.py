@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._common import _pyplot
+
 __all__ = ["BENCHMARK_PARTS", "plot_benchmarks"]
 
 #: The result files (``benchmarks/results/<name>.json``) :func:`plot_benchmarks` needs.
@@ -29,7 +31,7 @@ def plot_benchmarks(results: dict[str, Any]):
     and the size of a dense score matrix. Without one of :data:`BENCHMARK_PARTS` it draws
     a placeholder saying "run make bench".
     """
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     if not set(BENCHMARK_PARTS) <= results.keys():
         fig, ax = plt.subplots(figsize=(6, 2.5))

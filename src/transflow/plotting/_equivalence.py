@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._common import _pyplot
+
 __all__ = ["plot_agreement", "plot_substeps", "plot_vit_attention"]
 
 
@@ -14,8 +16,9 @@ def plot_substeps(rows: list[dict[str, Any]], *, title: str = ""):
     ``rows``: the records of :func:`transflow.interop.substep_rows`. Three panels:
     Frobenius norm, per-token mean/std, and max |transflow − torch| per sub-step.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = _pyplot()
 
     names = [r["substep"] for r in rows]
     x = np.arange(len(rows))
@@ -83,8 +86,9 @@ def plot_agreement(rows: list[dict[str, Any]], *, tol_fp64: float = 1e-10, tol_f
     ``rows``: the records of :func:`transflow.interop.agreement_rows` (encoder stacks,
     ``stack=True``, are left out of the matrix).
     """
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = _pyplot()
 
     single, rk, ck, rkeys, ckeys = _grid_layout(rows)
     panels = [
@@ -143,8 +147,9 @@ def plot_vit_attention(
     the grid, shape ``grid_shape``), ``cls_weight`` (γ(x*, x_cls)) and ``head``. Columns:
     transflow, the reference, log10 |difference|; the query patch is marked.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = _pyplot()
 
     q_r, q_c = query_patch
     fig, axes = plt.subplots(len(heads), 3, figsize=(11, 3.2 * len(heads)), squeeze=False)

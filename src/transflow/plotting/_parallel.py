@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._common import _pyplot
+
 __all__ = ["plot_sharded_memory"]
 
 
@@ -14,8 +16,9 @@ def plot_sharded_memory(records: list[dict[str, Any]], *, title: str = ""):
     ``token_devices``, ``temp`` in bytes), as the task ``experiment=sharded`` logs them.
     One curve per method, and the ideal 1/P from the first gspmd (else first) method.
     """
-    import matplotlib.pyplot as plt
     import matplotlib.ticker
+
+    plt = _pyplot()
 
     methods = list(dict.fromkeys(r["method"] for r in records))
     fig, ax = plt.subplots(figsize=(5.2, 3.8))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._common import _pyplot
+
 __all__ = ["plot_training_curves"]
 
 
@@ -14,9 +16,10 @@ def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title:
     :func:`transflow.control.curves_from_history` (e.g. a run's ``curves.npz``); training
     entries are thin lines, evaluation (held-out) entries markers.
     """
-    import matplotlib.pyplot as plt
 
     from ..control import curves_from_history
+
+    plt = _pyplot()
 
     fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
     for i, (label, hist) in enumerate(runs.items()):
