@@ -14,6 +14,7 @@ matplotlib is imported inside the functions, so importing this package is cheap.
 
 from ._benchmarks import BENCHMARK_PARTS, plot_benchmarks
 from ._common import figure_smoke, save_figure
+from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
 from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
 from ._parallel import plot_sharded_memory
 from ._training import plot_training_curves
@@ -21,6 +22,11 @@ from ._training import plot_training_curves
 __all__ = [
     "figure_smoke",
     "save_figure",
+    # _continuous
+    "plot_convergence",
+    "plot_grid",
+    "plot_nonconvergence",
+    "plot_clustering",
     # _benchmarks
     "BENCHMARK_PARTS",
     "plot_benchmarks",
