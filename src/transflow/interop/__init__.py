@@ -10,6 +10,7 @@ from .._causal import (
 )
 from ._hf import from_hf as from_hf, hf_activation as hf_activation
 from ._torch import (
+    decoder_controls_from_torch as decoder_controls_from_torch,
     from_torch as from_torch,
     layer_controls_from_torch as layer_controls_from_torch,
     torch_substeps as torch_substeps,
