@@ -207,9 +207,7 @@ def _reference(theta, u, grid, scheme, causal, masks=None):
 
     dev = jax.local_devices()[0]
     theta, u, grid, masks = jax.device_put((theta, u, grid, masks or {}), dev)
-    f = jax.jit(
-        jax.vmap(lambda x, mk: evolve(x, theta, scheme, grid=grid, causal=causal, **mk))
-    )
+    f = jax.jit(jax.vmap(lambda x, mk: evolve(x, theta, scheme, grid=grid, causal=causal, **mk)))
     return f(u, masks)
 
 
