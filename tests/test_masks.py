@@ -207,6 +207,43 @@ def test_online_softmax_attention_masks_and_empty_rows(getkey):
     assert _rel(out[:, 1:], ref[:, 1:]) <= TOL
 
 
+def _max_intermediate(jaxpr) -> int:
+    """Largest number of elements of any value in a jaxpr, sub-jaxprs included."""
+    import jax.extend.core
+
+    best = 0
+    for eqn in jaxpr.eqns:
+        for var in eqn.outvars:
+            shape = getattr(var.aval, "shape", ())
+            best = max(best, int(np.prod(shape)) if shape else 1)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            best = max(best, _max_intermediate(sub))
+    return best
+
+
+def test_chunked_with_padding_stays_memory_linear(getkey):
+    """With key_padding_mask (and causal) no intermediate of the chunked operator or its
+    gradient has n² entries: padding is one log-weight per key."""
+    n, d = 1024, 16
+    p = AttentionParams.random(d, n_heads=1, dtype=jnp.float32, key=getkey())
+    u = jax.random.normal(getkey(), (n, d), jnp.float32)
+    pad = jnp.arange(n) >= 700
+
+    def f(u):
+        out = attention(
+            u,
+            p,
+            causal=True,
+            key_padding_mask=pad,
+            implementation="chunked",
+            query_block=128,
+            key_block=128,
+        )
+        return jnp.sum(out**2)
+
+    assert _max_intermediate(jax.make_jaxpr(jax.value_and_grad(f))(u).jaxpr) <= 128 * 128 * 2
+
+
 # --------------------------------------------------------------------------- models
 @pytest.mark.parametrize("name", ["lie"])
 def test_masks_through_evolve_model_substeps_and_gradients(getkey, name):
