@@ -26,7 +26,7 @@ from typing import Literal
 
 import equinox as eqx
 import jax
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ._controls import FFNParams, LayerControls, NormParams, num_steps
 from ._errors import check_array, check_choice, check_finite
@@ -57,6 +57,39 @@ def _ffn_substep(z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Arr
     ``Z W_j + b_j`` (lifting). Shared by :func:`ffn_branch` and ``transflow.continuous``."""
     lin = z @ ffn.weights[j] + ffn.biases[j]
     return z + dt * lin if ffn.residual[j] else lin
+
+
+def _masks(key_padding_mask, attention_mask) -> dict:
+    """The mask keywords that are set (none: the unmasked call, unchanged)."""
+    out = {}
+    if key_padding_mask is not None:
+        out["key_padding_mask"] = key_padding_mask
+    if attention_mask is not None:
+        out["attention_mask"] = attention_mask
+    return out
+
+
+def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
+    """Validate per-sequence masks for ``u`` before any compilation; the set keywords."""
+    masks = _masks(key_padding_mask, attention_mask)
+    if not masks:
+        return masks
+    import inspect
+
+    from ._masks import check_attention_mask, check_key_padding_mask
+
+    n = u.shape[0]
+    check_key_padding_mask(key_padding_mask, n)
+    check_attention_mask(attention_mask, n, n, n_heads)
+    params = inspect.signature(scheme.step).parameters
+    missing = [k for k in masks if k not in params]
+    if missing:
+        raise TypeError(
+            f"{type(scheme).__name__}.step does not take {missing[0]}=; masks are supported "
+            "by LieScheme, PreNormScheme and CausalScheme (and schemes whose step accepts "
+            "key_padding_mask/attention_mask)."
+        )
+    return masks
 
 
 def ffn_branch(
@@ -91,7 +124,13 @@ class AbstractScheme(eqx.Module):
         grid: Grid | None = None,
         causal: bool = False,
         return_substeps: bool = False,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ):
+        """One step. Schemes that take masks accept ``key_padding_mask`` (True = padded)
+        and ``attention_mask`` (True = may attend, or additive float) and pass them to
+        every attention sub-step (see :func:`transflow.attention`); a scheme without
+        these keywords is refused by :func:`evolve` when masks are given."""
         raise NotImplementedError
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
@@ -132,8 +171,19 @@ class LieScheme(AbstractScheme):
         J = controls.ffn.num_substeps
         return ("attention", "ln1", *(f"ffn{j + 1}" for j in range(J)), "relax", "ln2")
 
-    def attention_substep(self, u, attn, dt=1.0, *, grid=None, causal=False):
-        """Sub-step 1, explicit Euler on attention: ``u + Δt 𝒜(u)``."""
+    def attention_substep(
+        self,
+        u,
+        attn,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
+        """Sub-step 1, explicit Euler on attention: ``u + Δt 𝒜(u)`` (masks: see
+        :func:`transflow.attention`)."""
         return u + dt * attention(
             u,
             attn,
@@ -142,6 +192,7 @@ class LieScheme(AbstractScheme):
             hardmax=self.hardmax,
             temperature=self.temperature,
             implementation=self.implementation,
+            **_masks(key_padding_mask, attention_mask),
         )
 
     @staticmethod
@@ -149,9 +200,27 @@ class LieScheme(AbstractScheme):
         """Sub-steps 2 (``closing=False``) and 4+J (``closing=True``, with ε/4): P_S1."""
         return _project(v, norm, grid, eps_scale=0.25 if closing else 1.0)
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
         c = controls
-        u1 = self.attention_substep(u, c.attn, dt, grid=grid, causal=causal)
+        u1 = self.attention_substep(
+            u,
+            c.attn,
+            dt,
+            grid=grid,
+            causal=causal,
+            **_masks(key_padding_mask, attention_mask),
+        )
         u2 = self.norm_substep(u1, c.norm1, grid=grid)
         ffn_dt = dt if self.ffn_branch_dt == "dt" else 2 * dt
         z, states = ffn_branch(u2, c.ffn, ffn_dt, record=True)
@@ -188,7 +257,18 @@ class PreNormScheme(AbstractScheme):
         J = controls.ffn.num_substeps
         return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
         def attend(p1):
             return attention(
                 p1,
@@ -198,6 +278,7 @@ class PreNormScheme(AbstractScheme):
                 hardmax=self.hardmax,
                 temperature=self.temperature,
                 implementation=self.implementation,
+                **_masks(key_padding_mask, attention_mask),
             )
 
         return pre_ln_step(self, attend, u, controls, dt, grid=grid, record=return_substeps)
@@ -235,6 +316,8 @@ def evolve(
     remat: bool | RematMode = False,
     remat_chunk: int | None = None,
     attention_implementation: Implementation | None = None,
+    key_padding_mask: Bool[Array, " n"] | None = None,
+    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
 ):
     """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``).
 
@@ -260,6 +343,12 @@ def evolve(
         attention_implementation: overrides the scheme's ``implementation`` field
             (``"auto"``, ``"dense"`` or ``"chunked"``, see :func:`transflow.attention`);
             ``None`` keeps the scheme's choice.
+        key_padding_mask: ``(n,)`` bool, **True = padded** (torch's polarity): the padded
+            tokens get zero weight in every step's attention integral; padded rows evolve
+            but never influence kept rows (docs/masks.md).
+        attention_mask: ``(n, n)`` or ``(1|H, n, n)``: bool **True = may attend**, or an
+            additive float; the same mask in every step. ``None`` (default) for both
+            masks is the unmasked computation, unchanged.
 
     Returns:
         u at T = N_t Δt, or ``(u_T, trajectory)`` with ``save_trajectory=True``.
@@ -294,10 +383,11 @@ def evolve(
                 f"(LieScheme, PreNormScheme); got {type(scheme).__name__}."
             )
         scheme = dataclasses.replace(scheme, implementation=attention_implementation)
+    masks = check_masks(scheme, u0, controls.attn.n_heads, key_padding_mask, attention_mask)
     u0 = check_finite("u0", u0)
 
     def body(u, theta):
-        u_next = scheme.step(u, theta, dt, grid=grid, causal=causal)
+        u_next = scheme.step(u, theta, dt, grid=grid, causal=causal, **masks)
         return u_next, (u_next if save_trajectory else None)
 
     if mode == "nested":

@@ -37,6 +37,7 @@ from ._studies import (
     torch_slow_path as torch_slow_path,
 )
 from ._torch import (
+    decoder_controls_from_torch as decoder_controls_from_torch,
     from_torch as from_torch,
     layer_controls_from_torch as layer_controls_from_torch,
     torch_substeps as torch_substeps,
