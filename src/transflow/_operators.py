@@ -21,6 +21,7 @@ from jaxtyping import Array, Float
 
 from ._controls import AttentionParams
 from ._grid import Grid
+from ._softmax_core import softmax_attention
 
 __all__ = [
     "attention",
@@ -139,22 +140,23 @@ def _dense_heads(q, k, v, x_weights, causal: bool, hardmax: bool):
 
     The softmax is fused: ``exp(s − max s)`` is contracted with the values first and the
     ``(H, n, d_v)`` result divided by the row sums, which saves a pass over the
-    ``(H, n, n)`` matrix. The subtracted maximum is a constant of the softmax, so its
-    gradient is stopped.
+    ``(H, n, n)`` matrix; its reverse mode is the hand-written softmax backward of
+    :func:`transflow._softmax_core.softmax_attention` (token weights and the causal
+    restriction enter as an additive bias).
     """
-    scores = jnp.einsum("hic,hjc->hij", q, k)
     if hardmax:
+        scores = jnp.einsum("hic,hjc->hij", q, k)
         gamma = attention_weights(scores, x_weights=x_weights, causal=causal, hardmax=True)
         return jnp.einsum("hij,hjc->hic", gamma, v)
+    bias = None
     if x_weights is not None:
-        scores = scores + jnp.log(x_weights)
+        bias = jnp.log(x_weights)[None, None, :]
     if causal:
-        n, m = scores.shape[-2:]
+        n, m = q.shape[-2], k.shape[-2]
         allowed = jnp.arange(m)[None, :] <= jnp.arange(n)[:, None]
-        scores = jnp.where(allowed, scores, -jnp.inf)
-    top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
-    e = jnp.exp(scores - top)
-    return jnp.einsum("hij,hjc->hic", e, v) / jnp.sum(e, axis=-1)[..., None]
+        mask = jnp.where(allowed, 0.0, -jnp.inf).astype(q.dtype)[None]
+        bias = mask if bias is None else bias + mask
+    return softmax_attention(q, k, v, bias)
 
 
 def _resolve_implementation(implementation: str, n_heads: int, n_q: int, n_k: int) -> str:
