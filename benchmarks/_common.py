@@ -76,12 +76,19 @@ def stats(samples: list[float]) -> dict:
 
 
 def interleaved(
-    fns: dict[str, Callable[[], object]], *, warmup: int, rounds: int, alternate: bool = True
+    fns: dict[str, Callable[[], object]],
+    *,
+    warmup: int,
+    rounds: int,
+    alternate: bool = True,
+    inner: int = 1,
 ) -> dict:
     """Time each callable once per round after ``warmup`` untimed rounds.
 
     With ``alternate`` the order of the candidates is reversed every other round, so no
     candidate always runs right after the same neighbour (cache and frequency effects).
+    ``inner > 1`` times ``inner`` back-to-back calls per measurement and records the mean
+    (on a GPU one dispatch is too short to time alone).
     """
     for _ in range(warmup):
         for f in fns.values():
@@ -91,8 +98,9 @@ def interleaved(
     for r in range(rounds):
         for k, f in items if not (alternate and r % 2) else items[::-1]:
             t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
+            for _ in range(inner):
+                f()
+            times[k].append((time.perf_counter() - t0) / inner)
     return {k: stats(v) for k, v in times.items()}
 
 

@@ -68,6 +68,9 @@ def main(argv=None) -> dict:
         "--no-torch", action="store_true", help="time transflow and the matmul only (e.g. on a GPU)"
     )
     ap.add_argument("--no-grad", action="store_true", help="forward only (no backward timing)")
+    ap.add_argument(
+        "--inner", type=int, default=1, help="calls per timed measurement (GPU: e.g. 20)"
+    )
     args = ap.parse_args(argv)
     threads = pin_threads(args.threads)
     load_before = load_average()
@@ -142,7 +145,7 @@ def main(argv=None) -> dict:
     if args.no_grad:
         candidates.pop("transflow_fwdbwd")
         candidates.pop("torch_fwdbwd", None)
-    timings = interleaved(candidates, warmup=args.warmup, rounds=args.rounds)
+    timings = interleaved(candidates, warmup=args.warmup, rounds=args.rounds, inner=args.inner)
     load_after = load_average()
     nan = {"median": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
     for k in ("torch", "torch_fwdbwd", "transflow_fwdbwd"):
@@ -154,8 +157,12 @@ def main(argv=None) -> dict:
     speedup = None
     if "torch_matmul_all" in timings:
         speedup = per_round_ratio(timings, "torch_matmul_1thread", "torch_matmul_all")["median"]
+    # Without torch (e.g. on a GPU) there is no thread-scaling sanity figure to check.
     valid, why = validity(
-        cores=threads, load_before=load_before, load_after=load_after, speedup=speedup
+        cores=1 if args.no_torch else threads,
+        load_before=load_before,
+        load_after=load_after,
+        speedup=speedup,
     )
     fwd_ratio = per_round_ratio(timings, "torch", "transflow")
     fb_ratio = per_round_ratio(timings, "torch_fwdbwd", "transflow_fwdbwd")
@@ -181,6 +188,8 @@ def main(argv=None) -> dict:
         "matmul_speedup_all_vs_1thread": speedup,
         "load_average_before": load_before,
         "load_average_after": load_after,
+        "inner_calls_per_measurement": args.inner,
+        "matmul_precision": str(jax.config.jax_default_matmul_precision),
         "valid": valid,
         "validity": why or ["load below the core count; threads scale"],
         **env_info(),

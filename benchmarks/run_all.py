@@ -54,6 +54,12 @@ def main(argv=None) -> dict:
         help="only the three benchmarks of issue #8 (skip other bench_*.py)",
     )
     ap.add_argument(
+        "--gpu",
+        action="store_true",
+        help="GPU run: no torch, no one-thread CPU rerun, no other benchmarks, 20 calls per "
+        "timed measurement",
+    )
+    ap.add_argument(
         "--summarize-only",
         action="store_true",
         help="rebuild summary.json from the existing result files",
@@ -64,17 +70,25 @@ def main(argv=None) -> dict:
     common = ["--out", str(out)]
     t0 = time.perf_counter()
     rounds = ["--rounds", "8"] if args.quick else []
+    if args.gpu:
+        args.skip_torch = args.no_others = True
+        rounds += ["--inner", "20"]
     no_torch = ["--no-torch"] if args.skip_torch else []
     if not args.summarize_only:
         _run("bench_layer.py", common + rounds + no_torch)
-        if not args.quick:  # one thread each: free of thread-oversubscription effects
+        if not (args.quick or args.gpu):  # one thread each: no oversubscription effects
             _run(
                 "bench_layer.py",
                 ["--out", str(out / "threads1"), "--threads", "1", "--rounds", "10", *no_torch],
             )
         _run("bench_compile.py", common + (["--rounds", "2"] if args.quick else []))
         _run("bench_chunked.py", common + (["--no-grad"] if args.quick else []))
-    layer = json.loads((out / "layer.json").read_text())
+
+    def read(name):  # a run cut short leaves some files missing: summarize what exists
+        path = out / name
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    layer = read("layer.json")
     t1_path = out / "threads1" / "layer.json"
     layer1 = json.loads(t1_path.read_text()) if t1_path.exists() else {}
     # Benchmarks of other areas (e.g. bench_regions.py) run too, with their own CLI; a
@@ -91,8 +105,22 @@ def main(argv=None) -> dict:
             others[script.stem] = "ok"
         except subprocess.CalledProcessError as e:
             others[script.stem] = f"failed (exit {e.returncode})"
-    compile_ = json.loads((out / "compile.json").read_text())
-    chunked = json.loads((out / "chunked.json").read_text())
+    compile_ = read("compile.json") or {
+        "timings_s": {},
+        **{
+            k: layer.get(k)
+            for k in (
+                "jax_version",
+                "jaxlib_version",
+                "backend",
+                "device",
+                "cpu_count",
+                "torch_version",
+                "load_average_1min",
+            )
+        },
+    }
+    chunked = read("chunked.json")
 
     summary = {
         "ratio_vs_torch": layer.get("ratio_vs_torch"),
@@ -119,20 +147,20 @@ def main(argv=None) -> dict:
         ),
         "flop_fraction_1thread": layer1.get("flop_fraction"),
         "threads": layer.get("threads"),
-        "compile_ratio_48_vs_1": compile_["compile_ratio"],
-        "compile_s": {k: v["total"] for k, v in compile_["timings_s"].items()},
-        "chunked_peak_rss_gib": chunked["chunked_peak_rss_gib"],
-        "chunked_grad_peak_rss_gib": chunked["chunked_grad_peak_rss_gib"],
-        "chunked_baseline_rss_gib": chunked["baseline_rss_gib"],
-        "chunked_agreement_rel_err": chunked["agreement_rel_err"],
-        "chunked_tokens": chunked["tokens"],
-        "jax_version": compile_["jax_version"],
-        "jaxlib_version": compile_["jaxlib_version"],
+        "compile_ratio_48_vs_1": compile_.get("compile_ratio"),
+        "compile_s": {k: v["total"] for k, v in compile_.get("timings_s", {}).items()},
+        "chunked_peak_rss_gib": chunked.get("chunked_peak_rss_gib"),
+        "chunked_grad_peak_rss_gib": chunked.get("chunked_grad_peak_rss_gib"),
+        "chunked_baseline_rss_gib": chunked.get("baseline_rss_gib"),
+        "chunked_agreement_rel_err": chunked.get("agreement_rel_err"),
+        "chunked_tokens": chunked.get("tokens"),
+        "jax_version": compile_.get("jax_version"),
+        "jaxlib_version": compile_.get("jaxlib_version"),
         "torch_version": compile_.get("torch_version"),
-        "backend": compile_["backend"],
-        "device": compile_["device"],
-        "cpu_count": compile_["cpu_count"],
-        "load_average_1min_at_end": compile_["load_average_1min"],
+        "backend": compile_.get("backend"),
+        "device": compile_.get("device"),
+        "cpu_count": compile_.get("cpu_count"),
+        "load_average_1min_at_end": compile_.get("load_average_1min"),
         "other_benchmarks": others,
         "quick": args.quick,
         "wall_s": time.perf_counter() - t0,
