@@ -28,6 +28,7 @@ from ._depth import (
     fit_order as fit_order,
     increment_scaling as increment_scaling,
     refine as refine,
+    refine_controls as refine_controls,
     refinement_study as refinement_study,
 )
 from ._flow import (
@@ -68,6 +69,7 @@ __all__ = [
     "model_output",
     "project_2d",
     "refine",
+    "refine_controls",
     "refinement_study",
     "step_diagnostics",
     "substep_parents",

@@ -43,6 +43,7 @@ __all__ = [
     "increment_scaling",
     "depth_scaling",
     "refine",
+    "refine_controls",
     "refinement_study",
     "fit_order",
 ]
@@ -223,7 +224,20 @@ def _check_factor(factor) -> int:
     return int(factor)
 
 
-def _refine_controls(controls, factor: int, interpolation: str):
+def refine_controls(controls, factor: int, interpolation: Interpolation = "constant"):
+    """Stacked controls θⁿ (N_t steps) → the k·N_t controls of :func:`refine`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.analysis import refine_controls
+        >>> refine_controls(jnp.array([0.0, 1.0]), 2, "linear").tolist()
+        [0.0, 0.25, 0.75, 1.0]
+        >>> refine_controls(jnp.array([0.0, 1.0]), 2).tolist()
+        [0.0, 0.0, 1.0, 1.0]
+    """
+    factor = _check_factor(factor)
+    if interpolation not in ("constant", "linear"):
+        raise ValueError(f"`interpolation` must be 'constant' or 'linear', got {interpolation!r}.")
     n = num_steps(controls)
     if interpolation == "constant":
         idx = np.repeat(np.arange(n), factor)
@@ -303,7 +317,7 @@ def refine(model, factor: int, *, interpolation: Interpolation = "constant"):
     def fine(obj):
         return dataclasses.replace(
             obj,
-            controls=_refine_controls(obj.controls, factor, interpolation),
+            controls=refine_controls(obj.controls, factor, interpolation),
             dt=obj.dt / factor,
         )
 

@@ -128,8 +128,15 @@ def model_output(model, x, *, grid: Grid | None = None, causal: bool = False):
 
     For a :class:`~transflow.control.FlowModel` this is ``model.features(x)`` (before the
     read-out), for a CvT stage the token state before it is reshaped into a feature map;
-    otherwise ``model(x)``.
+    otherwise ``model(x)``. Compiled with ``equinox.filter_jit``.
     """
+    if not isinstance(model, (SplitTransformer, *_kinds())):
+        raise _unsupported(model)
+    return _output(model, jnp.asarray(x), grid, causal)
+
+
+@eqx.filter_jit
+def _output(model, x, grid, causal):
     FlowModel, VisionTransformer, CausalDecoder, CvtStageModel = _kinds()
     if isinstance(model, SplitTransformer):
         return model(jnp.asarray(x), grid=grid, causal=causal)

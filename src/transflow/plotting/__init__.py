@@ -11,6 +11,25 @@ error), ``_analysis`` (trajectories, budgets, refinement), ``_common`` (saving, 
 matplotlib is imported inside the functions, so importing this package is cheap.
 """
 
+from ._analysis import (
+    plot_control_smoothness as plot_control_smoothness,
+    plot_cosine_matrices as plot_cosine_matrices,
+    plot_flow_clustering as plot_flow_clustering,
+    plot_refinement as plot_refinement,
+    plot_substep_budgets as plot_substep_budgets,
+    plot_token_geometry as plot_token_geometry,
+    plot_token_trajectories as plot_token_trajectories,
+)
 from ._common import figure_smoke, save_figure
 
-__all__ = ["figure_smoke", "save_figure"]
+__all__ = [
+    "figure_smoke",
+    "plot_control_smoothness",
+    "plot_cosine_matrices",
+    "plot_flow_clustering",
+    "plot_refinement",
+    "plot_substep_budgets",
+    "plot_token_geometry",
+    "plot_token_trajectories",
+    "save_figure",
+]
