@@ -231,7 +231,7 @@ def _random_module(cfg, seed: int):
     )
 
 
-def _inputs(model, cfg, seed: int, n: int, dtype, cfg_smoke: bool = False):
+def _inputs(model, cfg, seed: int, n: int, dtype):
     """Real inputs where the model has a data domain (see the module docstring)."""
     import jax
     import jax.numpy as jnp
@@ -246,8 +246,7 @@ def _inputs(model, cfg, seed: int, n: int, dtype, cfg_smoke: bool = False):
     if isinstance(model, FlowModel | VisionTransformer):
         _, _, xte, yte = load_digits_split(cfg.digits.test_fraction, seed=seed)
         if isinstance(model, FlowModel):
-            m = 64 if cfg_smoke else len(xte)
-            return jnp.asarray(xte[:m], dtype), yte[:m], "digits test images"
+            return jnp.asarray(xte, dtype), yte, "digits test images"
         emb = model.embedding
         c, (h, w) = emb.num_channels, emb.image_size
         imgs = jax.image.resize(jnp.asarray(xte[:n], dtype), (min(n, len(xte)), h, w), "linear")
@@ -314,7 +313,7 @@ def run(cfg, ctx) -> dict:
     else:
         model, info["model"] = _from_module(_random_module(cfg, ctx.seed), dtype), cfg.arch
     model = _cast(model, dtype)
-    xs, labels, input_kind = _inputs(model, cfg, ctx.seed, n_inputs, dtype, ctx.smoke)
+    xs, labels, input_kind = _inputs(model, cfg, ctx.seed, n_inputs, dtype)
     info["inputs"] = input_kind
     x = xs[0]
     evaluate = None
@@ -452,6 +451,8 @@ def run(cfg, ctx) -> dict:
         plot_refinement(studies, title=f"depth refinement: {info['model']}"), "refinement"
     )
 
+    if labels is not None:
+        info["test_accuracy"] = studies[interps[0]]["evaluate"][0]["accuracy"]
     summary = {
         **info,
         "n_steps": n_steps,
