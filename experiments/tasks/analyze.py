@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from transflow.control._tasks import DigitsConfig
 
-__all__ = ["Config", "run", "resolve_model_path"]
+__all__ = ["Config", "run", "resolve_model_path", "load_digits_checkpoint"]
 
 _ARCHS = ("vit", "gpt2", "torch_encoder")
 
@@ -146,7 +146,7 @@ def _digits_like(dcfg, seed: int):
 
 def _load_digits(cfg, ctx, path: pathlib.Path | None):
     """The trained digits model and the number train_digits reported for it."""
-    from transflow.control import load_latest_checkpoint, run_digits
+    from transflow.control import run_digits
 
     dcfg = cfg.digits
     if path is None:
@@ -158,7 +158,16 @@ def _load_digits(cfg, ctx, path: pathlib.Path | None):
             "train_test_accuracy": summary["test_accuracy"],
             "train_steps": summary["steps"],
         }
-    found = load_latest_checkpoint(path, _digits_like(dcfg, ctx.seed))
+    return load_digits_checkpoint(path, dcfg, ctx.seed)
+
+
+def load_digits_checkpoint(path, dcfg=None, seed: int = 0):
+    """``(model, info)`` from a directory of ``experiment=train_digits`` checkpoints
+    (``ckpt-*.eqx``) written with the configuration ``dcfg`` (default: train_digits's)."""
+    from transflow.control import load_latest_checkpoint
+
+    dcfg = DigitsConfig() if dcfg is None else dcfg
+    found = load_latest_checkpoint(path, _digits_like(dcfg, seed))
     if found is None:
         raise ValueError(f"task.model_path={str(path)!r}: no valid ckpt-*.eqx checkpoint in it.")
     state, step, meta = found

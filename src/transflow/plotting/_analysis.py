@@ -215,8 +215,8 @@ def plot_refinement(studies: dict[str, dict[str, Any]], *, title: str = "depth r
 def plot_flow_clustering(res: dict[str, Any], *, title: str = "token trajectories"):
     """F11: trajectories (PCA), cosine matrices at the first and last step, geometry."""
     plt = _plt()
-    fig = plt.figure(figsize=(13, 3.9))
-    gs = fig.add_gridspec(1, 5, width_ratios=[1.3, 0.8, 0.8, 1.1, 1.1])
+    fig = plt.figure(figsize=(15, 3.9))
+    gs = fig.add_gridspec(1, 5, width_ratios=[1.2, 0.9, 0.9, 1.1, 1.1], wspace=0.7)
     ax = fig.add_subplot(gs[0])
     _trajectories(ax, res["projection"], title)
     cos = np.asarray(res["diagnostics"]["cosine"])
@@ -226,7 +226,7 @@ def plot_flow_clustering(res: dict[str, Any], *, title: str = "token trajectorie
         cx.set_title(f"cos(u_i, u_j), step {k}", fontsize=8)
         cx.set_xticks([])
         cx.set_yticks([])
-    fig.colorbar(im, ax=cx, shrink=0.7)
+    fig.colorbar(im, cax=cx.inset_axes([1.05, 0.0, 0.06, 1.0]))
     _geometry((fig.add_subplot(gs[3]), fig.add_subplot(gs[4])), res["diagnostics"])
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.04, right=0.96, bottom=0.14, top=0.9)
     return fig
