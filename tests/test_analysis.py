@@ -404,10 +404,11 @@ def test_control_smoothness_scaling():
 
 
 # ----------------------------------------------------------------------------- experiment
-def _run(overrides, run_dir):
+def _run(overrides, run_dir, *, smoke=True):
     from transflow.experiments.run import run_in_process
 
-    summary, _ = run_in_process(["experiment=analyze", "debug=smoke", *overrides], run_dir)
+    extra = ["debug=smoke"] if smoke else []
+    summary, _ = run_in_process(["experiment=analyze", *extra, *overrides], run_dir)
     return summary
 
 
@@ -464,6 +465,7 @@ def test_analyze_the_trained_digits_model(tmp_path):
     summary = _run(
         [
             f"task.model_path={tmp_path / 'ckpt'}",
+            "task.factors=[1,2,4]",
             "task.digits.d=16",
             "task.digits.n_steps=3",
             "task.digits.steps=30",
@@ -471,12 +473,14 @@ def test_analyze_the_trained_digits_model(tmp_path):
             "precision=fp32",
         ],
         tmp_path / "run",
+        smoke=False,
     )
     rows = _check_run(tmp_path / "run", summary)
     assert summary["source"] == "transflow" and summary["n_steps"] == 3
     refine_rows = [r for r in rows if r["kind"] == "refine"]
-    assert [r["factor"] for r in refine_rows] == [1, 2]
+    assert [r["factor"] for r in refine_rows] == [1, 2, 4] * 2  # constant, then linear
     assert refine_rows[0]["test_accuracy"] == train["test_accuracy"]
+    assert summary["test_accuracy"] == train["test_accuracy"]
     assert summary["scaling_beta"] is not None  # 3 layers: strides 1, 2
 
 

@@ -149,6 +149,12 @@ def _load_digits(cfg, ctx, path: pathlib.Path | None):
     from transflow.control import run_digits
 
     dcfg = cfg.digits
+    if path is None and ctx.smoke:  # a few training steps: the smoke run checks the wiring
+        import dataclasses
+
+        dcfg = dataclasses.replace(
+            dcfg, steps=10, eval_every=10, checkpoint_every=10, log_every=5, warmup_steps=2
+        )
     if path is None:
         summary, result = run_digits(
             dcfg, run_dir=ctx.run_dir, seed=ctx.seed, smoke=ctx.smoke, progress=ctx.progress
@@ -326,7 +332,7 @@ def run(cfg, ctx) -> dict:
     info["inputs"] = input_kind
     x = xs[0]
     evaluate = None
-    if labels is not None:
+    if labels is not None and not ctx.smoke:
         from transflow.control import evaluate as evaluate_classifier
 
         def evaluate(m):
@@ -460,7 +466,7 @@ def run(cfg, ctx) -> dict:
         plot_refinement(studies, title=f"depth refinement: {info['model']}"), "refinement"
     )
 
-    if labels is not None:
+    if evaluate is not None:
         info["test_accuracy"] = studies[interps[0]]["evaluate"][0]["accuracy"]
     summary = {
         **info,
