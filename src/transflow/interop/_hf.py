@@ -326,6 +326,9 @@ def from_hf(
     if grid_shape is not None and not isinstance(module, cvt.CvtLayer):
         raise ValueError(f"`grid_shape` is only used for a CvtLayer; got {type(module).__name__}.")
 
+    zoo = _zoo(module, dtype)
+    if zoo is not None:
+        return zoo
     if isinstance(module, torch.nn.ModuleList):
         kinds = {type(m) for m in module}
         if kinds == {vit.ViTLayer}:
@@ -338,7 +341,8 @@ def from_hf(
                 CausalScheme(PreNormScheme()),
             )
         raise TypeError(
-            "a ModuleList must hold only ViTLayer or only GPT2Block modules, got "
+            "a ModuleList must hold layers of one kind (ViTLayer, GPT2Block, BertLayer, "
+            "RobertaLayer, DistilBERT TransformerBlock, Llama/Mistral/Qwen2 decoder layers), got "
             f"{sorted(k.__name__ for k in kinds)}."
         )
     if isinstance(module, vit.ViTLayer):
@@ -369,7 +373,51 @@ def from_hf(
         return _cvt_stage(module, dtype)
     raise TypeError(
         "from_hf supports ViTLayer, ViTModel, GPT2Block, GPT2Model, GPT2LMHeadModel, CvtLayer, "
-        "CvtStage and ModuleLists "
-        f"of ViTLayer/GPT2Block; got {type(module).__name__}. torch.nn.TransformerEncoder"
+        "CvtStage, BertLayer, BertModel, RobertaLayer, RobertaModel, DistilBERT "
+        "TransformerBlock, DistilBertModel, {Llama,Mistral,Qwen2}DecoderLayer, "
+        "{Llama,Mistral,Qwen2}Model, {Llama,Mistral,Qwen2}ForCausalLM and ModuleLists of "
+        f"layers; got {type(module).__name__}. torch.nn.TransformerEncoder"
         "(Layer): see transflow.interop.from_torch."
     )
+
+
+def _zoo(module, dtype):
+    """The BERT- and Llama-family conversions (``None`` if ``module`` is neither)."""
+    import torch
+
+    from . import _bert, _llama
+
+    bert, roberta, distil = _bert.bert_classes()
+    lc = _llama.llama_classes()
+    bert_layers = (bert.BertLayer, roberta.RobertaLayer)
+    if isinstance(module, torch.nn.ModuleList):
+        kinds = {type(m) for m in module}
+        if len(kinds) != 1:
+            return None
+        (kind,) = kinds
+        if issubclass(kind, bert_layers):
+            ctrls = [_bert.bert_layer_controls(m, dtype) for m in module]
+            return _bert.encoder_stack(ctrls, causal=bool(module[0].is_decoder))
+        if issubclass(kind, distil.TransformerBlock):
+            return _bert.encoder_stack([_bert.distilbert_layer_controls(m, dtype) for m in module])
+        if issubclass(kind, lc["layers"]):
+            return _llama.llama_layers(list(module), dtype)
+        return None
+    if isinstance(module, bert_layers):
+        ctrls = [_bert.bert_layer_controls(module, dtype)]
+        return _bert.encoder_stack(ctrls, causal=bool(module.is_decoder))
+    if isinstance(module, distil.TransformerBlock):
+        return _bert.encoder_stack([_bert.distilbert_layer_controls(module, dtype)])
+    if isinstance(module, roberta.RobertaModel):
+        return _bert.bert_model(module, dtype, roberta=True)
+    if isinstance(module, bert.BertModel):
+        return _bert.bert_model(module, dtype)
+    if isinstance(module, distil.DistilBertModel):
+        return _bert.distilbert_model(module, dtype)
+    if isinstance(module, lc["layers"]):
+        return _llama.llama_layers([module], dtype)
+    if isinstance(module, lc["models"]):
+        return _llama.llama_model(module, dtype)
+    if isinstance(module, lc["lms"]):
+        return _llama.llama_model(module.model, dtype, module.lm_head)
+    return None
