@@ -22,7 +22,7 @@ from .._llama_ops import (
     rotary_attention as rotary_attention,
 )
 from ._bert import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
-from ._hf import from_hf as from_hf, hf_activation as hf_activation
+from ._hf import from_hf as from_hf, hf_activation as hf_activation, load_hf as load_hf
 from ._hf_reference import hf_float64_reference as hf_float64_reference
 from ._torch import (
     from_torch as from_torch,
@@ -49,6 +49,7 @@ __all__ = [
     "hf_activation",
     "hf_float64_reference",
     "layer_controls_from_torch",
+    "load_hf",
     "project_sphere",
     "random_rms_controls",
     "rotary_attention",

@@ -38,7 +38,7 @@ from ..vision._cvt import (
 from ..vision._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
 from ._torch import _arr, _norm, _resolve_dtype, _torch
 
-__all__ = ["from_hf", "hf_activation"]
+__all__ = ["from_hf", "hf_activation", "load_hf"]
 
 # HF activation names with an exact counterpart in transflow.
 _HF_ACTIVATIONS = {
@@ -421,3 +421,73 @@ def _zoo(module, dtype):
     if isinstance(module, lc["lms"]):
         return _llama.llama_model(module.model, dtype, module.lm_head)
     return None
+
+
+# ----------------------------------------------------------------------------- checkpoints
+_CAUSAL_LM_ARCHITECTURES = (
+    "GPT2LMHeadModel",
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+)
+
+
+def load_hf(path, *, dtype=None):
+    """Load a HuggingFace checkpoint directory (``save_pretrained``) and convert it.
+
+    The directory's ``config.json`` decides the class: a checkpoint saved from
+    ``GPT2LMHeadModel`` or ``{Llama,Mistral,Qwen2}ForCausalLM`` loads with
+    ``AutoModelForCausalLM`` (the result has ``.logits``); every other checkpoint loads
+    with ``AutoModel`` (the base model; task heads such as ``BertForMaskedLM``'s are
+    dropped). The model is loaded locally only (no network), in eval mode, with
+    ``attn_implementation="eager"``, then converted by :func:`from_hf`.
+
+    Args:
+        path: a local directory written by ``model.save_pretrained(path)``.
+        dtype: float32/float64 of the converted model; default the checkpoint's dtype.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist, naming it.
+        ValueError: ``path`` holds no loadable HF checkpoint (no ``config.json``, an
+            unknown ``model_type``, missing weights), naming it; or the model has an
+            option transflow does not model (see :func:`from_hf`).
+        TypeError: the checkpoint's model class is not supported by :func:`from_hf`.
+
+    Example:
+        >>> import tempfile, jax.numpy as jnp
+        >>> from transformers import BertConfig, BertModel
+        >>> from transflow.interop import load_hf
+        >>> d = tempfile.mkdtemp()
+        >>> BertModel(BertConfig(hidden_size=8, num_attention_heads=2, intermediate_size=16,
+        ...                      num_hidden_layers=1, vocab_size=20)).save_pretrained(d)
+        >>> load_hf(d)(jnp.array([1, 5, 7])).shape
+        (3, 8)
+    """
+    import pathlib
+
+    p = pathlib.Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"load_hf: `path`={str(p)!r} does not exist.")
+    if not p.is_dir() or not (p / "config.json").is_file():
+        raise ValueError(
+            f"load_hf: `path`={str(p)!r} holds no HuggingFace checkpoint (expected a directory "
+            "with config.json and the weights, as written by `model.save_pretrained(path)`)."
+        )
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    try:
+        cfg = AutoConfig.from_pretrained(p, local_files_only=True)
+    except (ValueError, OSError, KeyError) as e:
+        raise ValueError(
+            f"load_hf: `path`={str(p)!r}: config.json is not a recognised HuggingFace "
+            f"configuration ({e})."
+        ) from e
+    archs = list(getattr(cfg, "architectures", None) or [])
+    auto = AutoModelForCausalLM if any(a in _CAUSAL_LM_ARCHITECTURES for a in archs) else AutoModel
+    try:
+        model = auto.from_pretrained(p, local_files_only=True, attn_implementation="eager")
+    except (ValueError, OSError, KeyError) as e:
+        raise ValueError(
+            f"load_hf: `path`={str(p)!r} holds no loadable {auto.__name__} checkpoint ({e})."
+        ) from e
+    return from_hf(model.eval(), dtype=dtype)
