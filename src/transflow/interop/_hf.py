@@ -439,8 +439,10 @@ def load_hf(path, *, dtype=None):
     ``GPT2LMHeadModel`` or ``{Llama,Mistral,Qwen2}ForCausalLM`` loads with
     ``AutoModelForCausalLM`` (the result has ``.logits``); every other checkpoint loads
     with ``AutoModel`` (the base model; task heads such as ``BertForMaskedLM``'s are
-    dropped). The model is loaded locally only (no network), in eval mode, with
-    ``attn_implementation="eager"``, then converted by :func:`from_hf`.
+    dropped, and a pooler the checkpoint does not hold is left out rather than drawn at
+    random; any other missing weight raises). The model is loaded locally only (no
+    network), in eval mode, with ``attn_implementation="eager"``, then converted by
+    :func:`from_hf`.
 
     Args:
         path: a local directory written by ``model.save_pretrained(path)``.
@@ -485,9 +487,20 @@ def load_hf(path, *, dtype=None):
     archs = list(getattr(cfg, "architectures", None) or [])
     auto = AutoModelForCausalLM if any(a in _CAUSAL_LM_ARCHITECTURES for a in archs) else AutoModel
     try:
-        model = auto.from_pretrained(p, local_files_only=True, attn_implementation="eager")
+        model, info = auto.from_pretrained(
+            p, local_files_only=True, attn_implementation="eager", output_loading_info=True
+        )
     except (ValueError, OSError, KeyError) as e:
         raise ValueError(
             f"load_hf: `path`={str(p)!r} holds no loadable {auto.__name__} checkpoint ({e})."
         ) from e
+    missing = sorted(info.get("missing_keys", ()))
+    if missing and all(k.startswith("pooler.") for k in missing):
+        model.pooler = None  # a checkpoint without pooler (e.g. BertForMaskedLM): drop it
+    elif missing:
+        raise ValueError(
+            f"load_hf: the checkpoint in `path`={str(p)!r} lacks weights of "
+            f"{type(model).__name__} ({missing[:5]}{' ...' if len(missing) > 5 else ''}); "
+            "HF would initialise them at random."
+        )
     return from_hf(model.eval(), dtype=dtype)
