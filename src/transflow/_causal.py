@@ -54,9 +54,10 @@ class CausalScheme(AbstractScheme):
     def substep_names(self, controls) -> tuple[str, ...]:
         return self.inner.substep_names(controls)
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=True, return_substeps=False):
+    def step(self, u, controls, dt=1.0, *, grid=None, causal=True, return_substeps=False, **masks):
+        # masks (key_padding_mask=, attention_mask=) are combined with the causal one
         return self.inner.step(
-            u, controls, dt, grid=grid, causal=True, return_substeps=return_substeps
+            u, controls, dt, grid=grid, causal=True, return_substeps=return_substeps, **masks
         )
 
 
