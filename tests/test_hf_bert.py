@@ -199,3 +199,81 @@ def test_bert_decoder_config_is_causal():
 def test_unsupported_bert_options_name_the_option(build, option):
     with pytest.raises(ValueError, match=option):
         from_hf(build().eval())
+
+
+# ----------------------------------------------------------------- padding masks
+def _padded_batch(family, n=9, pad=3, seed=12):
+    ids = _ids(n=n, batch=2, seed=seed)
+    keep = torch.ones(2, n, dtype=torch.long)
+    keep[1, n - pad :] = 0
+    if family == "roberta":
+        ids[keep == 0] = 1  # padding_idx: RoBERTa's positions skip padding tokens
+    return ids, keep
+
+
+def _text_model(family, dtype, seed):
+    if family == "distilbert":
+        hf = DistilBertModel(_distil_config())
+    elif family == "roberta":
+        hf = RobertaModel(_bert_config(RobertaConfig, pad_token_id=1))
+    else:
+        hf = BertModel(_bert_config())
+    return randomize_text_(hf.to(dtype).eval(), seed)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
+def test_bert_family_with_padding_mask_float64(family):
+    """HF ``attention_mask`` (1 = keep) = transflow ``key_padding_mask = (mask == 0)``:
+    kept tokens agree with HF, and with the unpadded sequence run alone (ragged batch)."""
+    hf = _text_model(family, torch.float64, 13)
+    ids, keep = _padded_batch(family)
+    with torch.no_grad():
+        ref = to_np(hf(ids, attention_mask=keep).last_hidden_state)
+        alone = to_np(hf(ids[1:, :6]).last_hidden_state[0])
+    model = from_hf(hf)
+    pad = jnp.asarray(to_np(keep) == 0)
+    assert bool(jnp.all(pad == transflow.mask_from_hf(to_np(keep))))
+    out = eqx.filter_jit(jax.vmap(lambda i, p: model(i, key_padding_mask=p)))(
+        jnp.asarray(to_np(ids)), pad
+    )
+    kept = to_np(keep).astype(bool)
+    assert _err(np.asarray(out)[kept], ref[kept]) <= 1e-10
+    assert _err(np.asarray(out)[1, :6], alone) <= 1e-12
+    if family != "distilbert":  # the pooler reads the (kept) class token
+        with torch.no_grad():
+            pooled = to_np(hf(ids, attention_mask=keep).pooler_output[1])
+        ji, pj = jnp.asarray(to_np(ids[1])), pad[1]
+        assert _err(model.pooled(ji, key_padding_mask=pj), pooled) <= 1e-10
+
+
+def test_padded_tokens_never_influence_kept_tokens():
+    """Changing the padded tokens' ids changes no kept row: exactly 0.0."""
+    model = from_hf(_text_model("bert", torch.float64, 14))
+    ids = jnp.asarray(to_np(_ids(seed=15)[0]))
+    pad = jnp.arange(9) >= 6
+    a = model(ids, key_padding_mask=pad)
+    b = model(ids.at[6:].set(jnp.array([3, 4, 5])), key_padding_mask=pad)
+    assert float(jnp.max(jnp.abs(a[:6] - b[:6]))) == 0.0
+    assert float(jnp.max(jnp.abs(a[6:] - b[6:]))) > 0.0  # padded rows do evolve
+
+
+def test_bert_padding_mask_float32():
+    hf = _text_model("bert", torch.float32, 16)
+    ids, keep = _padded_batch("bert")
+    with torch.no_grad():
+        ref = to_np(hf(ids, attention_mask=keep).last_hidden_state)
+    model = from_hf(hf)
+    out = jax.vmap(lambda i, p: model(i, key_padding_mask=p))(
+        jnp.asarray(to_np(ids)), jnp.asarray(to_np(keep) == 0)
+    )
+    kept = to_np(keep).astype(bool)
+    assert float(np.max(np.abs(np.asarray(out)[kept] - ref[kept])) / np.abs(ref).max()) <= 1e-5
+
+
+def test_hf_style_attention_mask_is_refused_with_the_fix():
+    model = from_hf(_text_model("bert", torch.float64, 17))
+    ids = jnp.asarray(to_np(_ids()[0]))
+    with pytest.raises(ValueError, match="key_padding_mask=transflow.mask_from_hf"):
+        model(ids, attention_mask=jnp.ones(9, jnp.int32))
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        model(ids, key_padding_mask=jnp.zeros(8, bool))

@@ -114,10 +114,20 @@ class CausalDecoder(eqx.Module):
     def initial_condition(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
         return self.embedding(ids)
 
-    def __call__(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
-        return self.decoder(self.embedding(ids))
+    def __call__(
+        self, ids: Int[Array, " n"], *, key_padding_mask=None, attention_mask=None
+    ) -> Float[Array, "n d"]:
+        """The final state; ``key_padding_mask`` ``(n,)`` bool (True = padded; HF's
+        ``attention_mask`` 1 = keep is ``mask == 0``) and ``attention_mask`` ``(n, n)``
+        (True = may attend, or additive float) combine with the causal mask."""
+        return self.decoder(
+            self.embedding(ids), key_padding_mask=key_padding_mask, attention_mask=attention_mask
+        )
 
-    def logits(self, ids: Int[Array, " n"]) -> Float[Array, "n vocab"]:
+    def logits(
+        self, ids: Int[Array, " n"], *, key_padding_mask=None, attention_mask=None
+    ) -> Float[Array, "n vocab"]:
         if self.unembedding is None:
             raise ValueError("this CausalDecoder has no `unembedding`.")
-        return self(ids) @ self.unembedding
+        u = self(ids, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
+        return u @ self.unembedding

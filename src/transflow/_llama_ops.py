@@ -33,7 +33,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from ._errors import check_array, check_choice
 from ._splitting import AbstractScheme
@@ -50,6 +50,7 @@ __all__ = [
     "gated_ffn",
     "random_rms_controls",
     "RMSDecoder",
+    "check_not_hf_mask",
 ]
 
 _GATE_ACTIVATIONS = {
@@ -198,13 +199,18 @@ def rotary_attention(
     positions: Float[Array, " n"] | Int[Array, " n"] | None = None,
     causal: bool = False,
     implementation: str = "auto",
+    key_padding_mask: Bool[Array, " n"] | None = None,
+    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
 ) -> Float[Array, "n d"]:
     """Rotary grouped-query attention 𝒜_rot u (no residual), all heads summed.
 
     Queries and keys are rotated by their position (:func:`apply_rotary`) after the
     projections; key/value head ⌊m G/H⌋ serves query head m. The kernel is the same
     softmax operator as :func:`transflow.attention` (dense or the memory-linear chunked
-    one, ``implementation`` as there).
+    one, ``implementation`` as there), with the same masks: ``key_padding_mask`` ``(n,)``
+    bool (True = padded: zero token weight) and ``attention_mask`` ``(n, n)`` or
+    ``(1|H, n, n)`` (bool True = may attend, or additive float); a row with no
+    admissible key gives 0 for every head.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -217,7 +223,7 @@ def rotary_attention(
         >>> rotary_attention(jnp.ones((5, 8)), p, causal=True).shape
         (5, 8)
     """
-    from ._operators import _dense_heads, _resolve_implementation
+    from ._operators import _dense_heads, _mask_bias, _resolve_implementation
 
     n = u.shape[0]
     H, G = p.n_heads, p.n_kv_heads
@@ -233,10 +239,18 @@ def rotary_attention(
         k = jnp.repeat(k, H // G, axis=0)
         v = jnp.repeat(v, H // G, axis=0)
     impl = _resolve_implementation(implementation, H, n, n)
+    masks = {}
+    if key_padding_mask is not None:
+        masks["key_padding_mask"] = key_padding_mask
+    if attention_mask is not None:
+        masks["attention_mask"] = attention_mask
     if impl == "chunked":
         from ._chunked import online_softmax_attention
 
-        out = online_softmax_attention(q, k, v, None, causal=causal)
+        out = online_softmax_attention(q, k, v, None, causal=causal, **masks)
+    elif masks:
+        bias = _mask_bias(key_padding_mask, attention_mask, n, n, H, u.dtype)
+        out = _dense_heads(q, k, v, None, causal, False, bias)
     else:
         out = _dense_heads(q, k, v, None, causal, False)
     return out.transpose(1, 0, 2).reshape(n, H * p.value_dim) @ p.wo + p.bo
@@ -332,7 +346,18 @@ class RMSPreNormScheme(AbstractScheme):
     def substep_names(self, controls) -> tuple[str, ...]:
         return ("rms1", "attention", "rms2", "gate", "ffn", "residual")
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
         if grid is not None:
             raise ValueError(
                 "RMSPreNormScheme: rotary positions are token indices; `grid` must be None "
@@ -341,7 +366,12 @@ class RMSPreNormScheme(AbstractScheme):
         c = controls
         p1 = project_sphere(u, c.norm1.gain, eps=c.norm1.eps)
         u1 = u + dt * rotary_attention(
-            p1, c.attn, causal=causal, implementation=self.implementation
+            p1,
+            c.attn,
+            causal=causal,
+            implementation=self.implementation,
+            key_padding_mask=key_padding_mask,
+            attention_mask=attention_mask,
         )
         p2 = project_sphere(u1, c.norm2.gain, eps=c.norm2.eps)
         z, hidden = gated_ffn(p2, c.ffn, record=True)
@@ -404,7 +434,16 @@ class RMSDecoder(eqx.Module):
 
     ``model(ids)`` is HF ``LlamaModel``'s ``last_hidden_state``; ``model.logits(ids)`` the
     ``LlamaForCausalLM`` logits ``u_T @ unembedding``. There is no position table: the
-    positions enter through the rotary attention.
+    positions (token indices) enter through the rotary attention, so a left-padded
+    sequence gives its kept tokens the same states as the unpadded one up to round-off
+    (the kernel depends on position differences only).
+
+    Masks (one sequence; batch with ``jax.vmap``): ``key_padding_mask`` ``(n,)`` bool,
+    True = padded (HF's ``attention_mask`` 1 = keep is ``key_padding_mask = (mask == 0)``,
+    :func:`transflow.mask_from_hf`); ``attention_mask`` ``(n, n)`` bool True = may attend
+    or additive float; both combine with the causal mask. ``sliding_window`` W (Mistral,
+    Qwen2): key x̃ is admissible for query x only if x − x̃ < W (HF's
+    ``kv_idx > q_idx − W``), another restriction of the kernel's support.
     """
 
     table: Float[Array, "vocab d"]
@@ -417,20 +456,52 @@ class RMSDecoder(eqx.Module):
         check_array("ids", ids, ndim=1, floating=False)
         if not jnp.issubdtype(ids.dtype, jnp.integer):
             raise TypeError(f"`ids` must be integer token ids, got dtype {ids.dtype}.")
-        n = ids.shape[0]
-        if self.sliding_window is not None and n > self.sliding_window:
-            raise ValueError(
-                f"`ids` has {n} tokens but the model's `sliding_window`={self.sliding_window}: "
-                "sliding-window attention is active beyond the window and transflow does not "
-                "model it; use at most `sliding_window` tokens."
-            )
         return self.table[ids]
 
-    def __call__(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
-        u = self.decoder(self.initial_condition(ids))
+    def _window_mask(self, n: int, attention_mask):
+        if self.sliding_window is None or n <= self.sliding_window:
+            return attention_mask
+        i = jnp.arange(n)
+        band = (i[:, None] - i[None, :]) < self.sliding_window
+        if attention_mask is None:
+            return band
+        check_not_hf_mask(attention_mask)
+        if attention_mask.dtype == jnp.bool_:
+            return jnp.logical_and(attention_mask, band)
+        return jnp.where(band, attention_mask, -jnp.inf)
+
+    def __call__(
+        self,
+        ids: Int[Array, " n"],
+        *,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
+    ) -> Float[Array, "n d"]:
+        f = self.initial_condition(ids)
+        check_not_hf_mask(attention_mask)
+        attention_mask = self._window_mask(ids.shape[0], attention_mask)
+        u = self.decoder(f, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
         return project_sphere(u, self.final_norm.gain, eps=self.final_norm.eps)
 
-    def logits(self, ids: Int[Array, " n"]) -> Float[Array, "n vocab"]:
+    def logits(
+        self,
+        ids: Int[Array, " n"],
+        *,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
+    ) -> Float[Array, "n vocab"]:
         if self.unembedding is None:
             raise ValueError("this RMSDecoder has no `unembedding` (convert a *ForCausalLM model).")
-        return self(ids) @ self.unembedding
+        u = self(ids, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
+        return u @ self.unembedding
+
+
+def check_not_hf_mask(attention_mask) -> None:
+    """A 1-D ``attention_mask`` is HF's (1 = keep): say how to pass it."""
+    if attention_mask is not None and getattr(attention_mask, "ndim", 2) == 1:
+        raise ValueError(
+            f"`attention_mask` has shape {tuple(attention_mask.shape)}: transflow's "
+            "attention_mask is (n, n) (True = may attend). A HuggingFace attention_mask "
+            "(1 = keep, 0 = padding) is a key padding mask: pass "
+            "`key_padding_mask=transflow.mask_from_hf(mask)` (i.e. mask == 0)."
+        )

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from .._causal import CausalScheme
 from .._controls import AttentionParams, FFNParams, LayerControls, NormParams, stack_controls
 from .._errors import check_array
+from .._llama_ops import check_not_hf_mask
 from .._model import SplitTransformer
 from .._operators import project_s1
 from .._splitting import LieScheme
@@ -97,9 +98,25 @@ class TextEncoder(eqx.Module):
         return self.embedding(ids, token_type_ids)
 
     def __call__(
-        self, ids: Int[Array, " n"], token_type_ids: Int[Array, " n"] | None = None
+        self,
+        ids: Int[Array, " n"],
+        token_type_ids: Int[Array, " n"] | None = None,
+        *,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ) -> Float[Array, "n d"]:
-        return self.encoder(self.embedding(ids, token_type_ids))
+        """``last_hidden_state`` of one sequence.
+
+        ``key_padding_mask`` ``(n,)`` bool, True = padded: HF's ``attention_mask``
+        (1 = keep) is ``key_padding_mask = (mask == 0)`` (:func:`transflow.mask_from_hf`);
+        ``attention_mask`` ``(n, n)`` bool True = may attend, or additive float.
+        """
+        check_not_hf_mask(attention_mask)
+        return self.encoder(
+            self.embedding(ids, token_type_ids),
+            key_padding_mask=key_padding_mask,
+            attention_mask=attention_mask,
+        )
 
     def readout(self, u: Float[Array, "n d"]) -> Float[Array, " d"]:
         if self.pooler is None:
@@ -107,8 +124,14 @@ class TextEncoder(eqx.Module):
         w, b = self.pooler
         return jnp.tanh(u[0] @ w + b)
 
-    def pooled(self, ids, token_type_ids=None) -> Float[Array, " d"]:
-        return self.readout(self(ids, token_type_ids))
+    def pooled(
+        self, ids, token_type_ids=None, *, key_padding_mask=None, attention_mask=None
+    ) -> Float[Array, " d"]:
+        """``pooler_output``: ``tanh(u_T(x_0) W + b)`` (masks as in ``__call__``)."""
+        u = self(
+            ids, token_type_ids, key_padding_mask=key_padding_mask, attention_mask=attention_mask
+        )
+        return self.readout(u)
 
 
 # ----------------------------------------------------------------------------- converters

@@ -7,9 +7,10 @@ RMSNorm, rotary grouped-query attention (Qwen2: with q/k/v biases) and a gated F
 ``transflow._llama_ops`` and docs/models.md for the continuous reading).
 
 Configuration options that change these maps and are not modelled raise a ``ValueError``
-naming the option: a ``rope_parameters['rope_type']`` other than "default", an active
-sliding window (``sliding_window`` / ``use_sliding_window`` / ``layer_types``), a
-``hidden_act`` without an exact counterpart, cross-attention or encoder–decoder flags.
+naming the option: a ``rope_parameters['rope_type']`` other than "default", a mix of full
+and sliding-window layers (``layer_types``), a ``hidden_act`` without an exact
+counterpart, cross-attention or encoder–decoder flags. A sliding window used by every
+layer (Mistral's ``sliding_window``) is modelled as a band mask of the kernel.
 """
 
 from __future__ import annotations
@@ -81,20 +82,32 @@ def rope_theta(cfg) -> float:
 
 
 def sliding_window(cfg) -> int | None:
-    """The active sliding window of a Mistral/Qwen2 config (``None``: full attention)."""
+    """The sliding window W of a Mistral/Qwen2 config (``None``: full attention).
+
+    Modelled when every layer uses it (Mistral; Qwen2 with ``max_window_layers=0``): a band
+    restriction of the attention kernel (:class:`RMSDecoder`). A mix of full and sliding
+    layers raises naming ``layer_types``.
+    """
     window = getattr(cfg, "sliding_window", None)
+    if getattr(cfg, "model_type", "") == "qwen2" and not getattr(cfg, "use_sliding_window", False):
+        window = None
     types = getattr(cfg, "layer_types", None)
     if types is not None:
-        bad = sorted({t for t in types if t not in ("full_attention", "sliding_attention")})
+        kinds = set(types)
+        bad = sorted(kinds - {"full_attention", "sliding_attention"})
         if bad:
             raise ValueError(
                 f"unsupported `layer_types` {bad}: transflow models 'full_attention' and "
                 "'sliding_attention' layers."
             )
-        if "sliding_attention" not in types:
+        if kinds == {"full_attention"}:
             return None
-    if getattr(cfg, "model_type", "") == "qwen2" and not getattr(cfg, "use_sliding_window", False):
-        return None
+        if len(kinds) > 1 and window is not None:
+            raise ValueError(
+                f"unsupported `layer_types`={list(types)}: a mix of full and sliding-window "
+                "layers (Qwen2's `max_window_layers`); transflow applies one attention mask "
+                "to every layer. Use max_window_layers=0 (all sliding) or no sliding window."
+            )
     return None if window is None else int(window)
 
 
