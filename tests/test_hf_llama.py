@@ -195,21 +195,92 @@ def test_unsupported_llama_options_name_the_option(family, extra, option):
 
 
 @pytest.mark.parametrize("family", ["mistral", "qwen2"])
-def test_active_sliding_window_is_refused(family):
-    """A sliding window wider than the sequence has no effect (the model agrees with HF);
-    a sequence longer than the window raises, naming ``sliding_window``."""
-    extra = {"sliding_window": 5}
+def test_sliding_window_is_a_band_mask(family):
+    """A sliding window W used by every layer: key x̃ admissible for x iff x − x̃ < W
+    (HF: kv_idx > q_idx − W), with and without padding; equal to HF beyond the window."""
+    extra = {"sliding_window": 3}
     if family == "qwen2":
         extra |= {"use_sliding_window": True, "max_window_layers": 0}
     c = (family, 16, 2, 1, 24, extra)
-    hf = randomize_(FAMILIES[family][1](_config(c, layers=1, vocab=11)).double().eval(), 8)
+    hf = randomize_(FAMILIES[family][1](_config(c, layers=2, vocab=11)).double().eval(), 8)
     model = from_hf(hf)
-    ids = _ids(n=5, vocab=11)
+    assert model.sliding_window == 3
+    ids = _ids(n=8, vocab=11, batch=2)
+    keep = torch.ones(2, 8, dtype=torch.long)
+    keep[1, :2] = 0
     with torch.no_grad(), hf_float64_reference():
-        ref = to_np(hf(ids).last_hidden_state[0])
-    assert _err(model(jnp.asarray(to_np(ids[0]))), ref) <= 1e-10
-    with pytest.raises(ValueError, match="sliding_window"):
-        model(jnp.asarray(to_np(_ids(n=6, vocab=11)[0])))
+        ref = to_np(hf(ids, attention_mask=keep).last_hidden_state)
+        full = to_np(hf(ids).last_hidden_state[0])
+    ji = jnp.asarray(to_np(ids))
+    assert _err(model(ji[0]), full) <= 1e-10
+    out = jax.vmap(lambda i, p: model(i, key_padding_mask=p))(ji, jnp.asarray(to_np(keep) == 0))
+    kept = to_np(keep).astype(bool)
+    assert _err(np.asarray(out)[kept], ref[kept]) <= 1e-10
+
+
+def test_mixed_sliding_layers_are_refused():
+    cfg = Qwen2Config(
+        hidden_size=16,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        vocab_size=11,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=1,
+    )
+    with pytest.raises(ValueError, match="layer_types"):
+        from_hf(Qwen2Model(cfg).eval())
+
+
+# ----------------------------------------------------------------- padding masks
+@pytest.mark.parametrize("c", CONFIGS[1:], ids=IDS[1:])
+def test_llama_family_left_padding_float64(c):
+    """HF ``attention_mask`` (1 = keep) with left padding = ``key_padding_mask = mask == 0``
+    combined with the causal mask: kept tokens agree with HF, and with the unpadded
+    sequence run alone (rotary kernels depend on position differences only)."""
+    fam = c[0]
+    cls = FAMILIES[fam][2] or FAMILIES[fam][1]
+    hf = randomize_(cls(_config(c)).double().eval(), 9)
+    ids = _ids(n=9, batch=2, seed=10)
+    keep = torch.ones(2, 9, dtype=torch.long)
+    keep[1, :3] = 0
+    lm = FAMILIES[fam][2] is not None
+    with torch.no_grad(), hf_float64_reference():
+        o = hf(ids, attention_mask=keep)
+        alone = hf(ids[1:, 3:])
+    pick = (lambda o: o.logits) if lm else (lambda o: o.last_hidden_state)
+    ref, ref_alone = to_np(pick(o)), to_np(pick(alone)[0])
+    model = from_hf(hf)
+    fn = model.logits if lm else model
+    out = eqx.filter_jit(jax.vmap(lambda i, p: fn(i, key_padding_mask=p)))(
+        jnp.asarray(to_np(ids)), jnp.asarray(to_np(keep) == 0)
+    )
+    kept = to_np(keep).astype(bool)
+    assert _err(np.asarray(out)[kept], ref[kept]) <= 1e-10
+    assert _err(np.asarray(out)[1, 3:], ref_alone) <= 1e-12
+    assert bool(jnp.all(jnp.isfinite(out)))  # padded rows (no admissible key) are finite
+
+
+def test_llama_padding_mask_float32_and_exact_independence():
+    c = CONFIGS[0]
+    hf = randomize_(LlamaModel(_config(c)).float().eval(), 11)
+    ids = _ids(n=8, batch=2, seed=12)
+    keep = torch.ones(2, 8, dtype=torch.long)
+    keep[0, :2] = 0
+    with torch.no_grad():
+        ref = to_np(hf(ids, attention_mask=keep).last_hidden_state)
+    model = from_hf(hf)
+    pad = jnp.asarray(to_np(keep) == 0)
+    out = jax.vmap(lambda i, p: model(i, key_padding_mask=p))(jnp.asarray(to_np(ids)), pad)
+    kept = to_np(keep).astype(bool)
+    assert float(np.max(np.abs(np.asarray(out)[kept] - ref[kept])) / np.abs(ref).max()) <= 1e-5
+    # changing the padded tokens changes no kept row, exactly
+    ji = jnp.asarray(to_np(ids[0]))
+    a = model(ji, key_padding_mask=pad[0])
+    b = model(ji.at[:2].set(jnp.array([5, 7])), key_padding_mask=pad[0])
+    assert float(jnp.max(jnp.abs(a[2:] - b[2:]))) == 0.0
 
 
 # ----------------------------------------------------------------- operator properties

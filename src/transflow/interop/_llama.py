@@ -163,6 +163,7 @@ def llama_model(model, dtype, lm_head=None) -> RMSDecoder:
     """``LlamaModel``/``MistralModel``/``Qwen2Model`` (+ ``lm_head``) → :class:`RMSDecoder`."""
     cfg = model.config
     check_decoder_config(cfg)
+    window = sliding_window(cfg)
     decoder = llama_layers(list(model.layers)[: cfg.num_hidden_layers], dtype)
     unembedding = None
     if lm_head is not None:
@@ -174,7 +175,7 @@ def llama_model(model, dtype, lm_head=None) -> RMSDecoder:
         decoder,
         _rms(model.norm, dtype),
         unembedding,
-        sliding_window(cfg),
+        window,
     )
 
 
