@@ -255,7 +255,8 @@ def run(cfg, ctx) -> dict:
     todo = []
     for fam in families:
         for i, c in enumerate(configurations(fam, n, ctx.seed)):
-            for masked in (False, True) if (cfg.masks and fam in MASKABLE) else (False,):
+            masks = (False, True) if (cfg.masks and fam in MASKABLE) else (False,)
+            for masked in masks[-1:] if ctx.smoke else masks:  # smoke: the masked row
                 todo.append((fam, i, c, masked))
     rows = []
     threads = torch.get_num_threads()
