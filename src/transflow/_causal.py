@@ -54,8 +54,24 @@ class CausalScheme(AbstractScheme):
     def substep_names(self, controls) -> tuple[str, ...]:
         return self.inner.substep_names(controls)
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=True, return_substeps=False, **masks):
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=True,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
         # masks (key_padding_mask=, attention_mask=) are combined with the causal one
+        masks = {}
+        if key_padding_mask is not None:
+            masks["key_padding_mask"] = key_padding_mask
+        if attention_mask is not None:
+            masks["attention_mask"] = attention_mask
         return self.inner.step(
             u, controls, dt, grid=grid, causal=True, return_substeps=return_substeps, **masks
         )
