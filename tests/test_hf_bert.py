@@ -83,7 +83,8 @@ def _err(out, ref) -> float:
 
 
 @pytest.mark.parametrize(
-    ("d", "h", "act", "pooler"), [(32, 4, "gelu", True), (30, 3, "gelu_new", False)]
+    ("d", "h", "act", "pooler"),
+    [(32, 4, "gelu", True), pytest.param(30, 3, "gelu_new", False, marks=pytest.mark.slow)],
 )
 def test_bert_model_float64(d, h, act, pooler):
     """BertModel: f = LN(word + token type + position) → 2 post-LN Lie steps → pooler."""
@@ -156,7 +157,10 @@ def test_distilbert_model_float64():
     assert from_hf(hf.transformer.layer).num_layers == 2
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize(
+    "family",
+    ["bert", *(pytest.param(f, marks=pytest.mark.slow) for f in ("roberta", "distilbert"))],
+)
 def test_bert_family_float32_batched(family):
     if family == "distilbert":
         hf = DistilBertModel(_distil_config())
@@ -221,7 +225,9 @@ def _text_model(family, dtype, seed):
     return randomize_text_(hf.to(dtype).eval(), seed)
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize(
+    "family", ["bert", "roberta", pytest.param("distilbert", marks=pytest.mark.slow)]
+)
 def test_bert_family_with_padding_mask_float64(family):
     """HF ``attention_mask`` (1 = keep) = transflow ``key_padding_mask = (mask == 0)``:
     kept tokens agree with HF, and with the unpadded sequence run alone (ragged batch)."""

@@ -82,7 +82,11 @@ def _err(out, ref) -> float:
     return float(np.max(np.abs(np.asarray(out, np.float64) - ref)) / max(1.0, np.abs(ref).max()))
 
 
-@pytest.mark.parametrize("c", CONFIGS, ids=IDS)
+@pytest.mark.parametrize(
+    "c",
+    [CONFIGS[0], *(pytest.param(c, marks=pytest.mark.slow) for c in CONFIGS[1:3]), CONFIGS[3]],
+    ids=IDS,
+)
 def test_llama_family_model_float64(c):
     """{Llama,Mistral,Qwen2}Model: f = embed[ids] → 2 causal RMS pre-norm steps → RMSNorm."""
     hf = randomize_(FAMILIES[c[0]][1](_config(c)).double().eval(), 1)
@@ -98,7 +102,7 @@ def test_llama_family_model_float64(c):
     assert _err(out, ref) <= 1e-10
 
 
-@pytest.mark.parametrize("fam", ["llama", "qwen2"])
+@pytest.mark.parametrize("fam", ["llama", pytest.param("qwen2", marks=pytest.mark.slow)])
 def test_causal_lm_logits_float64(fam):
     c = next(c for c in CONFIGS if c[0] == fam)
     hf = randomize_(FAMILIES[fam][2](_config(c)).double().eval(), 2)
@@ -114,7 +118,9 @@ def test_causal_lm_logits_float64(fam):
         from_hf(hf.model).logits(ji)
 
 
-@pytest.mark.parametrize("c", CONFIGS[::3], ids=IDS[::3])
+@pytest.mark.parametrize(
+    "c", [CONFIGS[0], pytest.param(CONFIGS[3], marks=pytest.mark.slow)], ids=IDS[::3]
+)
 def test_llama_family_float32_batched(c):
     hf = randomize_(FAMILIES[c[0]][1](_config(c)).float().eval(), 4)
     ids = _ids(batch=3, seed=5)
@@ -194,7 +200,7 @@ def test_unsupported_llama_options_name_the_option(family, extra, option):
         from_hf(hf)
 
 
-@pytest.mark.parametrize("family", ["mistral", "qwen2"])
+@pytest.mark.parametrize("family", ["mistral", pytest.param("qwen2", marks=pytest.mark.slow)])
 def test_sliding_window_is_a_band_mask(family):
     """A sliding window W used by every layer: key x̃ admissible for x iff x − x̃ < W
     (HF: kv_idx > q_idx − W), with and without padding; equal to HF beyond the window."""
@@ -235,7 +241,11 @@ def test_mixed_sliding_layers_are_refused():
 
 
 # ----------------------------------------------------------------- padding masks
-@pytest.mark.parametrize("c", CONFIGS[1:], ids=IDS[1:])
+@pytest.mark.parametrize(
+    "c",
+    [CONFIGS[1], *(pytest.param(c, marks=pytest.mark.slow) for c in CONFIGS[2:])],
+    ids=IDS[1:],
+)
 def test_llama_family_left_padding_float64(c):
     """HF ``attention_mask`` (1 = keep) with left padding = ``key_padding_mask = mask == 0``
     combined with the causal mask: kept tokens agree with HF, and with the unpadded
