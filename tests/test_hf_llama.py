@@ -364,3 +364,11 @@ def test_grouped_query_attention_is_multihead_with_shared_kv():
     # the chunked (memory-linear) evaluation is the same operator
     c = rotary_attention(u, p, causal=True, implementation="chunked")
     assert float(jnp.max(jnp.abs(c - rotary_attention(u, p, causal=True)))) <= 1e-13
+    # ... also with masks: padded keys get zero weight in both evaluations
+    pad = jnp.array([True, False, False, False, True, False])
+    kw = dict(causal=True, key_padding_mask=pad)
+    dense = rotary_attention(u, p, **kw)
+    chunked = rotary_attention(u, p, implementation="chunked", **kw)
+    assert float(jnp.max(jnp.abs(dense - chunked))) <= 1e-13
+    ref = transflow.attention(u, full, **kw)
+    assert float(jnp.max(jnp.abs(dense - ref))) <= 1e-13
