@@ -283,3 +283,24 @@ def test_hf_style_attention_mask_is_refused_with_the_fix():
         model(ids, attention_mask=jnp.ones(9, jnp.int32))
     with pytest.raises(ValueError, match="key_padding_mask"):
         model(ids, key_padding_mask=jnp.zeros(8, bool))
+
+
+def test_bert_layer_with_hf_extended_4d_mask():
+    """HF's extended additive mask (batch, 1, n, n) with the dtype's minimum, passed per
+    sequence as a float ``attention_mask`` (``mask_from_hf``): every row agrees with the
+    HF layer, padded rows included (same finite-minimum kernel)."""
+    hf = randomize_text_(BertModel(_bert_config(layers=1)).double().eval(), 18)
+    layer = hf.encoder.layer[0]
+    n = 7
+    x = torch.randn(2, n, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(19))
+    keep = torch.ones(2, n, dtype=torch.bool)
+    keep[1, 4:] = False
+    zero = torch.zeros((), dtype=torch.float64)
+    low = torch.tensor(torch.finfo(torch.float64).min, dtype=torch.float64)
+    ext = torch.where(keep[:, None, None, :], zero, low).expand(2, 1, n, n)
+    with torch.no_grad():
+        ref = to_np(layer(x, attention_mask=ext))
+    model = from_hf(layer)
+    am = transflow.mask_from_hf(to_np(ext))
+    out = jax.vmap(lambda u, m: model(u, attention_mask=m))(jnp.asarray(to_np(x)), am)
+    assert _err(out, ref) <= 1e-10
