@@ -92,3 +92,9 @@ def test_gpt2_padding_mask_float32():
     )
     kept = to_np(keep).astype(bool)
     assert float(np.max(np.abs(np.asarray(out)[kept] - ref[kept])) / np.abs(ref).max()) <= 1e-5
+
+
+def test_gpt2_cross_attention_config_is_refused():
+    cfg = GPT2Config(n_embd=8, n_head=2, n_layer=1, vocab_size=VOCAB, add_cross_attention=True)
+    with pytest.raises(ValueError, match="add_cross_attention"):
+        from_hf(GPT2LMHeadModel(cfg).eval())

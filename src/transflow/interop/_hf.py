@@ -156,6 +156,13 @@ def _pooler_act(name) -> str:
 # ----------------------------------------------------------------------------- GPT-2
 def _gpt2_block(block, dtype) -> LayerControls:
     cfg = block.attn.config
+    if getattr(block, "crossattention", None) is not None or getattr(
+        cfg, "add_cross_attention", False
+    ):
+        raise ValueError(
+            "unsupported `add_cross_attention`=True in a GPT-2 (decoder-only) config: "
+            "transflow's GPT-2 blocks have no cross-attention."
+        )
     act = hf_activation(cfg.activation_function, "activation_function")
     at = block.attn
     E, H, dk = at.embed_dim, at.num_heads, at.head_dim
