@@ -54,9 +54,26 @@ class CausalScheme(AbstractScheme):
     def substep_names(self, controls) -> tuple[str, ...]:
         return self.inner.substep_names(controls)
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=True, return_substeps=False):
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=True,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
+        # masks (key_padding_mask=, attention_mask=) are combined with the causal one
+        masks = {}
+        if key_padding_mask is not None:
+            masks["key_padding_mask"] = key_padding_mask
+        if attention_mask is not None:
+            masks["attention_mask"] = attention_mask
         return self.inner.step(
-            u, controls, dt, grid=grid, causal=True, return_substeps=return_substeps
+            u, controls, dt, grid=grid, causal=True, return_substeps=return_substeps, **masks
         )
 
 
@@ -113,10 +130,20 @@ class CausalDecoder(eqx.Module):
     def initial_condition(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
         return self.embedding(ids)
 
-    def __call__(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
-        return self.decoder(self.embedding(ids))
+    def __call__(
+        self, ids: Int[Array, " n"], *, key_padding_mask=None, attention_mask=None
+    ) -> Float[Array, "n d"]:
+        """The final state; ``key_padding_mask`` ``(n,)`` bool (True = padded; HF's
+        ``attention_mask`` 1 = keep is ``mask == 0``) and ``attention_mask`` ``(n, n)``
+        (True = may attend, or additive float) combine with the causal mask."""
+        return self.decoder(
+            self.embedding(ids), key_padding_mask=key_padding_mask, attention_mask=attention_mask
+        )
 
-    def logits(self, ids: Int[Array, " n"]) -> Float[Array, "n vocab"]:
+    def logits(
+        self, ids: Int[Array, " n"], *, key_padding_mask=None, attention_mask=None
+    ) -> Float[Array, "n vocab"]:
         if self.unembedding is None:
             raise ValueError("this CausalDecoder has no `unembedding`.")
-        return self(ids) @ self.unembedding
+        u = self(ids, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
+        return u @ self.unembedding

@@ -25,7 +25,7 @@ from typing import Literal
 
 import equinox as eqx
 import jax
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ._controls import FFNParams, LayerControls, NormParams, num_steps
 from ._errors import check_array, check_choice, check_finite
@@ -45,6 +45,39 @@ def _project(v, norm: NormParams, grid: Grid | None, eps_scale: float = 1.0):
         eps=norm.eps * eps_scale,
         y_weights=None if grid is None else grid.y_weights,
     )
+
+
+def _masks(key_padding_mask, attention_mask) -> dict:
+    """The mask keywords that are set (none: the unmasked call, unchanged)."""
+    out = {}
+    if key_padding_mask is not None:
+        out["key_padding_mask"] = key_padding_mask
+    if attention_mask is not None:
+        out["attention_mask"] = attention_mask
+    return out
+
+
+def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
+    """Validate per-sequence masks for ``u`` before any compilation; the set keywords."""
+    masks = _masks(key_padding_mask, attention_mask)
+    if not masks:
+        return masks
+    import inspect
+
+    from ._masks import check_attention_mask, check_key_padding_mask
+
+    n = u.shape[0]
+    check_key_padding_mask(key_padding_mask, n)
+    check_attention_mask(attention_mask, n, n, n_heads)
+    params = inspect.signature(scheme.step).parameters
+    missing = [k for k in masks if k not in params]
+    if missing:
+        raise TypeError(
+            f"{type(scheme).__name__}.step does not take {missing[0]}=; masks are supported "
+            "by LieScheme, PreNormScheme and CausalScheme (and schemes whose step accepts "
+            "key_padding_mask/attention_mask)."
+        )
+    return masks
 
 
 def ffn_branch(
@@ -81,7 +114,13 @@ class AbstractScheme(eqx.Module):
         grid: Grid | None = None,
         causal: bool = False,
         return_substeps: bool = False,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ):
+        """One step. Schemes that take masks accept ``key_padding_mask`` (True = padded)
+        and ``attention_mask`` (True = may attend, or additive float) and pass them to
+        every attention sub-step (see :func:`transflow.attention`); a scheme without
+        these keywords is refused by :func:`evolve` when masks are given."""
         raise NotImplementedError
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
@@ -122,7 +161,18 @@ class LieScheme(AbstractScheme):
         J = controls.ffn.num_substeps
         return ("attention", "ln1", *(f"ffn{j + 1}" for j in range(J)), "relax", "ln2")
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
         c = controls
         u1 = u + dt * attention(
             u,
@@ -132,6 +182,7 @@ class LieScheme(AbstractScheme):
             hardmax=self.hardmax,
             temperature=self.temperature,
             implementation=self.implementation,
+            **_masks(key_padding_mask, attention_mask),
         )
         u2 = _project(u1, c.norm1, grid)
         ffn_dt = dt if self.ffn_branch_dt == "dt" else 2 * dt
@@ -169,7 +220,18 @@ class PreNormScheme(AbstractScheme):
         J = controls.ffn.num_substeps
         return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
         c = controls
         p1 = _project(u, c.norm1, grid)
         u1 = u + dt * attention(
@@ -180,6 +242,7 @@ class PreNormScheme(AbstractScheme):
             hardmax=self.hardmax,
             temperature=self.temperature,
             implementation=self.implementation,
+            **_masks(key_padding_mask, attention_mask),
         )
         p2 = _project(u1, c.norm2, grid)
         z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
@@ -202,6 +265,8 @@ def evolve(
     save_trajectory: bool = False,
     remat: bool = False,
     attention_implementation: Implementation | None = None,
+    key_padding_mask: Bool[Array, " n"] | None = None,
+    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
 ):
     """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``).
 
@@ -220,6 +285,12 @@ def evolve(
         attention_implementation: overrides the scheme's ``implementation`` field
             (``"auto"``, ``"dense"`` or ``"chunked"``, see :func:`transflow.attention`);
             ``None`` keeps the scheme's choice.
+        key_padding_mask: ``(n,)`` bool, **True = padded** (torch's polarity): the padded
+            tokens get zero weight in every step's attention integral; padded rows evolve
+            but never influence kept rows (docs/masks.md).
+        attention_mask: ``(n, n)`` or ``(1|H, n, n)``: bool **True = may attend**, or an
+            additive float; the same mask in every step. ``None`` (default) for both
+            masks is the unmasked computation, unchanged.
 
     Returns:
         u at T = N_t Δt, or ``(u_T, trajectory)`` with ``save_trajectory=True``.
@@ -249,10 +320,12 @@ def evolve(
                 f"(LieScheme, PreNormScheme); got {type(scheme).__name__}."
             )
         scheme = dataclasses.replace(scheme, implementation=attention_implementation)
+    heads = getattr(controls.attn, "n_heads", None)  # CvT: ConvAttentionParams (no masks)
+    masks = check_masks(scheme, u0, heads, key_padding_mask, attention_mask)
     u0 = check_finite("u0", u0)
 
     def body(u, theta):
-        u_next = scheme.step(u, theta, dt, grid=grid, causal=causal)
+        u_next = scheme.step(u, theta, dt, grid=grid, causal=causal, **masks)
         return u_next, (u_next if save_trajectory else None)
 
     if remat:
