@@ -79,6 +79,35 @@ def _gpt2_module(seed=0):
     return transformers.GPT2Model(cfg).eval()
 
 
+def _bert_module(seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        vocab_size=50,
+        attn_implementation="eager",
+    )
+    return transformers.BertModel(cfg).eval()
+
+
+def _llama_module(seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=24,
+        vocab_size=50,
+        rms_norm_eps=1e-6,
+        attn_implementation="eager",
+    )
+    return transformers.LlamaModel(cfg).eval()
+
+
 def _cvt_stage():
     from transformers import CvtConfig
     from transformers.models.cvt.modeling_cvt import CvtStage
@@ -125,6 +154,10 @@ def _model(kind):
         return from_hf(_vit_module(), dtype=jnp.float64), jnp.asarray(rng.normal(size=(3, 16, 16)))
     if kind == "hf_gpt2":
         return from_hf(_gpt2_module(), dtype=jnp.float64), jnp.asarray(rng.integers(0, 50, 7))
+    if kind == "hf_bert":
+        return from_hf(_bert_module(), dtype=jnp.float64), jnp.asarray(rng.integers(0, 50, 7))
+    if kind == "hf_llama":
+        return from_hf(_llama_module(), dtype=jnp.float64), jnp.asarray(rng.integers(0, 50, 7))
     if kind == "hf_cvt":
         return from_hf(_cvt_stage()), jnp.asarray(rng.normal(size=(8, 9, 11)))
     if kind == "digits":
@@ -142,6 +175,8 @@ KINDS = [
     "torch_preln",
     "hf_vit",
     "hf_gpt2",
+    "hf_bert",
+    "hf_llama",
     "hf_cvt",
     "digits",
 ]
@@ -163,7 +198,7 @@ def test_trajectory_ends_at_the_model_output(kind):
     assert _max_abs(traj[0], flow.u0) == 0.0
     assert _max_abs(traj[-1], out) <= 1e-12
     # the output also matches the model's own call where that returns the state
-    if kind.startswith(("split", "torch", "hf_vit", "hf_gpt2")):
+    if kind.startswith(("split", "torch", "hf_vit", "hf_gpt2", "hf_bert", "hf_llama")):
         assert _max_abs(traj[-1], model(x)) <= 1e-12
     if kind == "digits":
         assert _max_abs(traj[-1], model.features(x)) <= 1e-12
@@ -171,7 +206,9 @@ def test_trajectory_ends_at_the_model_output(kind):
     assert all(_max_abs(traj[k], traj[k + 1]) > 1e-6 for k in range(flow.num_steps))
 
 
-@pytest.mark.parametrize("kind", ["split_lie", "torch_postln", "torch_preln", "hf_vit", "hf_gpt2"])
+@pytest.mark.parametrize(
+    "kind", ["split_lie", "torch_postln", "torch_preln", "hf_vit", "hf_gpt2", "hf_llama"]
+)
 def test_substep_trajectory(kind):
     model, x = _model(kind)
     subs = trajectory(model, x, substeps=True)
@@ -208,7 +245,9 @@ def test_iter_steps_streams_one_step_at_a_time():
 
 
 # ----------------------------------------------------------------------------- refine
-@pytest.mark.parametrize("kind", ["split_lie", "torch_preln", "hf_vit", "hf_gpt2", "digits"])
+@pytest.mark.parametrize(
+    "kind", ["split_lie", "torch_preln", "hf_vit", "hf_gpt2", "hf_bert", "hf_llama", "digits"]
+)
 def test_refine_one_is_the_identity(kind):
     model, x = _model(kind)
     for interp in ("constant", "linear"):
@@ -219,7 +258,9 @@ def test_refine_one_is_the_identity(kind):
         assert _max_abs(a, b) == 0.0
 
 
-@pytest.mark.parametrize("kind", ["split_lie", "hf_vit", "hf_gpt2", "digits"])
+@pytest.mark.parametrize(
+    "kind", ["split_lie", "hf_vit", "hf_gpt2", "hf_bert", "hf_llama", "digits"]
+)
 def test_refine_has_finer_steps_and_same_type(kind):
     model, x = _model(kind)
     flow = as_flow(model, x)
@@ -426,9 +467,13 @@ def _check_run(run_dir, summary):
     return rows
 
 
-@pytest.mark.parametrize("arch", ["vit", pytest.param("gpt2", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "arch",
+    ["vit", *(pytest.param(a, marks=pytest.mark.slow) for a in ("gpt2", "bert", "llama"))],
+)
 def test_analyze_a_save_pretrained_directory(arch, tmp_path):
-    module = _vit_module() if arch == "vit" else _gpt2_module()
+    build = {"vit": _vit_module, "gpt2": _gpt2_module, "bert": _bert_module}
+    module = build.get(arch, _llama_module)()
     module.save_pretrained(tmp_path / "model")
     summary = _run([f"task.model_path={tmp_path / 'model'}"], tmp_path / "run")
     assert summary["source"] == "hf" and summary["model"] == arch

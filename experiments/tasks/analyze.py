@@ -4,7 +4,7 @@
 The model comes from one of
 
 - ``task.model_path=<path>``: a HuggingFace ``save_pretrained`` directory (``config.json``;
-  ViT, GPT-2 and whatever else :func:`transflow.interop.from_hf` loads), a torch
+  ViT, GPT-2, BERT, Llama and whatever else :func:`transflow.interop.load_hf` loads), a torch
   checkpoint (a ``.pt``/``.pth`` file of a whole ``torch.nn.TransformerEncoder(Layer)``,
   or a directory holding exactly one; loaded with ``weights_only=False``: only for files
   you trust), or a directory of transflow training checkpoints (``ckpt-*.eqx``, written by
@@ -14,8 +14,8 @@ The model comes from one of
   (``outputs/checkpoints/train_digits-<hash>``; trained there first if it is missing or
   unfinished, exactly as ``transflow-run experiment=train_digits`` would);
 - ``task.source=random``: a seeded random configuration, ``task.arch`` = ``vit``
-  (HF ``ViTModel``), ``gpt2`` (HF ``GPT2Model``) or ``torch_encoder``
-  (``torch.nn.TransformerEncoder``, post-LN).
+  (HF ``ViTModel``), ``gpt2`` (HF ``GPT2Model``), ``bert`` (HF ``BertModel``), ``llama``
+  (HF ``LlamaModel``) or ``torch_encoder`` (``torch.nn.TransformerEncoder``, post-LN).
 
 Inputs are real where the model has a data domain: the digits test images for the digits
 model (resized and repeated over channels for a ViT), token ids drawn from the vocabulary
@@ -38,7 +38,7 @@ from transflow.control._tasks import DigitsConfig
 
 __all__ = ["Config", "run", "resolve_model_path", "load_digits_checkpoint"]
 
-_ARCHS = ("vit", "gpt2", "torch_encoder")
+_ARCHS = ("vit", "gpt2", "bert", "llama", "torch_encoder")
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Config:
 
     source: str = "digits"  # "digits" | "random" (ignored when model_path is set)
     model_path: str = ""  # HF save_pretrained dir, torch .pt/.pth, or a ckpt-*.eqx dir
-    arch: str = "vit"  # source=random: "vit" | "gpt2" | "torch_encoder"
+    arch: str = "vit"  # source=random: "vit" | "gpt2" | "bert" | "llama" | "torch_encoder"
     n_layers: int = 6  # source=random
     d_model: int = 64
     n_heads: int = 4
@@ -196,18 +196,12 @@ def _from_module(module, dtype):
 
 
 def _load_hf(path: pathlib.Path, dtype):
-    import transformers
+    import json
 
-    hf_cfg = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
-    archs = list(getattr(hf_cfg, "architectures", None) or [])
-    if hf_cfg.model_type == "gpt2" and "GPT2LMHeadModel" in archs:
-        cls = transformers.GPT2LMHeadModel
-    elif hf_cfg.model_type == "vit":
-        cls = transformers.ViTModel
-    else:
-        cls = transformers.AutoModel
-    module = cls.from_pretrained(str(path), local_files_only=True)
-    return _from_module(module, dtype), hf_cfg.model_type
+    from transflow.interop import load_hf
+
+    model_type = json.loads((path / "config.json").read_text()).get("model_type", "?")
+    return load_hf(path, dtype=dtype), model_type
 
 
 def _random_module(cfg, seed: int):
@@ -238,6 +232,33 @@ def _random_module(cfg, seed: int):
             vocab_size=1024,
         )
         return GPT2Model(hf)
+    if cfg.arch == "bert":
+        from transformers import BertConfig, BertModel
+
+        hf = BertConfig(
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.n_layers,
+            num_attention_heads=cfg.n_heads,
+            intermediate_size=cfg.d_ff,
+            max_position_embeddings=max(cfg.seq_len, 64),
+            vocab_size=1024,
+            attn_implementation="eager",
+        )
+        return BertModel(hf)
+    if cfg.arch == "llama":
+        from transformers import LlamaConfig, LlamaModel
+
+        hf = LlamaConfig(
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.n_layers,
+            num_attention_heads=cfg.n_heads,
+            num_key_value_heads=cfg.n_heads,
+            intermediate_size=cfg.d_ff,
+            vocab_size=1024,
+            rms_norm_eps=1e-6,
+            attn_implementation="eager",
+        )
+        return LlamaModel(hf)
     layer = torch.nn.TransformerEncoderLayer(
         cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=0.0, batch_first=True
     )
@@ -267,9 +288,18 @@ def _inputs(model, cfg, seed: int, n: int, dtype):
         imgs = jax.image.resize(jnp.asarray(xte[:n], dtype), (min(n, len(xte)), h, w), "linear")
         imgs = jnp.repeat(((imgs - 0.5) / 0.5)[:, None], c, axis=1)
         return imgs, None, f"digits test images resized to {h}x{w}, {c} channels"
+    from transflow.interop import RMSDecoder, TextEncoder
+
+    vocab = None
     if isinstance(model, CausalDecoder):
         vocab = model.embedding.table.shape[0]
-        return jnp.asarray(rng.integers(0, vocab, (n, cfg.seq_len))), None, "token ids"
+    elif isinstance(model, TextEncoder):
+        vocab = model.embedding.word.shape[0]
+    elif isinstance(model, RMSDecoder):
+        vocab = model.table.shape[0]
+    if vocab is not None:
+        ids = rng.integers(0, vocab, (n, cfg.seq_len))
+        return jnp.asarray(ids), None, f"token ids drawn uniformly from the vocabulary ({vocab})"
     d = model.d_model if _input_rank(model) == 2 else None
     u = rng.standard_normal((n, cfg.seq_len, d))
     return jnp.asarray(u, dtype), None, "Gaussian tokens N(0, 1) (the encoder has no embedding)"

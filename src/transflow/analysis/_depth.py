@@ -35,7 +35,7 @@ import numpy as np
 
 from .._controls import num_steps
 from .._model import SplitTransformer
-from ._flow import _kinds, _unsupported, model_output
+from ._flow import _kinds, _text_kinds, _unsupported, model_output
 
 __all__ = [
     "control_blocks",
@@ -58,6 +58,11 @@ def _controls_of(model):
     if isinstance(model, VisionTransformer):
         return model.encoder.controls
     if isinstance(model, CausalDecoder):
+        return model.decoder.controls
+    TextEncoder, RMSDecoder = _text_kinds()
+    if isinstance(model, TextEncoder):
+        return model.encoder.controls
+    if isinstance(model, RMSDecoder):
         return model.decoder.controls
     raise _unsupported(model)
 
@@ -85,22 +90,30 @@ def control_blocks(model) -> dict[str, np.ndarray]:
     return out
 
 
-def _rel_increments(block: np.ndarray, stride: int = 1) -> np.ndarray:
-    a = block.reshape(block.shape[0], -1).astype(np.float64)
-    diff = np.linalg.norm(a[stride:] - a[:-stride], axis=1)
-    base = np.linalg.norm(a[:-stride], axis=1)
+def _squares(block: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """(‖θ^{n+s} − θⁿ‖², ‖θⁿ‖²) of one block, summed in float64 without a float64 copy."""
+    a = block.reshape(block.shape[0], -1)
+    d = a[stride:] - a[:-stride]
+    return np.sum(d * d, axis=1, dtype=np.float64), np.sum(a * a, axis=1, dtype=np.float64)
+
+
+def _ratio(num_sq: np.ndarray, den_sq) -> np.ndarray:
+    num, den = np.sqrt(num_sq), np.sqrt(np.asarray(den_sq, np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(
-            base > 0, diff / np.where(base > 0, base, 1.0), np.where(diff > 0, np.inf, 0)
-        )
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, np.inf, 0.0))
 
 
-def _scaled_increments(block: np.ndarray, stride: int = 1) -> np.ndarray:
-    """‖θ^{n+s} − θⁿ‖ / rms_n ‖θⁿ‖: one scale for every n, so the scaling in s is exact."""
-    a = block.reshape(block.shape[0], -1).astype(np.float64)
-    diff = np.linalg.norm(a[stride:] - a[:-stride], axis=1)
-    scale = float(np.sqrt(np.mean(np.sum(a * a, axis=1))))
-    return diff / scale if scale > 0 else np.where(diff > 0, np.inf, 0.0)
+def _increments(blocks: dict[str, np.ndarray], stride: int, *, scaled: bool):
+    """Per block and for the whole θ (``"all"``, the Euclidean norm over every block):
+    ‖θ^{n+s} − θⁿ‖ / ‖θⁿ‖ (``scaled=False``) or / rms_n ‖θⁿ‖ (``scaled=True``: one scale
+    for every n, so the scaling in s is exact)."""
+    out, tot_d, tot_n = {}, 0.0, 0.0
+    for k, v in blocks.items():
+        dsq, nsq = _squares(v, stride)
+        out[k] = _ratio(dsq, np.mean(nsq) if scaled else nsq[:-stride])
+        tot_d, tot_n = tot_d + dsq, tot_n + nsq
+    out["all"] = _ratio(tot_d, np.mean(tot_n) if scaled else tot_n[:-stride])
+    return out
 
 
 def control_increments(model) -> dict[str, np.ndarray]:
@@ -118,15 +131,7 @@ def control_increments(model) -> dict[str, np.ndarray]:
         >>> inc["all"].tolist()  # constant controls: no increments
         [0.0, 0.0]
     """
-    blocks = control_blocks(model)
-    out = {k: _rel_increments(v) for k, v in blocks.items()}
-    out["all"] = _rel_increments(_concat(blocks))
-    return out
-
-
-def _concat(blocks: dict[str, np.ndarray]) -> np.ndarray:
-    n = next(iter(blocks.values())).shape[0]
-    return np.concatenate([v.reshape(n, -1).astype(np.float64) for v in blocks.values()], axis=1)
+    return _increments(control_blocks(model), 1, scaled=False)
 
 
 def _fit_exponent(xs, ys) -> float:
@@ -170,12 +175,10 @@ def increment_scaling(model, strides: Sequence[int] | None = None) -> dict[str, 
             f"`strides` must be integers in [1, N_t - 1] = [1, {n - 1}], got {strides}; the "
             "model needs at least 2 layers."
         )
-    whole = _concat(blocks)
-    mx = [float(np.max(_scaled_increments(whole, s))) for s in strides]
-    mean = [float(np.mean(_scaled_increments(whole, s))) for s in strides]
-    per_block = {
-        k: [float(np.max(_scaled_increments(v, s))) for s in strides] for k, v in blocks.items()
-    }
+    incs = [_increments(blocks, s, scaled=True) for s in strides]
+    mx = [float(np.max(i["all"])) for i in incs]
+    mean = [float(np.mean(i["all"])) for i in incs]
+    per_block = {k: [float(np.max(i[k])) for i in incs] for k in blocks}
     return {
         "strides": strides,
         "max_increment": mx,
@@ -210,7 +213,7 @@ def depth_scaling(models: Sequence[Any]) -> dict[str, Any]:
         if n < 2:
             raise ValueError(f"every model needs >= 2 layers for an increment, got N_t = {n}.")
         depths.append(n)
-        mx.append(float(np.max(_scaled_increments(_concat(blocks)))))
+        mx.append(float(np.max(_increments(blocks, 1, scaled=True)["all"])))
     return {"depths": depths, "max_increment": mx, "beta": -_fit_exponent(depths, mx)}
 
 
@@ -309,8 +312,10 @@ def refine(model, factor: int, *, interpolation: Interpolation = "constant"):
     if interpolation not in ("constant", "linear"):
         raise ValueError(f"`interpolation` must be 'constant' or 'linear', got {interpolation!r}.")
     FlowModel, VisionTransformer, CausalDecoder, CvtStageModel = _kinds()
+    TextEncoder, RMSDecoder = _text_kinds()
     if factor == 1 and isinstance(
-        model, SplitTransformer | FlowModel | VisionTransformer | CausalDecoder
+        model,
+        SplitTransformer | FlowModel | VisionTransformer | CausalDecoder | TextEncoder | RMSDecoder,
     ):
         return model
 
@@ -325,13 +330,15 @@ def refine(model, factor: int, *, interpolation: Interpolation = "constant"):
         return fine(model)
     if isinstance(model, VisionTransformer):
         return dataclasses.replace(model, encoder=fine(model.encoder))
-    if isinstance(model, CausalDecoder):
+    if isinstance(model, CausalDecoder | RMSDecoder):
         return dataclasses.replace(model, decoder=fine(model.decoder))
+    if isinstance(model, TextEncoder):
+        return dataclasses.replace(model, encoder=fine(model.encoder))
     if isinstance(model, CvtStageModel):
         raise TypeError(
             "refine: a CvtStageModel runs its steps at Δt = 1 (no `dt` field), so it cannot "
-            "be refined; refine the other supported models: "
-            "SplitTransformer, VisionTransformer, CausalDecoder, FlowModel."
+            "be refined; refine the other supported models: SplitTransformer, "
+            "VisionTransformer, CausalDecoder, FlowModel, TextEncoder, RMSDecoder."
         )
     raise _unsupported(model)
 
@@ -404,7 +411,7 @@ def refinement_study(
 
 def _input_rank(model) -> int:
     FlowModel, VisionTransformer, CausalDecoder, CvtStageModel = _kinds()
-    if isinstance(model, CausalDecoder):
+    if isinstance(model, (CausalDecoder, *_text_kinds())):
         return 1
     if isinstance(model, VisionTransformer | CvtStageModel):
         return 3

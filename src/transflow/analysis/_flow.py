@@ -40,6 +40,8 @@ SUPPORTED_MODELS = (
     "transflow.vision.VisionTransformer (from_hf(ViTModel))",
     "transflow.vision.CvtStageModel (from_hf(CvtStage); no refine)",
     "transflow.interop.CausalDecoder (from_hf(GPT2Model / GPT2LMHeadModel))",
+    "transflow.interop.TextEncoder (from_hf(BertModel / RobertaModel / DistilBertModel))",
+    "transflow.interop.RMSDecoder (from_hf(LlamaModel / MistralModel / Qwen2Model))",
     "transflow.control.FlowModel (make_vit / make_seq, trained by experiment=train_digits)",
 )
 
@@ -55,7 +57,8 @@ class Flow:
         dt: the time step Δt.
         grid: the token/feature grid (``None``: the index grid).
         causal: causal attention.
-        final_norm: the closing projection after the last step, or ``None``.
+        final_norm: the closing projection after the last step (``NormParams``: onto S1;
+            ``RMSNormParams``: the RMSNorm of a Llama-family decoder), or ``None``.
     """
 
     u0: Float[Array, "n d"]
@@ -90,6 +93,27 @@ def _kinds():
     return FlowModel, VisionTransformer, CausalDecoder, CvtStageModel
 
 
+def _text_kinds():
+    """The encoder–decoder zoo's models: (TextEncoder, RMSDecoder)."""
+    from .._llama_ops import RMSDecoder
+    from ..interop._bert import TextEncoder
+
+    return TextEncoder, RMSDecoder
+
+
+def _all_kinds() -> tuple[type, ...]:
+    return (SplitTransformer, *_kinds(), *_text_kinds())
+
+
+def _check_window(model, n: int) -> None:
+    w = model.sliding_window
+    if w is not None and n > w:
+        raise ValueError(
+            f"transflow.analysis: this RMSDecoder has a sliding window of {w} tokens and the "
+            f"input has {n}: the band mask is not streamed; use at most {w} tokens."
+        )
+
+
 def as_flow(model, x, *, grid: Grid | None = None, causal: bool = False) -> Flow:
     """Read ``model`` applied to one input ``x`` as a :class:`Flow`.
 
@@ -120,6 +144,18 @@ def as_flow(model, x, *, grid: Grid | None = None, causal: bool = False) -> Flow
     if isinstance(model, CvtStageModel):
         u0, hw = model.initial_condition(jnp.asarray(x))
         return Flow(u0, model.controls, model.scheme(hw), 1.0, None, False, None)
+    TextEncoder, RMSDecoder = _text_kinds()
+    if isinstance(model, TextEncoder):
+        enc = model.encoder
+        u0 = model.initial_condition(jnp.asarray(x))
+        return Flow(u0, enc.controls, enc.scheme, enc.dt, None, False, enc.final_norm)
+    if isinstance(model, RMSDecoder):
+        dec = model.decoder
+        _check_window(model, jnp.shape(x)[0])
+        if dec.final_norm is not None:
+            raise ValueError("an RMSDecoder whose decoder has its own final_norm is not supported.")
+        u0 = model.initial_condition(jnp.asarray(x))
+        return Flow(u0, dec.controls, dec.scheme, dec.dt, None, True, model.final_norm)
     raise _unsupported(model)
 
 
@@ -130,7 +166,7 @@ def model_output(model, x, *, grid: Grid | None = None, causal: bool = False):
     read-out), for a CvT stage the token state before it is reshaped into a feature map;
     otherwise ``model(x)``. Compiled with ``equinox.filter_jit``.
     """
-    if not isinstance(model, (SplitTransformer, *_kinds())):
+    if not isinstance(model, _all_kinds()):
         raise _unsupported(model)
     return _output(model, jnp.asarray(x), grid, causal)
 
@@ -151,6 +187,11 @@ def _output(model, x, grid, causal):
 
         u0, hw = model.initial_condition(jnp.asarray(x))
         return evolve(u0, model.controls, model.scheme(hw))
+    TextEncoder, RMSDecoder = _text_kinds()
+    if isinstance(model, RMSDecoder):
+        _check_window(model, x.shape[0])
+    if isinstance(model, TextEncoder | RMSDecoder):
+        return model(jnp.asarray(x))
     raise _unsupported(model)
 
 
@@ -166,7 +207,11 @@ def _plain_step(scheme, u, theta, dt, grid, causal):
 
 @eqx.filter_jit
 def _close(u, norm, grid):
-    return _project(u, norm, grid)
+    if isinstance(norm, NormParams):
+        return _project(u, norm, grid)
+    from .._llama_ops import project_sphere  # RMSNormParams: the closing RMSNorm
+
+    return project_sphere(u, norm.gain, eps=norm.eps)
 
 
 @dataclasses.dataclass(frozen=True)

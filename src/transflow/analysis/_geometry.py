@@ -118,8 +118,9 @@ def substep_parents(names: tuple[str, ...]) -> dict[str, str]:
     """The state each sub-step acts on (its increment is ``state − parent``).
 
     ``"input"`` is the state at the start of the step. Lie scheme (``attention, ln1,
-    ffn1 … ffnJ, relax, ln2``): the previous sub-step. Pre-LN schemes (``ln1, attention,
-    ln2, ffn1 … ffnJ, residual``): the projections and the attention update act on the
+    ffn1 … ffnJ, relax, ln2``): the previous sub-step. Pre-norm schemes (``ln1, attention,
+    ln2, ffn1 … ffnJ, residual``; Llama's ``rms1, attention, rms2, gate, ffn, residual``):
+    the projections and the attention update act on the
     residual stream (``ln1``, ``attention`` ← input; ``ln2``, ``residual`` ← attention), the
     first FFN sub-step on ``ln2``. Other schemes: the previous sub-step.
 
@@ -129,10 +130,11 @@ def substep_parents(names: tuple[str, ...]) -> dict[str, str]:
         'attention'
     """
     names = tuple(names)
-    prenorm = len(names) >= 4 and names[:3] == ("ln1", "attention", "ln2")
-    if prenorm and names[-1] == "residual":
-        out = {"ln1": "input", "attention": "input", "ln2": "attention", "residual": "attention"}
-        prev = "ln2"
+    prenorm = len(names) >= 4 and names[1] == "attention" and names[-1] == "residual"
+    if prenorm:  # ln1/rms1, attention, ln2/rms2, FFN sub-steps, residual
+        n1, n2 = names[0], names[2]
+        out = {n1: "input", "attention": "input", n2: "attention", "residual": "attention"}
+        prev = n2
         for name in names[3:-1]:
             out[name] = prev
             prev = name
