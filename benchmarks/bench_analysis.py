@@ -90,7 +90,7 @@ def main(argv=None) -> dict:
         "met": total < 120.0,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "non_streamed_substep_trajectory_gib": substep_bytes / 2**30,
-        "load_average_1min": [load_before, load_after],
+        "load_average_before_after": [load_before, load_after],
         "reliable": load < 2.0,
         "note": "measured" if load < 2.0 else "not measured reliably (load average >= 2)",
         "refinement_order": res["refinement"]["order"],

@@ -28,8 +28,17 @@ def project_2d(states) -> np.ndarray:
     s = np.asarray(states, dtype=np.float64)
     flat = s.reshape(-1, s.shape[-1])
     mean = flat.mean(0)
-    _, _, vt = np.linalg.svd(flat - mean, full_matrices=False)
-    basis = vt[:2].T
+    x = flat - mean
+    # The top-2 principal directions from the smaller Gram matrix (eigh of d×d or m×m):
+    # much cheaper than a full SVD of the (m, d) matrix for ViT-sized states.
+    if x.shape[1] <= x.shape[0]:
+        w, v = np.linalg.eigh(x.T @ x)
+        basis = v[:, ::-1][:, :2]
+    else:
+        w, v = np.linalg.eigh(x @ x.T)
+        top = v[:, ::-1][:, :2]
+        basis = x.T @ top
+        basis /= np.maximum(np.linalg.norm(basis, axis=0), np.finfo(float).tiny)
     if basis.shape[1] < 2:
         basis = np.pad(basis, ((0, 0), (0, 2 - basis.shape[1])))
     return (s - mean) @ basis
@@ -105,9 +114,12 @@ def analyze(
             progress=progress,
         )
     seconds["refinement"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    projection = project_2d(diag["states"])
+    seconds["projection"] = time.perf_counter() - t0
     return {
         "diagnostics": diag,
-        "projection": project_2d(diag["states"]),
+        "projection": projection,
         "trajectory_output_error": err,
         "increments": incs,
         "scaling": scaling,
