@@ -245,8 +245,11 @@ def test_iter_steps_streams_one_step_at_a_time():
 
 
 # ----------------------------------------------------------------------------- refine
+SLOW_TEXT = [pytest.param(k, marks=pytest.mark.slow) for k in ("hf_bert", "hf_llama")]
+
+
 @pytest.mark.parametrize(
-    "kind", ["split_lie", "torch_preln", "hf_vit", "hf_gpt2", "hf_bert", "hf_llama", "digits"]
+    "kind", ["split_lie", "torch_preln", "hf_vit", "hf_gpt2", "digits", *SLOW_TEXT]
 )
 def test_refine_one_is_the_identity(kind):
     model, x = _model(kind)
@@ -258,9 +261,7 @@ def test_refine_one_is_the_identity(kind):
         assert _max_abs(a, b) == 0.0
 
 
-@pytest.mark.parametrize(
-    "kind", ["split_lie", "hf_vit", "hf_gpt2", "hf_bert", "hf_llama", "digits"]
-)
+@pytest.mark.parametrize("kind", ["split_lie", "hf_vit", "hf_gpt2", "digits", *SLOW_TEXT])
 def test_refine_has_finer_steps_and_same_type(kind):
     model, x = _model(kind)
     flow = as_flow(model, x)
