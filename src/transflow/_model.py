@@ -100,9 +100,8 @@ class SplitTransformer(eqx.Module):
     ) -> dict[str, Float[Array, "n d"]]:
         """Every sub-step state of one step (layer) started from ``u``."""
         u = self._check(u, grid)
-        masks = check_masks(
-            self.scheme, u, self.controls.attn.n_heads, key_padding_mask, attention_mask
-        )
+        heads = getattr(self.controls.attn, "n_heads", None)  # CvT: no masks
+        masks = check_masks(self.scheme, u, heads, key_padding_mask, attention_mask)
         _, states = self.scheme.step(
             u, self.layer(layer), self.dt, grid=grid, causal=causal, return_substeps=True, **masks
         )

@@ -383,7 +383,8 @@ def evolve(
                 f"(LieScheme, PreNormScheme); got {type(scheme).__name__}."
             )
         scheme = dataclasses.replace(scheme, implementation=attention_implementation)
-    masks = check_masks(scheme, u0, controls.attn.n_heads, key_padding_mask, attention_mask)
+    heads = getattr(controls.attn, "n_heads", None)  # CvT: ConvAttentionParams (no masks)
+    masks = check_masks(scheme, u0, heads, key_padding_mask, attention_mask)
     u0 = check_finite("u0", u0)
 
     def body(u, theta):

@@ -12,6 +12,15 @@ error), ``_analysis`` (trajectories, budgets, refinement), ``_common`` (saving, 
 matplotlib is imported inside the functions, so importing this package is cheap.
 """
 
+from ._analysis import (
+    plot_control_smoothness as plot_control_smoothness,
+    plot_cosine_matrices as plot_cosine_matrices,
+    plot_flow_clustering as plot_flow_clustering,
+    plot_refinement as plot_refinement,
+    plot_substep_budgets as plot_substep_budgets,
+    plot_token_geometry as plot_token_geometry,
+    plot_token_trajectories as plot_token_trajectories,
+)
 from ._benchmarks import BENCHMARK_PARTS, plot_benchmarks
 from ._common import figure_smoke, save_figure
 from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
@@ -38,4 +47,12 @@ __all__ = [
     "plot_sharded_memory",
     # _training
     "plot_training_curves",
+    # _analysis
+    "plot_control_smoothness",
+    "plot_cosine_matrices",
+    "plot_flow_clustering",
+    "plot_refinement",
+    "plot_substep_budgets",
+    "plot_token_geometry",
+    "plot_token_trajectories",
 ]
