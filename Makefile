@@ -9,14 +9,14 @@ STAMP       := $(VENV)/.transflow-installed
 export XLA_PYTHON_CLIENT_PREALLOCATE ?= false
 export PYTHONUNBUFFERED = 1
 
-.PHONY: all venv run test test-slow test-all figures bench lint format clean
+.PHONY: all venv run test test-slow test-all figures bench lint format docs docs-serve clean
 
 all: test
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(PIP_C) -e '.[reference,dev]'
+	$(BIN)/python -m pip install -q $(PIP_C) -e '.[reference,dev,docs]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -41,6 +41,14 @@ figures: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
+## The documentation site into site/ (--strict: a broken link, a missing page or an API
+## name mkdocstrings cannot resolve fails the build); docs-serve serves it on :8000.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests experiments paper_figures benchmarks
 	$(BIN)/ruff format --check src tests experiments paper_figures benchmarks
@@ -50,4 +58,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests experiments paper_figures benchmarks
 
 clean:
-	rm -rf $(VENV) outputs multirun paper_figures/out .pytest_cache .ruff_cache
+	rm -rf $(VENV) outputs multirun paper_figures/out site .pytest_cache .ruff_cache

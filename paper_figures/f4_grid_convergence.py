@@ -19,11 +19,10 @@ FIGURE = {
 def make(out_dir: pathlib.Path) -> dict:
     import jax
     from omegaconf import OmegaConf
-    from transflow.experiments.figures import figure_smoke, save_figure
     from transflow.experiments.run import compose
-    from transflow.experiments.tasks.grid_refinement import plot_grid
 
-    from transflow.continuous import grid_convergence
+    from transflow.continuous import grid_refinement_study
+    from transflow.plotting import figure_smoke, plot_grid, save_figure
 
     jax.config.update("jax_enable_x64", True)
     cfg, _ = compose(["experiment=grid_refinement"])
@@ -31,12 +30,9 @@ def make(out_dir: pathlib.Path) -> dict:
     quantities, sizes, n_ref = list(task.quantities), list(task.sizes), int(task.n_ref)
     if figure_smoke():
         quantities, sizes, n_ref = ["attention"], [4, 12], 36
-    records = []
-    for q in quantities:
-        res = grid_convergence(
-            sizes, n_ref=n_ref, quantity=q, t1=task.t1, n_time_steps=task.n_time_steps
-        )
-        records.append({"quantity": q, "n_ref": n_ref, **res})
+    records = grid_refinement_study(
+        quantities, sizes, n_ref=n_ref, t1=task.t1, n_time_steps=task.n_time_steps
+    )
     fig = plot_grid(records)
     save_figure(fig, out_dir, FIGURE["id"], {"records": records})
     return {f"slope_{r['quantity']}": round(r["slope"], 3) for r in records}

@@ -20,11 +20,10 @@ FIGURE = {
 def make(out_dir: pathlib.Path) -> dict:
     import jax
     from omegaconf import OmegaConf
-    from transflow.experiments.figures import figure_smoke, save_figure
     from transflow.experiments.run import compose
-    from transflow.experiments.tasks.clustering import plot_clustering
 
     from transflow.continuous import clustering_trajectory
+    from transflow.plotting import figure_smoke, plot_clustering, save_figure
 
     jax.config.update("jax_enable_x64", True)
     cfg, _ = compose(["experiment=clustering"])

@@ -20,30 +20,23 @@ FIGURE = {
 def make(out_dir: pathlib.Path) -> dict:
     import jax
     from omegaconf import OmegaConf
-    from transflow.experiments.figures import figure_smoke, save_figure
     from transflow.experiments.run import compose
-    from transflow.experiments.tasks.nonconvergence import CASES, plot_nonconvergence
 
-    from transflow.continuous import full_model_refinement
+    from transflow.continuous import nonconvergence_study
+    from transflow.plotting import figure_smoke, plot_nonconvergence, save_figure
 
     jax.config.update("jax_enable_x64", True)
     cfg, _ = compose(["experiment=nonconvergence"])
     task = OmegaConf.to_object(cfg.task)
     refs = [1, 2, 4, 8] if figure_smoke() else list(task.refinements)
-    results = {}
-    for name, (s1, s2) in CASES.items():
-        r = full_model_refinement(
-            sigma1=s1,
-            sigma2=s2,
-            refinements=refs,
-            n_layers=task.n_layers,
-            n_tokens=task.n_tokens,
-            d=task.d,
-            ffn_branch_dt=task.ffn_branch_dt,
-            seed=int(cfg.seed),
-        )
-        r.pop("states")
-        results[name] = r
+    results = nonconvergence_study(
+        refs,
+        n_layers=task.n_layers,
+        n_tokens=task.n_tokens,
+        d=task.d,
+        ffn_branch_dt=task.ffn_branch_dt,
+        seed=int(cfg.seed),
+    )
     fig = plot_nonconvergence(results)
     save_figure(fig, out_dir, FIGURE["id"], results)
     r0, r1 = results.values()

@@ -14,6 +14,8 @@ Public API (re-exported from private modules, equinox style):
   (True = may attend, or additive float) on every operator, scheme and model;
   :func:`causal_mask`, :func:`padding_mask`, :func:`mask_from_torch`, :func:`mask_from_hf`;
   :func:`cross_attention` (keys/values from a memory on its own token grid).
+- Encoder–decoder: :class:`SplitDecoder`, :class:`SplitEncoderDecoder`,
+  :class:`DecoderLayerControls` (``torch.nn.TransformerDecoder``/``Transformer``).
 - Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`,
   :class:`CausalScheme` (decoders), :func:`evolve`, :class:`SplitTransformer`.
 - Subpackages: :mod:`transflow.interop` (PyTorch/HuggingFace), :mod:`transflow.continuous`
@@ -35,6 +37,11 @@ from ._controls import (
     num_steps as num_steps,
     stack_controls as stack_controls,
     unstack_controls as unstack_controls,
+)
+from ._decoder import (
+    DecoderLayerControls as DecoderLayerControls,
+    SplitDecoder as SplitDecoder,
+    SplitEncoderDecoder as SplitEncoderDecoder,
 )
 from ._grid import Grid as Grid
 from ._masks import (

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from ._errors import check_array
 from ._model import SplitTransformer
@@ -131,19 +131,28 @@ class CausalDecoder(eqx.Module):
         return self.embedding(ids)
 
     def __call__(
-        self, ids: Int[Array, " n"], *, key_padding_mask=None, attention_mask=None
+        self,
+        ids: Int[Array, " n"],
+        *,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ) -> Float[Array, "n d"]:
-        """The final state; ``key_padding_mask`` ``(n,)`` bool (True = padded; HF's
-        ``attention_mask`` 1 = keep is ``mask == 0``) and ``attention_mask`` ``(n, n)``
-        (True = may attend, or additive float) combine with the causal mask."""
+        """Final state; ``key_padding_mask`` (True = padded, e.g.
+        ``transflow.mask_from_hf(hf_attention_mask)``) and ``attention_mask`` combine with
+        the causal mask (positions stay ``arange(n)``, as HF's GPT-2 without
+        ``position_ids``)."""
         return self.decoder(
             self.embedding(ids), key_padding_mask=key_padding_mask, attention_mask=attention_mask
         )
 
     def logits(
-        self, ids: Int[Array, " n"], *, key_padding_mask=None, attention_mask=None
+        self,
+        ids: Int[Array, " n"],
+        *,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ) -> Float[Array, "n vocab"]:
         if self.unembedding is None:
             raise ValueError("this CausalDecoder has no `unembedding`.")
-        u = self(ids, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
-        return u @ self.unembedding
+        out = self(ids, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
+        return out @ self.unembedding

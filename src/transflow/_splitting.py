@@ -47,6 +47,13 @@ def _project(v, norm: NormParams, grid: Grid | None, eps_scale: float = 1.0):
     )
 
 
+def _ffn_substep(z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Array):
+    """FFN sub-step ``j`` without its activation: ``Z + dt (Z W_j + b_j)`` (residual) or
+    ``Z W_j + b_j`` (lifting). Shared by :func:`ffn_branch` and ``transflow.continuous``."""
+    lin = z @ ffn.weights[j] + ffn.biases[j]
+    return z + dt * lin if ffn.residual[j] else lin
+
+
 def _masks(key_padding_mask, attention_mask) -> dict:
     """The mask keywords that are set (none: the unmasked call, unchanged)."""
     out = {}
@@ -93,9 +100,7 @@ def ffn_branch(
     J = ffn.num_substeps
     states = []
     for j in range(J):
-        w, b = ffn.weights[j], ffn.biases[j]
-        lin = z @ w + b
-        z = z + dt * lin if ffn.residual[j] else lin
+        z = _ffn_substep(z, ffn, j, dt)
         if j < J - 1 or ffn.activation_on_last:
             z = act(z)
         states.append(z)
@@ -161,6 +166,35 @@ class LieScheme(AbstractScheme):
         J = controls.ffn.num_substeps
         return ("attention", "ln1", *(f"ffn{j + 1}" for j in range(J)), "relax", "ln2")
 
+    def attention_substep(
+        self,
+        u,
+        attn,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
+        """Sub-step 1, explicit Euler on attention: ``u + Δt 𝒜(u)`` (masks: see
+        :func:`transflow.attention`)."""
+        return u + dt * attention(
+            u,
+            attn,
+            grid=grid,
+            causal=causal,
+            hardmax=self.hardmax,
+            temperature=self.temperature,
+            implementation=self.implementation,
+            **_masks(key_padding_mask, attention_mask),
+        )
+
+    @staticmethod
+    def norm_substep(v, norm: NormParams, *, grid=None, closing: bool = False):
+        """Sub-steps 2 (``closing=False``) and 4+J (``closing=True``, with ε/4): P_S1."""
+        return _project(v, norm, grid, eps_scale=0.25 if closing else 1.0)
+
     def step(
         self,
         u,
@@ -174,21 +208,19 @@ class LieScheme(AbstractScheme):
         attention_mask=None,
     ):
         c = controls
-        u1 = u + dt * attention(
+        u1 = self.attention_substep(
             u,
             c.attn,
+            dt,
             grid=grid,
             causal=causal,
-            hardmax=self.hardmax,
-            temperature=self.temperature,
-            implementation=self.implementation,
             **_masks(key_padding_mask, attention_mask),
         )
-        u2 = _project(u1, c.norm1, grid)
+        u2 = self.norm_substep(u1, c.norm1, grid=grid)
         ffn_dt = dt if self.ffn_branch_dt == "dt" else 2 * dt
         z, states = ffn_branch(u2, c.ffn, ffn_dt, record=True)
         u5 = 0.5 * (z + u2)
-        u6 = _project(u5, c.norm2, grid, eps_scale=0.25)
+        u6 = self.norm_substep(u5, c.norm2, grid=grid, closing=True)
         if not return_substeps:
             return u6
         names = self.substep_names(c)

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -40,8 +41,9 @@ from jaxtyping import Array, Float
 from .._controls import LayerControls
 from .._grid import Grid
 from .._operators import activation_fn, attention, linear_y, project_s1, project_s2
-from ._flows import make_flow, projection_flow
+from .._splitting import LieScheme, _ffn_substep
 from ._schemes import Flow
+from ._solver import ProjectionTerm, flows_from_terms
 
 __all__ = ["SubModel", "full_model_flows", "tangent_s1", "y_mean"]
 
@@ -143,34 +145,53 @@ class SubModel(eqx.Module):
         ops = ("attention",) + (() if self.linear is None else ("linear",))
         return ops + {"a": (), "b": ("s1",), "c": ("s2",)}[self.kind]
 
+    def terms(self, *, tangent: bool = True) -> diffrax.MultiTerm:
+        """The split operators as diffrax terms, in the order of :attr:`operators`.
+
+        ``attention`` and ``linear`` are :class:`diffrax.ODETerm`\\ s, ``s1``/``s2`` are
+        :class:`~transflow.continuous.ProjectionTerm`\\ s (P_S1(σ(t)) and ReLU). Give them
+        to :class:`~transflow.continuous.SplittingSolver`; :meth:`flows` derives the
+        sub-flows of :func:`~transflow.continuous.integrate` from the same terms.
+
+        Args:
+            tangent: for ``"b"``, split off the tangent part P_T F of the attention and
+                linear fields (exact invariants in each sub-flow; needed for order 2).
+                ``False`` splits F itself against the projection, the paper's reading
+                (explicit step, then LayerNorm): consistent, but first order whatever the
+                scheme (docs/continuous.md).
+        """
+        grid = self.grid
+        tan = self.kind == "b" and tangent
+
+        def ode(g):
+            if tan:
+                return diffrax.ODETerm(lambda t, u, args: tangent_s1(u, g(t, u), grid))
+            return diffrax.ODETerm(lambda t, u, args: g(t, u))
+
+        parts = [ode(self.attention_field)]
+        if self.linear is not None:
+            parts.append(ode(self.linear_field))
+        if self.kind == "b":
+            parts.append(ProjectionTerm(lambda t, u, args: self.project_s1(t, u)))
+        if self.kind == "c":
+            parts.append(ProjectionTerm(lambda t, u, args: project_s2(u)))
+        return diffrax.MultiTerm(*parts)
+
     def flows(
         self, solver: str = "rk4", *, n_sub: int = 1, tangent: bool = True
     ) -> dict[str, Flow]:
-        """Sub-flows of the operators.
+        """Sub-flows of the operators, derived from :meth:`terms` by
+        :func:`~transflow.continuous.flows_from_terms`.
 
         Args:
             solver: ``"rk4"`` (order 4, for Strang) or ``"euler"`` (the paper's explicit
                 sub-steps) for the attention and linear operators. Constraint operators
                 are solved exactly (projections).
             n_sub: RK4 sub-steps per sub-flow.
-            tangent: for ``"b"``, split off the tangent part of F (exact invariants in
-                each sub-flow; needed for order 2). ``False`` uses F itself, the paper's
-                reading (explicit step, then projection): consistent, first order.
+            tangent: see :meth:`terms`.
         """
-        grid = self.grid
-        tan = self.kind == "b" and tangent
-
-        def wrap(g):
-            return (lambda t, u: tangent_s1(u, g(t, u), grid)) if tan else g
-
-        out = {"attention": make_flow(wrap(self.attention_field), solver, n_sub)}
-        if self.linear is not None:
-            out["linear"] = make_flow(wrap(self.linear_field), solver, n_sub)
-        if self.kind == "b":
-            out["s1"] = projection_flow(self.project_s1)
-        if self.kind == "c":
-            out["s2"] = projection_flow(lambda t, u: project_s2(u))
-        return out
+        terms = self.terms(tangent=tangent)
+        return flows_from_terms(self.operators, terms, sub_solver=solver, n_sub=n_sub)
 
 
 def full_model_flows(
@@ -180,34 +201,39 @@ def full_model_flows(
     causal: bool = False,
     hardmax: bool = False,
     temperature: float = 1.0,
+    scheme: LieScheme | None = None,
 ) -> dict[str, Flow]:
     """Sub-flows of the paper's full model for :func:`~transflow.continuous.paper_lie`.
 
     Every sub-step uses the controls at the *start* of its interval, θ(t0) (the paper's
-    θⁿ on the whole step). ``attention`` and ``ffn{j}`` are explicit Euler steps (lifting
-    FFN sub-steps, ``residual=False``, are ``Z W + b``), ``relu`` is P_S2, ``ln1``/``ln2``
-    are P_S1 with ``norm1``/``norm2`` (the closing one with ε/4, as
-    :class:`transflow.LieScheme`). Reuses the core operators.
+    θⁿ on the whole step). The sub-steps are those of the core :class:`transflow.LieScheme`
+    (one implementation): ``attention`` is :meth:`LieScheme.attention_substep` (explicit
+    Euler), ``ln1``/``ln2`` are :meth:`LieScheme.norm_substep` (P_S1; the closing one with
+    ε/4), ``ffn{j}`` the FFN sub-steps of :func:`transflow.ffn_branch` (lifting sub-steps,
+    ``residual=False``, are ``Z W + b``) and ``relu`` the FFN activation (P_S2 for ReLU).
+
+    Args:
+        controls: the control path ``t ↦ LayerControls`` (e.g. :class:`PiecewiseConstant`).
+        scheme: the core scheme whose attention options (``hardmax``, ``temperature``,
+            ``implementation``) are used; default ``LieScheme(hardmax=, temperature=)``.
+            Its ``ffn_branch_dt`` is not used: the data scheme's stage speed sets it.
     """
-    yw = None if grid is None else grid.y_weights
+    lie_scheme = LieScheme(hardmax=hardmax, temperature=temperature) if scheme is None else scheme
 
     def att(t0, t1, u, speed=1.0):
-        p = controls(t0).attn
-        a = attention(u, p, grid=grid, causal=causal, hardmax=hardmax, temperature=temperature)
-        return u + speed * (t1 - t0) * a
+        attn = controls(t0).attn
+        return lie_scheme.attention_substep(u, attn, speed * (t1 - t0), grid=grid, causal=causal)
 
-    def ln(which, eps_scale):
+    def ln(which, closing):
         def flow(t0, t1, u, speed=1.0):
             nrm = getattr(controls(t0), which)
-            return project_s1(u, nrm.bias, nrm.gain, eps=nrm.eps * eps_scale, y_weights=yw)
+            return lie_scheme.norm_substep(u, nrm, grid=grid, closing=closing)
 
         return flow
 
     def ffn(j):
         def flow(t0, t1, u, speed=1.0):
-            f = controls(t0).ffn
-            lin = u @ f.weights[j] + f.biases[j]
-            return u + speed * (t1 - t0) * lin if f.residual[j] else lin
+            return _ffn_substep(u, controls(t0).ffn, j, speed * (t1 - t0))
 
         return flow
 
@@ -219,8 +245,8 @@ def full_model_flows(
     J = controls(0.0).ffn.num_substeps
     flows: dict[str, Flow] = {
         "attention": att,
-        "ln1": ln("norm1", 1.0),
-        "ln2": ln("norm2", 0.25),
+        "ln1": ln("norm1", False),
+        "ln2": ln("norm2", True),
         "relu": relu,
     }
     for j in range(J):

@@ -25,6 +25,7 @@ from ._bert import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
 from ._hf import from_hf as from_hf, hf_activation as hf_activation, load_hf as load_hf
 from ._hf_reference import hf_float64_reference as hf_float64_reference
 from ._torch import (
+    decoder_controls_from_torch as decoder_controls_from_torch,
     from_torch as from_torch,
     layer_controls_from_torch as layer_controls_from_torch,
     torch_substeps as torch_substeps,

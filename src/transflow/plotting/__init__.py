@@ -12,5 +12,13 @@ matplotlib is imported inside the functions, so importing this package is cheap.
 """
 
 from ._common import figure_smoke, save_figure
+from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
 
-__all__ = ["figure_smoke", "save_figure"]
+__all__ = [
+    "figure_smoke",
+    "save_figure",
+    "plot_convergence",
+    "plot_grid",
+    "plot_nonconvergence",
+    "plot_clustering",
+]

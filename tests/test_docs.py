@@ -1,0 +1,110 @@
+"""The documentation site's sources, checked without building it (`make docs` builds it).
+
+- the generated API reference lists every public name of every package: each `__all__`
+  (or, for a package without one, every name its `__init__` re-exports);
+- every figure snapshot in docs/figures is on the gallery page;
+- every README section a page includes (`--8<-- "README.md:name"`) is marked in README;
+- the nav has the sections the docs hook fills; CITATION.cff names both papers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import pathlib
+import re
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def _load_gen_api():
+    spec = importlib.util.spec_from_file_location("gen_api", DOCS / "_scripts" / "gen_api.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def api_text() -> str:
+    return "\n".join(_load_gen_api().api_pages().values())
+
+
+def _declared_packages() -> list[str]:
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return meta["tool"]["setuptools"]["packages"]
+
+
+def _exported(module) -> list[str]:
+    """`__all__`, or the public non-module names of a package's `__init__`."""
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    return [n for n, v in vars(module).items() if not n.startswith("_") and not inspect.ismodule(v)]
+
+
+def test_api_reference_lists_every_public_name(api_text):
+    checked = 0
+    missing = []
+    for package_name in _declared_packages():
+        package = importlib.import_module(package_name)
+        for name in _exported(package):
+            checked += 1
+            if f"::: {package_name}.{name}\n" not in api_text:
+                missing.append(f"{package_name}.{name}")
+    assert not missing, f"not in the API reference: {missing}"
+    assert checked > 100  # the library has well over 100 public names
+
+
+def test_api_reference_lists_module_all(api_text):
+    # Public modules with their own __all__ (e.g. transflow.experiments.context).
+    for module_name in ("transflow.experiments.context", "transflow.experiments.run"):
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            assert f"::: {module_name}.{name}\n" in api_text, f"{module_name}.{name}"
+
+
+def test_api_reference_skips_private_modules(api_text):
+    assert "::: transflow._" not in api_text
+    assert not re.search(r"::: transflow\.\w+\._", api_text)
+
+
+def test_gallery_shows_every_figure():
+    gallery = (DOCS / "gallery.md").read_text()
+    shown = set(re.findall(r"\]\(figures/([^)]+\.png)\)", gallery))
+    committed = {p.name for p in (DOCS / "figures").glob("*.png")}
+    assert committed, "docs/figures has no snapshots"
+    assert committed <= shown, f"add to docs/gallery.md: {sorted(committed - shown)}"
+    assert shown <= committed, f"missing in docs/figures: {sorted(shown - committed)}"
+
+
+def test_included_readme_sections_exist():
+    readme = (ROOT / "README.md").read_text()
+    included = set()
+    for page in DOCS.glob("*.md"):
+        included |= set(re.findall(r'--8<-- "README\.md:([a-z][-_0-9a-z]*)"', page.read_text()))
+    assert {"experiments", "options", "torch-options", "citing"} <= included
+    for name in included:
+        assert f"--8<-- [start:{name}]" in readme, f"README.md lost the start marker of {name!r}"
+        assert f"--8<-- [end:{name}]" in readme, f"README.md lost the end marker of {name!r}"
+
+
+def test_nav_has_the_sections_the_hook_fills():
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.SafeLoader)
+    titles = [next(iter(item)) for item in config["nav"] if isinstance(item, dict)]
+    assert "Guides" in titles and "API reference" in titles
+
+
+def test_citation_names_both_papers():
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0"
+    notes = " ".join(ref["notes"] for ref in cff["references"])
+    assert "2510.03989" in notes and "2603.03084" in notes
+    readme = (ROOT / "README.md").read_text()
+    citing = readme[readme.index("## Citing") :]
+    assert "2510.03989" in citing and "2603.03084" in citing

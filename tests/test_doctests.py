@@ -1,0 +1,90 @@
+"""The `Example:` sections of every docstring run as doctests (library and experiments).
+
+One test per module that has docstring examples, found through the packages that
+pyproject.toml declares (so `transflow.experiments`, mapped from `experiments/`, is
+included). x64 is OFF while they run, as for a user who has not enabled it: an example
+that needs float64 enables it itself (the previous setting is restored afterwards).
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import importlib.util
+import os
+import pathlib
+import pkgutil
+
+import jax
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+def _modules_with_examples() -> list[str]:
+    """Every module below the declared packages whose source has a `>>>` line.
+
+    Only packages are imported here (to walk them); modules are located, not imported.
+    """
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    names: set[str] = set()
+    for package_name in declared["packages"]:
+        package = importlib.import_module(package_name)
+        names.add(package_name)
+        names.update(
+            info.name for info in pkgutil.walk_packages(package.__path__, package_name + ".")
+        )
+    found = []
+    for name in sorted(names):
+        if name.endswith("__main__"):
+            continue
+        origin = importlib.util.find_spec(name).origin
+        if origin and origin.endswith(".py") and ">>>" in pathlib.Path(origin).read_text():
+            found.append(name)
+    return found
+
+
+MODULES = _modules_with_examples()
+
+
+def test_modules_found():
+    # The walk must see the library, its subpackages and the mapped experiments package.
+    assert "transflow._grid" in MODULES
+    assert any(m.startswith("transflow.continuous.") for m in MODULES)
+    assert any(m.startswith("transflow.experiments.") for m in MODULES)
+
+
+@pytest.fixture
+def x64_off():
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_docstring_examples(module_name, x64_off, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # an example that writes files writes them here
+    module = importlib.import_module(module_name)
+    tests = [t for t in doctest.DocTestFinder(exclude_empty=True).find(module) if t.examples]
+    if not tests:
+        pytest.skip(f"{module_name}: its `>>>` lines are not in a docstring of this module")
+    report: list[str] = []
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    environ = dict(os.environ)
+    try:
+        for test in tests:
+            runner.run(test, out=report.append)
+    finally:  # whatever an example sets in the environment does not leak into other tests
+        os.environ.clear()
+        os.environ.update(environ)
+    result = runner.summarize(verbose=False)
+    assert result.attempted > 0
+    assert result.failed == 0, f"{result.failed} failing example(s) in {module_name}:\n" + "".join(
+        report
+    )
