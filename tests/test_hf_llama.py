@@ -149,6 +149,24 @@ def test_hf_float64_needs_the_reference_path():
     assert np.array_equal(plain, again)
 
 
+def test_reference_eager_path_matches_hf_sdpa():
+    """The patched eager attention (float64 softmax, HF's repeat_kv) equals HF's own sdpa
+    attention in float64, with GQA and a padding mask: the reference path is HF's map."""
+    c = CONFIGS[0]
+    outs = []
+    ids = _ids(batch=2, seed=13)
+    keep = torch.ones(2, 9, dtype=torch.long)
+    keep[1, :3] = 0
+    for impl in ("eager", "sdpa"):
+        cfg = _config(c)
+        cfg._attn_implementation = impl
+        hf = randomize_(LlamaModel(cfg).double().eval(), 14)
+        with torch.no_grad(), hf_float64_reference():
+            outs.append(to_np(hf(ids, attention_mask=keep).last_hidden_state))
+    kept = to_np(keep).astype(bool)
+    assert _err(outs[0][kept], outs[1][kept]) <= 1e-13
+
+
 def test_llama_layer_and_substeps_match_hf():
     """One LlamaDecoderLayer with HF's causal mask; each sub-step is HF's intermediate."""
     c = CONFIGS[0]
