@@ -149,6 +149,24 @@ def test_hf_float64_needs_the_reference_path():
     assert np.array_equal(plain, again)
 
 
+def test_reference_eager_path_matches_hf_sdpa():
+    """The patched eager attention (float64 softmax, HF's repeat_kv) equals HF's own sdpa
+    attention in float64, with GQA and a padding mask: the reference path is HF's map."""
+    c = CONFIGS[0]
+    outs = []
+    ids = _ids(batch=2, seed=13)
+    keep = torch.ones(2, 9, dtype=torch.long)
+    keep[1, :3] = 0
+    for impl in ("eager", "sdpa"):
+        cfg = _config(c)
+        cfg._attn_implementation = impl
+        hf = randomize_(LlamaModel(cfg).double().eval(), 14)
+        with torch.no_grad(), hf_float64_reference():
+            outs.append(to_np(hf(ids, attention_mask=keep).last_hidden_state))
+    kept = to_np(keep).astype(bool)
+    assert _err(outs[0][kept], outs[1][kept]) <= 1e-13
+
+
 def test_llama_layer_and_substeps_match_hf():
     """One LlamaDecoderLayer with HF's causal mask; each sub-step is HF's intermediate."""
     c = CONFIGS[0]
@@ -372,3 +390,33 @@ def test_grouped_query_attention_is_multihead_with_shared_kv():
     assert float(jnp.max(jnp.abs(dense - chunked))) <= 1e-13
     ref = transflow.attention(u, full, **kw)
     assert float(jnp.max(jnp.abs(dense - ref))) <= 1e-13
+
+
+@pytest.mark.parametrize("impl", ["dense", pytest.param("chunked", marks=pytest.mark.slow)])
+def test_masked_rotary_scheme_gradients(impl):
+    """Gradients through the masked Llama-family scheme: a loss on kept tokens has exactly
+    zero gradient w.r.t. padded tokens; the chunked evaluation gives the dense gradient."""
+    from transflow.interop import random_rms_controls
+
+    theta = transflow.stack_controls(
+        [
+            random_rms_controls(16, 4, 2, 24, dtype=jnp.float64, key=jax.random.key(i))
+            for i in (0, 1)
+        ]
+    )
+    u = jax.random.normal(jax.random.key(2), (7, 16), jnp.float64)
+    pad = jnp.array([True, True, False, False, False, False, False])
+
+    def loss(u, impl):
+        model = transflow.SplitTransformer(
+            theta, transflow.CausalScheme(RMSPreNormScheme(implementation=impl))
+        )
+        return jnp.sum(model(u, key_padding_mask=pad)[2:] ** 2)
+
+    g = jax.grad(loss)(u, impl)
+    assert bool(jnp.all(jnp.isfinite(g)))
+    assert float(jnp.max(jnp.abs(g[:2]))) == 0.0
+    assert float(jnp.max(jnp.abs(g[2:]))) > 0.0
+    if impl == "chunked":
+        gd = jax.grad(loss)(u, "dense")
+        assert float(jnp.max(jnp.abs(g - gd))) <= 1e-12 * max(1.0, float(jnp.max(jnp.abs(gd))))

@@ -1,4 +1,4 @@
-"""Load HuggingFace ``transformers`` layers (ViT, CvT, GPT-2) into transflow.
+"""Load HuggingFace ``transformers`` layers (ViT, CvT, GPT-2, BERT family, Llama family).
 
 torch and transformers are imported inside the functions only.
 
@@ -300,6 +300,22 @@ def from_hf(
       width at call time), the class token split off if ``with_cls_token``.
     - ``CvtStage`` → :class:`~transflow.vision.CvtStageModel` (conv embedding, class
       token, layers); ``stage(x)`` returns ``(hidden (D, h, w), cls_token or None)``.
+    - ``BertLayer``/``RobertaLayer``/DistilBERT ``TransformerBlock`` (or ModuleLists) →
+      ``SplitTransformer`` with the paper's :class:`~transflow.LieScheme` (post-LN);
+      ``BertModel``/``RobertaModel``/``DistilBertModel`` → :class:`TextEncoder`:
+      ``model(ids, token_type_ids)`` is ``last_hidden_state``, ``model.pooled(...)`` the
+      ``pooler_output`` (RoBERTa's padding-aware position ids included).
+    - ``{Llama,Mistral,Qwen2}DecoderLayer`` (or ModuleLists) → ``SplitTransformer`` with
+      ``CausalScheme(RMSPreNormScheme())``; ``{Llama,Mistral,Qwen2}Model`` →
+      :class:`RMSDecoder` (``model(ids)`` = ``last_hidden_state``); ``*ForCausalLM`` also
+      gives ``model.logits(ids)``. See docs/models.md for RMSNorm, rotary and grouped-query
+      attention, SwiGLU and the refused options.
+
+    Converted whole models take ``key_padding_mask=`` ``(n,)`` bool (True = padded) and
+    ``attention_mask=`` ``(n, n)`` (True = may attend, or additive float). HF's
+    ``attention_mask`` (1 = keep) is ``key_padding_mask = (mask == 0)``
+    (:func:`transflow.mask_from_hf`). For float64 references run HF inside
+    :func:`hf_float64_reference`; checkpoint directories load with :func:`load_hf`.
 
     Models map one example (a sequence ``(n, d)`` or an image ``(C, H, W)``); batch with
     ``jax.vmap``. Dropout and drop-path are identities (eval mode); BatchNorm uses its
