@@ -75,18 +75,70 @@ def stats(samples: list[float]) -> dict:
     }
 
 
-def interleaved(fns: dict[str, Callable[[], object]], *, warmup: int, rounds: int) -> dict:
-    """Time each callable once per round, round-robin, after ``warmup`` untimed rounds."""
+def interleaved(
+    fns: dict[str, Callable[[], object]],
+    *,
+    warmup: int,
+    rounds: int,
+    alternate: bool = True,
+    inner: int = 1,
+) -> dict:
+    """Time each callable once per round after ``warmup`` untimed rounds.
+
+    With ``alternate`` the order of the candidates is reversed every other round, so no
+    candidate always runs right after the same neighbour (cache and frequency effects).
+    ``inner > 1`` times ``inner`` back-to-back calls per measurement and records the mean
+    (on a GPU one dispatch is too short to time alone).
+    """
     for _ in range(warmup):
         for f in fns.values():
             f()
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
+    items = list(fns.items())
+    for r in range(rounds):
+        for k, f in items if not (alternate and r % 2) else items[::-1]:
             t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
+            for _ in range(inner):
+                f()
+            times[k].append((time.perf_counter() - t0) / inner)
     return {k: stats(v) for k, v in times.items()}
+
+
+def per_round_ratio(timings: dict, num: str, den: str) -> dict | None:
+    """Median, min and max over rounds of ``num time / den time`` (same-round pairs)."""
+    a, b = timings[num]["samples"], timings[den]["samples"]
+    r = [x / y for x, y in zip(a, b) if y > 0]
+    if not r:
+        return None
+    return {"median": statistics.median(r), "min": min(r), "max": max(r), "n": len(r)}
+
+
+def load_average() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def validity(
+    *, cores: int, load_before: float | None, load_after: float | None, speedup: float | None
+) -> tuple[bool, list[str]]:
+    """Whether a timing run counts as measured, and the reasons when it does not.
+
+    Valid: the 1-minute load average before and after is below the number of cores of the
+    machine and, when the run used 2 or more threads, ``speedup`` (the same run's
+    all-threads vs one-thread matmul rate) is at least 1.5.
+    """
+    why = []
+    machine = os.cpu_count() or 1
+    for name, load in (("before", load_before), ("after", load_after)):
+        if load is None:
+            why.append(f"no load average {name} the run")
+        elif load >= machine:
+            why.append(f"load average {name} the run {load:.2f} >= {machine} cores")
+    if cores >= 2:
+        if speedup is None:
+            why.append("no matmul speedup measured")
+        elif speedup < 1.5:
+            why.append(f"{cores}-thread matmul only {speedup:.2f}x the 1-thread rate (< 1.5)")
+    return not why, why
 
 
 def write_result(name: str, result: dict, out_dir: pathlib.Path | None = None) -> pathlib.Path:

@@ -134,6 +134,8 @@ def main(argv=None) -> dict:
         "blocks": {"query": qb, "key": kb},
         "threads": threads,
         "dense_scores_gib": n * n * 4 / GIB,
+        "measures": "peak resident set size (ru_maxrss) of a fresh process per run, "
+        "JAX runtime included (baseline_rss_gib: the runtime alone)",
         "runs": runs,
         "chunked_peak_rss_gib": runs["chunked"]["peak_rss_gib"],
         "chunked_grad_peak_rss_gib": runs.get("chunked_grad", {}).get("peak_rss_gib"),

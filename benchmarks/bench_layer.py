@@ -1,12 +1,22 @@
-"""6-layer post-LN encoder forward: transflow (jit + vmap) vs torch's fused CPU fast path.
+"""6-layer post-LN encoder: transflow (jit + vmap) vs torch, forward and forward+backward.
 
 Shape (the issue's): fp32, batch 8, 256 tokens, d_model 256, 8 heads, d_ff 1024, 6 layers.
 Both sides run on the same cores (the process's CPU affinity, printed) and are timed
-interleaved: per round one transflow forward, one torch forward and one large XLA matmul,
-whose rate is the practical ceiling the flop fraction refers to.
+interleaved, the order of the candidates alternating from round to round: per round one
+transflow forward, one torch forward (its fused CPU fast path), one transflow
+forward+backward (``jax.value_and_grad`` of a mean-square loss w.r.t. every weight), one
+torch forward+backward (eager autograd, ``loss.backward()``), one large XLA matmul (the
+practical ceiling the flop fraction refers to) and, as the run's sanity figure, one torch
+matmul on one thread and one on all the process's threads.
 
-    ratio_vs_torch = median torch time / median transflow time          (target ≥ 1.0)
-    flop_fraction  = (model matmul FLOPs / transflow time) / XLA matmul rate  (target ≥ 0.5)
+    ratio_vs_torch       = median over rounds of (torch time / transflow time), forward
+    ratio_fwdbwd         = the same for forward+backward
+    flop_fraction        = (model matmul FLOPs / transflow forward time) / XLA matmul rate
+    matmul_speedup       = torch matmul rate on all threads / on one thread (same rounds)
+
+The run is *valid* (its ratios count as measured) only when the 1-minute load average,
+read before and after, is below the number of cores and, with 2 or more threads, the
+matmul speedup is at least 1.5; ``valid`` and ``validity`` say so in ``layer.json``.
 
 Run: ``.venv/bin/python benchmarks/bench_layer.py`` (about 1 min on 2 cores).
 """
@@ -15,7 +25,16 @@ from __future__ import annotations
 
 import argparse
 
-from _common import env_info, fmt, interleaved, pin_threads, write_result
+from _common import (
+    env_info,
+    fmt,
+    interleaved,
+    load_average,
+    per_round_ratio,
+    pin_threads,
+    validity,
+    write_result,
+)
 
 
 def model_flops(batch: int, n: int, d: int, d_ff: int, layers: int) -> int:
@@ -48,9 +67,15 @@ def main(argv=None) -> dict:
     ap.add_argument(
         "--no-torch", action="store_true", help="time transflow and the matmul only (e.g. on a GPU)"
     )
+    ap.add_argument("--no-grad", action="store_true", help="forward only (no backward timing)")
+    ap.add_argument(
+        "--inner", type=int, default=1, help="calls per timed measurement (GPU: e.g. 20)"
+    )
     args = ap.parse_args(argv)
     threads = pin_threads(args.threads)
+    load_before = load_average()
 
+    import equinox as eqx
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -67,10 +92,17 @@ def main(argv=None) -> dict:
     model = from_torch(enc, dtype=jnp.float32)
     xj = jnp.asarray(x.numpy())
     fwd = jax.jit(jax.vmap(model))
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+
+    def loss(p, x):
+        return jnp.mean(jax.vmap(eqx.combine(p, static))(x) ** 2)
+
+    fwdbwd = jax.jit(jax.value_and_grad(loss))
     m = args.matmul
     a = jax.random.normal(jax.random.key(0), (m, m), jnp.float32)
     b = jax.random.normal(jax.random.key(1), (m, m), jnp.float32)
     matmul = jax.jit(lambda a, b: a @ b)
+    ta, tb = torch.randn(m, m), torch.randn(m, m)
 
     y = np.asarray(fwd(xj))
     with torch.inference_mode():
@@ -84,30 +116,56 @@ def main(argv=None) -> dict:
         with torch.inference_mode():
             enc(x)
 
+    def run_torch_fwdbwd():
+        enc.train()  # dropout is 0: train mode only switches off the inference fast path
+        enc.zero_grad(set_to_none=True)
+        (enc(x) ** 2).mean().backward()
+        enc.eval()
+
+    def torch_matmul(n_threads):
+        def f():
+            torch.set_num_threads(n_threads)
+            torch.mm(ta, tb)
+            torch.set_num_threads(threads)
+
+        return f
+
     candidates = {
         "transflow": lambda: fwd(xj).block_until_ready(),
         "torch": run_torch,
+        "transflow_fwdbwd": lambda: jax.block_until_ready(fwdbwd(params, xj)),
+        "torch_fwdbwd": run_torch_fwdbwd,
         "xla_matmul": lambda: matmul(a, b).block_until_ready(),
+        "torch_matmul_1thread": torch_matmul(1),
+        "torch_matmul_all": torch_matmul(threads),
     }
     if args.no_torch:
-        del candidates["torch"]
-    timings = interleaved(candidates, warmup=args.warmup, rounds=args.rounds)
-    if args.no_torch:
-        timings["torch"] = {
-            "median": float("nan"),
-            "min": float("nan"),
-            "max": float("nan"),
-            "n": 0,
-            "samples": [],
-        }
+        for k in ("torch", "torch_fwdbwd", "torch_matmul_1thread", "torch_matmul_all"):
+            del candidates[k]
+    if args.no_grad:
+        candidates.pop("transflow_fwdbwd")
+        candidates.pop("torch_fwdbwd", None)
+    timings = interleaved(candidates, warmup=args.warmup, rounds=args.rounds, inner=args.inner)
+    load_after = load_average()
+    nan = {"median": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
+    for k in ("torch", "torch_fwdbwd", "transflow_fwdbwd"):
+        timings.setdefault(k, {**nan, "samples": []})
     flops = model_flops(B, n, d, ff, L)
     mm_rate = 2 * m**3 / timings["xla_matmul"]["median"]
     tf_rate = flops / timings["transflow"]["median"]
     torch_rate = flops / timings["torch"]["median"]
-    # Per-round ratios as well: robust to load that changes between rounds.
-    per_round = [
-        t / j for t, j in zip(timings["torch"]["samples"], timings["transflow"]["samples"])
-    ]
+    speedup = None
+    if "torch_matmul_all" in timings:
+        speedup = per_round_ratio(timings, "torch_matmul_1thread", "torch_matmul_all")["median"]
+    # Without torch (e.g. on a GPU) there is no thread-scaling sanity figure to check.
+    valid, why = validity(
+        cores=1 if args.no_torch else threads,
+        load_before=load_before,
+        load_after=load_after,
+        speedup=speedup,
+    )
+    fwd_ratio = per_round_ratio(timings, "torch", "transflow")
+    fb_ratio = per_round_ratio(timings, "torch_fwdbwd", "transflow_fwdbwd")
     result = {
         "benchmark": "layer",
         "shape": {"batch": B, "tokens": n, "d_model": d, "heads": H, "d_ff": ff, "layers": L},
@@ -120,39 +178,46 @@ def main(argv=None) -> dict:
         "xla_matmul_gflops": mm_rate / 1e9,
         "transflow_gflops": tf_rate / 1e9,
         "torch_gflops": torch_rate / 1e9,
-        "ratio_vs_torch": None
-        if args.no_torch
-        else timings["torch"]["median"] / timings["transflow"]["median"],
-        "ratio_vs_torch_per_round": {
-            "median": float(np.median(per_round)),
-            "min": min(per_round),
-            "max": max(per_round),
-        }
-        if per_round
-        else None,
+        # Headline ratios: medians of per-round ratios (robust to load between rounds).
+        "ratio_vs_torch": None if fwd_ratio is None else fwd_ratio["median"],
+        "ratio_vs_torch_per_round": fwd_ratio,
+        "ratio_fwdbwd_vs_torch": None if fb_ratio is None else fb_ratio["median"],
+        "ratio_fwdbwd_vs_torch_per_round": fb_ratio,
         "flop_fraction": tf_rate / mm_rate,
         "torch_flop_fraction": torch_rate / mm_rate,
+        "matmul_speedup_all_vs_1thread": speedup,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "inner_calls_per_measurement": args.inner,
+        "matmul_precision": str(jax.config.jax_default_matmul_precision),
+        "valid": valid,
+        "validity": why or ["load below the core count; threads scale"],
         **env_info(),
     }
     path = write_result("layer", result, args.out)
     print(
         f"[bench_layer] jax {result['jax_version']}, torch {result['torch_version']}, "
         f"threads: xla cores={threads}, torch={torch.get_num_threads()}, "
-        f"torch fast path={fast_path}, load={result['load_average_1min']:.1f}"
+        f"torch fast path={fast_path}, load {load_before:.2f} -> {load_after:.2f}"
     )
     print(f"  shape B={B} n={n} d={d} H={H} d_ff={ff} L={L}; max|Δ| vs torch {max_abs_diff:.2e}")
     for k, s in timings.items():
-        print(f"  {k:11s} {fmt(s)}")
+        if s["n"]:
+            print(f"  {k:21s} {fmt(s)}")
     print(
         f"  XLA matmul {mm_rate / 1e9:.1f} GFLOP/s; transflow {tf_rate / 1e9:.1f} GFLOP/s "
         f"(flop_fraction {result['flop_fraction']:.2f}); torch {torch_rate / 1e9:.1f} GFLOP/s "
         f"({result['torch_flop_fraction']:.2f})"
     )
-    if not args.no_torch:
-        print(
-            f"  ratio_vs_torch = {result['ratio_vs_torch']:.2f} (target >= 1.0); "
-            f"per-round median {result['ratio_vs_torch_per_round']['median']:.2f}"
-        )
+    for name, r in (("forward", fwd_ratio), ("fwd+bwd", fb_ratio)):
+        if r is not None:
+            print(
+                f"  torch/transflow {name}: {r['median']:.2f} "
+                f"(per round {r['min']:.2f}-{r['max']:.2f}, n={r['n']})"
+            )
+    if speedup is not None:
+        print(f"  sanity: torch matmul {threads} threads / 1 thread = {speedup:.2f}x")
+    print(f"  valid run: {valid}" + ("" if valid else f" ({'; '.join(why)})"))
     print(f"  -> {path}")
     return result
 

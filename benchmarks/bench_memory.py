@@ -12,7 +12,7 @@ analysis (``jax.jit(...).lower(...).compile().memory_analysis()``):
 
 Three rematerialisation modes: ``none`` (store every sub-step), ``step``
 (``jax.checkpoint`` per step: one state per step) and ``nested`` (two-level √N_t
-checkpointing, :func:`transflow.control.evolve_checkpointed`). The headline is
+checkpointing, ``transflow.evolve(..., remat="nested")``). The headline is
 ``temp(64) / temp(8)`` of the training step with ``nested`` (required: ≤ 2).
 
 Run: ``.venv/bin/python benchmarks/bench_memory.py`` (~1-3 min on 2 cores); writes
@@ -81,6 +81,7 @@ def main(argv=None) -> dict:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only N_t = 8, 64")
+    parser.add_argument("--out", default=None, help="results directory")
     args = parser.parse_args(argv)
     import jax
     import jaxlib
@@ -113,6 +114,9 @@ def main(argv=None) -> dict:
         }
     print("\ntemp(64)/temp(8):", json.dumps(ratios, indent=1))
     result = {
+        "measures": "XLA's compile-time memory analysis of the jitted step and gradient "
+        "(temp = working memory incl. residuals kept for the backward pass; argument and "
+        "output bytes); not a resident-set size",
         "jax_version": jax.__version__,
         "backend": jax.default_backend(),
         "config": {"batch": batch, "d": d, "n_heads": n_heads, "tokens": 16, "dtype": "float32"},
@@ -124,9 +128,10 @@ def main(argv=None) -> dict:
             "required_at_most": 2.0,
         },
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1))
-    print(f"wrote {RESULTS}")
+    path = RESULTS if args.out is None else pathlib.Path(args.out) / RESULTS.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"wrote {path}")
     return result
 
 

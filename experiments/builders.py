@@ -9,9 +9,12 @@ Tasks call these from inside ``run`` (they import JAX/torch lazily), e.g.::
 
 from __future__ import annotations
 
-import contextlib
 import enum
 from typing import Any
+
+# The torch reference of the equivalence study lives in the library (one definition);
+# re-exported here for tasks that build references from the ``model`` group.
+from transflow.interop import build_torch_reference, torch_slow_path
 
 __all__ = [
     "build_grid",
@@ -111,122 +114,3 @@ def build_scheme(scheme_cfg: Any):
             )
         kwargs[key] = value
     return cls(**kwargs)
-
-
-@contextlib.contextmanager
-def torch_slow_path():
-    """Disable PyTorch's fused MHA/encoder fast path (so eval mode runs the Python path)."""
-    import torch
-
-    get = getattr(torch.backends.mha, "get_fastpath_enabled", None)
-    old = get() if get is not None else True
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(old)
-
-
-def build_torch_reference(model_cfg: Any, *, dtype: str = "float32", **overrides: Any):
-    """A random ``torch.nn.TransformerEncoderLayer`` (``num_layers == 1``, no final norm)
-    or ``torch.nn.TransformerEncoder`` from a ``model`` config node (:class:`ModelConfig`).
-
-    The weights are torch's own initialisation after ``torch.manual_seed(init_seed)``
-    (with ``randomize_affine`` the LayerNorm gains/biases and all biases are then drawn
-    at random too: torch starts them at 1 and 0), created in float32 and cast to
-    ``dtype``; ``batch_first=True``, ``dropout=0`` and eval mode. Keyword ``overrides``
-    replace fields of ``model_cfg`` (e.g. ``nhead=4``).
-
-    Example:
-        >>> from transflow.experiments.config import ModelConfig
-        >>> layer = build_torch_reference(ModelConfig(d_model=8, init_seed=0), nhead=2)
-        >>> type(layer).__name__
-        'TransformerEncoderLayer'
-    """
-    import torch
-
-    p = {
-        key: _get(model_cfg, key)
-        for key in (
-            "source",
-            "d_model",
-            "nhead",
-            "dim_feedforward",
-            "num_layers",
-            "norm_first",
-            "activation",
-            "bias",
-            "layer_norm_eps",
-            "final_norm",
-            "init_seed",
-            "randomize_affine",
-        )
-    }
-    unknown = set(overrides) - set(p)
-    if unknown:
-        raise ValueError(
-            f"build_torch_reference: unknown model fields {sorted(unknown)}; "
-            f"the fields are {sorted(p)}."
-        )
-    p.update({k: (v.value if isinstance(v, enum.Enum) else v) for k, v in overrides.items()})
-    if p["source"] != "torch_random":
-        raise ValueError(f"`model.source` must be 'torch_random', got {p['source']!r}.")
-    if p["dim_feedforward"] is None:
-        p["dim_feedforward"] = p["d_model"]
-    if p["d_model"] % p["nhead"]:
-        raise ValueError(
-            f"`model.d_model` ({p['d_model']}) must be divisible by `model.nhead` ({p['nhead']})."
-        )
-    torch_dtype = {"float32": torch.float32, "float64": torch.float64}.get(str(dtype))
-    if torch_dtype is None:
-        raise ValueError(f"`dtype` must be 'float32' or 'float64', got {dtype!r}.")
-    torch.manual_seed(int(p["init_seed"]))
-
-    def make_layer():
-        return torch.nn.TransformerEncoderLayer(
-            int(p["d_model"]),
-            int(p["nhead"]),
-            int(p["dim_feedforward"]),
-            dropout=0.0,
-            activation=str(p["activation"]),
-            layer_norm_eps=float(p["layer_norm_eps"]),
-            batch_first=True,
-            norm_first=bool(p["norm_first"]),
-            bias=bool(p["bias"]),
-            dtype=torch.float32,
-        )
-
-    if int(p["num_layers"]) == 1 and not p["final_norm"]:
-        module = make_layer()
-    else:
-        norm = (
-            torch.nn.LayerNorm(
-                int(p["d_model"]),
-                eps=float(p["layer_norm_eps"]),
-                bias=bool(p["bias"]),
-                dtype=torch.float32,
-            )
-            if p["final_norm"]
-            else None
-        )
-        module = torch.nn.TransformerEncoder(
-            make_layer(), int(p["num_layers"]), norm=norm, enable_nested_tensor=False
-        )
-        # TransformerEncoder deep-copies one layer: re-draw the matrices so the layers differ.
-        with torch.no_grad():
-            for sub in module.layers[1:]:
-                for prm in sub.parameters():
-                    if prm.ndim > 1:
-                        torch.nn.init.xavier_uniform_(prm)
-    if p["randomize_affine"]:
-        # torch initialises LayerNorm gains to 1 and the attention biases to 0: draw them at
-        # random so that the comparison exercises every parameter.
-        with torch.no_grad():
-            for name, prm in module.named_parameters():
-                if prm.ndim != 1:
-                    continue
-                if "norm" in name and name.endswith("weight"):
-                    prm.copy_(1.0 + 0.2 * torch.randn_like(prm))
-                else:
-                    prm.copy_(0.1 * torch.randn_like(prm))
-    return module.to(torch_dtype).eval()

@@ -37,32 +37,22 @@ def _latest_curves(task: str):
 def _short_run(task: str, steps: int):
     import tempfile
 
-    from transflow.control import (
-        DigitsConfig,
-        SequenceConfig,
-        curves_from_history,
-        run_digits,
-        run_sequence,
-    )
+    from transflow.control import TRAINING_TASKS, curves_from_history, run_training
 
-    cls, fn = (
-        (DigitsConfig, run_digits) if task == "train_digits" else (SequenceConfig, run_sequence)
-    )
-    cfg = cls(
+    spec = TRAINING_TASKS["digits" if task == "train_digits" else "sequence"]
+    cfg = spec.config(
         steps=steps,
         eval_every=max(steps // 6, 1),
         checkpoint_dir="none",
         warmup_steps=max(steps // 20, 1),
     )
     with tempfile.TemporaryDirectory() as tmp:
-        summary, result = fn(cfg, run_dir=tmp, progress=lambda it, **kw: it)
+        summary, result = run_training(spec, cfg, run_dir=tmp, progress=lambda it, **kw: it)
     return curves_from_history(result.history), f"library call ({steps} steps)"
 
 
 def make(out_dir: pathlib.Path) -> dict:
-    from transflow.experiments.figures import figure_smoke, save_figure
-
-    from transflow.control import plot_training_curves
+    from transflow.plotting import figure_smoke, plot_training_curves, save_figure
 
     steps = 30 if figure_smoke() else 300
     curves, sources = {}, {}

@@ -22,9 +22,10 @@ FIGURE = {
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    from transflow.experiments.figures import save_figure
     from transflow.experiments.run import compose
-    from transflow.experiments.tasks.equivalence import fast_eager, plot_substeps, substep_rows
+
+    from transflow.interop import fast_eager, substep_rows
+    from transflow.plotting import plot_substeps, save_figure
 
     jax.config.update("jax_enable_x64", True)
     cfg, _ = compose(["experiment=equivalence"])

@@ -24,9 +24,10 @@ def make(out_dir: pathlib.Path) -> dict:
 
     import jax
     from omegaconf import OmegaConf
-    from transflow.experiments.figures import figure_smoke, save_figure
     from transflow.experiments.run import compose
-    from transflow.experiments.tasks.equivalence import agreement_rows, fast_eager, plot_agreement
+
+    from transflow.interop import agreement_rows, fast_eager
+    from transflow.plotting import figure_smoke, plot_agreement, save_figure
 
     jax.config.update("jax_enable_x64", True)
     cfg, _ = compose(["experiment=equivalence"])

@@ -25,14 +25,8 @@ FIGURE = {
 
 
 def make(out_dir: pathlib.Path) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-    from transflow.experiments.figures import figure_smoke, save_figure
-
     from transflow.parallel._selftest import run_subprocess
+    from transflow.plotting import figure_smoke, plot_sharded_memory, save_figure
 
     smoke = figure_smoke()
     devices = [1, 2] if smoke else [1, 2, 4, 8]
@@ -54,24 +48,14 @@ def make(out_dir: pathlib.Path) -> dict:
         ),
         timeout=600,
     )
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
-    out: dict = {"n_tokens": n_tokens, "dtype": "float32", "records": records}
+    fig = plot_sharded_memory(
+        records, title=f"F90: token-sharded evolution, n = {n_tokens}, float32"
+    )
     headline = {}
-    for m, marker in zip(methods, ("o", "s")):
+    for m in methods:
         rs = sorted((r for r in records if r["method"] == m), key=lambda r: r["token_devices"])
-        ps = [r["token_devices"] for r in rs]
-        temp = [r["temp"] / 2**20 for r in rs]
-        ax.loglog(ps, temp, marker=marker, label=f"{m}: temporaries")
-        headline[f"temp_ratio_P{ps[-1]}_{m}"] = rs[-1]["temp"] / rs[0]["temp"]
-    g = sorted((r for r in records if r["method"] == "gspmd"), key=lambda r: r["token_devices"])
-    ps = [r["token_devices"] for r in g]
-    ax.loglog(ps, [g[0]["temp"] / 2**20 / p for p in ps], "k--", lw=1, label="1/P")
-    ax.set_xticks(ps, [str(p) for p in ps])
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlabel("token devices P")
-    ax.set_ylabel("per-device temporaries [MiB]")
-    ax.set_title(f"F90: token-sharded evolution, n = {n_tokens}, float32", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
-    save_figure(fig, out_dir, FIGURE["id"], out)
+        headline[f"temp_ratio_P{rs[-1]['token_devices']}_{m}"] = rs[-1]["temp"] / rs[0]["temp"]
+    save_figure(
+        fig, out_dir, FIGURE["id"], {"n_tokens": n_tokens, "dtype": "float32", "records": records}
+    )
     return headline

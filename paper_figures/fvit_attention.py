@@ -27,8 +27,9 @@ FIGURE = {
 def _hf_model(smoke: bool):
     import numpy as np
     import torch
-    from transflow.experiments.tasks.vit_equivalence import randomize_
     from transformers import ViTConfig, ViTModel
+
+    from transflow.interop import randomize_
 
     image, patch, d, heads = ((12, 16), 4, 16, 2) if smoke else ((24, 32), 4, 16, 2)
     cfg = ViTConfig(
@@ -70,18 +71,13 @@ def _image(image):
 
 def make(out_dir: pathlib.Path) -> dict:
     import jax
-    import matplotlib
-
-    matplotlib.use("Agg")
     import jax.numpy as jnp
-    import matplotlib.pyplot as plt
     import numpy as np
     import torch
-    from transflow.experiments.figures import figure_smoke, save_figure
-    from transflow.experiments.tasks.vit_equivalence import fp64_vit_softmax
 
     import transflow
-    from transflow.interop import from_hf
+    from transflow.interop import fp64_vit_softmax, from_hf
+    from transflow.plotting import figure_smoke, plot_vit_attention, save_figure
 
     jax.config.update("jax_enable_x64", True)
     smoke = figure_smoke()
@@ -101,44 +97,25 @@ def make(out_dir: pathlib.Path) -> dict:
 
     q_r, q_c = gh // 2 - 1, gw - 3
     qi = 1 + q_r * gw + q_c  # token index of the query patch (token 0: class token)
-    heads = gamma.shape[0]
-    fig, axes = plt.subplots(heads, 3, figsize=(11, 3.2 * heads), squeeze=False)
     rows = []
-    for h in range(heads):
+    for h in range(gamma.shape[0]):
         ours, theirs = gamma[h, qi, 1:].reshape(gh, gw), ref[h, qi, 1:].reshape(gh, gw)
-        diff = np.abs(ours - theirs)
-        vmax = float(max(ours.max(), theirs.max()))
-        for j, (arr, title) in enumerate(((ours, "transflow γ(x*, x̃)"), (theirs, "HF ViTLayer"))):
-            ax = axes[h, j]
-            im = ax.imshow(arr, cmap="viridis", vmin=0, vmax=vmax)
-            ax.plot(q_c, q_r, marker="x", color="red", ms=10, mew=2)
-            ax.set_title(
-                f"head {h}: {title}\nγ(x*, x_cls) = {gamma[h, qi, 0]:.3f}"
-                if j == 0
-                else f"head {h}: {title}"
-            )
-            fig.colorbar(im, ax=ax, fraction=0.035)
-        ax = axes[h, 2]
-        im = ax.imshow(np.log10(diff + 1e-18), cmap="magma", vmin=-18, vmax=-14)
-        ax.set_title(f"head {h}: log10 |difference| (max {diff.max():.1e})")
-        fig.colorbar(im, ax=ax, fraction=0.035)
-        for ax in axes[h]:
-            ax.set_xlabel("patch column")
-            ax.set_ylabel("patch row")
         rows.append(
             {
                 "head": h,
                 "transflow": ours,
                 "hf": theirs,
                 "cls_weight": gamma[h, qi, 0],
-                "max_abs_diff": float(diff.max()),
+                "max_abs_diff": float(np.max(np.abs(ours - theirs))),
             }
         )
-    fig.suptitle(
-        f"F-ViT: attention kernel of query patch x* = ({q_r}, {q_c}) (red x) on the "
-        f"{gh}×{gw} patch grid Ω_x"
+    fig = plot_vit_attention(
+        rows,
+        grid_shape=(gh, gw),
+        query_patch=(q_r, q_c),
+        title=f"F-ViT: attention kernel of query patch x* = ({q_r}, {q_c}) (red x) on the "
+        f"{gh}×{gw} patch grid Ω_x",
     )
-    fig.tight_layout()
     numbers = {
         "grid_shape": [gh, gw],
         "query_patch": [q_r, q_c],

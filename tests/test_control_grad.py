@@ -13,10 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transflow import LayerControls, evolve, stack_controls
 from transflow.control import (
     cross_entropy_loss,
-    evolve_checkpointed,
     grads_to_torch_layout,
     make_vit,
 )
@@ -153,30 +151,6 @@ def test_remat_modes_same_values_and_gradients():
         assert v == pytest.approx(vals[0], rel=1e-14)
         for a, b in zip(gs, grads[0]):
             np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
-
-
-@pytest.mark.parametrize(
-    "n_steps,chunk",
-    [(7, None), pytest.param(10, 3, marks=pytest.mark.slow)],  # k = 3: 2 chunks + remainder 1
-)
-def test_evolve_checkpointed_equals_evolve(getkey, n_steps, chunk):
-    theta = stack_controls(
-        [LayerControls.random(8, n_heads=2, key=getkey()) for _ in range(n_steps)]
-    )
-    u0 = jax.random.normal(getkey(), (5, 8))
-    w = jax.random.normal(getkey(), (5, 8))
-    f_ref = jax.jit(jax.value_and_grad(lambda t: jnp.sum(w * evolve(u0, t))))
-    f = jax.jit(jax.value_and_grad(lambda t: jnp.sum(w * evolve_checkpointed(u0, t, chunk=chunk))))
-    (v_ref, g_ref), (v, g) = f_ref(theta), f(theta)
-    assert float(v) == pytest.approx(float(v_ref), rel=1e-13)
-    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
-        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
-
-
-def test_evolve_checkpointed_bad_chunk(getkey):
-    theta = stack_controls([LayerControls.random(8, key=getkey())])
-    with pytest.raises(ValueError, match="chunk"):
-        evolve_checkpointed(jnp.ones((3, 8)) * jnp.arange(8.0), theta, chunk=0)
 
 
 def test_float32_gradients_agree_with_float64():

@@ -200,20 +200,24 @@ def test_train_rejects_bad_arguments():
 
 
 # ----------------------------------------------------------------------------- tasks
-def test_task_configs_mirror_library_configs():
-    """experiments/tasks/train_*.py declare the same fields and defaults as the library."""
-    sys.path.insert(0, str(ROOT))
-    try:
-        from transflow.experiments.tasks import train_digits, train_sequence
-    finally:
-        sys.path.remove(str(ROOT))
+def test_task_configs_derive_from_library_configs():
+    """experiments/tasks/train_*.py derive their Config from the library's (one set of
+    fields and defaults) and add only claim thresholds; the two library configs share
+    TrainConfig, and the runner is one function for both tasks."""
+    from transflow.experiments.tasks import train_digits, train_sequence
+
+    from transflow.control import TRAINING_TASKS, TrainConfig
+
     for task_cfg, lib_cfg in (
         (train_digits.Config, DigitsConfig),
         (train_sequence.Config, SequenceConfig),
     ):
-        got = {f.name: (f.type, f.default) for f in dataclasses.fields(task_cfg)}
-        want = {f.name: (f.type, f.default) for f in dataclasses.fields(lib_cfg)}
-        assert got == want
+        assert issubclass(lib_cfg, TrainConfig) and issubclass(task_cfg, lib_cfg)
+        lib_fields = {f.name for f in dataclasses.fields(lib_cfg)}
+        extra = {f.name for f in dataclasses.fields(task_cfg)} - lib_fields
+        assert extra and all(name.startswith("min_") for name in extra), extra
+    assert {t.config for t in TRAINING_TASKS.values()} == {DigitsConfig, SequenceConfig}
+    assert SequenceConfig().n_steps == 2 and DigitsConfig().n_steps == 4
 
 
 # ----------------------------------------------------------------------------- SIGKILL resume

@@ -224,6 +224,27 @@ def _smoke_run(name: str, tmp_path_factory) -> tuple[pathlib.Path, dict, object]
     return _SMOKE_RUNS[name]
 
 
+# The claims each task states in smoke mode: name -> enforced (a failing enforced claim
+# marks the run FAILED; the full-size-only ones are recorded but not enforced).
+SMOKE_CLAIMS = {
+    "equivalence": {
+        "n_fail": True,
+        "max_abs_fp64": True,
+        "max_rel_fp32": True,
+        "substep_max_abs": True,
+    },
+    "vit_equivalence": {"n_fail": True, "max_abs_fp64": True, "max_rel_fp32": True},
+    "sharded": {"n_failed": True, "max_rel_diff_float64": True},
+    "train_digits": {"steps": True, "final_over_first_train_loss": True, "test_accuracy": False},
+    "train_sequence": {
+        "steps": True,
+        "final_over_first_train_loss": True,
+        "test_accuracy": False,
+        "eval_sequence_accuracy": False,
+    },
+}
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_smoke_run_every_experiment(name, tmp_path_factory):
     """Every experiment runs in debug=smoke mode and leaves a complete run directory."""
@@ -239,6 +260,15 @@ def test_smoke_run_every_experiment(name, tmp_path_factory):
     assert "## Summary" in (run_dir / "report.md").read_text()
     assert (run_dir / ".hydra" / "config.yaml").exists()
     assert (run_dir / ".hydra" / "resolved.yaml").exists()
+    if name in SMOKE_CLAIMS:
+        # The task states its claims; the smoke run enforces those that hold at smoke
+        # size (all pass, or the run would have FAILED).
+        saved = json.loads((run_dir / "summary.json").read_text())
+        claims = {c["name"]: c for c in saved["claims"]}
+        assert {k: c["enforced"] for k, c in claims.items()} == SMOKE_CLAIMS[name]
+        assert all(c["pass"] for c in claims.values() if c["enforced"])
+        assert saved["claims_pass"] is True
+        assert "## Claim checks" in (run_dir / "report.md").read_text()
 
 
 def test_equivalence_smoke_results(tmp_path_factory):
@@ -249,6 +279,10 @@ def test_equivalence_smoke_results(tmp_path_factory):
     assert summary["max_abs_fp64"] < 1e-10  # the stated fp64 tolerance
     assert summary["max_rel_fp32"] < 1e-5  # the stated fp32 tolerance
     assert summary["substep_max_abs"] < 1e-10
+    claims = {c["name"]: c for c in summary["claims"]}
+    assert set(claims) == {"n_fail", "max_abs_fp64", "max_rel_fp32", "substep_max_abs"}
+    assert all(c["pass"] and c["enforced"] for c in claims.values())
+    assert claims["max_abs_fp64"]["bound"] == 1e-10 and claims["max_rel_fp32"]["bound"] == 1e-5
     lines = [json.loads(s) for s in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     agreement = [r for r in lines if r["kind"] == "agreement"]
     substeps = [r for r in lines if r["kind"] == "substep"]
@@ -265,7 +299,9 @@ def test_equivalence_smoke_results(tmp_path_factory):
 
 
 def test_equivalence_detects_a_wrong_model(tmp_path, monkeypatch):
-    """The comparison can fail: perturb transflow's output and the rows say FAIL."""
+    """The comparison can fail: perturb transflow's output, the rows say FAIL and the
+    claims stop the run (FAILED, no DONE)."""
+    from transflow.experiments.context import ClaimsFailed
     from transflow.experiments.run import run_in_process
 
     import transflow
@@ -276,19 +312,26 @@ def test_equivalence_detects_a_wrong_model(tmp_path, monkeypatch):
         return original(self, u, **kw) * (1 + 1e-6)
 
     monkeypatch.setattr(transflow.SplitTransformer, "__call__", perturbed)
-    summary, _ = run_in_process(
-        [
-            "experiment=equivalence",
-            "debug=smoke",
-            "task.encoder_layers=0",
-            "task.norm_first=[false,true]",
-            "task.activation=[relu]",
-        ],
-        tmp_path,
-    )
+    with pytest.raises(ClaimsFailed, match="max_abs_fp64"):
+        run_in_process(
+            [
+                "experiment=equivalence",
+                "debug=smoke",
+                "task.encoder_layers=0",
+                "task.norm_first=[false,true]",
+                "task.activation=[relu]",
+            ],
+            tmp_path,
+        )
+    assert _status(tmp_path)["status"] == "FAILED"
+    assert not (tmp_path / "DONE").exists()
+    summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["n_configs"] == 2
     assert summary["all_pass"] is False and summary["n_pass"] == 0
     assert summary["max_abs_fp64"] > 1e-10
+    failed = {c["name"] for c in summary["claims"] if not c["pass"]}
+    assert {"n_fail", "max_abs_fp64"} <= failed
+    assert summary["claims_pass"] is False
 
 
 def test_failed_run_says_failed(tmp_path):

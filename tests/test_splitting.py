@@ -130,6 +130,45 @@ def test_remat_gives_identical_gradients(getkey):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize(
+    "n_steps,chunk",
+    [(7, None), pytest.param(10, 3, marks=pytest.mark.slow)],  # k = 3: 2 chunks + remainder 1
+)
+def test_nested_remat_equals_plain_evolve(getkey, n_steps, chunk):
+    """remat="nested" (√N_t two-level checkpointing): same value, gradient, trajectory."""
+    theta = stack_controls(
+        [LayerControls.random(8, n_heads=2, key=getkey()) for _ in range(n_steps)]
+    )
+    u0 = jax.random.normal(getkey(), (5, 8))
+    w = jax.random.normal(getkey(), (5, 8))
+
+    def loss(t, **opts):
+        uT, traj = evolve(u0, t, save_trajectory=True, **opts)
+        return jnp.sum(w * uT), traj
+
+    f_ref = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    f = jax.jit(
+        jax.value_and_grad(lambda t: loss(t, remat="nested", remat_chunk=chunk), has_aux=True)
+    )
+    (v_ref, traj_ref), g_ref = f_ref(theta)
+    (v, traj), g = f(theta)
+    assert float(v) == pytest.approx(float(v_ref), rel=1e-13)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+    assert traj.shape == (n_steps, 5, 8)
+    np.testing.assert_allclose(traj, traj_ref, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match", [({"remat_chunk": 0}, "remat_chunk"), ({"remat": "sqrt"}, "remat")]
+)
+def test_evolve_bad_remat_options_name_the_argument(getkey, kwargs, match):
+    theta = stack_controls([LayerControls.random(8, key=getkey())])
+    opts = {"remat": "nested", **kwargs}
+    with pytest.raises(ValueError, match=match):
+        evolve(jnp.ones((3, 8)) * jnp.arange(8.0), theta, **opts)
+
+
 def test_evolve_program_size_is_independent_of_depth(getkey):
     """lax.scan: the traced program does not grow with N_t (compile time ∝ one step)."""
     u0 = jax.random.normal(getkey(), (4, 8))

@@ -242,6 +242,37 @@ def test_conv_scheme_rejects_causal():
         ConvPreNormScheme((2, 2)).step(jnp.ones((4, 4)), c, causal=True)
 
 
+def test_conv_scheme_is_the_pre_ln_step_with_conv_attention():
+    """ConvPreNormScheme runs PreNormScheme's step (one implementation): without
+    convolutions every sub-step equals PreNormScheme's, and on a grid with non-uniform
+    feature weights its projections use them (``grid.y_weights``)."""
+    from transflow.vision import ConvLayerControls
+
+    rng = _rng(10)
+    d = 4
+    a = _attn(rng, d, 2)
+    ffn = transflow.FFNParams(
+        (jnp.asarray(rng.standard_normal((d, d)) / 2),), (jnp.zeros(d),), (True,), "gelu", True
+    )
+    vec = lambda loc: jnp.asarray(loc + 0.2 * rng.standard_normal(d))
+    n1, n2 = transflow.NormParams(vec(1.0), vec(0.0), 1e-5), transflow.NormParams(vec(1.0), vec(0))
+    conv = ConvLayerControls(ConvAttentionParams(a, None, None, None), n1, ffn, n2)
+    std = transflow.LayerControls(a, n1, ffn, n2)
+    u = jnp.asarray(rng.standard_normal((5, d)))
+    got, sub = ConvPreNormScheme().step(u, conv, 0.7, return_substeps=True)
+    want, sub_want = transflow.PreNormScheme().step(u, std, 0.7, return_substeps=True)
+    assert list(sub) == list(sub_want) == ["ln1", "attention", "ln2", "ffn1", "residual"]
+    for k in sub:
+        np.testing.assert_allclose(sub[k], sub_want[k], rtol=0, atol=1e-13, err_msg=k)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+    yw = jnp.asarray([0.1, 0.2, 0.3, 0.4])
+    grid = transflow.Grid(jnp.arange(5.0), jnp.ones(5), jnp.arange(d, dtype=float), yw)
+    _, weighted = ConvPreNormScheme().step(u, conv, 0.7, grid=grid, return_substeps=True)
+    ln1 = transflow.project_s1(u, n1.bias, n1.gain, eps=n1.eps, y_weights=yw)
+    np.testing.assert_allclose(weighted["ln1"], ln1, rtol=0, atol=1e-13)
+    assert float(jnp.max(jnp.abs(weighted["ln1"] - sub["ln1"]))) > 1e-3
+
+
 def test_depthwise_conv_rejects_a_grid_smaller_than_the_kernel():
     dw = DepthwiseConv2d(jnp.ones((3, 3, 2)), jnp.ones(2), jnp.zeros(2), 1, 0)
     with pytest.raises(ValueError, match="too small"):

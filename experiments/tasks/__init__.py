@@ -1,13 +1,15 @@
 """Experiment tasks: every ``experiments/tasks/<name>.py`` with ``Config`` and ``run``.
 
-The protocol (see ``docs/experiments.md``)::
+The protocol (see ``docs/experiments.md``); a task module may import ``transflow`` (and
+derive its ``Config`` from a library dataclass), but must not start a JAX backend or import
+torch at import time: discovery imports every task::
 
     @dataclass
     class Config:            # the task's parameters, typed, with defaults
         n_steps: int = 100
 
     def run(cfg, ctx) -> dict:   # cfg: the task node; ctx: transflow.experiments.context.RunContext
-        import jax               # JAX is imported inside run, never at module import
+        import jax               # use devices (and import torch) inside run only
         ...
         return {"headline": 1.0}
 

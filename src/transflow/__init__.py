@@ -10,6 +10,12 @@ Public API (re-exported from private modules, equinox style):
 - Operators: :func:`attention`, :func:`attention_scores`, :func:`attention_weights`,
   :func:`chunked_attention`, :func:`online_softmax_attention` (memory-linear attention),
   :func:`project_s1` (LayerNorm), :func:`project_s2` (ReLU), :func:`linear_y`.
+- Masks (docs/masks.md): ``key_padding_mask=`` (True = padded) and ``attention_mask=``
+  (True = may attend, or additive float) on every operator, scheme and model;
+  :func:`causal_mask`, :func:`padding_mask`, :func:`mask_from_torch`, :func:`mask_from_hf`;
+  :func:`cross_attention` (keys/values from a memory on its own token grid).
+- Encoder–decoder: :class:`SplitDecoder`, :class:`SplitEncoderDecoder`,
+  :class:`DecoderLayerControls` (``torch.nn.TransformerDecoder``/``Transformer``).
 - Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`,
   :class:`CausalScheme` (decoders), :func:`evolve`, :class:`SplitTransformer`.
 - Subpackages: :mod:`transflow.interop` (PyTorch/HuggingFace), :mod:`transflow.continuous`
@@ -32,7 +38,18 @@ from ._controls import (
     stack_controls as stack_controls,
     unstack_controls as unstack_controls,
 )
+from ._decoder import (
+    DecoderLayerControls as DecoderLayerControls,
+    SplitDecoder as SplitDecoder,
+    SplitEncoderDecoder as SplitEncoderDecoder,
+)
 from ._grid import Grid as Grid
+from ._masks import (
+    causal_mask as causal_mask,
+    mask_from_hf as mask_from_hf,
+    mask_from_torch as mask_from_torch,
+    padding_mask as padding_mask,
+)
 from ._model import SplitTransformer as SplitTransformer
 from ._operators import (
     CHUNKED_THRESHOLD as CHUNKED_THRESHOLD,
@@ -40,6 +57,7 @@ from ._operators import (
     attention as attention,
     attention_scores as attention_scores,
     attention_weights as attention_weights,
+    cross_attention as cross_attention,
     linear_y as linear_y,
     project_s1 as project_s1,
     project_s2 as project_s2,

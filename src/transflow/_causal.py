@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from ._errors import check_array
 from ._model import SplitTransformer
@@ -54,9 +54,26 @@ class CausalScheme(AbstractScheme):
     def substep_names(self, controls) -> tuple[str, ...]:
         return self.inner.substep_names(controls)
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=True, return_substeps=False):
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=True,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
+        # masks (key_padding_mask=, attention_mask=) are combined with the causal one
+        masks = {}
+        if key_padding_mask is not None:
+            masks["key_padding_mask"] = key_padding_mask
+        if attention_mask is not None:
+            masks["attention_mask"] = attention_mask
         return self.inner.step(
-            u, controls, dt, grid=grid, causal=True, return_substeps=return_substeps
+            u, controls, dt, grid=grid, causal=True, return_substeps=return_substeps, **masks
         )
 
 
@@ -113,10 +130,29 @@ class CausalDecoder(eqx.Module):
     def initial_condition(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
         return self.embedding(ids)
 
-    def __call__(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
-        return self.decoder(self.embedding(ids))
+    def __call__(
+        self,
+        ids: Int[Array, " n"],
+        *,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
+    ) -> Float[Array, "n d"]:
+        """Final state; ``key_padding_mask`` (True = padded, e.g.
+        ``transflow.mask_from_hf(hf_attention_mask)``) and ``attention_mask`` combine with
+        the causal mask (positions stay ``arange(n)``, as HF's GPT-2 without
+        ``position_ids``)."""
+        return self.decoder(
+            self.embedding(ids), key_padding_mask=key_padding_mask, attention_mask=attention_mask
+        )
 
-    def logits(self, ids: Int[Array, " n"]) -> Float[Array, "n vocab"]:
+    def logits(
+        self,
+        ids: Int[Array, " n"],
+        *,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
+    ) -> Float[Array, "n vocab"]:
         if self.unembedding is None:
             raise ValueError("this CausalDecoder has no `unembedding`.")
-        return self(ids) @ self.unembedding
+        out = self(ids, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
+        return out @ self.unembedding

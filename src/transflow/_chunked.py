@@ -34,11 +34,12 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ._controls import AttentionParams
 from ._errors import check_array
 from ._grid import Grid
+from ._masks import check_attention_mask, check_key_padding_mask, key_log_weights, mask_bias
 
 __all__ = ["chunked_attention", "online_softmax_attention"]
 
@@ -81,8 +82,18 @@ def _mask(q0, k0, bq: int, bk: int, n_k: int, causal: bool):
     return jnp.broadcast_to(mask, (bq, bk))[None]  # (1, bq, bk): shared by the heads
 
 
-def _forward(q, k, v, lw, causal, hardmax, bq, bk):
-    """Blockwise forward. Returns the output (H, n_q, dv) and two per-query statistics."""
+def _bias_block(bias, q0, k0, bq: int, bk: int):
+    """The ``(1|H, bq, bk)`` block of a (padded) additive mask at (q0, k0)."""
+    return jax.lax.dynamic_slice(bias, (0, q0, k0), (bias.shape[0], bq, bk))
+
+
+def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
+    """Blockwise forward. Returns the output (H, n_q, dv) and two per-query statistics.
+
+    ``masked`` (static): keys with ``log w = −∞`` (padding) or ``bias = −∞`` are not
+    admissible, and rows with no admissible key return 0 (L = +∞ for the backward).
+    ``bias`` is ``None`` or the padded additive mask ``(1|H, nqb·bq, nkb·bk)``.
+    """
     H, n_q, _ = q.shape
     n_k, dv = k.shape[1], v.shape[2]
     nqb, nkb = -(-n_q // bq), -(-n_k // bk)
@@ -102,6 +113,8 @@ def _forward(q, k, v, lw, causal, hardmax, bq, bk):
             kj, vj, lwj, k0 = xs
             s = jnp.einsum("hqc,hkc->hqk", qi, kj)
             mask = _mask(q0, k0, bq, bk, n_k, causal)
+            if masked:
+                lwj, mask = _masked_terms(lwj, mask, bias, q0, k0, bq, bk)
             if hardmax:
                 sm = jnp.where(mask, s, neg_inf)
                 m_new = jnp.maximum(m, jnp.max(sm, axis=-1))
@@ -125,6 +138,13 @@ def _forward(q, k, v, lw, causal, hardmax, bq, bk):
             jnp.zeros((H, bq, dv), dtype),
         )
         (m, ell, acc), _ = jax.lax.scan(body, init, (kb, vb, lwb, k_starts))
+        if masked:  # rows without admissible keys: the integral over ∅ is 0
+            empty = ell == 0
+            ell = jnp.where(empty, 1.0, ell)
+            out = acc / ell[..., None]
+            if hardmax:
+                return out, m, ell
+            return out, jnp.where(empty, jnp.inf, m + jnp.log(ell)), ell
         out = acc / ell[..., None]
         if hardmax:
             return out, m, ell
@@ -138,18 +158,27 @@ def _forward(q, k, v, lw, causal, hardmax, bq, bk):
     return out, s1, s2
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _attend(q, k, v, lw, causal, hardmax, bq, bk):
-    return _forward(q, k, v, lw, causal, hardmax, bq, bk)[0]
+def _masked_terms(lwj, mask, bias, q0, k0, bq, bk):
+    """Fold padding (``log w = −∞``) and an additive mask block into (log-weights, mask)."""
+    mask = mask & (lwj > -jnp.inf)[None, None, :]
+    if bias is None:
+        return lwj[None, None, :], mask
+    bj = _bias_block(bias, q0, k0, bq, bk)
+    return lwj[None, None, :] + bj, mask & (bj > -jnp.inf)
 
 
-def _attend_fwd(q, k, v, lw, causal, hardmax, bq, bk):
-    out, s1, s2 = _forward(q, k, v, lw, causal, hardmax, bq, bk)
-    return out, (q, k, v, lw, out, s1, s2)
+@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+def _attend(q, k, v, lw, bias, causal, hardmax, bq, bk, masked):
+    return _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked)[0]
 
 
-def _attend_bwd(causal, hardmax, bq, bk, res, g):
-    q, k, v, lw, out, s1, s2 = res
+def _attend_fwd(q, k, v, lw, bias, causal, hardmax, bq, bk, masked):
+    out, s1, s2 = _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked)
+    return out, (q, k, v, lw, bias, out, s1, s2)
+
+
+def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
+    q, k, v, lw, bias, out, s1, s2 = res
     H, n_q, dk = q.shape
     n_k, dv = k.shape[1], v.shape[2]
     nqb, nkb = -(-n_q // bq), -(-n_k // bk)
@@ -175,27 +204,39 @@ def _attend_bwd(causal, hardmax, bq, bk, res, g):
             kj, vj, lwj, k0 = ys
             s = jnp.einsum("hqc,hkc->hqk", qi, kj)
             mask = _mask(q0, k0, bq, bk, n_k, causal)
+            if masked:
+                lwj, mask = _masked_terms(lwj, mask, bias, q0, k0, bq, bk)
             p = _block_probs(s, lwj, mask, s1i, s2i, hardmax)
             dvj = jnp.einsum("hqk,hqc->hkc", p, gi)
             dp = jnp.einsum("hqc,hkc->hqk", gi, vj)
             ds = p * (dp - di[..., None])
             dlwj = jnp.sum(ds, axis=(0, 1))
+            dbj = None  # d/d(bias) of the block = ds, summed over broadcast heads
+            if bias is not None:
+                dbj = ds if bias.shape[0] == ds.shape[0] else jnp.sum(ds, 0, keepdims=True)
             if hardmax:  # the maximizers are locally constant in the scores
-                return dq, (jnp.zeros_like(kj), dvj, dlwj)
+                return dq, (jnp.zeros_like(kj), dvj, dlwj, dbj)
             dq = dq + jnp.einsum("hqk,hkc->hqc", ds, kj)
             dkj = jnp.einsum("hqk,hqc->hkc", ds, qi)
-            return dq, (dkj, dvj, dlwj)
+            return dq, (dkj, dvj, dlwj, dbj)
 
-        dq_i, (dk_i, dv_i, dlw_i) = jax.lax.scan(inner, jnp.zeros_like(qi), (kb, vb, lwb, k_starts))
-        return (dk_acc + dk_i, dv_acc + dv_i, dlw_acc + dlw_i), dq_i
+        dq_i, (dk_i, dv_i, dlw_i, db_i) = jax.lax.scan(
+            inner, jnp.zeros_like(qi), (kb, vb, lwb, k_starts)
+        )
+        return (dk_acc + dk_i, dv_acc + dv_i, dlw_acc + dlw_i), (dq_i, db_i)
 
     init = (jnp.zeros_like(kb), jnp.zeros_like(vb), jnp.zeros_like(lwb))
-    (dkb, dvb, dlwb), dqb = jax.lax.scan(outer, init, (qb, gb, db, s1b, s2b, jnp.arange(nqb) * bq))
+    (dkb, dvb, dlwb), (dqb, dbb) = jax.lax.scan(
+        outer, init, (qb, gb, db, s1b, s2b, jnp.arange(nqb) * bq)
+    )
     dq = jnp.moveaxis(dqb, 0, 1).reshape(H, nqb * bq, dk)[:, :n_q]
     dk_ = jnp.moveaxis(dkb, 0, 1).reshape(H, nkb * bk, dk)[:, :n_k]
     dv_ = jnp.moveaxis(dvb, 0, 1).reshape(H, nkb * bk, dv)[:, :n_k]
     dlw = dlwb.reshape(nkb * bk)[:n_k]
-    return dq, dk_, dv_, dlw
+    dbias = None
+    if bias is not None:  # (nqb, nkb, Hb, bq, bk) -> (Hb, nqb·bq, nkb·bk), padding kept
+        dbias = dbb.transpose(2, 0, 3, 1, 4).reshape(bias.shape)
+    return dq, dk_, dv_, dlw, dbias
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
@@ -211,6 +252,8 @@ def online_softmax_attention(
     hardmax: bool = False,
     query_block: int = 512,
     key_block: int = 1024,
+    key_padding_mask: Bool[Array, " n_k"] | None = None,
+    attention_mask: Bool[Array, "*h n_q n_k"] | Float[Array, "*h n_q n_k"] | None = None,
 ) -> Float[Array, "heads n_q d_v"]:
     """Blockwise ``softmax_j(⟨q_i, k_j⟩ + log w_j) V_j`` without the ``(n_q, n_k)`` matrix.
 
@@ -228,6 +271,12 @@ def online_softmax_attention(
         causal: keys ``j ≤ i`` only.
         hardmax: the λ → ∞ limit (gradient flows to ``v`` and ``log_weights`` only).
         query_block, key_block: block sizes (any sizes; the last block is padded).
+        key_padding_mask: ``(n_k,)`` bool, True = padded: ``log w_j = −∞`` (zero weight);
+            memory stays linear in the tokens.
+        attention_mask: ``(n_q, n_k)`` or ``(1|H, n_q, n_k)``, bool (True = may attend) or
+            additive float; read block by block (no extra ``n_q × n_k`` temporaries beyond
+            the mask itself; its gradient, for float masks, is computed blockwise).
+            Rows with no admissible key return 0.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -249,7 +298,19 @@ def online_softmax_attention(
         check_array("log_weights", log_weights, ndim=1, shape=(k.shape[1],))
         log_weights = log_weights.astype(q.dtype)
     bq, bk = min(bq, q.shape[1]), min(bk, k.shape[1])
-    return _attend(q, k, v, log_weights, bool(causal), bool(hardmax), bq, bk)
+    if key_padding_mask is None and attention_mask is None:
+        return _attend(q, k, v, log_weights, None, bool(causal), bool(hardmax), bq, bk, False)
+    n_q, n_k = q.shape[1], k.shape[1]
+    kpm = check_key_padding_mask(key_padding_mask, n_k)
+    if kpm is not None:
+        log_weights = log_weights + key_log_weights(kpm, q.dtype)
+    bias = check_attention_mask(attention_mask, n_q, n_k, q.shape[0])
+    if bias is not None:
+        bias = mask_bias(bias, q.dtype)
+        pq, pk = -(-n_q // bq) * bq - n_q, -(-n_k // bk) * bk - n_k
+        if pq or pk:
+            bias = jnp.pad(bias, ((0, 0), (0, pq), (0, pk)))
+    return _attend(q, k, v, log_weights, bias, bool(causal), bool(hardmax), bq, bk, True)
 
 
 def chunked_attention(
@@ -263,12 +324,15 @@ def chunked_attention(
     scale: float | None = None,
     query_block: int = 512,
     key_block: int = 1024,
+    key_padding_mask: Bool[Array, " n"] | None = None,
+    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
 ) -> Float[Array, "n d"]:
     """The attention integral operator with memory linear in the token grid.
 
     Same operator and arguments as :func:`transflow.attention` (token quadrature weights,
     per-head feature weights, causal, hardmax, temperature, explicit scale, rectangular
-    heads), evaluated with :func:`online_softmax_attention`. Equivalent to
+    heads, ``key_padding_mask``, ``attention_mask``), evaluated with
+    :func:`online_softmax_attention`. Equivalent to
     ``attention(..., implementation="chunked")``.
 
     Example:
@@ -293,4 +357,6 @@ def chunked_attention(
         implementation="chunked",
         query_block=query_block,
         key_block=key_block,
+        key_padding_mask=key_padding_mask,
+        attention_mask=attention_mask,
     )

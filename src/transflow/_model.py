@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ._controls import LayerControls, NormParams, num_steps
 from ._errors import check_array, check_finite
 from ._grid import Grid
-from ._splitting import AbstractScheme, LieScheme, evolve
+from ._splitting import AbstractScheme, LieScheme, check_masks, evolve
 
 __all__ = ["SplitTransformer"]
 
@@ -64,7 +64,15 @@ class SplitTransformer(eqx.Module):
         causal: bool = False,
         save_trajectory: bool = False,
         remat: bool = False,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ):
+        """Evolve one sequence; masks as in :func:`transflow.evolve`.
+
+        ``key_padding_mask`` ``(n,)`` bool, True = padded (torch's polarity);
+        ``attention_mask`` ``(n, n)``/``(1|H, n, n)``, bool True = may attend, or an
+        additive float. Batch with ``jax.vmap(model)(u, key_padding_mask=pad)``.
+        """
         u = self._check(u, grid)
         return evolve(
             u,
@@ -76,6 +84,8 @@ class SplitTransformer(eqx.Module):
             final_norm=self.final_norm,
             save_trajectory=save_trajectory,
             remat=remat,
+            key_padding_mask=key_padding_mask,
+            attention_mask=attention_mask,
         )
 
     def substeps(
@@ -85,10 +95,14 @@ class SplitTransformer(eqx.Module):
         *,
         grid: Grid | None = None,
         causal: bool = False,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ) -> dict[str, Float[Array, "n d"]]:
         """Every sub-step state of one step (layer) started from ``u``."""
         u = self._check(u, grid)
+        heads = getattr(self.controls.attn, "n_heads", None)  # CvT: no masks
+        masks = check_masks(self.scheme, u, heads, key_padding_mask, attention_mask)
         _, states = self.scheme.step(
-            u, self.layer(layer), self.dt, grid=grid, causal=causal, return_substeps=True
+            u, self.layer(layer), self.dt, grid=grid, causal=causal, return_substeps=True, **masks
         )
         return states

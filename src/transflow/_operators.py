@@ -17,13 +17,22 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ._controls import AttentionParams
 from ._grid import Grid
+from ._masks import (
+    causal_mask,
+    check_attention_mask,
+    check_key_padding_mask,
+    key_log_weights,
+    mask_bias,
+)
+from ._softmax_core import softmax_attention
 
 __all__ = [
     "attention",
+    "cross_attention",
     "attention_scores",
     "attention_weights",
     "CHUNKED_THRESHOLD",
@@ -98,6 +107,8 @@ def attention_weights(
     causal: bool = False,
     hardmax: bool = False,
     temperature: float = 1.0,
+    key_padding_mask: Bool[Array, " m"] | None = None,
+    attention_mask: Bool[Array, "*h n m"] | Float[Array, "*h n m"] | None = None,
 ) -> Float[Array, "heads n m"]:
     """The attention kernel γ(x_i, x_j): a (weighted) softmax over keys, rows sum to 1.
 
@@ -109,8 +120,18 @@ def attention_weights(
         hardmax: the λ → ∞ limit: weight ``w_j / Σ_{argmax} w`` on each maximizer, ties
             averaged (Yun et al. 2020).
         temperature: the scale λ multiplying the scores (ignored by hardmax).
+        key_padding_mask: ``(m,)`` bool, True = padded: zero weight ``w_j = 0``.
+        attention_mask: ``(n, m)`` or ``(1|H, n, m)``, bool (True = may attend) or an
+            additive float ``b_ij``: ``γ_ij ∝ exp(λ s_ij + b_ij) w_j``. A row without
+            admissible keys is all zeros. See :mod:`transflow._masks` / docs/masks.md.
     """
     n, m = scores.shape[-2:]
+    if key_padding_mask is not None or attention_mask is not None:
+        bias = _mask_bias(key_padding_mask, attention_mask, n, m, scores.shape[0], scores.dtype)
+        lw = None if x_weights is None else jnp.log(x_weights).astype(scores.dtype)
+        if causal:
+            bias = jnp.where(causal_mask(n, m), bias, -jnp.inf)
+        return _masked_weights(scores, lw, bias, hardmax, temperature)
     allowed = None
     if causal:
         allowed = jnp.arange(m)[None, :] <= jnp.arange(n)[:, None]
@@ -127,6 +148,36 @@ def attention_weights(
     return jax.nn.softmax(logits, axis=-1, where=allowed)
 
 
+def _mask_bias(key_padding_mask, attention_mask, n_q, n_k, n_heads, dtype):
+    """Validate the masks and merge them into one additive ``b_ij`` ``(1|H, 1|n_q, n_k)``."""
+    kpm = check_key_padding_mask(key_padding_mask, n_k)
+    am = check_attention_mask(attention_mask, n_q, n_k, n_heads)
+    bias = None if am is None else mask_bias(am, dtype)
+    if kpm is not None:
+        kb = key_log_weights(kpm, dtype)[None, None, :]
+        bias = kb if bias is None else bias + kb
+    return bias
+
+
+def _masked_weights(scores, lw, bias, hardmax: bool, temperature):
+    """γ with an additive mask ``bias`` (−∞ = not admissible); empty rows are 0."""
+    allowed = bias > -jnp.inf
+    if lw is not None:
+        bias = bias + lw
+    if hardmax:
+        s = jnp.where(allowed, scores, -jnp.inf)
+        top = jnp.max(s, axis=-1, keepdims=True)
+        ind = jnp.where(allowed & (s == top), jnp.exp(bias), 0.0)
+        den = jnp.sum(ind, axis=-1, keepdims=True)
+        return ind / jnp.where(den > 0, den, 1.0)
+    logits = temperature * scores + bias
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
+    e = jnp.exp(logits - top)
+    den = jnp.sum(e, axis=-1, keepdims=True)
+    return e / jnp.where(den > 0, den, 1.0)
+
+
 Implementation = Literal["auto", "dense", "chunked"]
 
 #: ``implementation="auto"`` switches to the chunked operator when one sequence's score
@@ -134,27 +185,40 @@ Implementation = Literal["auto", "dense", "chunked"]
 CHUNKED_THRESHOLD = 2**24
 
 
-def _dense_heads(q, k, v, x_weights, causal: bool, hardmax: bool):
+def _dense_heads(q, k, v, x_weights, causal: bool, hardmax: bool, bias=None):
     """Dense ``Σ_j γ_ij v_j`` on heads-first arrays (``q`` carries every score factor).
 
-    The softmax is fused: ``exp(s − max s)`` is contracted with the values first and the
-    ``(H, n, d_v)`` result divided by the row sums, which saves a pass over the
-    ``(H, n, n)`` matrix. The subtracted maximum is a constant of the softmax, so its
-    gradient is stopped.
+    Softmax: :func:`transflow._softmax_core.softmax_attention`, the fused form
+    (``exp(s − max s)`` contracted with the values first, the ``(H, n, d_v)`` result
+    divided by the row sums) with a hand-written reverse mode (the normalised kernel is
+    kept; four batched matmuls and one elementwise pass). Token weights (``+ log w``), the
+    causal restriction and masks (``bias``, −∞ = not admissible) enter as one additive
+    term; a row with no admissible key gets 0. Hardmax keeps the exact tie rule of
+    :func:`attention_weights`.
     """
-    scores = jnp.einsum("hic,hjc->hij", q, k)
     if hardmax:
-        gamma = attention_weights(scores, x_weights=x_weights, causal=causal, hardmax=True)
+        scores = jnp.einsum("hic,hjc->hij", q, k)
+        if bias is not None:
+            if causal:
+                n, m = scores.shape[-2:]
+                bias = jnp.where(causal_mask(n, m), bias, -jnp.inf)
+            lw = None if x_weights is None else jnp.log(x_weights)
+            gamma = _masked_weights(scores, lw, bias, True, 1.0)
+        else:
+            gamma = attention_weights(scores, x_weights=x_weights, causal=causal, hardmax=True)
         return jnp.einsum("hij,hjc->hic", gamma, v)
-    if x_weights is not None:
-        scores = scores + jnp.log(x_weights)
+    n, m = q.shape[-2], k.shape[-2]
     if causal:
-        n, m = scores.shape[-2:]
-        allowed = jnp.arange(m)[None, :] <= jnp.arange(n)[:, None]
-        scores = jnp.where(allowed, scores, -jnp.inf)
-    top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
-    e = jnp.exp(scores - top)
-    return jnp.einsum("hij,hjc->hic", e, v) / jnp.sum(e, axis=-1)[..., None]
+        inf = jnp.asarray(-jnp.inf, q.dtype)
+        bias = (
+            jnp.where(causal_mask(n, m), 0.0, inf).astype(q.dtype)
+            if bias is None
+            else jnp.where(causal_mask(n, m), bias, inf)
+        )
+    if x_weights is not None:
+        lw = jnp.log(x_weights)
+        bias = lw if bias is None else bias + lw
+    return softmax_attention(q, k, v, bias)
 
 
 def _resolve_implementation(implementation: str, n_heads: int, n_q: int, n_k: int) -> str:
@@ -179,6 +243,8 @@ def attention(
     implementation: Implementation = "auto",
     query_block: int = 512,
     key_block: int = 1024,
+    key_padding_mask: Bool[Array, " n"] | None = None,
+    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
 ) -> Float[Array, "n d"]:
     """The attention integral operator (𝒜u)(x, y), all heads summed (eq. 5.7).
 
@@ -198,6 +264,14 @@ def attention(
             memory linear in n, also in the gradient); ``"auto"`` (default) is dense unless
             ``H·n²`` exceeds :data:`CHUNKED_THRESHOLD` entries. Both agree to round-off.
         query_block, key_block: block sizes of the chunked implementation.
+        key_padding_mask: ``(n,)`` bool, **True = padded** (torch's polarity): the padded
+            tokens get zero quadrature weight, so the integral runs over the kept tokens
+            only; padded query rows still evolve and are never read by kept rows.
+        attention_mask: ``(n, n)`` or ``(1|H, n, n)``; bool **True = may attend** (support
+            of γ), or float added to the scores (``γ ∝ exp(λs + b) w``). A row with no
+            admissible key gives 0 for every head (𝒜u = b_O there). Masks apply to every
+            implementation; ``None`` (default) runs the unmasked code unchanged. See
+            docs/masks.md for the continuous reading and the torch/HF polarities.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -205,6 +279,11 @@ def attention(
         >>> p = AttentionParams.random(8, n_heads=2, key=jax.random.key(0))
         >>> attention(jnp.ones((5, 8)), p).shape
         (5, 8)
+        >>> u = jax.random.normal(jax.random.key(1), (5, 8))
+        >>> pad = jnp.array([False, False, False, True, True])
+        >>> a = attention(u, p, key_padding_mask=pad)
+        >>> bool(jnp.allclose(a[:3], attention(u[:3], p)))
+        True
     """
     n = u.shape[0]
     H = p.n_heads
@@ -213,6 +292,7 @@ def attention(
     k = _heads(u @ p.wk + p.bk, H)
     v = _heads(u @ p.wv + p.bv, H)
     x_weights = None if grid is None else grid.x_weights.astype(u.dtype)
+    masked = key_padding_mask is not None or attention_mask is not None
     if impl == "chunked":
         from ._chunked import online_softmax_attention
 
@@ -225,9 +305,82 @@ def attention(
             hardmax=hardmax,
             query_block=query_block,
             key_block=key_block,
+            **(
+                dict(key_padding_mask=key_padding_mask, attention_mask=attention_mask)
+                if masked
+                else {}
+            ),
         )
+    elif masked:
+        bias = _mask_bias(key_padding_mask, attention_mask, n, n, H, u.dtype)
+        out = _dense_heads(q, k, v, x_weights, causal, hardmax, bias)
     else:
         out = _dense_heads(q, k, v, x_weights, causal, hardmax)
+    return out.transpose(1, 0, 2).reshape(n, H * p.value_dim) @ p.wo + p.bo
+
+
+def cross_attention(
+    u: Float[Array, "n d"],
+    memory: Float[Array, "m d_mem"],
+    p: AttentionParams,
+    *,
+    grid: Grid | None = None,
+    memory_grid: Grid | None = None,
+    hardmax: bool = False,
+    temperature: float = 1.0,
+    scale: float | None = None,
+    implementation: Implementation = "auto",
+    query_block: int = 512,
+    key_block: int = 1024,
+    key_padding_mask: Bool[Array, " m"] | None = None,
+    attention_mask: Bool[Array, "*h n m"] | Float[Array, "*h n m"] | None = None,
+) -> Float[Array, "n d"]:
+    """Cross-attention: the attention integral over the memory's own token domain.
+
+    ``(𝒜_c(u; m))(x) = ∫ γ(x, x′) V(m)(x′) dx′`` with γ built from the queries Q(u(x)) of
+    the evolving state and the keys K(m(x′)) of a fixed field ``m`` (the encoder's output)
+    on its own token grid Ω_x′ (``memory_grid``: its quadrature weights; ``None`` =
+    uniform). ``grid`` gives the feature weights of the score inner product, as in
+    :func:`attention`. ``key_padding_mask`` ``(m,)`` (True = padded) marks padded *memory*
+    tokens; ``attention_mask`` is ``(n, m)`` or ``(1|H, n, m)`` with :func:`attention`'s
+    polarity. No ``causal``: the memory has no order relative to the queries.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import AttentionParams, cross_attention
+        >>> p = AttentionParams.random(8, n_heads=2, key=jax.random.key(0))
+        >>> u, mem = jnp.ones((5, 8)), jax.random.normal(jax.random.key(1), (7, 8))
+        >>> cross_attention(u, mem, p).shape
+        (5, 8)
+    """
+    n, m = u.shape[0], memory.shape[0]
+    H = p.n_heads
+    impl = _resolve_implementation(implementation, H, n, m)
+    q = _scaled_queries(u, p, grid, scale, 1.0 if hardmax else temperature)
+    k = _heads(memory @ p.wk + p.bk, H)
+    v = _heads(memory @ p.wv + p.bv, H)
+    x_weights = None if memory_grid is None else memory_grid.x_weights.astype(u.dtype)
+    if memory_grid is not None and memory_grid.n_tokens != m:
+        raise ValueError(
+            f"`memory_grid` has {memory_grid.n_tokens} tokens but `memory` has {m} rows."
+        )
+    if impl == "chunked":
+        from ._chunked import online_softmax_attention
+
+        out = online_softmax_attention(
+            q,
+            k,
+            v,
+            None if x_weights is None else jnp.log(x_weights),
+            hardmax=hardmax,
+            query_block=query_block,
+            key_block=key_block,
+            key_padding_mask=key_padding_mask,
+            attention_mask=attention_mask,
+        )
+    else:
+        bias = _mask_bias(key_padding_mask, attention_mask, n, m, H, u.dtype)
+        out = _dense_heads(q, k, v, x_weights, False, hardmax, bias)
     return out.transpose(1, 0, 2).reshape(n, H * p.value_dim) @ p.wo + p.bo
 
 

@@ -21,20 +21,25 @@ as the FFN branch time step of spec §3.2) but no state.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 import equinox as eqx
 import jax
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from ._controls import FFNParams, LayerControls, NormParams, num_steps
 from ._errors import check_array, check_choice, check_finite
 from ._grid import Grid
 from ._operators import Implementation, activation_fn, attention, project_s1
 
-__all__ = ["AbstractScheme", "LieScheme", "PreNormScheme", "evolve", "ffn_branch"]
+__all__ = ["AbstractScheme", "LieScheme", "PreNormScheme", "RematMode", "evolve", "ffn_branch"]
 
 Substeps = dict[str, Float[Array, "n d"]]
+
+#: Rematerialisation of :func:`evolve` in reverse mode: ``"none"``, ``"step"``
+#: (``jax.checkpoint`` per step) or ``"nested"`` (two-level √N_t checkpointing).
+RematMode = Literal["none", "step", "nested"]
 
 
 def _project(v, norm: NormParams, grid: Grid | None, eps_scale: float = 1.0):
@@ -52,6 +57,39 @@ def _ffn_substep(z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Arr
     ``Z W_j + b_j`` (lifting). Shared by :func:`ffn_branch` and ``transflow.continuous``."""
     lin = z @ ffn.weights[j] + ffn.biases[j]
     return z + dt * lin if ffn.residual[j] else lin
+
+
+def _masks(key_padding_mask, attention_mask) -> dict:
+    """The mask keywords that are set (none: the unmasked call, unchanged)."""
+    out = {}
+    if key_padding_mask is not None:
+        out["key_padding_mask"] = key_padding_mask
+    if attention_mask is not None:
+        out["attention_mask"] = attention_mask
+    return out
+
+
+def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
+    """Validate per-sequence masks for ``u`` before any compilation; the set keywords."""
+    masks = _masks(key_padding_mask, attention_mask)
+    if not masks:
+        return masks
+    import inspect
+
+    from ._masks import check_attention_mask, check_key_padding_mask
+
+    n = u.shape[0]
+    check_key_padding_mask(key_padding_mask, n)
+    check_attention_mask(attention_mask, n, n, n_heads)
+    params = inspect.signature(scheme.step).parameters
+    missing = [k for k in masks if k not in params]
+    if missing:
+        raise TypeError(
+            f"{type(scheme).__name__}.step does not take {missing[0]}=; masks are supported "
+            "by LieScheme, PreNormScheme and CausalScheme (and schemes whose step accepts "
+            "key_padding_mask/attention_mask)."
+        )
+    return masks
 
 
 def ffn_branch(
@@ -86,7 +124,13 @@ class AbstractScheme(eqx.Module):
         grid: Grid | None = None,
         causal: bool = False,
         return_substeps: bool = False,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ):
+        """One step. Schemes that take masks accept ``key_padding_mask`` (True = padded)
+        and ``attention_mask`` (True = may attend, or additive float) and pass them to
+        every attention sub-step (see :func:`transflow.attention`); a scheme without
+        these keywords is refused by :func:`evolve` when masks are given."""
         raise NotImplementedError
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
@@ -127,8 +171,19 @@ class LieScheme(AbstractScheme):
         J = controls.ffn.num_substeps
         return ("attention", "ln1", *(f"ffn{j + 1}" for j in range(J)), "relax", "ln2")
 
-    def attention_substep(self, u, attn, dt=1.0, *, grid=None, causal=False):
-        """Sub-step 1, explicit Euler on attention: ``u + Δt 𝒜(u)``."""
+    def attention_substep(
+        self,
+        u,
+        attn,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
+        """Sub-step 1, explicit Euler on attention: ``u + Δt 𝒜(u)`` (masks: see
+        :func:`transflow.attention`)."""
         return u + dt * attention(
             u,
             attn,
@@ -137,6 +192,7 @@ class LieScheme(AbstractScheme):
             hardmax=self.hardmax,
             temperature=self.temperature,
             implementation=self.implementation,
+            **_masks(key_padding_mask, attention_mask),
         )
 
     @staticmethod
@@ -144,9 +200,27 @@ class LieScheme(AbstractScheme):
         """Sub-steps 2 (``closing=False``) and 4+J (``closing=True``, with ε/4): P_S1."""
         return _project(v, norm, grid, eps_scale=0.25 if closing else 1.0)
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
         c = controls
-        u1 = self.attention_substep(u, c.attn, dt, grid=grid, causal=causal)
+        u1 = self.attention_substep(
+            u,
+            c.attn,
+            dt,
+            grid=grid,
+            causal=causal,
+            **_masks(key_padding_mask, attention_mask),
+        )
         u2 = self.norm_substep(u1, c.norm1, grid=grid)
         ffn_dt = dt if self.ffn_branch_dt == "dt" else 2 * dt
         z, states = ffn_branch(u2, c.ffn, ffn_dt, record=True)
@@ -183,25 +257,50 @@ class PreNormScheme(AbstractScheme):
         J = controls.ffn.num_substeps
         return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
 
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
-        c = controls
-        p1 = _project(u, c.norm1, grid)
-        u1 = u + dt * attention(
-            p1,
-            c.attn,
-            grid=grid,
-            causal=causal,
-            hardmax=self.hardmax,
-            temperature=self.temperature,
-            implementation=self.implementation,
-        )
-        p2 = _project(u1, c.norm2, grid)
-        z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
-        u2 = u1 + dt * z
-        if not return_substeps:
-            return u2
-        names = self.substep_names(c)
-        return u2, dict(zip(names, (p1, u1, p2, *states, u2)))
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
+        def attend(p1):
+            return attention(
+                p1,
+                controls.attn,
+                grid=grid,
+                causal=causal,
+                hardmax=self.hardmax,
+                temperature=self.temperature,
+                implementation=self.implementation,
+                **_masks(key_padding_mask, attention_mask),
+            )
+
+        return pre_ln_step(self, attend, u, controls, dt, grid=grid, record=return_substeps)
+
+
+def pre_ln_step(scheme, attend, u, controls, dt, *, grid: Grid | None, record: bool):
+    """The pre-LN step of :class:`PreNormScheme` with the attention operator ``attend``.
+
+    ``u¹ = u + Δt attend(P_{S1}(u))``, ``u^{n+1} = u¹ + Δt ℱ(P_{S1'}(u¹))`` with the
+    projections weighted by ``grid.y_weights``. Shared by every pre-LN scheme (the CvT
+    scheme passes its convolutional attention); ``record=True`` also returns the sub-step
+    states named by ``scheme.substep_names``.
+    """
+    c = controls
+    p1 = _project(u, c.norm1, grid)
+    u1 = u + dt * attend(p1)
+    p2 = _project(u1, c.norm2, grid)
+    z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
+    u2 = u1 + dt * z
+    if not record:
+        return u2
+    return u2, dict(zip(scheme.substep_names(c), (p1, u1, p2, *states, u2)))
 
 
 def evolve(
@@ -214,8 +313,11 @@ def evolve(
     causal: bool = False,
     final_norm: NormParams | None = None,
     save_trajectory: bool = False,
-    remat: bool = False,
+    remat: bool | RematMode = False,
+    remat_chunk: int | None = None,
     attention_implementation: Implementation | None = None,
+    key_padding_mask: Bool[Array, " n"] | None = None,
+    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
 ):
     """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``).
 
@@ -229,11 +331,24 @@ def evolve(
         final_norm: an optional closing projection after the last step (e.g. the
             ``norm`` of a ``torch.nn.TransformerEncoder``).
         save_trajectory: also return the states after every step, ``(N_t, n, d)``.
-        remat: rematerialise each step in the backward pass (``jax.checkpoint``), so the
-            memory of reverse-mode AD does not store the sub-step states of every step.
+        remat: rematerialisation for reverse mode; the forward value is the same for all.
+            ``False``/``"none"``: reverse-mode AD stores every sub-step state (O(N_t)).
+            ``True``/``"step"``: ``jax.checkpoint`` per step, one state per step (still
+            O(N_t), smaller constant). ``"nested"``: two-level checkpointing, the N_t steps
+            in ⌊N_t/k⌋ chunks of k plus a remainder; an outer ``lax.scan`` over chunks is
+            checkpointed (it keeps only chunk-boundary states) and inside a chunk each
+            step is checkpointed again: ≈ N_t/k + k stored states, ≈ 2√N_t at the
+            default k = ⌈√N_t⌉, for about one extra forward pass.
+        remat_chunk: steps per chunk k of ``remat="nested"``; ``None`` for ⌈√N_t⌉.
         attention_implementation: overrides the scheme's ``implementation`` field
             (``"auto"``, ``"dense"`` or ``"chunked"``, see :func:`transflow.attention`);
             ``None`` keeps the scheme's choice.
+        key_padding_mask: ``(n,)`` bool, **True = padded** (torch's polarity): the padded
+            tokens get zero weight in every step's attention integral; padded rows evolve
+            but never influence kept rows (docs/masks.md).
+        attention_mask: ``(n, n)`` or ``(1|H, n, n)``: bool **True = may attend**, or an
+            additive float; the same mask in every step. ``None`` (default) for both
+            masks is the unmasked computation, unchanged.
 
     Returns:
         u at T = N_t Δt, or ``(u_T, trajectory)`` with ``save_trajectory=True``.
@@ -243,13 +358,18 @@ def evolve(
         >>> from transflow import LayerControls, stack_controls, evolve
         >>> keys = jax.random.split(jax.random.key(0), 3)
         >>> theta = stack_controls([LayerControls.random(8, key=k) for k in keys])
-        >>> evolve(jnp.ones((4, 8)) + jnp.arange(8.0), theta).shape
+        >>> u0 = jnp.ones((4, 8)) + jnp.arange(8.0)
+        >>> evolve(u0, theta).shape
         (4, 8)
+        >>> bool(jnp.array_equal(evolve(u0, theta, remat="nested"), evolve(u0, theta)))
+        True
     """
     check_array(
         "u0", u0, ndim=2, shape=(grid.n_tokens if grid is not None else None, controls.d_model)
     )
-    num_steps(controls)
+    n_steps = num_steps(controls)
+    mode = _remat_mode(remat)
+    chunk = _chunk_size(n_steps, remat_chunk)
     scheme = LieScheme() if scheme is None else scheme
     if not isinstance(scheme, AbstractScheme):
         raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
@@ -263,17 +383,62 @@ def evolve(
                 f"(LieScheme, PreNormScheme); got {type(scheme).__name__}."
             )
         scheme = dataclasses.replace(scheme, implementation=attention_implementation)
+    heads = getattr(controls.attn, "n_heads", None)  # CvT: ConvAttentionParams (no masks)
+    masks = check_masks(scheme, u0, heads, key_padding_mask, attention_mask)
     u0 = check_finite("u0", u0)
 
     def body(u, theta):
-        u_next = scheme.step(u, theta, dt, grid=grid, causal=causal)
+        u_next = scheme.step(u, theta, dt, grid=grid, causal=causal, **masks)
         return u_next, (u_next if save_trajectory else None)
 
-    if remat:
-        body = jax.checkpoint(body)
-    u_T, traj = jax.lax.scan(body, u0, controls)
+    if mode == "nested":
+        u_T, traj = _scan_nested(jax.checkpoint(body), u0, controls, n_steps, chunk)
+    else:
+        u_T, traj = jax.lax.scan(jax.checkpoint(body) if mode == "step" else body, u0, controls)
     if final_norm is not None:
         u_T = _project(u_T, final_norm, grid)
         if save_trajectory:
             traj = traj.at[-1].set(u_T)
     return (u_T, traj) if save_trajectory else u_T
+
+
+def _remat_mode(remat) -> str:
+    if remat is True or remat is False:
+        return "step" if remat else "none"
+    if remat in ("none", "step", "nested"):
+        return remat
+    raise ValueError(
+        f"`remat` must be False/'none', True/'step' or 'nested' (√N_t checkpointing), got "
+        f"{remat!r}."
+    )
+
+
+def _chunk_size(n: int, chunk: int | None) -> int:
+    if chunk is None:
+        return max(1, math.isqrt(n - 1) + 1 if n > 1 else 1)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(
+            f"`remat_chunk` must be a positive int (steps per chunk) or None (⌈√N_t⌉), "
+            f"got {chunk!r}."
+        )
+    return min(chunk, n)
+
+
+def _scan_nested(step, u0, controls, n: int, k: int):
+    """``lax.scan(step, u0, controls)`` as a checkpointed scan over chunks of k steps."""
+    n_chunks, rem = divmod(n, k)
+
+    @jax.checkpoint
+    def run_chunk(u, thetas):
+        return jax.lax.scan(step, u, thetas)
+
+    head = jax.tree.map(lambda x: x[: n_chunks * k].reshape(n_chunks, k, *x.shape[1:]), controls)
+    u, traj = jax.lax.scan(run_chunk, u0, head)
+    if traj is not None:
+        traj = traj.reshape(n_chunks * k, *traj.shape[2:])
+    if rem:
+        tail = jax.tree.map(lambda x: x[n_chunks * k :], controls)
+        u, tail_traj = jax.lax.scan(step, u, tail)
+        if traj is not None:
+            traj = jax.numpy.concatenate([traj, tail_traj])
+    return u, traj

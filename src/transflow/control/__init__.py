@@ -3,8 +3,8 @@
 - Models: :class:`FlowModel` (embedding → split-scheme evolution → read-out),
   :class:`PatchEmbedding` (ViT-style, 2-D token grid), :class:`TokenEmbedding`,
   :func:`make_vit`, :func:`make_seq`.
-- Gradients: :func:`evolve_checkpointed` (√N_t two-level rematerialisation),
-  :func:`grads_to_torch_layout` (compare with torch autograd).
+- Gradients: ``transflow.evolve(..., remat="nested")`` (√N_t two-level
+  rematerialisation), :func:`grads_to_torch_layout` (compare with torch autograd).
 - Training: :func:`make_step` (one jitted loss/grad/optax step), :func:`make_optimizer`,
   :func:`train` (checkpointing and bitwise-exact resume), :func:`evaluate`.
 - Checkpoints: :func:`save_checkpoint`, :func:`load_latest_checkpoint` (atomic writes,
@@ -13,8 +13,10 @@
   :func:`load_digits_split`, :func:`sequence_batch`.
 - Continuous time: :func:`adjoint_gradients` (diffrax ``RecursiveCheckpointAdjoint`` /
   ``BacksolveAdjoint`` on the attention + linear sub-model vs the discrete adjoint).
-- Tasks: :func:`run_digits`, :func:`run_sequence` (used by the Hydra tasks and by
-  ``python -m transflow.control``).
+- Tasks: :func:`run_training` of a :class:`TrainingTask` (:data:`DIGITS`,
+  :data:`SEQUENCE`; configs :class:`TrainConfig` → :class:`DigitsConfig`,
+  :class:`SequenceConfig`), used by the Hydra tasks and by ``python -m transflow.control``.
+- Figures: :func:`transflow.plotting.plot_training_curves` of :func:`curves_from_history`.
 """
 
 from ._adjoint import (
@@ -29,6 +31,7 @@ from ._checkpoint import (
     load_latest_checkpoint as load_latest_checkpoint,
     save_checkpoint as save_checkpoint,
 )
+from ._curves import curves_from_history as curves_from_history
 from ._data import (
     EpochOrder as EpochOrder,
     load_digits_split as load_digits_split,
@@ -42,16 +45,17 @@ from ._model import (
     make_vit as make_vit,
     patchify as patchify,
 )
-from ._plot import (
-    curves_from_history as curves_from_history,
-    plot_training_curves as plot_training_curves,
-)
-from ._remat import evolve_checkpointed as evolve_checkpointed
 from ._tasks import (
+    DIGITS as DIGITS,
+    SEQUENCE as SEQUENCE,
+    TRAINING_TASKS as TRAINING_TASKS,
     DigitsConfig as DigitsConfig,
+    Problem as Problem,
     SequenceConfig as SequenceConfig,
-    run_digits as run_digits,
-    run_sequence as run_sequence,
+    TrainConfig as TrainConfig,
+    TrainingTask as TrainingTask,
+    checkpoint_dir_for as checkpoint_dir_for,
+    run_training as run_training,
 )
 from ._torch_layout import grads_to_torch_layout as grads_to_torch_layout
 from ._train import (

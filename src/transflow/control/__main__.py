@@ -30,18 +30,17 @@ def _parse_value(field: dataclasses.Field, text: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ._tasks import DigitsConfig, SequenceConfig, run_digits, run_sequence
+    from ._tasks import TRAINING_TASKS, run_training
 
     parser = argparse.ArgumentParser(prog="python -m transflow.control", description=__doc__)
-    parser.add_argument("task", choices=("digits", "sequence"))
+    parser.add_argument("task", choices=sorted(TRAINING_TASKS))
     parser.add_argument("--run-dir", required=True, type=pathlib.Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("overrides", nargs="*", help="field=value, e.g. steps=100 d=16")
     args = parser.parse_intermixed_args(argv)
-    cls, fn = {"digits": (DigitsConfig, run_digits), "sequence": (SequenceConfig, run_sequence)}[
-        args.task
-    ]
+    task = TRAINING_TASKS[args.task]
+    cls = task.config
     fields = {f.name: f for f in dataclasses.fields(cls)}
     values = {"checkpoint_dir": str(args.run_dir / "checkpoints")}
     for item in args.overrides:
@@ -64,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         with (args.run_dir / "report.md").open("a") as f:
             f.write(text + "\n\n")
 
-    summary, result = fn(
-        cfg, run_dir=args.run_dir, seed=args.seed, smoke=args.smoke, log=log, report=report
+    summary, result = run_training(
+        task, cfg, run_dir=args.run_dir, seed=args.seed, smoke=args.smoke, log=log, report=report
     )
     import equinox as eqx
 

@@ -21,9 +21,8 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._controls import LayerControls, stack_controls
 from .._grid import Grid
-from .._splitting import AbstractScheme, LieScheme
+from .._splitting import AbstractScheme, LieScheme, RematMode, evolve
 from ..vision import patchify as vision_patchify
-from ._remat import RematMode, evolve_remat
 
 __all__ = ["PatchEmbedding", "TokenEmbedding", "FlowModel", "patchify", "make_vit", "make_seq"]
 
@@ -122,7 +121,7 @@ class FlowModel(eqx.Module):
     1. ``u0 = embed(x)``, shape ``(n_tokens, d)`` (the initial condition f);
     2. ``uT = evolve(u0, controls, scheme, dt=dt, grid=embed.grid())`` with the chosen
        rematerialisation (``"none"``, ``"step"`` = ``jax.checkpoint`` per step,
-       ``"nested"`` = √N_t two-level checkpointing, :func:`evolve_checkpointed`); the
+       ``"nested"`` = √N_t two-level checkpointing; ``remat`` of :func:`transflow.evolve`); the
        forward value is the same for all three;
     3. ``pool`` reads out the class token (``"cls"``), the token mean
        ``∫_Ω_x u(x,·,T) dx / |Ω_x|`` (``"mean"``) or every token (``"tokens"``), followed
@@ -161,7 +160,7 @@ class FlowModel(eqx.Module):
     def features(self, x) -> Float[Array, "n d"]:
         """The final state u(·, ·, T) for one example."""
         u0 = self.embed(x)
-        return evolve_remat(
+        return evolve(
             u0, self.controls, self.scheme, remat=self.remat, dt=self.dt, grid=self.embed.grid()
         )
 

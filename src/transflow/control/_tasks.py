@@ -1,13 +1,20 @@
-"""The two training tasks of issue 7, callable from Hydra tasks and from the CLI.
+"""The training tasks of issue 7: one runner, the task differences as data.
 
-- :func:`run_digits`: the scikit-learn handwritten digits (8×8) with a ViT-style continuous
-  model (patches on a 2-D token grid, :func:`make_vit`).
-- :func:`run_sequence`: a synthetic sequence task that needs attention (sorting, or
-  reversing, a short sequence) with :func:`make_seq`.
+:func:`run_training` trains one :class:`TrainingTask` of :data:`TRAINING_TASKS`:
 
-Both train with :func:`train` (checkpoints every ``checkpoint_every`` steps, bitwise-exact
-resume) and return a dict of headline numbers including ``test_accuracy`` and
-``cpu_seconds`` (``time.process_time()`` summed over resumed runs).
+- ``"digits"`` (:data:`DIGITS`, :class:`DigitsConfig`): the scikit-learn handwritten
+  digits (8×8) with a ViT-style continuous model (patches on a 2-D token grid,
+  :func:`make_vit`);
+- ``"sequence"`` (:data:`SEQUENCE`, :class:`SequenceConfig`): a synthetic sequence task
+  that needs attention (sorting, or reversing, a short sequence) with :func:`make_seq`.
+
+A task is data: its name, its config class, its smoke-size caps and a ``setup`` that
+builds the model, the batches (a pure function of the step), the evaluation and the
+data-order state. Both train with :func:`train` (checkpoints every ``checkpoint_every``
+steps, bitwise-exact resume) and return a dict of headline numbers including
+``test_accuracy`` and ``cpu_seconds`` (``time.process_time()`` summed over resumed runs).
+Used by the Hydra tasks ``train_digits``/``train_sequence`` and by
+``python -m transflow.control``.
 """
 
 from __future__ import annotations
@@ -16,26 +23,37 @@ import dataclasses
 import hashlib
 import json
 import pathlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DigitsConfig", "SequenceConfig", "run_digits", "run_sequence", "checkpoint_dir_for"]
+from ._checkpoint import _say
+
+__all__ = [
+    "DIGITS",
+    "SEQUENCE",
+    "TRAINING_TASKS",
+    "DigitsConfig",
+    "SequenceConfig",
+    "TrainConfig",
+    "TrainingTask",
+    "checkpoint_dir_for",
+    "run_training",
+]
 
 # Fields that do not change the training trajectory (excluded from the checkpoint key).
 _NOT_TRAJECTORY = ("checkpoint_dir", "resume", "throttle", "log_every")
 
 
 @dataclass
-class DigitsConfig:
-    """Digits classification with a small continuous ViT (defaults reach ≥ 95 %)."""
+class TrainConfig:
+    """The fields every training task shares: model size, scheme, optimiser, logging and
+    checkpoints."""
 
     d: int = 32  # feature grid size N_y = d_model
     n_steps: int = 4  # time steps N_t (layers)
     n_heads: int = 2
     d_ff: int = 0  # 0: the paper's square FFN (W_j: Ω_y → Ω_y); >0: lifted hidden width
-    patch: int = 2  # patch size: 8×8 image → (8/patch)² tokens on a 2-D grid
-    pool: str = "mean"  # read-out: "mean" over Ω_x or "cls" (class token)
     scheme: str = "lie"  # "lie" (paper, post-LN) or "prenorm" (extension)
     ffn_branch_dt: str = "dt"  # LieScheme option (spec §3.2): "dt" or "2dt"
     remat: str = "step"  # "none" | "step" (jax.checkpoint per step) | "nested" (√N_t)
@@ -44,7 +62,6 @@ class DigitsConfig:
     lr: float = 3e-3
     warmup_steps: int = 75
     weight_decay: float = 1e-4
-    test_fraction: float = 0.2
     log_every: int = 10
     eval_every: int = 250
     checkpoint_every: int = 250
@@ -54,31 +71,54 @@ class DigitsConfig:
 
 
 @dataclass
-class SequenceConfig:
+class DigitsConfig(TrainConfig):
+    """Digits classification with a small continuous ViT (defaults reach ≥ 95 %)."""
+
+    patch: int = 2  # patch size: 8×8 image → (8/patch)² tokens on a 2-D grid
+    pool: str = "mean"  # read-out: "mean" over Ω_x or "cls" (class token)
+    test_fraction: float = 0.2
+
+
+@dataclass
+class SequenceConfig(TrainConfig):
     """Sorting (or reversing) a random sequence: each output token needs attention."""
 
+    n_steps: int = 2
     kind: str = "sort"  # "sort" or "reverse"
     length: int = 8
     vocab: int = 10
-    d: int = 32
-    n_steps: int = 2
-    n_heads: int = 2
-    d_ff: int = 0
-    scheme: str = "lie"
-    ffn_branch_dt: str = "dt"
-    remat: str = "step"
-    batch_size: int = 64
-    steps: int = 1500
-    lr: float = 3e-3
-    warmup_steps: int = 75
-    weight_decay: float = 1e-4
     n_test: int = 1000
-    log_every: int = 10
-    eval_every: int = 250
-    checkpoint_every: int = 250
-    checkpoint_dir: str = "auto"
-    resume: bool = True
-    throttle: float = 0.0
+
+
+@dataclass
+class Problem:
+    """What a task's ``setup`` returns: the model, batches, evaluation and summary extras."""
+
+    model: Any
+    batch: Callable[[int], tuple[Any, Any]]  # a pure function of the step
+    eval_fn: Callable[[Any], dict]
+    data_state: Callable[[int], tuple[int, int]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # added to the summary
+
+
+@dataclass(frozen=True)
+class TrainingTask:
+    """One training task as data.
+
+    Attributes:
+        name: the task's name (checkpoint key, progress label, report title).
+        config: its config dataclass (a :class:`TrainConfig`).
+        setup: ``setup(cfg, seed, key) -> Problem`` builds the model (from ``key``), the
+            data and the evaluation.
+        smoke_caps: in smoke mode each field is capped at this value (``min``).
+        smoke_set: in smoke mode these fields are set to these values.
+    """
+
+    name: str
+    config: type
+    setup: Callable[[Any, int, Any], Problem]
+    smoke_caps: Mapping[str, Any]
+    smoke_set: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _as_config(cls, cfg) -> Any:
@@ -145,12 +185,6 @@ def _prepare_dir(ckpt, resume: bool, message):
         shutil.rmtree(ckpt)
 
 
-def _say(msg: str) -> None:
-    import sys
-
-    print(f"[transflow.control] {msg}", file=sys.stderr, flush=True)
-
-
 def _finish(name, result, extra, *, report, log, ckpt) -> dict:
     hist = result.history
     final_eval = [h for h in hist if "eval_accuracy" in h][-1]
@@ -185,46 +219,15 @@ def _finish(name, result, extra, *, report, log, ckpt) -> dict:
     return summary
 
 
-def run_digits(
-    cfg,
-    *,
-    run_dir,
-    seed: int = 0,
-    smoke: bool = False,
-    log: Callable[[dict], None] | None = None,
-    report: Callable[[str], None] | None = None,
-    progress: Callable | None = None,
-    message: Callable[[str], None] = _say,
-) -> tuple[dict, Any]:
-    """Train the continuous ViT on the digits; returns ``(summary, TrainResult)``.
-
-    In ``smoke`` mode the model and the run are shrunk to a few seconds (d = 16, 2 steps,
-    40 training steps, checkpoints every 20).
-    """
+def _setup_digits(cfg: DigitsConfig, seed: int, key) -> Problem:
     import jax
     import jax.numpy as jnp
 
     from ._data import EpochOrder, load_digits_split
     from ._model import make_vit
-    from ._train import _default_progress, evaluate, make_optimizer, train
+    from ._train import evaluate
 
-    cfg = _as_config(DigitsConfig, cfg)
-    if smoke:
-        cfg = dataclasses.replace(
-            cfg,
-            d=min(cfg.d, 16),
-            n_steps=min(cfg.n_steps, 2),
-            steps=min(cfg.steps, 40),
-            eval_every=20,
-            checkpoint_every=min(cfg.checkpoint_every, 20),
-            log_every=5,
-            warmup_steps=min(cfg.warmup_steps, 4),
-        )
-    run_dir = pathlib.Path(run_dir)
-    ckpt = checkpoint_dir_for("train_digits", cfg, run_dir, seed=seed, smoke=smoke)
-    _prepare_dir(ckpt, cfg.resume, message)
     xtr, ytr, xte, yte = load_digits_split(cfg.test_fraction, seed=seed)
-    k_model, k_train = jax.random.split(jax.random.key(seed))
     model = make_vit(
         d=cfg.d,
         n_steps=cfg.n_steps,
@@ -235,7 +238,7 @@ def run_digits(
         scheme=_scheme(cfg.scheme, cfg.ffn_branch_dt),
         remat=cfg.remat,
         dtype=jnp.float32,
-        key=k_model,
+        key=key,
     )
     order = EpochOrder(len(xtr), cfg.batch_size, seed)
 
@@ -243,78 +246,26 @@ def run_digits(
         idx = order.indices(step)
         return xtr[idx], ytr[idx]
 
-    opt = make_optimizer(
-        cfg.lr, num_steps=cfg.steps, warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay
-    )
-    result = train(
+    n_params = sum(x.size for x in jax.tree.leaves(model) if hasattr(x, "size"))
+    return Problem(
         model,
-        opt,
         batch,
-        cfg.steps,
-        key=k_train,
-        checkpoint_dir=ckpt,
-        checkpoint_every=cfg.checkpoint_every,
-        data_state=order.state,
-        log_every=cfg.log_every,
-        eval_fn=lambda m: evaluate(m, xte, yte),
-        eval_every=cfg.eval_every,
-        on_log=log,
-        progress=_default_progress if progress is None else progress,
-        desc="train_digits",
-        throttle=cfg.throttle,
-        message=message,
-    )
-    n_params = sum(x.size for x in jax.tree.leaves(result.model) if hasattr(x, "size"))
-    summary = _finish(
-        "train_digits",
-        result,
+        lambda m: evaluate(m, xte, yte),
+        order.state,
         {"n_params": int(n_params), "n_train": len(xtr), "n_test": len(xte)},
-        report=report,
-        log=log,
-        ckpt=ckpt,
     )
-    return summary, result
 
 
-def run_sequence(
-    cfg,
-    *,
-    run_dir,
-    seed: int = 0,
-    smoke: bool = False,
-    log: Callable[[dict], None] | None = None,
-    report: Callable[[str], None] | None = None,
-    progress: Callable | None = None,
-    message: Callable[[str], None] = _say,
-) -> tuple[dict, Any]:
-    """Train the continuous sequence model on sorting/reversing; ``(summary, result)``.
-
-    Reports the per-token test accuracy and the fraction of test sequences that are
-    entirely correct (``eval_sequence_accuracy``).
-    """
+def _setup_sequence(cfg: SequenceConfig, seed: int, key) -> Problem:
+    """Reports the per-token test accuracy and the fraction of test sequences that are
+    entirely correct (``eval_sequence_accuracy``)."""
     import jax
     import jax.numpy as jnp
 
     from ._data import sequence_batch
     from ._model import make_seq
-    from ._train import _default_progress, evaluate, make_optimizer, train
+    from ._train import evaluate
 
-    cfg = _as_config(SequenceConfig, cfg)
-    if smoke:
-        cfg = dataclasses.replace(
-            cfg,
-            d=min(cfg.d, 16),
-            steps=min(cfg.steps, 40),
-            eval_every=20,
-            checkpoint_every=min(cfg.checkpoint_every, 20),
-            log_every=5,
-            warmup_steps=min(cfg.warmup_steps, 4),
-            n_test=min(cfg.n_test, 200),
-        )
-    run_dir = pathlib.Path(run_dir)
-    ckpt = checkpoint_dir_for("train_sequence", cfg, run_dir, seed=seed, smoke=smoke)
-    _prepare_dir(ckpt, cfg.resume, message)
-    k_model, k_train = jax.random.split(jax.random.key(seed))
     model = make_seq(
         vocab=cfg.vocab,
         length=cfg.length,
@@ -325,7 +276,7 @@ def run_sequence(
         scheme=_scheme(cfg.scheme, cfg.ffn_branch_dt),
         remat=cfg.remat,
         dtype=jnp.float32,
-        key=k_model,
+        key=key,
     )
     xte, yte = sequence_batch(
         cfg.kind, cfg.n_test, cfg.length, cfg.vocab, seed=seed, step=0, split="test"
@@ -342,27 +293,93 @@ def run_sequence(
         out["sequence_accuracy"] = float(jnp.mean(jnp.all(pred == yte, axis=-1)))
         return out
 
+    return Problem(model, batch, eval_fn, None, {"kind": cfg.kind})
+
+
+# Smoke mode (a few seconds): every task shrinks the same way, plus its own caps.
+_SMOKE_CAPS = {"d": 16, "steps": 40, "checkpoint_every": 20, "warmup_steps": 4}
+_SMOKE_SET = {"eval_every": 20, "log_every": 5}
+
+#: The digits ViT (``python -m transflow.control digits``, ``experiment=train_digits``).
+DIGITS = TrainingTask(
+    "train_digits", DigitsConfig, _setup_digits, {**_SMOKE_CAPS, "n_steps": 2}, _SMOKE_SET
+)
+#: Sorting/reversing (``python -m transflow.control sequence``, ``experiment=train_sequence``).
+SEQUENCE = TrainingTask(
+    "train_sequence", SequenceConfig, _setup_sequence, {**_SMOKE_CAPS, "n_test": 200}, _SMOKE_SET
+)
+#: The training tasks by their command-line name.
+TRAINING_TASKS: dict[str, TrainingTask] = {"digits": DIGITS, "sequence": SEQUENCE}
+
+
+def run_training(
+    task: TrainingTask | str,
+    cfg,
+    *,
+    run_dir,
+    seed: int = 0,
+    smoke: bool = False,
+    log: Callable[[dict], None] | None = None,
+    report: Callable[[str], None] | None = None,
+    progress: Callable | None = None,
+    message: Callable[[str], None] = _say,
+) -> tuple[dict, Any]:
+    """Train one task (a :class:`TrainingTask` or its name in :data:`TRAINING_TASKS`);
+    returns ``(summary, TrainResult)``.
+
+    ``cfg`` is the task's config (or any object/mapping with its fields; extra fields are
+    ignored). Checkpoints go to :func:`checkpoint_dir_for`; ``log`` receives every logged
+    record and the final one (``final=True``), ``report`` a markdown paragraph. In
+    ``smoke`` mode the model and the run are shrunk to a few seconds (the task's
+    ``smoke_caps``/``smoke_set``: d ≤ 16, 40 training steps, checkpoints every 20, ...).
+
+    Example:
+        >>> from transflow.control import TRAINING_TASKS, DigitsConfig
+        >>> sorted(TRAINING_TASKS), TRAINING_TASKS["digits"].config is DigitsConfig
+        (['digits', 'sequence'], True)
+    """
+    import jax
+
+    from ._train import _default_progress, make_optimizer, train
+
+    if isinstance(task, str):
+        if task not in TRAINING_TASKS:
+            raise ValueError(
+                f"`task` must be one of {sorted(TRAINING_TASKS)} or a TrainingTask, got {task!r}."
+            )
+        task = TRAINING_TASKS[task]
+    cfg = _as_config(task.config, cfg)
+    if smoke:
+        cfg = dataclasses.replace(
+            cfg,
+            **{k: min(getattr(cfg, k), v) for k, v in task.smoke_caps.items()},
+            **dict(task.smoke_set),
+        )
+    run_dir = pathlib.Path(run_dir)
+    ckpt = checkpoint_dir_for(task.name, cfg, run_dir, seed=seed, smoke=smoke)
+    _prepare_dir(ckpt, cfg.resume, message)
+    k_model, k_train = jax.random.split(jax.random.key(seed))
+    problem = task.setup(cfg, seed, k_model)
     opt = make_optimizer(
         cfg.lr, num_steps=cfg.steps, warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay
     )
     result = train(
-        model,
+        problem.model,
         opt,
-        batch,
+        problem.batch,
         cfg.steps,
         key=k_train,
         checkpoint_dir=ckpt,
         checkpoint_every=cfg.checkpoint_every,
+        data_state=problem.data_state,
         log_every=cfg.log_every,
-        eval_fn=eval_fn,
+        eval_fn=problem.eval_fn,
         eval_every=cfg.eval_every,
         on_log=log,
         progress=_default_progress if progress is None else progress,
-        desc="train_sequence",
+        desc=task.name,
         throttle=cfg.throttle,
         message=message,
     )
-    summary = _finish(
-        "train_sequence", result, {"kind": cfg.kind}, report=report, log=log, ckpt=ckpt
-    )
+    summary = _finish(task.name, result, problem.extra, report=report, log=log, ckpt=ckpt)
     return summary, result

@@ -9,7 +9,6 @@ discrete adjoint of the split scheme, computed by reverse-mode AD through
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ._checkpoint import load_latest_checkpoint, save_checkpoint
+from ._checkpoint import _say, load_latest_checkpoint, save_checkpoint
 
 __all__ = [
     "cross_entropy_loss",
@@ -141,10 +140,6 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     cpu_seconds: float = 0.0
     wall_seconds: float = 0.0
-
-
-def _say(msg: str) -> None:
-    print(f"[transflow.control] {msg}", file=sys.stderr, flush=True)
 
 
 def train(

@@ -1,5 +1,14 @@
 """Interop with reference implementations (PyTorch, HuggingFace).
 
+- Conversion: :func:`from_torch`, :func:`layer_controls_from_torch`, :func:`from_hf`,
+  :func:`torch_substeps` (a torch layer's own intermediates).
+- Equivalence studies (library functions returning records, used by the experiments
+  ``equivalence`` and ``vit_equivalence`` and by the paper figures): :class:`EquivalenceConfig`,
+  :func:`equivalence_configurations`, :func:`agreement_rows`, :func:`substep_rows`,
+  :func:`build_torch_reference`, :func:`torch_slow_path`, :func:`fast_eager`;
+  :func:`hf_configurations`, :func:`hf_compare`, :func:`hf_equivalence_rows`,
+  :func:`randomize_`, :func:`fp64_vit_softmax`.
+
 torch and transformers are imported inside these functions only.
 """
 
@@ -8,9 +17,69 @@ from .._causal import (
     CausalScheme as CausalScheme,
     TokenEmbedding as TokenEmbedding,
 )
-from ._hf import from_hf as from_hf, hf_activation as hf_activation
+from .._llama_ops import (
+    GatedFFNParams as GatedFFNParams,
+    RMSDecoder as RMSDecoder,
+    RMSLayerControls as RMSLayerControls,
+    RMSNormParams as RMSNormParams,
+    RMSPreNormScheme as RMSPreNormScheme,
+    RotaryAttentionParams as RotaryAttentionParams,
+    apply_rotary as apply_rotary,
+    gated_ffn as gated_ffn,
+    project_sphere as project_sphere,
+    random_rms_controls as random_rms_controls,
+    rotary_attention as rotary_attention,
+)
+from ._bert import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
+from ._hf import from_hf as from_hf, hf_activation as hf_activation, load_hf as load_hf
+from ._hf_reference import hf_float64_reference as hf_float64_reference
+from ._hf_studies import (
+    HF_FAMILIES as HF_FAMILIES,
+    fp64_vit_softmax as fp64_vit_softmax,
+    hf_compare as hf_compare,
+    hf_configurations as hf_configurations,
+    hf_equivalence_rows as hf_equivalence_rows,
+    randomize_ as randomize_,
+)
+from ._studies import (
+    EQUIVALENCE_AXES as EQUIVALENCE_AXES,
+    EquivalenceConfig as EquivalenceConfig,
+    agreement_rows as agreement_rows,
+    build_torch_reference as build_torch_reference,
+    equivalence_configurations as equivalence_configurations,
+    fast_eager as fast_eager,
+    substep_rows as substep_rows,
+    torch_slow_path as torch_slow_path,
+)
 from ._torch import (
+    decoder_controls_from_torch as decoder_controls_from_torch,
     from_torch as from_torch,
     layer_controls_from_torch as layer_controls_from_torch,
     torch_substeps as torch_substeps,
 )
+
+__all__ = [
+    "CausalDecoder",
+    "CausalScheme",
+    "GatedFFNParams",
+    "RMSDecoder",
+    "RMSLayerControls",
+    "RMSNormParams",
+    "RMSPreNormScheme",
+    "RotaryAttentionParams",
+    "TextEmbedding",
+    "TextEncoder",
+    "TokenEmbedding",
+    "apply_rotary",
+    "from_hf",
+    "from_torch",
+    "gated_ffn",
+    "hf_activation",
+    "hf_float64_reference",
+    "layer_controls_from_torch",
+    "load_hf",
+    "project_sphere",
+    "random_rms_controls",
+    "rotary_attention",
+    "torch_substeps",
+]

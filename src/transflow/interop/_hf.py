@@ -1,4 +1,4 @@
-"""Load HuggingFace ``transformers`` layers (ViT, CvT, GPT-2) into transflow.
+"""Load HuggingFace ``transformers`` layers (ViT, CvT, GPT-2, BERT family, Llama family).
 
 torch and transformers are imported inside the functions only.
 
@@ -38,7 +38,7 @@ from ..vision._cvt import (
 from ..vision._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
 from ._torch import _arr, _norm, _resolve_dtype, _torch
 
-__all__ = ["from_hf", "hf_activation"]
+__all__ = ["from_hf", "hf_activation", "load_hf"]
 
 # HF activation names with an exact counterpart in transflow.
 _HF_ACTIVATIONS = {
@@ -156,6 +156,13 @@ def _pooler_act(name) -> str:
 # ----------------------------------------------------------------------------- GPT-2
 def _gpt2_block(block, dtype) -> LayerControls:
     cfg = block.attn.config
+    if getattr(block, "crossattention", None) is not None or getattr(
+        cfg, "add_cross_attention", False
+    ):
+        raise ValueError(
+            "unsupported `add_cross_attention`=True in a GPT-2 (decoder-only) config: "
+            "transflow's GPT-2 blocks have no cross-attention."
+        )
     act = hf_activation(cfg.activation_function, "activation_function")
     at = block.attn
     E, H, dk = at.embed_dim, at.num_heads, at.head_dim
@@ -293,6 +300,22 @@ def from_hf(
       width at call time), the class token split off if ``with_cls_token``.
     - ``CvtStage`` → :class:`~transflow.vision.CvtStageModel` (conv embedding, class
       token, layers); ``stage(x)`` returns ``(hidden (D, h, w), cls_token or None)``.
+    - ``BertLayer``/``RobertaLayer``/DistilBERT ``TransformerBlock`` (or ModuleLists) →
+      ``SplitTransformer`` with the paper's :class:`~transflow.LieScheme` (post-LN);
+      ``BertModel``/``RobertaModel``/``DistilBertModel`` → :class:`TextEncoder`:
+      ``model(ids, token_type_ids)`` is ``last_hidden_state``, ``model.pooled(...)`` the
+      ``pooler_output`` (RoBERTa's padding-aware position ids included).
+    - ``{Llama,Mistral,Qwen2}DecoderLayer`` (or ModuleLists) → ``SplitTransformer`` with
+      ``CausalScheme(RMSPreNormScheme())``; ``{Llama,Mistral,Qwen2}Model`` →
+      :class:`RMSDecoder` (``model(ids)`` = ``last_hidden_state``); ``*ForCausalLM`` also
+      gives ``model.logits(ids)``. See docs/models.md for RMSNorm, rotary and grouped-query
+      attention, SwiGLU and the refused options.
+
+    Converted whole models take ``key_padding_mask=`` ``(n,)`` bool (True = padded) and
+    ``attention_mask=`` ``(n, n)`` (True = may attend, or additive float). HF's
+    ``attention_mask`` (1 = keep) is ``key_padding_mask = (mask == 0)``
+    (:func:`transflow.mask_from_hf`). For float64 references run HF inside
+    :func:`hf_float64_reference`; checkpoint directories load with :func:`load_hf`.
 
     Models map one example (a sequence ``(n, d)`` or an image ``(C, H, W)``); batch with
     ``jax.vmap``. Dropout and drop-path are identities (eval mode); BatchNorm uses its
@@ -326,6 +349,9 @@ def from_hf(
     if grid_shape is not None and not isinstance(module, cvt.CvtLayer):
         raise ValueError(f"`grid_shape` is only used for a CvtLayer; got {type(module).__name__}.")
 
+    zoo = _zoo(module, dtype)
+    if zoo is not None:
+        return zoo
     if isinstance(module, torch.nn.ModuleList):
         kinds = {type(m) for m in module}
         if kinds == {vit.ViTLayer}:
@@ -338,7 +364,8 @@ def from_hf(
                 CausalScheme(PreNormScheme()),
             )
         raise TypeError(
-            "a ModuleList must hold only ViTLayer or only GPT2Block modules, got "
+            "a ModuleList must hold layers of one kind (ViTLayer, GPT2Block, BertLayer, "
+            "RobertaLayer, DistilBERT TransformerBlock, Llama/Mistral/Qwen2 decoder layers), got "
             f"{sorted(k.__name__ for k in kinds)}."
         )
     if isinstance(module, vit.ViTLayer):
@@ -369,7 +396,134 @@ def from_hf(
         return _cvt_stage(module, dtype)
     raise TypeError(
         "from_hf supports ViTLayer, ViTModel, GPT2Block, GPT2Model, GPT2LMHeadModel, CvtLayer, "
-        "CvtStage and ModuleLists "
-        f"of ViTLayer/GPT2Block; got {type(module).__name__}. torch.nn.TransformerEncoder"
+        "CvtStage, BertLayer, BertModel, RobertaLayer, RobertaModel, DistilBERT "
+        "TransformerBlock, DistilBertModel, {Llama,Mistral,Qwen2}DecoderLayer, "
+        "{Llama,Mistral,Qwen2}Model, {Llama,Mistral,Qwen2}ForCausalLM and ModuleLists of "
+        f"layers; got {type(module).__name__}. torch.nn.TransformerEncoder"
         "(Layer): see transflow.interop.from_torch."
     )
+
+
+def _zoo(module, dtype):
+    """The BERT- and Llama-family conversions (``None`` if ``module`` is neither)."""
+    import torch
+
+    from . import _bert, _llama
+
+    bert, roberta, distil = _bert.bert_classes()
+    lc = _llama.llama_classes()
+    bert_layers = (bert.BertLayer, roberta.RobertaLayer)
+    if isinstance(module, torch.nn.ModuleList):
+        kinds = {type(m) for m in module}
+        if len(kinds) != 1:
+            return None
+        (kind,) = kinds
+        if issubclass(kind, bert_layers):
+            ctrls = [_bert.bert_layer_controls(m, dtype) for m in module]
+            return _bert.encoder_stack(ctrls, causal=bool(module[0].is_decoder))
+        if issubclass(kind, distil.TransformerBlock):
+            return _bert.encoder_stack([_bert.distilbert_layer_controls(m, dtype) for m in module])
+        if issubclass(kind, lc["layers"]):
+            return _llama.llama_layers(list(module), dtype)
+        return None
+    if isinstance(module, bert_layers):
+        ctrls = [_bert.bert_layer_controls(module, dtype)]
+        return _bert.encoder_stack(ctrls, causal=bool(module.is_decoder))
+    if isinstance(module, distil.TransformerBlock):
+        return _bert.encoder_stack([_bert.distilbert_layer_controls(module, dtype)])
+    if isinstance(module, roberta.RobertaModel):
+        return _bert.bert_model(module, dtype, roberta=True)
+    if isinstance(module, bert.BertModel):
+        return _bert.bert_model(module, dtype)
+    if isinstance(module, distil.DistilBertModel):
+        return _bert.distilbert_model(module, dtype)
+    if isinstance(module, lc["layers"]):
+        return _llama.llama_layers([module], dtype)
+    if isinstance(module, lc["models"]):
+        return _llama.llama_model(module, dtype)
+    if isinstance(module, lc["lms"]):
+        return _llama.llama_model(module.model, dtype, module.lm_head)
+    return None
+
+
+# ----------------------------------------------------------------------------- checkpoints
+_CAUSAL_LM_ARCHITECTURES = (
+    "GPT2LMHeadModel",
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+)
+
+
+def load_hf(path, *, dtype=None):
+    """Load a HuggingFace checkpoint directory (``save_pretrained``) and convert it.
+
+    The directory's ``config.json`` decides the class: a checkpoint saved from
+    ``GPT2LMHeadModel`` or ``{Llama,Mistral,Qwen2}ForCausalLM`` loads with
+    ``AutoModelForCausalLM`` (the result has ``.logits``); every other checkpoint loads
+    with ``AutoModel`` (the base model; task heads such as ``BertForMaskedLM``'s are
+    dropped, and a pooler the checkpoint does not hold is left out rather than drawn at
+    random; any other missing weight raises). The model is loaded locally only (no
+    network), in eval mode, with ``attn_implementation="eager"``, then converted by
+    :func:`from_hf`.
+
+    Args:
+        path: a local directory written by ``model.save_pretrained(path)``.
+        dtype: float32/float64 of the converted model; default the checkpoint's dtype.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist, naming it.
+        ValueError: ``path`` holds no loadable HF checkpoint (no ``config.json``, an
+            unknown ``model_type``, missing weights), naming it; or the model has an
+            option transflow does not model (see :func:`from_hf`).
+        TypeError: the checkpoint's model class is not supported by :func:`from_hf`.
+
+    Example:
+        >>> import tempfile, jax.numpy as jnp
+        >>> from transformers import BertConfig, BertModel
+        >>> from transflow.interop import load_hf
+        >>> d = tempfile.mkdtemp()
+        >>> BertModel(BertConfig(hidden_size=8, num_attention_heads=2, intermediate_size=16,
+        ...                      num_hidden_layers=1, vocab_size=20)).save_pretrained(d)
+        >>> load_hf(d)(jnp.array([1, 5, 7])).shape
+        (3, 8)
+    """
+    import pathlib
+
+    p = pathlib.Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"load_hf: `path`={str(p)!r} does not exist.")
+    if not p.is_dir() or not (p / "config.json").is_file():
+        raise ValueError(
+            f"load_hf: `path`={str(p)!r} holds no HuggingFace checkpoint (expected a directory "
+            "with config.json and the weights, as written by `model.save_pretrained(path)`)."
+        )
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    try:
+        cfg = AutoConfig.from_pretrained(p, local_files_only=True)
+    except (ValueError, OSError, KeyError) as e:
+        raise ValueError(
+            f"load_hf: `path`={str(p)!r}: config.json is not a recognised HuggingFace "
+            f"configuration ({e})."
+        ) from e
+    archs = list(getattr(cfg, "architectures", None) or [])
+    auto = AutoModelForCausalLM if any(a in _CAUSAL_LM_ARCHITECTURES for a in archs) else AutoModel
+    try:
+        model, info = auto.from_pretrained(
+            p, local_files_only=True, attn_implementation="eager", output_loading_info=True
+        )
+    except (ValueError, OSError, KeyError) as e:
+        raise ValueError(
+            f"load_hf: `path`={str(p)!r} holds no loadable {auto.__name__} checkpoint ({e})."
+        ) from e
+    missing = sorted(info.get("missing_keys", ()))
+    if missing and all(k.startswith("pooler.") for k in missing):
+        model.pooler = None  # a checkpoint without pooler (e.g. BertForMaskedLM): drop it
+    elif missing:
+        raise ValueError(
+            f"load_hf: the checkpoint in `path`={str(p)!r} lacks weights of "
+            f"{type(model).__name__} ({missing[:5]}{' ...' if len(missing) > 5 else ''}); "
+            "HF would initialise them at random."
+        )
+    return from_hf(model.eval(), dtype=dtype)

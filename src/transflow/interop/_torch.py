@@ -12,10 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import AttentionParams, FFNParams, LayerControls, NormParams, stack_controls
+from .._decoder import DecoderLayerControls, SplitDecoder, SplitEncoderDecoder
 from .._model import SplitTransformer
 from .._splitting import LieScheme, PreNormScheme
 
-__all__ = ["from_torch", "torch_substeps", "layer_controls_from_torch"]
+__all__ = [
+    "from_torch",
+    "torch_substeps",
+    "layer_controls_from_torch",
+    "decoder_controls_from_torch",
+]
 
 FFNForm = Literal["auto", "paper", "lifted"]
 
@@ -138,8 +144,82 @@ def layer_controls_from_torch(layer, *, ffn_form: FFNForm = "auto", dtype=None) 
     return LayerControls(attn, _norm(layer.norm1, dtype), ffn, _norm(layer.norm2, dtype))
 
 
-def from_torch(module: Any, *, ffn_form: FFNForm = "auto", dtype=None) -> SplitTransformer:
-    """A :class:`SplitTransformer` that reproduces a PyTorch encoder layer or stack.
+def _ffn_params(layer, act, d, ffn_form, dtype) -> FFNParams:
+    """The FFN of a torch encoder/decoder layer (``linear1``, ``linear2``) as FFNParams."""
+    w1 = _arr(layer.linear1.weight, dtype).T
+    w2 = _arr(layer.linear2.weight, dtype).T
+    b1 = (
+        _arr(layer.linear1.bias, dtype)
+        if layer.linear1.bias is not None
+        else jnp.zeros((w1.shape[1],), dtype)
+    )
+    b2 = (
+        _arr(layer.linear2.bias, dtype)
+        if layer.linear2.bias is not None
+        else jnp.zeros((d,), dtype)
+    )
+    square = w1.shape[1] == d
+    if ffn_form == "paper" and not square:
+        raise ValueError(
+            f"ffn_form='paper' needs dim_feedforward == d_model; got dim_feedforward="
+            f"{w1.shape[1]}, d_model={d}. Use ffn_form='lifted' or 'auto'."
+        )
+    if ffn_form == "paper" or (ffn_form == "auto" and square):
+        eye = jnp.eye(d, dtype=dtype)
+        return FFNParams((w1 - eye, w2 - eye), (b1, b2), (True, True), act)
+    return FFNParams((w1, w2), (b1, b2), (False, False), act)
+
+
+def decoder_controls_from_torch(
+    layer, *, ffn_form: FFNForm = "auto", dtype=None
+) -> DecoderLayerControls:
+    """Controls of one ``torch.nn.TransformerDecoderLayer`` (see :func:`from_torch`)."""
+    torch = _torch()
+    if not isinstance(layer, torch.nn.TransformerDecoderLayer):
+        raise TypeError(f"expected torch.nn.TransformerDecoderLayer, got {type(layer).__name__}.")
+    if ffn_form not in ("auto", "paper", "lifted"):
+        raise ValueError(f"`ffn_form` must be 'auto', 'paper' or 'lifted', got {ffn_form!r}.")
+    dtype = _resolve_dtype(layer, dtype)
+    act = _activation(layer)
+    sa = _mha(layer.self_attn, dtype)
+    ca = _mha(layer.multihead_attn, dtype)
+    d = sa.wq.shape[0]
+    return DecoderLayerControls(
+        sa,
+        _norm(layer.norm1, dtype),
+        ca,
+        _norm(layer.norm2, dtype),
+        _ffn_params(layer, act, d, ffn_form, dtype),
+        _norm(layer.norm3, dtype),
+    )
+
+
+def _decoder_from_torch(module, ffn_form, dtype) -> SplitDecoder:
+    torch = _torch()
+    final_norm = None
+    if isinstance(module, torch.nn.TransformerDecoderLayer):
+        layers = [module]
+    else:
+        layers = list(module.layers)
+        if module.norm is not None:
+            if not isinstance(module.norm, torch.nn.LayerNorm):
+                raise ValueError(
+                    f"TransformerDecoder.norm must be nn.LayerNorm, got "
+                    f"{type(module.norm).__name__}."
+                )
+            final_norm = _norm(module.norm, _resolve_dtype(module, dtype))
+    norm_first = {bool(layer.norm_first) for layer in layers}
+    if len(norm_first) != 1:
+        raise ValueError("all layers of the decoder must have the same `norm_first`.")
+    ctrls = [decoder_controls_from_torch(layer, ffn_form=ffn_form, dtype=dtype) for layer in layers]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *ctrls)
+    return SplitDecoder(stacked, norm_first.pop(), 1.0, final_norm)
+
+
+def from_torch(
+    module: Any, *, ffn_form: FFNForm = "auto", dtype=None
+) -> SplitTransformer | SplitDecoder | SplitEncoderDecoder:
+    """A transflow model that reproduces a PyTorch encoder, decoder or encoder–decoder.
 
     Accepts ``torch.nn.TransformerEncoderLayer`` and ``torch.nn.TransformerEncoder`` with
     any ``norm_first``, ``activation`` in {"relu", "gelu"} (and ``nn.GELU``),
@@ -163,6 +243,21 @@ def from_torch(module: Any, *, ffn_form: FFNForm = "auto", dtype=None) -> SplitT
     - q/k/v/out biases and ``out_proj``: kept as :class:`AttentionParams` (W_O folded per
       head in eq. 5.7; W_O = I and no biases in the paper).
     - ``TransformerEncoder.norm``: a final projection after the last step.
+    - ``TransformerDecoderLayer`` / ``TransformerDecoder`` → :class:`SplitDecoder`
+      (self-attention, cross-attention over the memory's token grid, FFN; post-LN: the
+      Lie scheme with one more sub-step and projection, pre-LN: explicit Euler on the
+      composite operators), called ``model(tgt, memory, *, causal=False,
+      key_padding_mask=None, memory_key_padding_mask=None, attention_mask=None,
+      memory_attention_mask=None)``.
+    - ``Transformer`` → :class:`SplitEncoderDecoder`: ``model(src, tgt, ...)``.
+
+    Masks: every model takes ``key_padding_mask=`` with torch's polarity (True =
+    padded; torch's ``src_key_padding_mask``/``tgt_key_padding_mask``) and
+    ``attention_mask=`` with transflow's (bool True = may attend, or an additive float).
+    torch's bool ``mask``/``src_mask``/``tgt_mask``/``memory_mask`` are True = *not*
+    allowed: convert them with :func:`transflow.mask_from_torch`; ``is_causal=True`` is
+    ``causal=True``. Padded rows take the values of torch's slow path (not the zeros of
+    its nested-tensor fast path). See docs/masks.md.
 
     With ``dim_feedforward = d_model``, scalar-valued LayerNorm parameters and ε = 0 the
     controls are exactly the paper's identification.
@@ -183,6 +278,13 @@ def from_torch(module: Any, *, ffn_form: FFNForm = "auto", dtype=None) -> SplitT
     """
     torch = _torch()
     final_norm = None
+    if isinstance(module, torch.nn.TransformerDecoderLayer | torch.nn.TransformerDecoder):
+        return _decoder_from_torch(module, ffn_form, dtype)
+    if isinstance(module, torch.nn.Transformer):
+        return SplitEncoderDecoder(
+            from_torch(module.encoder, ffn_form=ffn_form, dtype=dtype),
+            _decoder_from_torch(module.decoder, ffn_form, dtype),
+        )
     if isinstance(module, torch.nn.TransformerEncoderLayer):
         layers = [module]
     elif isinstance(module, torch.nn.TransformerEncoder):
@@ -196,8 +298,9 @@ def from_torch(module: Any, *, ffn_form: FFNForm = "auto", dtype=None) -> SplitT
             final_norm = _norm(module.norm, _resolve_dtype(module, dtype))
     else:
         raise TypeError(
-            f"from_torch supports torch.nn.TransformerEncoderLayer and "
-            f"torch.nn.TransformerEncoder, got {type(module).__name__}. HuggingFace layers: "
+            "from_torch supports torch.nn.TransformerEncoderLayer, TransformerEncoder, "
+            "TransformerDecoderLayer, TransformerDecoder and Transformer, got "
+            f"{type(module).__name__}. HuggingFace layers: "
             "see transflow.interop.from_hf."
         )
     norm_first = {bool(layer.norm_first) for layer in layers}

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from .._controls import LayerControls, NormParams, num_steps
 from .._errors import check_array, check_choice
@@ -177,13 +177,53 @@ def _check_implementation(impl: str, scheme) -> None:
         )
 
 
+def _batch_masks(kpm, am, B, n, H, axes, method, P_f, scheme):
+    """Validate batched masks; returns ``(masks, specs)`` dicts keyed by the step keyword.
+
+    ``key_padding_mask`` ``(B, n)`` → spec ``P(batch, tokens)``; ``attention_mask``
+    ``(B, n, n)``/``(B, 1|H, n, n)`` → ``(B, 1|H, n, n)`` with spec
+    ``P(batch, heads, tokens, None)`` (heads split with the features only when the mask
+    has one slice per head and the ring splits heads).
+    """
+    from .._masks import check_attention_mask, check_key_padding_mask
+
+    masks, specs = {}, {}
+    if kpm is not None:
+        check_array("key_padding_mask", kpm, ndim=2, shape=(B, n), floating=False)
+        check_key_padding_mask(kpm[0], n)
+        masks["key_padding_mask"] = kpm
+        specs["key_padding_mask"] = P(axes.batch, axes.tokens)
+    if am is not None:
+        if not hasattr(am, "shape") or len(am.shape) not in (3, 4) or am.shape[0] != B:
+            raise ValueError(
+                f"`attention_mask` has shape {tuple(getattr(am, 'shape', ()))}; expected "
+                f"({B}, {n}, {n}) or ({B}, 1 or {H}, {n}, {n}) (one mask per example)."
+            )
+        check_attention_mask(am[0], n, n, H)
+        am = am[:, None] if am.ndim == 3 else am
+        heads = axes.features if (method == "ring" and P_f > 1 and am.shape[1] == H) else None
+        masks["attention_mask"] = am
+        specs["attention_mask"] = P(axes.batch, heads, axes.tokens, None)
+    if masks and method == "gspmd":
+        import inspect
+
+        params = inspect.signature(scheme.step).parameters
+        if any(k not in params for k in masks):
+            raise TypeError(
+                f"{type(scheme).__name__}.step does not take masks; use LieScheme, "
+                "PreNormScheme or CausalScheme."
+            )
+    return masks, specs
+
+
 # --------------------------------------------------------------------------- programs
 def _gspmd_program(scheme, dt, causal, mesh, axes, *, implementation, blocks, d_total):
     state_sh = NamedSharding(mesh, axes.spec())
 
-    def run(u, controls, grid, final_norm):
+    def run(u, controls, grid, final_norm, masks=None):
+        masks = masks or {}
         if implementation is None:
-            step = lambda x, theta: scheme.step(x, theta, dt, grid=grid, causal=causal)
+            step = lambda x, theta, mk: scheme.step(x, theta, dt, grid=grid, causal=causal, **mk)
         else:
             ctx = dict(
                 implementation=implementation,
@@ -196,10 +236,10 @@ def _gspmd_program(scheme, dt, causal, mesh, axes, *, implementation, blocks, d_
                 y_weights=None if grid is None else grid.y_weights,
             )
             fn = _ring.lie_step if isinstance(scheme, LieScheme) else _ring.prenorm_step
-            step = lambda x, theta: fn(x, theta, dt, ctx, scheme)
+            step = lambda x, theta, mk: fn(x, theta, dt, {**ctx, **mk}, scheme)
 
         def body(u, theta):
-            un = jax.vmap(lambda x: step(x, theta))(u)
+            un = jax.vmap(lambda x, mk: step(x, theta, mk))(u, masks)
             return jax.lax.with_sharding_constraint(un, state_sh), None
 
         u = jax.lax.with_sharding_constraint(u, state_sh)
@@ -218,7 +258,7 @@ def _ring_program(scheme, dt, causal, mesh, axes, *, n_heads, d_total, specs):
     P_f = axis_size(mesh, f)
     step = _ring.lie_step if isinstance(scheme, LieScheme) else _ring.prenorm_step
 
-    def local(u, controls, extras, final_norm):
+    def local(u, controls, extras, final_norm, masks):
         ctx = dict(
             t_axis=t if P_t > 1 else None,
             f_axis=f if P_f > 1 else None,
@@ -233,7 +273,8 @@ def _ring_program(scheme, dt, causal, mesh, axes, *, n_heads, d_total, specs):
         )
 
         def body(u, theta):
-            return jax.vmap(lambda x: step(x, theta, dt, ctx, scheme))(u), None
+            one = lambda x, mk: step(x, theta, dt, {**ctx, **mk}, scheme)
+            return jax.vmap(one)(u, masks), None
 
         u, _ = jax.lax.scan(body, u, controls)
         if final_norm is not None:
@@ -253,7 +294,13 @@ def _ring_program(scheme, dt, causal, mesh, axes, *, n_heads, d_total, specs):
     return jax.shard_map(
         local,
         mesh=mesh,
-        in_specs=(axes.spec(), specs["controls"], specs["extras"], specs["final_norm"]),
+        in_specs=(
+            axes.spec(),
+            specs["controls"],
+            specs["extras"],
+            specs["final_norm"],
+            specs["masks"],
+        ),
         out_specs=axes.spec(),
         check_vma=False,
     )
@@ -274,6 +321,8 @@ def _prepare(
     attention_implementation: str | None = None,
     query_block: int = 512,
     key_block: int = 1024,
+    key_padding_mask=None,
+    attention_mask=None,
 ):
     controls, scheme, dt, final_norm = _resolve(model_or_controls, scheme, dt, final_norm)
     axes = as_axes(axes)
@@ -296,6 +345,9 @@ def _prepare(
         _check_divisible("n_heads", H, axes.features, P_f)
         for j, w in enumerate(controls.ffn.weights):
             _check_divisible(f"FFN width weights[{j}].shape[-1]", w.shape[-1], axes.features, P_f)
+    masks, mask_specs = _batch_masks(
+        key_padding_mask, attention_mask, B, n, H, axes, method, P_f, scheme
+    )
     specs = controls_specs(controls, axes)
     fn_specs = (
         None
@@ -311,6 +363,7 @@ def _prepare(
     u_p = _place(u_batch, state_sh)
     c_p = shard(controls, specs)
     fn_p = None if final_norm is None else shard(final_norm, fn_specs)
+    mk_p = shard(masks, mask_specs)
 
     if method == "gspmd":
         rep = NamedSharding(mesh, P())
@@ -328,6 +381,7 @@ def _prepare(
             query_block,
             key_block,
             d,
+            tuple(sorted(masks)),
         )
         fn = _cached(
             key,
@@ -345,7 +399,7 @@ def _prepare(
                 out_shardings=state_sh,
             ),
         )
-        return fn, (u_p, c_p, grid_p, fn_p)
+        return fn, (u_p, c_p, grid_p, fn_p, mk_p)
 
     if attention_implementation is not None:
         raise ValueError(
@@ -380,7 +434,12 @@ def _prepare(
         extras["y_weights"] = grid.y_weights
         extra_specs["y_weights"] = P(axes.features)
     ex_p = shard(extras, extra_specs)
-    all_specs = {"controls": specs, "extras": extra_specs, "final_norm": fn_specs}
+    all_specs = {
+        "controls": specs,
+        "extras": extra_specs,
+        "final_norm": fn_specs,
+        "masks": mask_specs,
+    }
     key = (
         "ring",
         scheme,
@@ -399,7 +458,7 @@ def _prepare(
             _ring_program(scheme, dt, causal, mesh, axes, n_heads=H, d_total=d, specs=all_specs)
         ),
     )
-    return fn, (u_p, c_p, ex_p, fn_p)
+    return fn, (u_p, c_p, ex_p, fn_p, mk_p)
 
 
 # --------------------------------------------------------------------------- public
@@ -418,6 +477,8 @@ def shard_evolve(
     attention_implementation: Literal["auto", "dense", "chunked"] | None = None,
     query_block: int = 512,
     key_block: int = 1024,
+    key_padding_mask: Bool[Array, "batch n"] | None = None,
+    attention_mask: Bool[Array, "batch *h n n"] | Float[Array, "batch *h n n"] | None = None,
 ) -> Float[Array, "batch n d"]:
     """Evolve a batch of sequences with the splitting scheme, sharded over ``mesh``.
 
@@ -445,6 +506,12 @@ def shard_evolve(
             ``"auto"`` run the Lie / pre-LN step with
             ``transflow.attention(..., implementation=...)`` and the block sizes
             ``query_block``, ``key_block`` (``method="gspmd"`` only).
+        key_padding_mask: ``(batch, n)`` bool, True = padded (per example, as
+            :func:`transflow.evolve`); sharded like the state's batch and token axes. In
+            ``"ring"`` the padding of each key block travels with its keys and values.
+        attention_mask: ``(batch, n, n)`` or ``(batch, 1|H, n, n)``, bool True = may
+            attend or additive float; rows follow the token sharding (``"ring"``: each
+            device holds its query rows and reads the column block of the visiting keys).
 
     Raises:
         ValueError: when a sharded size (batch, n_tokens, d_model, n_heads, an FFN width)
@@ -475,6 +542,8 @@ def shard_evolve(
         attention_implementation=attention_implementation,
         query_block=query_block,
         key_block=key_block,
+        key_padding_mask=key_padding_mask,
+        attention_mask=attention_mask,
     )
     return fn(*args)
 

@@ -53,6 +53,8 @@ def ring_attention(
     causal: bool = False,
     hardmax: bool = False,
     temperature: float = 1.0,
+    key_padding_mask=None,
+    attention_mask=None,
 ):
     """Attention of the local token block against all tokens (ring over ``t_axis``).
 
@@ -63,6 +65,11 @@ def ring_attention(
         n_heads_local: heads on this device (``n_heads / feature shards``).
         head_scale: per-head score scale ``(H_loc,)``; q_weights: per-head feature weights
             ``(H_loc, d_k)`` or ``None``; x_weights: local token weights ``(n_loc,)`` or None.
+        key_padding_mask: local ``(n_loc,)`` bool (True = padded); it travels around the
+            ring with its key/value block (zero weight, as :func:`transflow.attention`).
+        attention_mask: the local query rows ``(1|H_loc, n_loc, n)`` over all keys (bool
+            True = may attend, or additive float); round r reads the column block of the
+            visiting keys. Rows without admissible keys give 0 (as the dense operator).
 
     Returns:
         The local block ``(n_loc, d_loc)`` of 𝒜u (no residual), as :func:`transflow.attention`.
@@ -83,6 +90,15 @@ def ring_attention(
     logw = None if x_weights is None else jnp.log(x_weights).astype(u.dtype)
 
     neg = jnp.asarray(-jnp.inf, u.dtype)
+    masked = key_padding_mask is not None or attention_mask is not None
+    kpm_lw = None
+    if key_padding_mask is not None:
+        kpm_lw = jnp.where(key_padding_mask, neg, jnp.zeros((), u.dtype))
+    bias_rows = None
+    if attention_mask is not None:
+        from .._masks import mask_bias
+
+        bias_rows = mask_bias(attention_mask, u.dtype)
     m = jnp.full((H, n, 1), neg)
     ell = jnp.zeros((H, n, 1), u.dtype)
     acc = jnp.zeros((H, n, dv), u.dtype)
@@ -93,6 +109,12 @@ def ring_attention(
         if causal:
             k_idx = src * n + jnp.arange(n)
             allowed = (k_idx[None, :] <= q_idx[:, None])[None]
+        if masked:  # padding and the mask's column block of the visiting keys: one bias
+            bias = jnp.zeros((1, 1, n), u.dtype) if kpm_lw is None else kpm_lw[None, None, :]
+            if bias_rows is not None:
+                bias = bias + jax.lax.dynamic_slice_in_dim(bias_rows, src * n, n, axis=2)
+            fin = bias > neg
+            allowed = fin if allowed is None else allowed & fin
         if hardmax:
             sm = s if allowed is None else jnp.where(allowed, s, neg)
             bm = jnp.max(sm, axis=-1, keepdims=True)
@@ -101,6 +123,8 @@ def ring_attention(
             if allowed is not None:
                 hit = hit & allowed
             ind = hit.astype(u.dtype)
+            if masked:
+                ind = jnp.where(hit, jnp.exp(bias), 0.0)
             if logw is not None:
                 ind = ind * x_weights
             keep = (m == m_new).astype(u.dtype)
@@ -110,6 +134,8 @@ def ring_attention(
             logits = temperature * s
             if logw is not None:
                 logits = logits + logw
+            if masked:
+                logits = logits + bias
             if allowed is not None:
                 logits = jnp.where(allowed, logits, neg)
             bm = jnp.max(logits, axis=-1, keepdims=True)
@@ -125,6 +151,10 @@ def ring_attention(
             k, v = jax.lax.ppermute((k, v), t_axis, perm)
             if logw is not None:
                 x_weights, logw = jax.lax.ppermute((x_weights, logw), t_axis, perm)
+            if kpm_lw is not None:
+                kpm_lw = jax.lax.ppermute(kpm_lw, t_axis, perm)
+    if masked:  # rows without admissible keys: the integral over ∅ is 0
+        ell = jnp.where(ell == 0, jnp.ones_like(ell), ell)
     heads = jnp.transpose(acc / ell, (1, 0, 2)).reshape(n, H * dv)
     out = heads @ attn.wo
     if f_axis is not None:
@@ -180,6 +210,7 @@ def _project(v, norm, ctx, eps_scale=1.0):
 
 
 def _attention(u, attn, ctx, scheme):
+    masks = {k: ctx[k] for k in ("key_padding_mask", "attention_mask") if k in ctx}
     if ctx.get("implementation") is not None:  # unpartitioned: the library's operator
         from .._operators import attention
 
@@ -193,6 +224,7 @@ def _attention(u, attn, ctx, scheme):
             implementation=ctx["implementation"],
             query_block=ctx["query_block"],
             key_block=ctx["key_block"],
+            **masks,
         )
     return ring_attention(
         u,
@@ -207,6 +239,7 @@ def _attention(u, attn, ctx, scheme):
         causal=ctx["causal"],
         hardmax=scheme.hardmax,
         temperature=scheme.temperature,
+        **masks,
     )
 
 

@@ -53,6 +53,7 @@ _DEFAULTS: dict[str, Any] = dict(
     n_layers=2,
     grid="gauss",
     causal=False,
+    masks=False,
     scheme="lie",
     seed=0,
     query_block=16,
@@ -180,16 +181,34 @@ def _problem(opts, dtype_name: str):
     return theta, u, grid, scheme
 
 
-def _reference(theta, u, grid, scheme, causal):
+def _masks(opts, u) -> dict:
+    """With ``masks=True``: ragged padding (lengths n, 3n/4, n/2, ...) and a random
+    per-head additive mask with −∞ entries (some rows fully masked)."""
+    import jax
+    import jax.numpy as jnp
+
+    if not opts.get("masks"):
+        return {}
+    B, n, _ = u.shape
+    H = int(opts["n_heads"])
+    lengths = jnp.maximum(n - jnp.arange(B) * (n // 4), 1)
+    kpm = jnp.arange(n)[None, :] >= lengths[:, None]
+    key = jax.random.key(int(opts["seed"]) + 1)
+    f = jax.random.normal(key, (B, H, n, n), u.dtype)
+    keep = jax.random.uniform(jax.random.fold_in(key, 1), (B, H, n, n)) > 0.2
+    return {"key_padding_mask": kpm, "attention_mask": jnp.where(keep, f, -jnp.inf)}
+
+
+def _reference(theta, u, grid, scheme, causal, masks=None):
     """Single-device ``vmap(evolve)`` on the first device only."""
     import jax
 
     from .. import evolve
 
     dev = jax.local_devices()[0]
-    theta, u, grid = jax.device_put((theta, u, grid), dev)
-    f = jax.jit(jax.vmap(lambda x: evolve(x, theta, scheme, grid=grid, causal=causal)))
-    return f(u)
+    theta, u, grid, masks = jax.device_put((theta, u, grid, masks or {}), dev)
+    f = jax.jit(jax.vmap(lambda x, mk: evolve(x, theta, scheme, grid=grid, causal=causal, **mk)))
+    return f(u, masks)
 
 
 def check_records(opts: dict[str, Any]) -> list[dict[str, Any]]:
@@ -207,7 +226,8 @@ def check_records(opts: dict[str, Any]) -> list[dict[str, Any]]:
     records = []
     for dtype_name in opts["dtypes"]:
         theta, u, grid, scheme = _problem(opts, dtype_name)
-        ref = np.asarray(_reference(theta, u, grid, scheme, bool(opts["causal"])))
+        masks = _masks(opts, u)
+        ref = np.asarray(_reference(theta, u, grid, scheme, bool(opts["causal"]), masks))
         pairs = opts.get("pairs") or [
             (label, m) for label in opts["assignments"] for m in opts["methods"]
         ]
@@ -226,6 +246,7 @@ def check_records(opts: dict[str, Any]) -> list[dict[str, Any]]:
                 attention_implementation=impl or None,
                 query_block=int(opts["query_block"]),
                 key_block=int(opts["key_block"]),
+                **masks,
             )
             records.append(
                 dict(
@@ -233,6 +254,7 @@ def check_records(opts: dict[str, Any]) -> list[dict[str, Any]]:
                     axes={k: v for k, v in axes.items()},
                     mesh=dict(zip(opts["axis_names"], mesh_shape)),
                     method=method,
+                    masks=bool(masks),
                     dtype=dtype_name,
                     max_rel_diff_vs_single_device=max_rel_diff(to_host(out), ref),
                     out_spec=str(out.sharding.spec),

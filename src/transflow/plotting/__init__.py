@@ -5,25 +5,60 @@ returns a matplotlib ``Figure``; saving is the caller's job
 (:meth:`transflow.experiments.context.RunContext.save_figure` in a task,
 :func:`transflow.plotting.save_figure` in a figure script). One private module per area:
 ``_continuous`` (Δt/grid convergence, clustering, non-convergence), ``_equivalence``
-(sub-steps and agreement tables, ViT), ``_expressivity`` (regions, partitions, softmax
+(sub-steps and agreement tables, ViT), ``_training`` (training curves), ``_parallel``
+(sharded memory), ``_benchmarks`` (F-perf), ``_expressivity`` (regions, partitions, softmax
 error), ``_analysis`` (trajectories, budgets, refinement), ``_common`` (saving, smoke mode).
 
 matplotlib is imported inside the functions, so importing this package is cheap.
 """
 
+from ._analysis import (
+    plot_control_smoothness as plot_control_smoothness,
+    plot_cosine_matrices as plot_cosine_matrices,
+    plot_flow_clustering as plot_flow_clustering,
+    plot_refinement as plot_refinement,
+    plot_substep_budgets as plot_substep_budgets,
+    plot_token_geometry as plot_token_geometry,
+    plot_token_trajectories as plot_token_trajectories,
+)
+from ._benchmarks import BENCHMARK_PARTS, plot_benchmarks
 from ._common import figure_smoke, save_figure
 from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
+from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
 from ._expressivity import plot_partition, plot_regions, plot_slice, plot_softmax
+from ._parallel import plot_sharded_memory
+from ._training import plot_training_curves
 
 __all__ = [
     "figure_smoke",
     "save_figure",
+    # _continuous
     "plot_convergence",
     "plot_grid",
     "plot_nonconvergence",
     "plot_clustering",
+    # _expressivity
     "plot_partition",
     "plot_regions",
     "plot_slice",
     "plot_softmax",
+    # _benchmarks
+    "BENCHMARK_PARTS",
+    "plot_benchmarks",
+    # _equivalence
+    "plot_agreement",
+    "plot_substeps",
+    "plot_vit_attention",
+    # _parallel
+    "plot_sharded_memory",
+    # _training
+    "plot_training_curves",
+    # _analysis
+    "plot_control_smoothness",
+    "plot_cosine_matrices",
+    "plot_flow_clustering",
+    "plot_refinement",
+    "plot_substep_budgets",
+    "plot_token_geometry",
+    "plot_token_trajectories",
 ]

@@ -34,7 +34,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .._controls import AttentionParams, FFNParams, NormParams, num_steps
 from .._errors import check_array, check_choice
 from .._operators import attention_weights, project_s1
-from .._splitting import AbstractScheme, evolve, ffn_branch
+from .._splitting import AbstractScheme, PreNormScheme, evolve, pre_ln_step
 
 __all__ = [
     "DepthwiseConv2d",
@@ -321,8 +321,10 @@ class ConvPreNormScheme(AbstractScheme):
 
         u¹ = u⁰ + Δt 𝒜_conv(P_{S1}(u⁰)),     u^{n+1} = u¹ + Δt ℱ(P_{S1'}(u¹)),
 
-    as :class:`transflow.PreNormScheme` with :func:`conv_attention` in place of the
-    attention operator. The token-grid geometry is part of the discretization and lives
+    the pre-LN step of :class:`transflow.PreNormScheme` (the same code) with
+    :func:`conv_attention` in place of the attention operator; the projections use the
+    feature weights of ``grid`` (``grid.y_weights``) when one is given. The token-grid
+    geometry is part of the discretization and lives
     here: ``grid_shape`` = (rows, columns) of the token grid and ``n_prefix`` leading
     tokens off the grid (the class token). Controls (:class:`ConvLayerControls`) are
     translation-invariant kernels and do not depend on the grid size.
@@ -336,8 +338,7 @@ class ConvPreNormScheme(AbstractScheme):
     temperature: float = eqx.field(static=True, default=1.0)
 
     def substep_names(self, controls) -> tuple[str, ...]:
-        J = controls.ffn.num_substeps
-        return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
+        return PreNormScheme().substep_names(controls)
 
     def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
         if causal:
@@ -349,22 +350,18 @@ class ConvPreNormScheme(AbstractScheme):
             raise ValueError(
                 f"`grid` has {grid.n_features} features, the controls {controls.d_model}."
             )
-        c = controls
-        p1 = _project(u, c.norm1)
-        u1 = u + dt * conv_attention(
-            p1,
-            c.attn,
-            grid_shape=self.grid_shape,
-            n_prefix=self.n_prefix,
-            hardmax=self.hardmax,
-            temperature=self.temperature,
-        )
-        p2 = _project(u1, c.norm2)
-        z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
-        u2 = u1 + dt * z
-        if not return_substeps:
-            return u2
-        return u2, dict(zip(self.substep_names(c), (p1, u1, p2, *states, u2)))
+
+        def attend(p1):
+            return conv_attention(
+                p1,
+                controls.attn,
+                grid_shape=self.grid_shape,
+                n_prefix=self.n_prefix,
+                hardmax=self.hardmax,
+                temperature=self.temperature,
+            )
+
+        return pre_ln_step(self, attend, u, controls, dt, grid=grid, record=return_substeps)
 
 
 class ConvEmbedding(eqx.Module):

@@ -1,41 +1,25 @@
-"""Training curves (loss and accuracy against steps) from :func:`train` histories."""
+"""Figures of training runs (F10): loss and accuracy against steps."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["curves_from_history", "plot_training_curves"]
+from ._common import _pyplot
 
-
-def curves_from_history(history: list[dict]) -> dict[str, list]:
-    """Split a history (or ``metrics.jsonl`` records) into plottable columns.
-
-    Returns ``step``/``loss``/``train_accuracy`` (the logged training entries) and
-    ``eval_step``/``eval_loss``/``eval_accuracy`` (the evaluation entries).
-    """
-    train = [h for h in history if "loss" in h and not h.get("final")]
-    ev = [h for h in history if "eval_accuracy" in h and not h.get("final")]
-    return {
-        "step": [h["step"] for h in train],
-        "loss": [h["loss"] for h in train],
-        "train_accuracy": [h["train_accuracy"] for h in train],
-        "eval_step": [h["step"] for h in ev],
-        "eval_loss": [h["eval_loss"] for h in ev],
-        "eval_accuracy": [h["eval_accuracy"] for h in ev],
-    }
+__all__ = ["plot_training_curves"]
 
 
 def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title: str = "") -> Any:
     """A two-panel matplotlib figure: loss (log scale) and accuracy against steps.
 
     ``runs`` maps a label to a history (list of logged dicts) or to the columns of
-    :func:`curves_from_history` (e.g. a run's ``curves.npz``); training entries are thin
-    lines, evaluation (held-out) entries markers.
+    :func:`transflow.control.curves_from_history` (e.g. a run's ``curves.npz``); training
+    entries are thin lines, evaluation (held-out) entries markers.
     """
-    import matplotlib
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from ..control import curves_from_history
+
+    plt = _pyplot()
 
     fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
     for i, (label, hist) in enumerate(runs.items()):

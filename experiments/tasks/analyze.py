@@ -1,0 +1,539 @@
+"""Task ``analyze``: a trained or converted transformer studied as a flow
+(:mod:`transflow.analysis`).
+
+The model comes from one of
+
+- ``task.model_path=<path>``: a HuggingFace ``save_pretrained`` directory (``config.json``;
+  ViT, GPT-2, BERT, Llama and whatever else :func:`transflow.interop.load_hf` loads), a torch
+  checkpoint (a ``.pt``/``.pth`` file of a whole ``torch.nn.TransformerEncoder(Layer)``,
+  or a directory holding exactly one; loaded with ``weights_only=False``: only for files
+  you trust), or a directory of transflow training checkpoints (``ckpt-*.eqx``, written by
+  ``experiment=train_digits`` with the ``task.digits`` configuration);
+- ``task.source=digits`` (default): the model of ``experiment=train_digits`` with the
+  ``task.digits`` configuration, from its checkpoint directory
+  (``outputs/checkpoints/train_digits-<hash>``; trained there first if it is missing or
+  unfinished, exactly as ``transflow-run experiment=train_digits`` would);
+- ``task.source=random``: a seeded random configuration, ``task.arch`` = ``vit``
+  (HF ``ViTModel``), ``gpt2`` (HF ``GPT2Model``), ``bert`` (HF ``BertModel``), ``llama``
+  (HF ``LlamaModel``) or ``torch_encoder`` (``torch.nn.TransformerEncoder``, post-LN).
+
+Inputs are real where the model has a data domain: the digits test images for the digits
+model (resized and repeated over channels for a ViT), token ids drawn from the vocabulary
+for a decoder, Gaussian tokens for a bare encoder (it has no embedding). The trajectory
+and the per-step diagnostics use the first input; the refinement study all ``n_inputs``
+(the whole test split for the digits classifier, with its accuracy per factor).
+
+Writes ``metrics.jsonl`` (kinds ``step``, ``substep``, ``control``, ``scaling``,
+``refine``, ``final``), ``analysis.npz``, the figures ``trajectories``, ``cosine``,
+``geometry``, ``budgets``, ``smoothness``, ``refinement`` and the claims (trajectory end =
+model output, ``refine(model, 1)`` = model).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+
+from transflow.control._tasks import DigitsConfig
+
+__all__ = ["Config", "run", "resolve_model_path", "load_digits_checkpoint"]
+
+_ARCHS = ("vit", "gpt2", "bert", "llama", "torch_encoder")
+
+
+@dataclass
+class Config:
+    """Which model, which inputs, which refinement (``task.<field>=...``)."""
+
+    source: str = "digits"  # "digits" | "random" (ignored when model_path is set)
+    model_path: str = ""  # HF save_pretrained dir, torch .pt/.pth, or a ckpt-*.eqx dir
+    arch: str = "vit"  # source=random: "vit" | "gpt2" | "bert" | "llama" | "torch_encoder"
+    n_layers: int = 6  # source=random
+    d_model: int = 64
+    n_heads: int = 4
+    d_ff: int = 256
+    seq_len: int = 32  # tokens of a decoder / bare encoder input
+    image_size: int = 32  # random ViT: image side (digits are resized to it)
+    patch_size: int = 8
+    n_inputs: int = 16  # inputs of the refinement study (digits: the whole test split)
+    factors: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    interpolation: str = "both"  # "constant" | "linear" | "both"
+    threshold: float = 0.99  # cosine threshold of the cluster count
+    digits: DigitsConfig = field(default_factory=DigitsConfig)  # the train_digits config
+
+
+# ----------------------------------------------------------------------------- loading
+def resolve_model_path(path: str) -> tuple[str, pathlib.Path]:
+    """``(kind, path)`` with kind ``"hf"``, ``"torch"`` or ``"transflow"``; raises before
+    any compute if the path does not exist or holds no recognised checkpoint."""
+    p = pathlib.Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(
+            f"task.model_path={str(p)!r} does not exist; give a HuggingFace save_pretrained "
+            "directory, a torch .pt/.pth file or a directory of transflow ckpt-*.eqx files."
+        )
+    if p.is_file():
+        if p.suffix in (".pt", ".pth"):
+            return "torch", p
+    elif (p / "config.json").is_file():
+        return "hf", p
+    elif any(p.glob("ckpt-*.eqx")):
+        return "transflow", p
+    else:
+        pts = sorted(q for q in p.iterdir() if q.suffix in (".pt", ".pth"))
+        if len(pts) == 1:
+            return "torch", pts[0]
+    raise ValueError(
+        f"task.model_path={str(p)!r} holds no recognised checkpoint: expected a HuggingFace "
+        "save_pretrained directory (config.json), a torch .pt/.pth file (or a directory "
+        "with exactly one) or a directory of transflow ckpt-*.eqx checkpoints."
+    )
+
+
+def _dtype():
+    import jax
+    import jax.numpy as jnp
+
+    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+
+
+def _cast(model, dtype):
+    import equinox as eqx
+    import jax
+
+    return jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, model)
+
+
+def _digits_like(dcfg, seed: int):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from transflow.control import EpochOrder, load_digits_split, make_optimizer, make_vit
+    from transflow.control._tasks import _scheme
+
+    k_model, k_train = jax.random.split(jax.random.key(seed))
+    model = make_vit(
+        d=dcfg.d,
+        n_steps=dcfg.n_steps,
+        n_heads=dcfg.n_heads,
+        d_ff=dcfg.d_ff or None,
+        patch=dcfg.patch,
+        pool=dcfg.pool,
+        scheme=_scheme(dcfg.scheme, dcfg.ffn_branch_dt),
+        remat=dcfg.remat,
+        dtype=jnp.float32,
+        key=k_model,
+    )
+    import equinox as eqx
+
+    opt = make_optimizer(
+        dcfg.lr,
+        num_steps=dcfg.steps,
+        warmup_steps=dcfg.warmup_steps,
+        weight_decay=dcfg.weight_decay,
+    )
+    xtr, *_ = load_digits_split(dcfg.test_fraction, seed=seed)
+    order = EpochOrder(len(xtr), dcfg.batch_size, seed)
+    return {
+        "model": model,
+        "opt_state": opt.init(eqx.filter(model, eqx.is_inexact_array)),
+        "step": np.asarray(0, np.int64),
+        "key": np.asarray(jax.random.key_data(k_train)),
+        "data": np.asarray(order.state(0), np.int64),
+    }
+
+
+def _load_digits(cfg, ctx, path: pathlib.Path | None):
+    """The trained digits model and the number train_digits reported for it."""
+    from transflow.control import run_digits
+
+    dcfg = cfg.digits
+    if path is None and ctx.smoke:  # a few training steps: the smoke run checks the wiring
+        import dataclasses
+
+        dcfg = dataclasses.replace(
+            dcfg, steps=10, eval_every=10, checkpoint_every=10, log_every=5, warmup_steps=2
+        )
+    if path is None:
+        summary, result = run_digits(
+            dcfg, run_dir=ctx.run_dir, seed=ctx.seed, smoke=ctx.smoke, progress=ctx.progress
+        )
+        return result.model, {
+            "checkpoint_dir": summary["checkpoint_dir"],
+            "train_test_accuracy": summary["test_accuracy"],
+            "train_steps": summary["steps"],
+        }
+    return load_digits_checkpoint(path, dcfg, ctx.seed)
+
+
+def load_digits_checkpoint(path, dcfg=None, seed: int = 0):
+    """``(model, info)`` from a directory of ``experiment=train_digits`` checkpoints
+    (``ckpt-*.eqx``) written with the configuration ``dcfg`` (default: train_digits's)."""
+    from transflow.control import load_latest_checkpoint
+
+    dcfg = DigitsConfig() if dcfg is None else dcfg
+    found = load_latest_checkpoint(path, _digits_like(dcfg, seed))
+    if found is None:
+        raise ValueError(f"task.model_path={str(path)!r}: no valid ckpt-*.eqx checkpoint in it.")
+    state, step, meta = found
+    evals = [h for h in meta.get("history", []) if "eval_accuracy" in h]
+    return state["model"], {
+        "checkpoint_dir": str(path),
+        "train_test_accuracy": evals[-1]["eval_accuracy"] if evals else None,
+        "train_steps": step,
+    }
+
+
+def _from_module(module, dtype):
+    import torch
+
+    from transflow.interop import from_hf, from_torch
+
+    if isinstance(module, torch.nn.TransformerEncoder | torch.nn.TransformerEncoderLayer):
+        return from_torch(module.eval(), dtype=dtype)
+    return from_hf(module.eval(), dtype=dtype)
+
+
+def _load_hf(path: pathlib.Path, dtype):
+    import json
+
+    from transflow.interop import load_hf
+
+    model_type = json.loads((path / "config.json").read_text()).get("model_type", "?")
+    return load_hf(path, dtype=dtype), model_type
+
+
+def _random_module(cfg, seed: int):
+    import torch
+
+    torch.manual_seed(seed)
+    if cfg.arch == "vit":
+        from transformers import ViTConfig, ViTModel
+
+        hf = ViTConfig(
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.n_layers,
+            num_attention_heads=cfg.n_heads,
+            intermediate_size=cfg.d_ff,
+            image_size=cfg.image_size,
+            patch_size=cfg.patch_size,
+        )
+        return ViTModel(hf)
+    if cfg.arch == "gpt2":
+        from transformers import GPT2Config, GPT2Model
+
+        hf = GPT2Config(
+            n_embd=cfg.d_model,
+            n_layer=cfg.n_layers,
+            n_head=cfg.n_heads,
+            n_inner=cfg.d_ff,
+            n_positions=max(cfg.seq_len, 64),
+            vocab_size=1024,
+        )
+        return GPT2Model(hf)
+    if cfg.arch == "bert":
+        from transformers import BertConfig, BertModel
+
+        hf = BertConfig(
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.n_layers,
+            num_attention_heads=cfg.n_heads,
+            intermediate_size=cfg.d_ff,
+            max_position_embeddings=max(cfg.seq_len, 64),
+            vocab_size=1024,
+            attn_implementation="eager",
+        )
+        return BertModel(hf)
+    if cfg.arch == "llama":
+        from transformers import LlamaConfig, LlamaModel
+
+        hf = LlamaConfig(
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.n_layers,
+            num_attention_heads=cfg.n_heads,
+            num_key_value_heads=cfg.n_heads,
+            intermediate_size=cfg.d_ff,
+            vocab_size=1024,
+            rms_norm_eps=1e-6,
+            attn_implementation="eager",
+        )
+        return LlamaModel(hf)
+    layer = torch.nn.TransformerEncoderLayer(
+        cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=0.0, batch_first=True
+    )
+    return torch.nn.TransformerEncoder(
+        layer, cfg.n_layers, norm=torch.nn.LayerNorm(cfg.d_model), enable_nested_tensor=False
+    )
+
+
+def _inputs(model, cfg, seed: int, n: int, dtype):
+    """Real inputs where the model has a data domain (see the module docstring)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from transflow.analysis._depth import _input_rank
+    from transflow.control import FlowModel, load_digits_split
+    from transflow.interop import CausalDecoder
+    from transflow.vision import VisionTransformer
+
+    rng = np.random.default_rng([seed, 7])
+    if isinstance(model, FlowModel | VisionTransformer):
+        _, _, xte, yte = load_digits_split(cfg.digits.test_fraction, seed=seed)
+        if isinstance(model, FlowModel):
+            return jnp.asarray(xte, dtype), yte, "digits test images"
+        emb = model.embedding
+        c, (h, w) = emb.num_channels, emb.image_size
+        imgs = jax.image.resize(jnp.asarray(xte[:n], dtype), (min(n, len(xte)), h, w), "linear")
+        imgs = jnp.repeat(((imgs - 0.5) / 0.5)[:, None], c, axis=1)
+        return imgs, None, f"digits test images resized to {h}x{w}, {c} channels"
+    from transflow.interop import RMSDecoder, TextEncoder
+
+    vocab = None
+    if isinstance(model, CausalDecoder):
+        vocab = model.embedding.table.shape[0]
+    elif isinstance(model, TextEncoder):
+        vocab = model.embedding.word.shape[0]
+    elif isinstance(model, RMSDecoder):
+        vocab = model.table.shape[0]
+    if vocab is not None:
+        ids = rng.integers(0, vocab, (n, cfg.seq_len))
+        return jnp.asarray(ids), None, f"token ids drawn uniformly from the vocabulary ({vocab})"
+    d = model.d_model if _input_rank(model) == 2 else None
+    u = rng.standard_normal((n, cfg.seq_len, d))
+    return jnp.asarray(u, dtype), None, "Gaussian tokens N(0, 1) (the encoder has no embedding)"
+
+
+# ----------------------------------------------------------------------------- run
+def run(cfg, ctx) -> dict:
+    if cfg.interpolation not in ("constant", "linear", "both"):
+        raise ValueError(
+            f"task.interpolation must be 'constant', 'linear' or 'both', got {cfg.interpolation!r}."
+        )
+    if cfg.source not in ("digits", "random"):
+        raise ValueError(f"task.source must be 'digits' or 'random', got {cfg.source!r}.")
+    if cfg.arch not in _ARCHS:
+        raise ValueError(f"task.arch must be one of {_ARCHS}, got {cfg.arch!r}.")
+    kind, path = resolve_model_path(cfg.model_path) if cfg.model_path else (cfg.source, None)
+
+    import jax
+    import numpy as np
+
+    from transflow.analysis import analyze, model_output, refine
+    from transflow.plotting import (
+        plot_control_smoothness,
+        plot_cosine_matrices,
+        plot_refinement,
+        plot_substep_budgets,
+        plot_token_geometry,
+        plot_token_trajectories,
+    )
+
+    dtype = _dtype()
+    factors = [int(k) for k in cfg.factors]
+    n_inputs = cfg.n_inputs
+    if ctx.smoke:
+        cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.seq_len = 2, 16, 32, 8
+        cfg.image_size, cfg.patch_size = 16, 8
+        n_inputs = min(n_inputs, 4)
+        factors = [k for k in factors if k <= 2] or [1, 2]
+    info: dict = {"source": kind}
+    if kind in ("digits", "transflow"):
+        model, extra = _load_digits(cfg, ctx, path if kind == "transflow" else None)
+        info.update(extra)
+        info["model"] = "digits FlowModel"
+    elif kind == "hf":
+        model, info["model"] = _load_hf(path, dtype)
+    elif kind == "torch":
+        import torch
+
+        module = torch.load(str(path), weights_only=False)
+        if not isinstance(module, torch.nn.Module):
+            raise ValueError(
+                f"task.model_path={str(path)!r} holds a {type(module).__name__}, not a whole "
+                "torch.nn.Module (save it with torch.save(module, path))."
+            )
+        model, info["model"] = _from_module(module, dtype), type(module).__name__
+    else:
+        model, info["model"] = _from_module(_random_module(cfg, ctx.seed), dtype), cfg.arch
+    model = _cast(model, dtype)
+    xs, labels, input_kind = _inputs(model, cfg, ctx.seed, n_inputs, dtype)
+    info["inputs"] = input_kind
+    x = xs[0]
+    evaluate = None
+    if labels is not None and not ctx.smoke:
+        from transflow.control import evaluate as evaluate_classifier
+
+        def evaluate(m):
+            return evaluate_classifier(m, np.asarray(xs), labels)
+
+    interps = ("constant", "linear") if cfg.interpolation == "both" else (cfg.interpolation,)
+    if ctx.smoke:
+        interps = interps[:1]
+    res = analyze(
+        model,
+        x,
+        refine_inputs=xs,
+        factors=factors,
+        interpolation=interps[0],
+        threshold=cfg.threshold,
+        evaluate=evaluate,
+        progress=ctx.progress,
+    )
+    studies = {interps[0]: res["refinement"]}
+    for extra_interp in interps[1:]:
+        from transflow.analysis import refinement_study
+
+        studies[extra_interp] = refinement_study(
+            model,
+            xs,
+            factors,
+            interpolation=extra_interp,
+            evaluate=evaluate,
+            progress=ctx.progress,
+        )
+
+    diag = res["diagnostics"]
+    n_steps = len(diag["step"]) - 1
+    for k in range(n_steps + 1):
+        ctx.log(
+            {
+                "kind": "step",
+                "step": k,
+                **{
+                    q: diag[q][k]
+                    for q in (
+                        "mean_cosine",
+                        "min_cosine",
+                        "n_clusters",
+                        "effective_rank",
+                        "distance_s1",
+                        "state_norm",
+                    )
+                },
+            }
+        )
+    for name in diag["substep_names"]:
+        ctx.log({"kind": "substep", "substep": name, "increment": diag["increments"][name]})
+    for block, vals in res["increments"].items():
+        ctx.log({"kind": "control", "block": block, "relative_increment": vals})
+    if res["scaling"] is not None:
+        sc = res["scaling"]
+        ctx.log({"kind": "scaling", **{k: sc[k] for k in ("strides", "max_increment", "beta")}})
+    for interp, st in studies.items():
+        for i, k in enumerate(st["factors"]):
+            rec = {
+                "kind": "refine",
+                "interpolation": interp,
+                "factor": k,
+                "change": st["change"][i],
+            }
+            if i < len(st["successive"]):
+                rec["successive"] = st["successive"][i]
+            if "evaluate" in st:
+                rec.update({f"test_{q}": v for q, v in st["evaluate"][i].items()})
+            ctx.log(rec)
+
+    # Claims: the trajectory ends at the model's output; refine(model, 1) is the model.
+    out = np.asarray(model_output(model, x))
+    tol = 1e-12 if dtype == np.float64 else 1e-5 * max(1.0, float(np.max(np.abs(out))))
+    ctx.claim("trajectory_last_minus_output_max_abs", res["trajectory_output_error"], tol)
+    ident = max(
+        float(np.max(np.abs(np.asarray(model_output(refine(model, 1, interpolation=i), x)) - out)))
+        for i in ("constant", "linear")
+    )
+    ctx.claim("refine1_minus_model_max_abs", ident, tol)
+    from transflow.analysis import refine_controls
+    from transflow.analysis._depth import _controls_of
+
+    c = _controls_of(model)
+    lin1 = refine_controls(c, 1, "linear")
+    ctx.claim(
+        "linear_interpolation_at_factor1_max_abs",
+        max(
+            float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+            for a, b in zip(jax.tree.leaves(lin1), jax.tree.leaves(c))
+        ),
+        0.0,
+    )
+    const = studies["constant"] if "constant" in studies else studies[interps[0]]
+    if len(const["ratios"]):
+        ctx.claim(
+            "refinement_successive_ratio_min", min(const["ratios"]), 1.5, op=">=", enforce=False
+        )
+
+    arrays = {
+        "states": diag["states"],
+        "projection": res["projection"],
+        "cosine": diag["cosine"],
+        **{
+            q: diag[q]
+            for q in (
+                "mean_cosine",
+                "min_cosine",
+                "n_clusters",
+                "effective_rank",
+                "distance_s1",
+                "state_norm",
+            )
+        },
+        **{f"increment/{k}": v for k, v in diag["increments"].items()},
+        **{f"control/{k}": v for k, v in res["increments"].items()},
+    }
+    for interp, st in studies.items():
+        arrays[f"refine/{interp}/factors"] = st["factors"]
+        arrays[f"refine/{interp}/change"] = st["change"]
+        if "evaluate" in st:
+            arrays[f"refine/{interp}/accuracy"] = [e["accuracy"] for e in st["evaluate"]]
+    ctx.save_arrays("analysis", **arrays)
+    ctx.save_figure(plot_token_trajectories(res, title=str(info["model"])), "trajectories")
+    ctx.save_figure(plot_cosine_matrices(res), "cosine")
+    ctx.save_figure(plot_token_geometry(res), "geometry")
+    ctx.save_figure(plot_substep_budgets(res), "budgets")
+    ctx.save_figure(plot_control_smoothness(res), "smoothness")
+    ctx.save_figure(
+        plot_refinement(studies, title=f"depth refinement: {info['model']}"), "refinement"
+    )
+
+    if evaluate is not None:
+        info["test_accuracy"] = studies[interps[0]]["evaluate"][0]["accuracy"]
+    summary = {
+        **info,
+        "n_steps": n_steps,
+        "n_tokens": int(diag["states"].shape[1]),
+        "dtype": str(np.dtype(dtype)),
+        "min_cosine_first": float(diag["min_cosine"][0]),
+        "min_cosine_last": float(diag["min_cosine"][-1]),
+        "mean_cosine_last": float(diag["mean_cosine"][-1]),
+        "clusters_first": int(diag["n_clusters"][0]),
+        "clusters_last": int(diag["n_clusters"][-1]),
+        "effective_rank_first": float(diag["effective_rank"][0]),
+        "effective_rank_last": float(diag["effective_rank"][-1]),
+        "control_increment_median": float(np.median(res["increments"]["all"]))
+        if len(res["increments"]["all"])
+        else None,
+        "control_increment_max": float(np.max(res["increments"]["all"]))
+        if len(res["increments"]["all"])
+        else None,
+        "scaling_beta": None if res["scaling"] is None else res["scaling"]["beta"],
+        "trajectory_output_error": res["trajectory_output_error"],
+        "seconds": res["seconds"],
+    }
+    for interp, st in studies.items():
+        summary[f"refine_{interp}_order"] = st["order"]
+        summary[f"refine_{interp}_change_last"] = st["change"][-1]
+        if "evaluate" in st:
+            summary[f"refine_{interp}_accuracy"] = [e["accuracy"] for e in st["evaluate"]]
+    ctx.log({"kind": "final", **summary})
+    ctx.report(
+        f"## analyze: {info['model']} ({kind})\n\n"
+        f"{n_steps} steps, {summary['n_tokens']} tokens, inputs: {input_kind}. Min pairwise "
+        f"cosine {summary['min_cosine_first']:.3f} → {summary['min_cosine_last']:.3f}, "
+        f"clusters (cos ≥ {cfg.threshold}) {summary['clusters_first']} → "
+        f"{summary['clusters_last']}; median relative control increment "
+        f"{summary['control_increment_median']}; refinement orders "
+        + ", ".join(f"{i}: {st['order']:.2f}" for i, st in studies.items())
+        + "."
+    )
+    return summary

@@ -1,0 +1,307 @@
+"""Task ``hf_equivalence``: the HuggingFace model zoo reproduced by transflow, one table
+over all families, with and without padding masks, in float64 and float32.
+
+Families (``task.families``):
+
+- ``vit``: a 2-layer ``ViTModel`` (embeddings, pre-LN layers, final LayerNorm, pooler);
+- ``cvt``: a ``CvtStage`` (conv embedding, 2 conv-projection layers);
+- ``gpt2``: a 2-layer ``GPT2LMHeadModel`` (logits);
+- ``bert``: a 2-layer ``BertModel`` with token types and pooler (post-LN: the Lie scheme);
+- ``roberta``: a 2-layer ``RobertaModel`` (padding-aware position ids) with pooler;
+- ``distilbert``: a 2-layer ``DistilBertModel``;
+- ``llama``: a 2-layer ``LlamaForCausalLM`` (logits; GQA, q/k/v/o and MLP biases);
+- ``mistral``: a 2-layer ``MistralModel`` (GQA; sliding window wider than the sequence);
+- ``qwen2``: a 2-layer ``Qwen2ForCausalLM`` (logits; q/k/v biases, GQA).
+
+Each configuration draws random sizes and unit-scale weights. ``mask=padded`` runs a
+batch of two sequences, the second padded (right padding for encoders and GPT-2, left
+padding for the Llama family, as their tokenizers do), with HF's ``attention_mask``
+(1 = keep) and transflow's ``key_padding_mask = ~attention_mask`` (True = padded); only
+kept tokens are compared (padded rows are not defined the same way, docs/models.md).
+ViT and CvT take no mask (``mask=n/a``).
+
+Reported per row: ``err_fp64 = max |transflow − HF| / max(1, max |HF|)`` (claim ≤
+``tol_fp64``; HF run through :func:`transflow.interop.hf_float64_reference`, its float64-
+exact path) and ``err_fp32 = max |Δ| / max |HF|`` (claim ≤ ``tol_fp32``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Config", "run", "compare", "configurations", "FAMILIES"]
+
+FAMILIES = ("vit", "cvt", "gpt2", "bert", "roberta", "distilbert", "llama", "mistral", "qwen2")
+MASKABLE = ("gpt2", "bert", "roberta", "distilbert", "llama", "mistral", "qwen2")
+SMOKE_FAMILIES = ("bert", "llama")
+
+
+@dataclass
+class Config:
+    """Parameters of the HF model-zoo equivalence experiment (``task.<field>=...``)."""
+
+    families: list[str] = field(default_factory=lambda: list(FAMILIES))
+    n_configs: int = 2  # random configurations per family (each with and without mask)
+    masks: bool = True  # also run every maskable family with a padded batch
+    tol_fp64: float = 1e-10  # on max |Δ| / max(1, max |HF|) in float64
+    tol_fp32: float = 1e-5  # on max |Δ| / max |HF| in float32
+
+
+def configurations(family: str, n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` random configurations of one family (seeded)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, FAMILIES.index(family), 7])
+    out = []
+    for i in range(n):
+        c: dict[str, Any] = {"family": family, "seed": seed * 1000 + i}
+        if family in ("llama", "mistral", "qwen2"):
+            heads = int(rng.choice([2, 4, 6]))
+            kv = int(rng.choice([k for k in (1, 2, 3, 6) if heads % k == 0 and k <= heads]))
+            c |= {"d": 8 * heads, "heads": heads, "kv_heads": kv}
+            c |= {"inter": int(rng.choice([24, 40, 64])), "n_tokens": int(rng.integers(6, 10))}
+        elif family in ("vit", "cvt"):
+            pass  # drawn by vit_equivalence.configurations
+        else:
+            d = int(rng.choice([16, 24, 32]))
+            heads = int(rng.choice([h for h in (1, 2, 4, 8) if d % h == 0]))
+            c |= {"d": d, "heads": heads, "inter": int(rng.choice([d, 2 * d, 3 * d]))}
+            c |= {"n_tokens": int(rng.integers(6, 10))}
+            c["act"] = ["gelu", "gelu_new", "relu"][i % 3]
+        out.append(c)
+    return out
+
+
+VOCAB = 41
+
+
+def _hf_model(c: dict[str, Any], torch_dtype):
+    """The random HF model of one configuration (eval mode, eager attention)."""
+    import torch
+    import transformers as tr
+
+    from .vit_equivalence import randomize_
+
+    fam, seed = c["family"], c["seed"]
+    common = {"attn_implementation": "eager"}
+    if fam in ("llama", "mistral", "qwen2"):
+        cfg_cls = {"llama": tr.LlamaConfig, "mistral": tr.MistralConfig, "qwen2": tr.Qwen2Config}
+        extra = {"llama": {"attention_bias": True, "mlp_bias": True}, "mistral": {}}
+        cfg = cfg_cls[fam](
+            hidden_size=c["d"],
+            num_attention_heads=c["heads"],
+            num_key_value_heads=c["kv_heads"],
+            intermediate_size=c["inter"],
+            num_hidden_layers=2,
+            vocab_size=VOCAB,
+            **extra.get(fam, {}),
+            **common,
+        )
+        cls = {"llama": tr.LlamaForCausalLM, "mistral": tr.MistralModel}
+        model = cls.get(fam, tr.Qwen2ForCausalLM)(cfg)
+    elif fam == "gpt2":
+        cfg = tr.GPT2Config(
+            n_embd=c["d"],
+            n_head=c["heads"],
+            n_inner=c["inter"],
+            n_layer=2,
+            vocab_size=VOCAB,
+            n_positions=16,
+            activation_function={"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu"}[c["act"]],
+            **common,
+        )
+        model = tr.GPT2LMHeadModel(cfg)
+    elif fam == "distilbert":
+        cfg = tr.DistilBertConfig(
+            dim=c["d"],
+            n_heads=c["heads"],
+            hidden_dim=c["inter"],
+            n_layers=2,
+            vocab_size=VOCAB,
+            max_position_embeddings=16,
+            activation=c["act"],
+            **common,
+        )
+        model = tr.DistilBertModel(cfg)
+    else:
+        cfg_cls = tr.RobertaConfig if fam == "roberta" else tr.BertConfig
+        cfg = cfg_cls(
+            hidden_size=c["d"],
+            num_attention_heads=c["heads"],
+            intermediate_size=c["inter"],
+            num_hidden_layers=2,
+            vocab_size=VOCAB,
+            max_position_embeddings=20,
+            hidden_act=c["act"],
+            **common,
+        )
+        model = (tr.RobertaModel if fam == "roberta" else tr.BertModel)(cfg)
+    model = randomize_(model.to(torch_dtype).eval(), seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():  # LayerNorm gains ~ 1 (randomize_ misses BERT's "LayerNorm")
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.LayerNorm):
+                r = torch.randn(mod.weight.shape, generator=g, dtype=mod.weight.dtype)
+                mod.weight.copy_(1.0 + 0.2 * r)
+    return model
+
+
+def _inputs(c: dict[str, Any], masked: bool):
+    """Token ids (B, n), HF attention mask (B, n) (1 = keep) and token types or None."""
+    import torch
+
+    g = torch.Generator().manual_seed(c["seed"] + 2)
+    n, fam = c["n_tokens"], c["family"]
+    B = 2 if masked else 1
+    ids = torch.randint(2, VOCAB, (B, n), generator=g)
+    keep = torch.ones(B, n, dtype=torch.long)
+    if masked:
+        pad = 3
+        if fam in ("llama", "mistral", "qwen2"):
+            keep[1, :pad] = 0  # left padding, as decoder tokenizers do
+        else:
+            keep[1, n - pad :] = 0  # right padding
+        if fam == "roberta":
+            ids[keep == 0] = 1  # RoBERTa's padding_idx: positions skip the pads
+    types = None
+    if fam == "bert":
+        types = (torch.arange(n)[None, :] >= n // 2).long().expand(B, n).clone()
+    return ids, keep, types
+
+
+def _run_pair(c: dict[str, Any], torch_dtype, masked: bool):
+    """(HF output, transflow output, kept-token mask), each ``(B, n, ·)`` numpy."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from transflow.interop import from_hf, hf_float64_reference
+
+    hf = _hf_model(c, torch_dtype)
+    ids, keep, types = _inputs(c, masked)
+    kw = {"attention_mask": keep} if masked else {}
+    if types is not None:
+        kw["token_type_ids"] = types
+    with torch.no_grad(), hf_float64_reference(torch_dtype == torch.float64):
+        o = hf(ids, **kw)
+    ref = (o.logits if hasattr(o, "logits") else o.last_hidden_state).numpy()
+    model = from_hf(hf)
+    lm = hasattr(o, "logits")
+    ji = jnp.asarray(ids.numpy())
+    kpm = jnp.asarray(keep.numpy() == 0)
+    jt = None if types is None else jnp.asarray(types.numpy())
+
+    def one(i, pad, t):
+        args = (i,) if t is None else (i, t)
+        kwargs = {"key_padding_mask": pad} if masked else {}
+        return model.logits(*args, **kwargs) if lm else model(*args, **kwargs)
+
+    if jt is None:
+        out = jax.vmap(lambda i, p: one(i, p, None))(ji, kpm)
+    else:
+        out = jax.vmap(one)(ji, kpm, jt)
+    return ref, np.asarray(out), keep.numpy().astype(bool)
+
+
+def compare(c: dict[str, Any], masked: bool) -> dict[str, float]:
+    """``err_fp64`` and ``err_fp32`` of one configuration (kept tokens only)."""
+    import numpy as np
+    import torch
+
+    out: dict[str, float] = {}
+    for name, dt in (("fp64", torch.float64), ("fp32", torch.float32)):
+        ref, ours, keep = _run_pair(c, dt, masked)
+        ref, ours = ref[keep].astype(np.float64), ours[keep].astype(np.float64)
+        diff = float(np.max(np.abs(ours - ref)))
+        scale = float(np.max(np.abs(ref)))
+        out[f"err_{name}"] = diff / max(1.0, scale) if name == "fp64" else diff / scale
+    return out
+
+
+def _vit_row(family: str, seed: int, i: int) -> dict[str, Any]:
+    from .vit_equivalence import compare as vit_compare, configurations as vit_configurations
+
+    fam = {"vit": "vit_model", "cvt": "cvt_stage"}[family]
+    c = vit_configurations(fam, i + 1, seed)[i]
+    res = vit_compare(c)
+    return {
+        "config": f"d={c['d']} heads={c['heads']}",
+        # vit_equivalence reports max |Δ| (≥ the relative-to-max(1,|y|) error used here)
+        "err_fp64": res["max_abs_fp64"],
+        "err_fp32": res["max_rel_fp32"],
+    }
+
+
+def _label(c):
+    keys = [k for k in c if k not in ("family", "seed")]
+    return " ".join(f"{k}={c[k]}" for k in keys)
+
+
+def run(cfg, ctx) -> dict:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import torch
+
+    unknown = sorted(set(cfg.families) - set(FAMILIES))
+    if unknown:
+        raise ValueError(
+            f"`task.families` has unknown entries {unknown}; choose from {list(FAMILIES)}."
+        )
+    families = [f for f in cfg.families if f in SMOKE_FAMILIES] if ctx.smoke else cfg.families
+    n = 1 if ctx.smoke else int(cfg.n_configs)
+    todo = []
+    for fam in families:
+        for i, c in enumerate(configurations(fam, n, ctx.seed)):
+            masks = (False, True) if (cfg.masks and fam in MASKABLE) else (False,)
+            for masked in masks[-1:] if ctx.smoke else masks:  # smoke: the masked row
+                todo.append((fam, i, c, masked))
+    rows = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for fam, i, c, masked in ctx.progress(todo, total=len(todo), desc="hf_equivalence"):
+            with jax.disable_jit():  # many small differently-shaped models: op by op
+                if fam in ("vit", "cvt"):
+                    res = _vit_row(fam, ctx.seed, i)
+                    label, mask = res.pop("config"), "n/a"
+                else:
+                    res, label = compare(c, masked), _label(c)
+                    mask = "padded" if masked else "none"
+            ok = res["err_fp64"] <= cfg.tol_fp64 and res["err_fp32"] <= cfg.tol_fp32
+            row = {"family": fam, "mask": mask, "config": label, **res, "pass": bool(ok)}
+            ctx.log(row)
+            rows.append(row)
+    finally:
+        torch.set_num_threads(threads)
+    lines = [
+        "| family | mask | configuration | err fp64 | err fp32 | pass |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['family']} | {r['mask']} | {r['config']} | {r['err_fp64']:.2e} | "
+        f"{r['err_fp32']:.2e} | {'yes' if r['pass'] else 'NO'} |"
+        for r in rows
+    ]
+    table = "\n".join(lines)
+    print(table)
+    ctx.report("## HuggingFace model zoo vs transflow\n\n" + table + "\n")
+    err64 = max(r["err_fp64"] for r in rows)
+    err32 = max(r["err_fp32"] for r in rows)
+    ctx.claim("max_err_fp64", err64, cfg.tol_fp64)
+    ctx.claim("max_err_fp32", err32, cfg.tol_fp32)
+    masked_rows = [r for r in rows if r["mask"] == "padded"]
+    if masked_rows:
+        ctx.claim("max_err_fp64_masked", max(r["err_fp64"] for r in masked_rows), cfg.tol_fp64)
+    summary: dict[str, Any] = {
+        "n_rows": len(rows),
+        "n_pass": sum(r["pass"] for r in rows),
+        "max_err_fp64": err64,
+        "max_err_fp32": err32,
+    }
+    for fam in families:
+        fr = [r for r in rows if r["family"] == fam]
+        summary[f"{fam}_err_fp64"] = max(r["err_fp64"] for r in fr)
+    return summary

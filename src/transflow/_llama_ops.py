@@ -1,0 +1,507 @@
+"""Llama-family pieces of the continuous model: RMSNorm, rotary attention with shared
+key/value heads, the gated (SwiGLU) FFN, and the pre-norm scheme that composes them.
+
+Continuous readings (docs/models.md):
+
+- **RMSNorm** (:func:`project_sphere`): with ε = 0, ``v / sqrt(mean_y v²)`` is the
+  L²(Ω_y)-closest point of the sphere S_rms = {u : |Ω_y|⁻¹ ∫ u² dy = 1}: the set S1(0, 1)
+  of Theorem 3.1 *without the mean constraint*. The proof of Theorem 3.1 carries over
+  with the mean constraint dropped: the Lagrange condition ``v − u = λ u`` gives
+  ``u = v / (1 + λ)``, and of the two points ``± v/‖v‖_rms`` of the sphere on that line
+  the one with the positive sign is the closest. As for S1 the set is non-convex (the
+  projection is unique except at v = 0, where every point is equally close; transflow
+  returns 0 there, the ε → 0 limit of the regularised map). The per-feature gain γ is
+  the diagonal affine map after the projection (spec Q3); ε > 0 is the regularised
+  projection ``v / sqrt(mean v² + ε)`` (an extension, as for LayerNorm).
+- **Rotary positions** (:func:`apply_rotary`): queries and keys of head m are rotated by
+  R(x) = ⊕_i rot(x ω_i) with ω_i = θ^{-2i/d_k} (rotate-half pairing of HF), so
+  ``⟨R(x) Q u(x), R(x̃) K u(x̃)⟩ = ⟨Q u(x), R(x̃ − x) K u(x̃)⟩``: the attention kernel
+  γ(x, x̃) depends on the positions only through x̃ − x (translation covariance). On
+  the index grid x_i = i.
+- **Grouped-query attention**: H query heads share G ≤ H key/value heads; query head m
+  uses key/value head ⌊m G / H⌋ (HF's ``repeat_kv``). It is the multi-head operator of
+  eq. (5.7) with tied W_K, W_V blocks.
+- **SwiGLU** (:func:`gated_ffn`): ``W_down (act(W_gate z) ⊙ W_up z)``: an explicit step
+  of a gated, non-monotone operator (the product of two lifted fields), not a projection.
+
+The scheme (:class:`RMSPreNormScheme`) is the pre-norm extension of spec §4.2 with these
+operators: ``u¹ = u + Δt 𝒜_rot(P_sph u)``, ``u² = u¹ + Δt ℱ_gated(P_sph u¹)``.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from ._errors import check_array, check_choice
+from ._splitting import AbstractScheme
+
+__all__ = [
+    "RMSNormParams",
+    "RotaryAttentionParams",
+    "GatedFFNParams",
+    "RMSLayerControls",
+    "RMSPreNormScheme",
+    "project_sphere",
+    "apply_rotary",
+    "rotary_attention",
+    "gated_ffn",
+    "random_rms_controls",
+    "RMSDecoder",
+    "check_not_hf_mask",
+]
+
+_GATE_ACTIVATIONS = {
+    "silu": jax.nn.silu,
+    "relu": lambda z: jnp.maximum(z, 0),
+    "gelu": lambda z: jax.nn.gelu(z, approximate=False),
+    "gelu_tanh": lambda z: jax.nn.gelu(z, approximate=True),
+}
+
+
+# ----------------------------------------------------------------------------- RMSNorm
+class RMSNormParams(eqx.Module):
+    """An RMSNorm sub-step: projection onto the sphere {mean_y u² = 1}, then the gain.
+
+    ``gain`` is the per-feature γ (shape ``(d,)`` or ``()``); ``eps`` is HF's
+    ``rms_norm_eps`` (0: the exact projection).
+    """
+
+    gain: Float[Array, "*d"]
+    eps: float = eqx.field(static=True, default=0.0)
+
+    def __check_init__(self):
+        if not (isinstance(self.eps, int | float) and self.eps >= 0):
+            raise ValueError(f"RMSNormParams: `eps` must be a float >= 0, got {self.eps!r}.")
+
+
+def project_sphere(
+    v: Float[Array, "n d"], gain: Float[Array, "*d"] | float = 1.0, *, eps: float = 0.0
+) -> Float[Array, "n d"]:
+    """RMSNorm: per token, the projection onto {mean_y u² = 1}, times ``gain``.
+
+    ``gain · v / sqrt(mean_y v² + eps)``. With ``eps = 0`` this is the L²(Ω_y)-closest
+    point of the sphere (Theorem 3.1 without the mean constraint, see the module
+    docstring); a zero token (no unique closest point) maps to 0 without NaN in the value
+    or the gradient.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.interop import project_sphere
+        >>> u = project_sphere(jnp.array([[3.0, -4.0]]))
+        >>> float(jnp.mean(u**2))
+        1.0
+    """
+    ms = jnp.mean(v * v, axis=-1, keepdims=True)
+    gain = jnp.asarray(gain, v.dtype)
+    if eps > 0:
+        return gain * (v * jax.lax.rsqrt(ms + jnp.asarray(eps, v.dtype)))
+    zero = ms == 0
+    out = v * jax.lax.rsqrt(jnp.where(zero, jnp.ones_like(ms), ms))
+    return gain * jnp.where(zero, jnp.zeros_like(out), out)
+
+
+# ----------------------------------------------------------------------------- rotary
+def rotary_frequencies(head_dim: int, theta: float, dtype) -> Float[Array, " half"]:
+    """ω_i = θ^{-2i/d_k}, i = 0 … d_k/2 − 1 (HF's ``inv_freq``, computed in ``dtype``)."""
+    exps = jnp.arange(0, head_dim, 2, dtype=dtype) / jnp.asarray(head_dim, dtype)
+    return 1.0 / (jnp.asarray(theta, dtype) ** exps)
+
+
+def apply_rotary(
+    x: Float[Array, "heads n dk"], positions: Float[Array, " n"], theta: float
+) -> Float[Array, "heads n dk"]:
+    """Rotate each head's features by the position angle x·ω_i (rotate-half pairing).
+
+    Feature i is paired with feature i + d_k/2; the pair is rotated by ``positions · ω_i``
+    (:func:`rotary_frequencies`). Rotations are orthogonal: the norm of every token's
+    query/key is unchanged.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.interop import apply_rotary
+        >>> x = jnp.ones((1, 3, 4))
+        >>> r = apply_rotary(x, jnp.arange(3.0), 10000.0)
+        >>> bool(jnp.allclose(jnp.linalg.norm(r, axis=-1), 2.0))
+        True
+    """
+    dk = x.shape[-1]
+    if dk % 2:
+        raise ValueError(f"rotary embeddings need an even head width, got head_dim={dk}.")
+    freqs = positions.astype(x.dtype)[:, None] * rotary_frequencies(dk, theta, x.dtype)[None, :]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    cos, sin = jnp.cos(emb), jnp.sin(emb)
+    half = dk // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+class RotaryAttentionParams(eqx.Module):
+    """Kernels of rotary grouped-query attention.
+
+    Shapes: ``wq: (d, H·d_k)``, ``wk: (d, G·d_k)``, ``wv: (d, G·d_v)``,
+    ``wo: (H·d_v, d)``, biases of the output sizes; ``n_heads = H`` query heads,
+    ``n_kv_heads = G`` key/value heads (G divides H); ``rope_theta`` the rotary base θ
+    (``None``: no rotation). The score scale is ``d_k^{-1/2}``.
+    """
+
+    wq: Float[Array, "d hk"]
+    wk: Float[Array, "d gk"]
+    wv: Float[Array, "d gv"]
+    wo: Float[Array, "hv d"]
+    bq: Float[Array, " hk"]
+    bk: Float[Array, " gk"]
+    bv: Float[Array, " gv"]
+    bo: Float[Array, " d"]
+    n_heads: int = eqx.field(static=True)
+    n_kv_heads: int = eqx.field(static=True)
+    rope_theta: float | None = eqx.field(static=True, default=10000.0)
+
+    def __check_init__(self):
+        H, G = self.n_heads, self.n_kv_heads
+        if not (isinstance(H, int) and isinstance(G, int) and H >= 1 and G >= 1 and H % G == 0):
+            raise ValueError(
+                f"RotaryAttentionParams: `n_kv_heads`={G!r} must be a positive int dividing "
+                f"`n_heads`={H!r}."
+            )
+        hk, gk = self.wq.shape[-1], self.wk.shape[-1]
+        if hk % H or gk * H != hk * G or self.wv.shape[-1] % G:
+            raise ValueError(
+                f"RotaryAttentionParams: widths wq {hk}, wk {gk}, wv {self.wv.shape[-1]} do not "
+                f"split into {H} query heads and {G} key/value heads of equal width."
+            )
+        if self.wo.shape[-2] != self.wv.shape[-1] // G * H:
+            raise ValueError(
+                f"RotaryAttentionParams: `wo` must have {self.wv.shape[-1] // G * H} input rows "
+                f"(H·d_v), got {self.wo.shape[-2]}."
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.wq.shape[-1] // self.n_heads
+
+    @property
+    def value_dim(self) -> int:
+        return self.wv.shape[-1] // self.n_kv_heads
+
+
+def _heads(x, n_heads: int):
+    n = x.shape[0]
+    return x.reshape(n, n_heads, x.shape[-1] // n_heads).transpose(1, 0, 2)
+
+
+def rotary_attention(
+    u: Float[Array, "n d"],
+    p: RotaryAttentionParams,
+    *,
+    positions: Float[Array, " n"] | Int[Array, " n"] | None = None,
+    causal: bool = False,
+    implementation: str = "auto",
+    key_padding_mask: Bool[Array, " n"] | None = None,
+    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
+) -> Float[Array, "n d"]:
+    """Rotary grouped-query attention 𝒜_rot u (no residual), all heads summed.
+
+    Queries and keys are rotated by their position (:func:`apply_rotary`) after the
+    projections; key/value head ⌊m G/H⌋ serves query head m. The kernel is the same
+    softmax operator as :func:`transflow.attention` (dense or the memory-linear chunked
+    one, ``implementation`` as there), with the same masks: ``key_padding_mask`` ``(n,)``
+    bool (True = padded: zero token weight) and ``attention_mask`` ``(n, n)`` or
+    ``(1|H, n, n)`` (bool True = may attend, or additive float); a row with no
+    admissible key gives 0 for every head.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow.interop import RotaryAttentionParams, rotary_attention
+        >>> k = jax.random.split(jax.random.key(0), 4)
+        >>> p = RotaryAttentionParams(jax.random.normal(k[0], (8, 8)),
+        ...     jax.random.normal(k[1], (8, 4)), jax.random.normal(k[2], (8, 4)),
+        ...     jax.random.normal(k[3], (8, 8)), jnp.zeros(8), jnp.zeros(4), jnp.zeros(4),
+        ...     jnp.zeros(8), n_heads=4, n_kv_heads=2)
+        >>> rotary_attention(jnp.ones((5, 8)), p, causal=True).shape
+        (5, 8)
+    """
+    from ._operators import _dense_heads, _mask_bias, _resolve_implementation
+
+    n = u.shape[0]
+    H, G = p.n_heads, p.n_kv_heads
+    pos = jnp.arange(n, dtype=u.dtype) if positions is None else jnp.asarray(positions)
+    q = _heads(u @ p.wq + p.bq, H)
+    k = _heads(u @ p.wk + p.bk, G)
+    v = _heads(u @ p.wv + p.bv, G)
+    if p.rope_theta is not None:
+        q = apply_rotary(q, pos, p.rope_theta)
+        k = apply_rotary(k, pos, p.rope_theta)
+    q = q * jnp.asarray(p.head_dim**-0.5, u.dtype)
+    if G != H:  # shared key/value heads: query head m reads key/value head m // (H/G)
+        k = jnp.repeat(k, H // G, axis=0)
+        v = jnp.repeat(v, H // G, axis=0)
+    impl = _resolve_implementation(implementation, H, n, n)
+    masks = {}
+    if key_padding_mask is not None:
+        masks["key_padding_mask"] = key_padding_mask
+    if attention_mask is not None:
+        masks["attention_mask"] = attention_mask
+    if impl == "chunked":
+        from ._chunked import online_softmax_attention
+
+        out = online_softmax_attention(q, k, v, None, causal=causal, **masks)
+    elif masks:
+        bias = _mask_bias(key_padding_mask, attention_mask, n, n, H, u.dtype)
+        out = _dense_heads(q, k, v, None, causal, False, bias)
+    else:
+        out = _dense_heads(q, k, v, None, causal, False)
+    return out.transpose(1, 0, 2).reshape(n, H * p.value_dim) @ p.wo + p.bo
+
+
+# ----------------------------------------------------------------------------- SwiGLU
+class GatedFFNParams(eqx.Module):
+    """A gated FFN (SwiGLU): ``(act(z W_gate + b_gate) ⊙ (z W_up + b_up)) W_down + b_down``.
+
+    ``w_gate, w_up: (d, h)``, ``w_down: (h, d)``; ``activation`` one of "silu" (SwiGLU),
+    "relu", "gelu", "gelu_tanh".
+    """
+
+    w_gate: Float[Array, "d h"]
+    w_up: Float[Array, "d h"]
+    w_down: Float[Array, "h d"]
+    b_gate: Float[Array, " h"]
+    b_up: Float[Array, " h"]
+    b_down: Float[Array, " d"]
+    activation: str = eqx.field(static=True, default="silu")
+
+    def __check_init__(self):
+        check_choice("activation", self.activation, tuple(_GATE_ACTIVATIONS))
+        if self.w_gate.shape != self.w_up.shape or self.w_down.shape[-2] != self.w_up.shape[-1]:
+            raise ValueError(
+                f"GatedFFNParams: `w_gate` {tuple(self.w_gate.shape)} and `w_up` "
+                f"{tuple(self.w_up.shape)} must match and `w_down` {tuple(self.w_down.shape)} "
+                "must map their width back to d."
+            )
+
+
+def gated_ffn(z: Float[Array, "n d"], f: GatedFFNParams, *, record: bool = False):
+    """The gated FFN map ℱ_gated(z); with ``record`` also the gated hidden field.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.interop import GatedFFNParams, gated_ffn
+        >>> f = GatedFFNParams(jnp.ones((2, 3)), jnp.ones((2, 3)), jnp.ones((3, 2)),
+        ...                    jnp.zeros(3), jnp.zeros(3), jnp.zeros(2))
+        >>> gated_ffn(jnp.zeros((4, 2)), f).shape
+        (4, 2)
+    """
+    act = _GATE_ACTIVATIONS[f.activation]
+    hidden = act(z @ f.w_gate + f.b_gate) * (z @ f.w_up + f.b_up)
+    out = hidden @ f.w_down + f.b_down
+    return (out, hidden) if record else out
+
+
+# ----------------------------------------------------------------------------- scheme
+class RMSLayerControls(eqx.Module):
+    """Controls of one Llama-family step: rotary GQA, two RMSNorm sets, the gated FFN."""
+
+    attn: RotaryAttentionParams
+    norm1: RMSNormParams
+    ffn: GatedFFNParams
+    norm2: RMSNormParams
+
+    @property
+    def d_model(self) -> int:
+        return self.attn.wq.shape[-2]
+
+
+class RMSPreNormScheme(AbstractScheme):
+    """Pre-norm step with RMSNorm, rotary GQA and a gated FFN (Llama, Mistral, Qwen2).
+
+    Explicit Euler on the composite operators, as :class:`~transflow.PreNormScheme`:
+
+        u¹ = u⁰ + Δt 𝒜_rot(P_sph u⁰),     u^{n+1} = u¹ + Δt ℱ_gated(P_sph' u¹),
+
+    with the projections onto the RMS sphere (:func:`project_sphere`, each layer's gain).
+    Rotary positions are the token indices (the index grid; ``grid`` must be ``None``).
+    With Δt = 1 it is one ``LlamaDecoderLayer`` (causal via
+    :class:`~transflow.CausalScheme`).
+
+    Sub-step names: ``rms1``, ``attention``, ``rms2``, ``gate`` (the gated hidden field),
+    ``ffn`` (the FFN branch), ``residual``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import CausalScheme, SplitTransformer, stack_controls
+        >>> from transflow.interop import RMSPreNormScheme, random_rms_controls
+        >>> theta = stack_controls([random_rms_controls(8, 4, 2, 12, key=jax.random.key(0))])
+        >>> model = SplitTransformer(theta, CausalScheme(RMSPreNormScheme()))
+        >>> model(jnp.ones((5, 8)) * jnp.arange(8.0)).shape
+        (5, 8)
+    """
+
+    implementation: str = eqx.field(static=True, default="auto")
+
+    def __check_init__(self):
+        check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
+
+    def substep_names(self, controls) -> tuple[str, ...]:
+        return ("rms1", "attention", "rms2", "gate", "ffn", "residual")
+
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
+        if grid is not None:
+            raise ValueError(
+                "RMSPreNormScheme: rotary positions are token indices; `grid` must be None "
+                "(the index grid)."
+            )
+        c = controls
+        p1 = project_sphere(u, c.norm1.gain, eps=c.norm1.eps)
+        u1 = u + dt * rotary_attention(
+            p1,
+            c.attn,
+            causal=causal,
+            implementation=self.implementation,
+            key_padding_mask=key_padding_mask,
+            attention_mask=attention_mask,
+        )
+        p2 = project_sphere(u1, c.norm2.gain, eps=c.norm2.eps)
+        z, hidden = gated_ffn(p2, c.ffn, record=True)
+        u2 = u1 + dt * z
+        if not return_substeps:
+            return u2
+        return u2, dict(zip(self.substep_names(c), (p1, u1, p2, hidden, z, u2)))
+
+
+def random_rms_controls(
+    d: int,
+    n_heads: int,
+    n_kv_heads: int,
+    d_ff: int,
+    *,
+    bias: bool = False,
+    eps: float = 1e-6,
+    rope_theta: float | None = 10000.0,
+    dtype=None,
+    key,
+) -> RMSLayerControls:
+    """Random Llama-family controls with entries ~ N(0, 1/fan_in) (tests, experiments)."""
+    dtype = dtype or jnp.result_type(float)
+    dk = d // n_heads
+    ks = jax.random.split(key, 12)
+    n = lambda k, shape: jax.random.normal(k, shape, dtype) * shape[0] ** -0.5
+    b = (
+        (lambda k, shape: 0.1 * jax.random.normal(k, shape, dtype))
+        if bias
+        else (lambda k, shape: jnp.zeros(shape, dtype))
+    )
+    attn = RotaryAttentionParams(
+        n(ks[0], (d, n_heads * dk)),
+        n(ks[1], (d, n_kv_heads * dk)),
+        n(ks[2], (d, n_kv_heads * dk)),
+        n(ks[3], (n_heads * dk, d)),
+        b(ks[4], (n_heads * dk,)),
+        b(ks[5], (n_kv_heads * dk,)),
+        b(ks[6], (n_kv_heads * dk,)),
+        jnp.zeros((d,), dtype),
+        n_heads,
+        n_kv_heads,
+        rope_theta,
+    )
+    ffn = GatedFFNParams(
+        n(ks[7], (d, d_ff)),
+        n(ks[8], (d, d_ff)),
+        n(ks[9], (d_ff, d)),
+        jnp.zeros((d_ff,), dtype),
+        jnp.zeros((d_ff,), dtype),
+        jnp.zeros((d,), dtype),
+    )
+    g = lambda k: 1.0 + 0.1 * jax.random.normal(k, (d,), dtype)
+    return RMSLayerControls(attn, RMSNormParams(g(ks[10]), eps), ffn, RMSNormParams(g(ks[11]), eps))
+
+
+# ----------------------------------------------------------------------------- model
+class RMSDecoder(eqx.Module):
+    """A Llama-family causal decoder: token embedding → causal pre-norm steps → RMSNorm.
+
+    ``model(ids)`` is HF ``LlamaModel``'s ``last_hidden_state``; ``model.logits(ids)`` the
+    ``LlamaForCausalLM`` logits ``u_T @ unembedding``. There is no position table: the
+    positions (token indices) enter through the rotary attention, so a left-padded
+    sequence gives its kept tokens the same states as the unpadded one up to round-off
+    (the kernel depends on position differences only).
+
+    Masks (one sequence; batch with ``jax.vmap``): ``key_padding_mask`` ``(n,)`` bool,
+    True = padded (HF's ``attention_mask`` 1 = keep is ``key_padding_mask = (mask == 0)``,
+    :func:`transflow.mask_from_hf`); ``attention_mask`` ``(n, n)`` bool True = may attend
+    or additive float; both combine with the causal mask. ``sliding_window`` W (Mistral,
+    Qwen2): key x̃ is admissible for query x only if x − x̃ < W (HF's
+    ``kv_idx > q_idx − W``), another restriction of the kernel's support.
+    """
+
+    table: Float[Array, "vocab d"]
+    decoder: eqx.Module  # a SplitTransformer with CausalScheme(RMSPreNormScheme())
+    final_norm: RMSNormParams
+    unembedding: Float[Array, "d vocab"] | None = None
+    sliding_window: int | None = eqx.field(static=True, default=None)
+
+    def initial_condition(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
+        check_array("ids", ids, ndim=1, floating=False)
+        if not jnp.issubdtype(ids.dtype, jnp.integer):
+            raise TypeError(f"`ids` must be integer token ids, got dtype {ids.dtype}.")
+        return self.table[ids]
+
+    def _window_mask(self, n: int, attention_mask):
+        if self.sliding_window is None or n <= self.sliding_window:
+            return attention_mask
+        i = jnp.arange(n)
+        band = (i[:, None] - i[None, :]) < self.sliding_window
+        if attention_mask is None:
+            return band
+        check_not_hf_mask(attention_mask)
+        if attention_mask.dtype == jnp.bool_:
+            return jnp.logical_and(attention_mask, band)
+        return jnp.where(band, attention_mask, -jnp.inf)
+
+    def __call__(
+        self,
+        ids: Int[Array, " n"],
+        *,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
+    ) -> Float[Array, "n d"]:
+        f = self.initial_condition(ids)
+        check_not_hf_mask(attention_mask)
+        attention_mask = self._window_mask(ids.shape[0], attention_mask)
+        u = self.decoder(f, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
+        return project_sphere(u, self.final_norm.gain, eps=self.final_norm.eps)
+
+    def logits(
+        self,
+        ids: Int[Array, " n"],
+        *,
+        key_padding_mask: Bool[Array, " n"] | None = None,
+        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
+    ) -> Float[Array, "n vocab"]:
+        if self.unembedding is None:
+            raise ValueError("this RMSDecoder has no `unembedding` (convert a *ForCausalLM model).")
+        u = self(ids, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
+        return u @ self.unembedding
+
+
+def check_not_hf_mask(attention_mask) -> None:
+    """A 1-D ``attention_mask`` is HF's (1 = keep): say how to pass it."""
+    if attention_mask is not None and getattr(attention_mask, "ndim", 2) == 1:
+        raise ValueError(
+            f"`attention_mask` has shape {tuple(attention_mask.shape)}: transflow's "
+            "attention_mask is (n, n) (True = may attend). A HuggingFace attention_mask "
+            "(1 = keep, 0 = padding) is a key padding mask: pass "
+            "`key_padding_mask=transflow.mask_from_hf(mask)` (i.e. mask == 0)."
+        )

@@ -1,0 +1,77 @@
+"""Study models as flows: trajectories, token geometry, operator budgets, control
+smoothness and depth refinement of any model transflow builds or converts.
+
+- Trajectories: :func:`trajectory` (the states after every step, or every sub-step),
+  :func:`iter_steps` (streamed, one step at a time), :func:`as_flow`,
+  :func:`model_output`.
+- Token geometry and operator budgets per step: :func:`step_diagnostics`
+  (:func:`cosine_matrix`, :func:`count_clusters`, :func:`effective_rank`,
+  :func:`distance_to_s1`, sub-step increments with :func:`substep_parents`).
+- Controls across depth: :func:`control_blocks`, :func:`control_increments`,
+  :func:`increment_scaling` and :func:`depth_scaling` (the scaling test of Sander, Ablin,
+  Peyré, NeurIPS 2022, for the controls θⁿ).
+- Depth refinement: :func:`refine` (Δt/k, k·N_t steps, controls piecewise constant or
+  linear in t), :func:`refinement_study`, :func:`fit_order`.
+- Everything at once: :func:`analyze`, :func:`project_2d`.
+
+Supported models (:data:`SUPPORTED_MODELS`): :class:`~transflow.SplitTransformer` (and
+every ``from_torch``/``from_hf`` layer or stack), :class:`~transflow.vision.VisionTransformer`,
+:class:`~transflow.vision.CvtStageModel` (no refine), :class:`~transflow.interop.CausalDecoder`
+(GPT-2) and :class:`~transflow.control.FlowModel` (the trained digits and sequence models).
+See ``docs/analysis.md``.
+"""
+
+from ._depth import (
+    control_blocks as control_blocks,
+    control_increments as control_increments,
+    depth_scaling as depth_scaling,
+    fit_order as fit_order,
+    increment_scaling as increment_scaling,
+    refine as refine,
+    refine_controls as refine_controls,
+    refinement_study as refinement_study,
+)
+from ._flow import (
+    SUPPORTED_MODELS as SUPPORTED_MODELS,
+    Flow as Flow,
+    StepRecord as StepRecord,
+    as_flow as as_flow,
+    iter_steps as iter_steps,
+    model_output as model_output,
+    trajectory as trajectory,
+)
+from ._geometry import (
+    cosine_matrix as cosine_matrix,
+    count_clusters as count_clusters,
+    distance_to_s1 as distance_to_s1,
+    effective_rank as effective_rank,
+    step_diagnostics as step_diagnostics,
+    substep_parents as substep_parents,
+)
+from ._study import analyze as analyze, project_2d as project_2d
+
+__all__ = [
+    "SUPPORTED_MODELS",
+    "Flow",
+    "StepRecord",
+    "analyze",
+    "as_flow",
+    "control_blocks",
+    "control_increments",
+    "cosine_matrix",
+    "count_clusters",
+    "depth_scaling",
+    "distance_to_s1",
+    "effective_rank",
+    "fit_order",
+    "increment_scaling",
+    "iter_steps",
+    "model_output",
+    "project_2d",
+    "refine",
+    "refine_controls",
+    "refinement_study",
+    "step_diagnostics",
+    "substep_parents",
+    "trajectory",
+]

@@ -1,0 +1,64 @@
+"""The studies as library functions (transflow.interop): their arguments are checked and
+named before any work starts; the enumeration of configurations is what the tasks run."""
+
+from __future__ import annotations
+
+import pytest
+
+from transflow.interop import (
+    HF_FAMILIES,
+    EquivalenceConfig,
+    build_torch_reference,
+    equivalence_configurations,
+    hf_configurations,
+    hf_equivalence_rows,
+)
+
+
+def test_equivalence_configurations_are_the_product_plus_stacks():
+    cfg = EquivalenceConfig(nhead=[1, 2, 4], encoder_layers=2)
+    rows = equivalence_configurations(cfg, num_layers=1)
+    assert len(rows) == 2 * 2 * 3 * 2 * 2 * 2 + 2
+    stacks = [r for r in rows if r["stack"]]
+    assert [(r["norm_first"], r["num_layers"], r["final_norm"]) for r in stacks] == [
+        (False, 2, True),
+        (True, 2, True),
+    ]
+    assert len({tuple(sorted(r.items(), key=str)) for r in rows}) == len(rows)  # distinct
+    with pytest.raises(ValueError, match="task.nhead"):
+        equivalence_configurations(EquivalenceConfig(nhead=[]))
+
+
+def test_hf_configurations_are_seeded_and_checked():
+    for fam in HF_FAMILIES:
+        a, b = hf_configurations(fam, 3, seed=1), hf_configurations(fam, 3, seed=1)
+        assert a == b and len(a) == 3 and all(c["d"] % c["heads"] == 0 for c in a)
+    assert hf_configurations("vit_layer", 3, seed=2) != hf_configurations("vit_layer", 3, seed=1)
+    with pytest.raises(ValueError, match="family"):
+        hf_configurations("bert", 1, seed=0)
+    with pytest.raises(ValueError, match="families"):
+        hf_equivalence_rows(["vit_layer", "bert"], 1)
+
+
+def test_build_torch_reference_names_missing_and_unknown_fields():
+    pytest.importorskip("torch", reason="the reference layers are PyTorch modules")
+    with pytest.raises(ValueError, match="lacks the fields"):
+        build_torch_reference({"d_model": 8})
+    model = dict(
+        source="torch_random",
+        d_model=8,
+        nhead=2,
+        dim_feedforward=None,
+        num_layers=1,
+        norm_first=False,
+        activation="relu",
+        bias=True,
+        layer_norm_eps=1e-5,
+        final_norm=False,
+        init_seed=0,
+        randomize_affine=False,
+    )
+    with pytest.raises(ValueError, match="unknown model fields"):
+        build_torch_reference(model, heads=2)
+    with pytest.raises(TypeError, match="model_cfg"):
+        build_torch_reference([("d_model", 8)])
