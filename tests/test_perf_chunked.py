@@ -286,3 +286,67 @@ def test_causal_skips_key_blocks_above_the_diagonal(getkey, monkeypatch, masked)
     ref, ref_vjp = jax.vjp(dense, q, k, v, lw)
     assert _rel(out, ref) <= 1e-12
     assert _tree_rel(grads, ref_vjp(g)) <= 1e-10
+
+
+_RING_COUNT_SCRIPT = """
+import json, jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+from transflow import Grid, LayerControls, PreNormScheme, evolve, stack_controls
+from transflow.parallel import _ring, make_mesh, max_rel_diff, shard_evolve, to_host
+
+visits = []
+original = _ring._ring_round
+
+def counting_round(state, visit, **kw):  # (query shard, key shard) of each executed round
+    n = visit[0].shape[0]
+    jax.debug.callback(lambda q, s: visits.append((int(q) // n, int(s))), visit[4][0], visit[5])
+    return original(state, visit, **kw)
+
+_ring._ring_round = counting_round
+keys = jax.random.split(jax.random.key(0), 3)
+theta = stack_controls([LayerControls.random(8, n_heads=2, d_ff=16, bias=True, key=k)
+                        for k in keys[:2]])
+u = jax.random.normal(keys[2], (2, 32, 8))
+grid = Grid.interval(32, 8, x_rule="gauss", y_rule="gauss")
+mesh = make_mesh((4,), ("t",))
+record = {}
+for causal in (False, True):
+    visits.clear()
+    out = shard_evolve(theta, u, mesh, {"tokens": "t"}, method="ring",
+                       scheme=PreNormScheme(), grid=grid, causal=causal)
+    out = to_host(out)
+    jax.effects_barrier()
+    ref = jax.vmap(lambda x: evolve(x, theta, PreNormScheme(), grid=grid, causal=causal))(u)
+    record[str(causal)] = {"visits": sorted(set(visits)), "n": len(visits),
+                           "rel": max_rel_diff(out, ref)}
+print(json.dumps(record))
+"""
+
+
+@pytest.mark.slow
+def test_ring_causal_skips_key_shards_after_the_queries():
+    # 4 token devices, 2 layers, batch 2: a device computes the round of key shard s only
+    # when s ≤ its own index (10 of the 16 (device, shard) pairs), with the same result as
+    # the single-device causal evolution. Fresh process: the device count is fixed at start.
+    import json
+    import subprocess
+    import sys
+
+    from transflow.parallel._selftest import _env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _RING_COUNT_SCRIPT],
+        env=_env(4),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    pairs = [[me, s] for me in range(4) for s in range(4)]
+    assert rec["False"]["visits"] == pairs
+    assert rec["True"]["visits"] == [p for p in pairs if p[1] <= p[0]]
+    # each executed round is recorded once per layer (the batch is vmapped, and the
+    # device and shard indices do not depend on the sequence)
+    assert rec["False"]["n"] == 2 * 16 and rec["True"]["n"] == 2 * 10
+    assert rec["False"]["rel"] <= 1e-12 and rec["True"]["rel"] <= 1e-12
