@@ -239,7 +239,9 @@ def _count_block_visits(monkeypatch):
     return visits
 
 
-@pytest.mark.parametrize("masked", [False, True])
+# The masked variant is slow-tier: tests/test_masks.py checks masked causal values and
+# gradients against dense in the fast tier.
+@pytest.mark.parametrize("masked", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_causal_skips_key_blocks_above_the_diagonal(getkey, monkeypatch, masked):
     # 240 tokens, query blocks of 24 (10) and key blocks of 16 (15): causal must visit only
     # the pairs with k0 ≤ q0 + 23, in the forward and in the backward, with the values
