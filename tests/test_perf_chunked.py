@@ -217,3 +217,138 @@ def test_chunked_peak_rss_at_32768_tokens_in_fresh_process():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["n_tokens"] == 32768
     assert result["peak_rss_gib"] <= 1.5
+
+
+def _count_block_visits(monkeypatch):
+    """Record, at run time, every (query block, key block) body the chunked operator runs.
+
+    Each block body (forward and the custom VJP's backward recomputation) builds its mask
+    with ``_chunked._mask`` exactly once; a debug callback there fires only when the body
+    executes, so skipped blocks are never recorded.
+    """
+    from transflow import _chunked
+
+    visits: list[tuple[int, int]] = []
+    original = _chunked._mask
+
+    def counting_mask(q0, k0, bq, bk, n_k, causal):
+        jax.debug.callback(lambda a, b: visits.append((int(a), int(b))), q0, k0)
+        return original(q0, k0, bq, bk, n_k, causal)
+
+    monkeypatch.setattr(_chunked, "_mask", counting_mask)
+    return visits
+
+
+# The masked variant is slow-tier: tests/test_masks.py checks masked causal values and
+# gradients against dense in the fast tier.
+@pytest.mark.parametrize("masked", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_causal_skips_key_blocks_above_the_diagonal(getkey, monkeypatch, masked):
+    # 240 tokens, query blocks of 24 (10) and key blocks of 16 (15): causal must visit only
+    # the pairs with k0 ≤ q0 + 23, in the forward and in the backward, with the values
+    # and the gradients of the dense causal operator (masks included when `masked`).
+    n, bq, bk = 240, 24, 16
+    q, k, v = jax.random.normal(getkey(), (3, 2, n, 4), jnp.float64)
+    lw = jnp.log(jax.random.uniform(getkey(), (n,), jnp.float64, 0.5, 2.0))
+    g = jax.random.normal(getkey(), (2, n, 4), jnp.float64)
+    kw = {}
+    bias = jnp.zeros((n, n), jnp.float64)
+    if masked:
+        kpm = jnp.arange(n) % 7 == 3
+        am = jax.random.normal(getkey(), (n, n), jnp.float64)
+        kw = dict(key_padding_mask=kpm, attention_mask=am)
+        bias = am + jnp.where(kpm, -jnp.inf, 0.0)[None, :]
+    tril = jnp.tril(jnp.ones((n, n), bool))
+
+    def dense(q, k, v, lw):
+        s = jnp.where(tril, q @ k.swapaxes(-1, -2) + lw + bias, -jnp.inf)
+        return jax.nn.softmax(s, axis=-1) @ v
+
+    def chunked(causal):
+        return lambda q, k, v, lw: online_softmax_attention(
+            q, k, v, lw, causal=causal, query_block=bq, key_block=bk, **kw
+        )
+
+    visits = _count_block_visits(monkeypatch)
+    counts = {}
+    for causal in (False, True):
+        visits.clear()
+        out, vjp = jax.vjp(chunked(causal), q, k, v, lw)
+        jax.effects_barrier()
+        fwd = sorted(visits)
+        visits.clear()
+        grads = vjp(g)
+        jax.effects_barrier()
+        counts[causal] = (fwd, sorted(visits))
+    n_qb, n_kb = n // bq, n // bk
+    full = sorted((i * bq, j * bk) for i in range(n_qb) for j in range(n_kb))
+    below = sorted(p for p in full if p[1] <= p[0] + bq - 1)
+    assert counts[False] == (full, full)  # forward and backward: every pair once
+    assert counts[True] == (below, below)  # only the blocks touching j ≤ i, each once
+    assert len(below) <= 0.6 * len(full)  # 85 of 150 block bodies
+    ref, ref_vjp = jax.vjp(dense, q, k, v, lw)
+    assert _rel(out, ref) <= 1e-12
+    assert _tree_rel(grads, ref_vjp(g)) <= 1e-10
+
+
+_RING_COUNT_SCRIPT = """
+import json, jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+from transflow import Grid, LayerControls, PreNormScheme, evolve, stack_controls
+from transflow.parallel import _ring, make_mesh, max_rel_diff, shard_evolve, to_host
+
+visits = []
+original = _ring._ring_round
+
+def counting_round(state, visit, **kw):  # (query shard, key shard) of each executed round
+    n = visit[0].shape[0]
+    jax.debug.callback(lambda q, s: visits.append((int(q) // n, int(s))), visit[4][0], visit[5])
+    return original(state, visit, **kw)
+
+_ring._ring_round = counting_round
+keys = jax.random.split(jax.random.key(0), 3)
+theta = stack_controls([LayerControls.random(8, n_heads=2, d_ff=16, bias=True, key=k)
+                        for k in keys[:2]])
+u = jax.random.normal(keys[2], (2, 32, 8))
+grid = Grid.interval(32, 8, x_rule="gauss", y_rule="gauss")
+mesh = make_mesh((4,), ("t",))
+record = {}
+for causal in (False, True):
+    visits.clear()
+    out = shard_evolve(theta, u, mesh, {"tokens": "t"}, method="ring",
+                       scheme=PreNormScheme(), grid=grid, causal=causal)
+    out = to_host(out)
+    jax.effects_barrier()
+    ref = jax.vmap(lambda x: evolve(x, theta, PreNormScheme(), grid=grid, causal=causal))(u)
+    record[str(causal)] = {"visits": sorted(set(visits)), "n": len(visits),
+                           "rel": max_rel_diff(out, ref)}
+print(json.dumps(record))
+"""
+
+
+@pytest.mark.slow
+def test_ring_causal_skips_key_shards_after_the_queries():
+    # 4 token devices, 2 layers, batch 2: a device computes the round of key shard s only
+    # when s ≤ its own index (10 of the 16 (device, shard) pairs), with the same result as
+    # the single-device causal evolution. Fresh process: the device count is fixed at start.
+    import json
+    import subprocess
+    import sys
+
+    from transflow.parallel._selftest import _env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _RING_COUNT_SCRIPT],
+        env=_env(4),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    pairs = [[me, s] for me in range(4) for s in range(4)]
+    assert rec["False"]["visits"] == pairs
+    assert rec["True"]["visits"] == [p for p in pairs if p[1] <= p[0]]
+    # each executed round is recorded once per layer (the batch is vmapped, and the
+    # device and shard indices do not depend on the sequence)
+    assert rec["False"]["n"] == 2 * 16 and rec["True"]["n"] == 2 * 10
+    assert rec["False"]["rel"] <= 1e-12 and rec["True"]["rel"] <= 1e-12

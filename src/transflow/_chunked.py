@@ -82,6 +82,36 @@ def _mask(q0, k0, bq: int, bk: int, n_k: int, causal: bool):
     return jnp.broadcast_to(mask, (bq, bk))[None]  # (1, bq, bk): shared by the heads
 
 
+def _n_key_blocks(q0, bq: int, bk: int, nkb: int, causal: bool):
+    """Key blocks a query block at ``q0`` must visit: all, or (causal) those not above the
+    diagonal, ``k0 ≤ q0 + bq − 1`` (traced; ``None`` = all ``nkb``, a static scan)."""
+    if not causal:
+        return None
+    return jnp.minimum(nkb, (q0 + bq - 1) // bk + 1)
+
+
+def _key_scan(body, init, xs, n_active):
+    """``lax.scan(body, init, xs)`` over the first ``n_active`` key blocks only.
+
+    ``n_active = None`` is the plain scan. Otherwise a ``fori_loop`` with the traced trip
+    count (a while loop: the skipped blocks are never computed) writes the per-block
+    outputs into zero-initialised buffers: a skipped, fully masked block contributes
+    exactly 0 (and leaves the running statistics unchanged), so the result is identical.
+    """
+    if n_active is None:
+        return jax.lax.scan(body, init, xs)
+    n = jax.tree.leaves(xs)[0].shape[0]
+    _, y_shape = jax.eval_shape(body, init, jax.tree.map(lambda a: a[0], xs))
+    ys0 = jax.tree.map(lambda t: jnp.zeros((n, *t.shape), t.dtype), y_shape)
+
+    def step(j, state):
+        carry, ys = state
+        carry, y = body(carry, jax.tree.map(lambda a: a[j], xs))
+        return carry, jax.tree.map(lambda buf, yj: buf.at[j].set(yj), ys, y)
+
+    return jax.lax.fori_loop(0, n_active, step, (init, ys0))
+
+
 def _bias_block(bias, q0, k0, bq: int, bk: int):
     """The ``(1|H, bq, bk)`` block of a (padded) additive mask at (q0, k0)."""
     return jax.lax.dynamic_slice(bias, (0, q0, k0), (bias.shape[0], bq, bk))
@@ -137,7 +167,8 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
             jnp.zeros((H, bq), dtype),
             jnp.zeros((H, bq, dv), dtype),
         )
-        (m, ell, acc), _ = jax.lax.scan(body, init, (kb, vb, lwb, k_starts))
+        n_active = _n_key_blocks(q0, bq, bk, nkb, causal)
+        (m, ell, acc), _ = _key_scan(body, init, (kb, vb, lwb, k_starts), n_active)
         if masked:  # rows without admissible keys: the integral over ∅ is 0
             empty = ell == 0
             ell = jnp.where(empty, 1.0, ell)
@@ -220,8 +251,9 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
             dkj = jnp.einsum("hqk,hqc->hkc", ds, qi)
             return dq, (dkj, dvj, dlwj, dbj)
 
-        dq_i, (dk_i, dv_i, dlw_i, db_i) = jax.lax.scan(
-            inner, jnp.zeros_like(qi), (kb, vb, lwb, k_starts)
+        n_active = _n_key_blocks(q0, bq, bk, nkb, causal)
+        dq_i, (dk_i, dv_i, dlw_i, db_i) = _key_scan(
+            inner, jnp.zeros_like(qi), (kb, vb, lwb, k_starts), n_active
         )
         return (dk_acc + dk_i, dv_acc + dv_i, dlw_acc + dlw_i), (dq_i, db_i)
 

@@ -102,50 +102,23 @@ def ring_attention(
     m = jnp.full((H, n, 1), neg)
     ell = jnp.zeros((H, n, 1), u.dtype)
     acc = jnp.zeros((H, n, dv), u.dtype)
+    opts = dict(causal=causal, hardmax=hardmax, temperature=temperature, masked=masked)
     for r in range(P_t):
         src = (me - r) % P_t
-        s = jnp.einsum("ihc,jhc->hij", q, k) * head_scale[:, None, None]
-        allowed = None
-        if causal:
-            k_idx = src * n + jnp.arange(n)
-            allowed = (k_idx[None, :] <= q_idx[:, None])[None]
-        if masked:  # padding and the mask's column block of the visiting keys: one bias
-            bias = jnp.zeros((1, 1, n), u.dtype) if kpm_lw is None else kpm_lw[None, None, :]
-            if bias_rows is not None:
-                bias = bias + jax.lax.dynamic_slice_in_dim(bias_rows, src * n, n, axis=2)
-            fin = bias > neg
-            allowed = fin if allowed is None else allowed & fin
-        if hardmax:
-            sm = s if allowed is None else jnp.where(allowed, s, neg)
-            bm = jnp.max(sm, axis=-1, keepdims=True)
-            m_new = jnp.maximum(m, bm)
-            hit = sm == m_new
-            if allowed is not None:
-                hit = hit & allowed
-            ind = hit.astype(u.dtype)
-            if masked:
-                ind = jnp.where(hit, jnp.exp(bias), 0.0)
-            if logw is not None:
-                ind = ind * x_weights
-            keep = (m == m_new).astype(u.dtype)
-            ell = ell * keep + jnp.sum(ind, axis=-1, keepdims=True)
-            acc = acc * keep + jnp.einsum("hij,jhc->hic", ind, v)
+        visit = (q, k, v, head_scale, q_idx, src, x_weights, logw, kpm_lw, bias_rows)
+        if causal and r > 0:
+            # Every key of shard ``src > me`` lies after every local query: the round
+            # would add nothing (running statistics unchanged), so it is skipped. The
+            # block is still passed on below. Round 0 (the diagonal shard) always runs.
+            m, ell, acc = jax.lax.cond(
+                src > me,
+                lambda state, _: state,
+                lambda state, vis: _ring_round(state, vis, **opts),
+                (m, ell, acc),
+                visit,
+            )
         else:
-            logits = temperature * s
-            if logw is not None:
-                logits = logits + logw
-            if masked:
-                logits = logits + bias
-            if allowed is not None:
-                logits = jnp.where(allowed, logits, neg)
-            bm = jnp.max(logits, axis=-1, keepdims=True)
-            m_new = jnp.maximum(m, bm)
-            m_safe = jnp.where(jnp.isfinite(m_new), m_new, jnp.zeros_like(m_new))
-            p = jnp.exp(logits - m_safe)
-            corr = jnp.exp(m - m_safe)
-            ell = ell * corr + jnp.sum(p, axis=-1, keepdims=True)
-            acc = acc * corr + jnp.einsum("hij,jhc->hic", p, v)
-        m = m_new
+            m, ell, acc = _ring_round((m, ell, acc), visit, **opts)
         if r + 1 < P_t:
             perm = [(i, (i + 1) % P_t) for i in range(P_t)]
             k, v = jax.lax.ppermute((k, v), t_axis, perm)
@@ -160,6 +133,57 @@ def ring_attention(
     if f_axis is not None:
         out = jax.lax.psum_scatter(out, f_axis, scatter_dimension=1, tiled=True)
     return out + attn.bo
+
+
+def _ring_round(state, visit, *, causal, hardmax, temperature, masked):
+    """One ring round: fold the visiting key/value shard ``src`` into (m, ℓ, a)."""
+    m, ell, acc = state
+    q, k, v, head_scale, q_idx, src, x_weights, logw, kpm_lw, bias_rows = visit
+    n = q.shape[0]
+    dtype = q.dtype
+    neg = jnp.asarray(-jnp.inf, dtype)
+    s = jnp.einsum("ihc,jhc->hij", q, k) * head_scale[:, None, None]
+    allowed = None
+    if causal:
+        k_idx = src * n + jnp.arange(n)
+        allowed = (k_idx[None, :] <= q_idx[:, None])[None]
+    if masked:  # padding and the mask's column block of the visiting keys: one bias
+        bias = jnp.zeros((1, 1, n), dtype) if kpm_lw is None else kpm_lw[None, None, :]
+        if bias_rows is not None:
+            bias = bias + jax.lax.dynamic_slice_in_dim(bias_rows, src * n, n, axis=2)
+        fin = bias > neg
+        allowed = fin if allowed is None else allowed & fin
+    if hardmax:
+        sm = s if allowed is None else jnp.where(allowed, s, neg)
+        bm = jnp.max(sm, axis=-1, keepdims=True)
+        m_new = jnp.maximum(m, bm)
+        hit = sm == m_new
+        if allowed is not None:
+            hit = hit & allowed
+        ind = hit.astype(dtype)
+        if masked:
+            ind = jnp.where(hit, jnp.exp(bias), 0.0)
+        if logw is not None:
+            ind = ind * x_weights
+        keep = (m == m_new).astype(dtype)
+        ell = ell * keep + jnp.sum(ind, axis=-1, keepdims=True)
+        acc = acc * keep + jnp.einsum("hij,jhc->hic", ind, v)
+    else:
+        logits = temperature * s
+        if logw is not None:
+            logits = logits + logw
+        if masked:
+            logits = logits + bias
+        if allowed is not None:
+            logits = jnp.where(allowed, logits, neg)
+        bm = jnp.max(logits, axis=-1, keepdims=True)
+        m_new = jnp.maximum(m, bm)
+        m_safe = jnp.where(jnp.isfinite(m_new), m_new, jnp.zeros_like(m_new))
+        p = jnp.exp(logits - m_safe)
+        corr = jnp.exp(m - m_safe)
+        ell = ell * corr + jnp.sum(p, axis=-1, keepdims=True)
+        acc = acc * corr + jnp.einsum("hij,jhc->hic", p, v)
+    return m_new, ell, acc
 
 
 def project_s1(v, sigma1, sigma2, *, eps: float, y_weights, f_axis: str | None, d_total: int):
