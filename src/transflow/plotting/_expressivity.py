@@ -171,7 +171,8 @@ def plot_slice(study):
     ax.set_title(
         f"F13: ReLU net R^{study['d_in']}→R ({study['depth']}×{study['width']}), plane "
         f"p0 + t₁(p1−p0) + t₂(p2−p0)\n{r.linear} linear regions "
-        f"(certified: {r.certified}); segment p0→p1: {line['linear']} "
+        f"(verified in float64: {r.certified}); segment p0→p1: {line['linear']}, "
+        f"certified {line['certified']} "
         f"(dense sampling: {line['dense_activation']})",
         fontsize=8.5,
         pad=10,
