@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from ._controls import AttentionParams
+from ._errors import as_input, param_dtype
 from ._grid import Grid
 
 __all__ = [
@@ -86,6 +87,7 @@ def attention_scores(
 
     ``scale`` overrides the |Ω_η|^{-1/2} factor (e.g. CvT's ``embed_dim**-0.5`` quirk).
     """
+    u = as_input("u", u, param_dtype(p), ndim=2)
     q = _scaled_queries(u, p, grid, scale, 1.0)
     k = _heads(u @ p.wk + p.bk, p.n_heads)
     return jnp.einsum("hic,hjc->hij", q, k)
@@ -206,6 +208,7 @@ def attention(
         >>> attention(jnp.ones((5, 8)), p).shape
         (5, 8)
     """
+    u = as_input("u", u, param_dtype(p), ndim=2)
     n = u.shape[0]
     H = p.n_heads
     impl = _resolve_implementation(implementation, H, n, n)
@@ -258,6 +261,7 @@ def project_s1(
     ``eps == 0`` a token counts as constant when ``β ≤ (d·ε_mach)² · mean(v²)``, i.e. it is
     constant up to the round-off of computing its mean.
     """
+    v = as_input("v", v, nonempty=())
     d = v.shape[-1]
     if y_weights is None:
         alpha = jnp.mean(v, axis=-1, keepdims=True)
@@ -281,7 +285,7 @@ def project_s1(
 
 def project_s2(v: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
     """Projection onto S2 = {u ≥ 0}: ``max(v, 0)`` (ReLU). Equals (I + τN_{S2})^{-1} ∀τ > 0."""
-    return jnp.maximum(v, 0)
+    return jnp.maximum(as_input("v", v, nonempty=()), 0)
 
 
 def linear_y(
@@ -293,6 +297,7 @@ def linear_y(
 
     ``W`` is the sampled kernel including quadrature weights (:meth:`Grid.sample_kernel`).
     """
+    u = as_input("u", u, param_dtype(w), nonempty=())
     out = u @ w
     return out if b is None else out + b
 

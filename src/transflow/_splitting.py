@@ -28,7 +28,7 @@ import jax
 from jaxtyping import Array, Float
 
 from ._controls import FFNParams, LayerControls, NormParams, num_steps
-from ._errors import check_array, check_choice, check_finite
+from ._errors import as_input, check_choice, check_finite, param_dtype
 from ._grid import Grid
 from ._operators import Implementation, activation_fn, attention, project_s1
 
@@ -232,8 +232,12 @@ def evolve(
         >>> evolve(jnp.ones((4, 8)) + jnp.arange(8.0), theta).shape
         (4, 8)
     """
-    check_array(
-        "u0", u0, ndim=2, shape=(grid.n_tokens if grid is not None else None, controls.d_model)
+    u0 = as_input(
+        "u0",
+        u0,
+        param_dtype(controls),
+        ndim=2,
+        shape=(grid.n_tokens if grid is not None else None, controls.d_model),
     )
     num_steps(controls)
     scheme = LieScheme() if scheme is None else scheme

@@ -19,7 +19,7 @@ import jax
 from jaxtyping import Array, Float
 
 from .._controls import LayerControls, NormParams, num_steps
-from .._errors import check_array, check_finite
+from .._errors import as_input, check_finite, param_dtype
 from .._grid import Grid
 from .._operators import project_s1
 from .._splitting import AbstractScheme, LieScheme, evolve
@@ -77,7 +77,8 @@ def evolve_checkpointed(
         >>> bool(jnp.array_equal(evolve_checkpointed(u0, theta), evolve(u0, theta)))
         True
     """
-    check_array("u0", u0, ndim=2, shape=(None if grid is None else grid.n_tokens, controls.d_model))
+    shape = (None if grid is None else grid.n_tokens, controls.d_model)
+    u0 = as_input("u0", u0, param_dtype(controls), ndim=2, shape=shape)
     n = num_steps(controls)
     scheme = LieScheme() if scheme is None else scheme
     if not isinstance(scheme, AbstractScheme):
