@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from _reference import require
 from transflow import (
     AttentionParams,
     Grid,
@@ -210,7 +211,7 @@ def test_paper_lie_data_matches_core_scheme(getkey, ffn_branch_dt, dt):
 def test_paper_lie_reproduces_torch_stack_at_dt_1():
     """No regression: at Δt = 1 with piecewise-constant controls the data form of the Lie
     scheme reproduces torch.nn.TransformerEncoder (post-LN, ReLU, ε = 0, d_ff = d)."""
-    torch = pytest.importorskip("torch", reason="torch is needed for the reference check")
+    torch = require("torch", reason="torch is needed for the reference check")
     from transflow.interop import from_torch
 
     d, n_layers = 8, 3

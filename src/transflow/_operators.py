@@ -42,13 +42,13 @@ def _head_scale(p: AttentionParams, grid: Grid | None, scale: float | None, dtyp
     With ``grid=None`` (the index grid) this is the standard ``1/√d_k``. On a grid with
     feature weights, head m integrates over its sub-domain Ω_y^{(m)} (the contiguous
     block of d_k feature nodes, as torch splits heads): weights w^{(m)} and scale
-    |Ω_y^{(m)}|^{-1/2}.
+    |Ω_y^{(m)}|^{-1/2}. An explicit ``scale`` replaces |Ω_y^{(m)}|^{-1/2} only: the feature
+    weights w^{(m)} still weight the inner product; if the heads do not partition the
+    grid's features, ``scale`` gives the unweighted ``scale · Σ_c q_c k_c``.
     """
     H, dk = p.n_heads, p.head_dim
-    if scale is not None:
-        return jnp.asarray(scale, dtype), None
-    if grid is None:
-        return jnp.asarray(dk**-0.5, dtype), None
+    if grid is None or (scale is not None and grid.n_features != H * dk):
+        return jnp.asarray(dk**-0.5 if scale is None else scale, dtype), None
     if grid.n_features != H * dk:
         raise ValueError(
             f"`grid` has {grid.n_features} feature nodes but the attention has "
@@ -56,6 +56,8 @@ def _head_scale(p: AttentionParams, grid: Grid | None, scale: float | None, dtyp
             "feature domains must partition Ω_y. Pass `scale=` explicitly for other layouts."
         )
     w = grid.y_weights.reshape(H, dk).astype(dtype)
+    if scale is not None:
+        return jnp.full((H,), scale, dtype), w
     return jnp.sum(w, axis=-1) ** -0.5, w
 
 
@@ -85,7 +87,8 @@ def attention_scores(
 ) -> Float[Array, "heads n n"]:
     """Scores ``s(x_i, x_j) = |Ω_η|^{-1/2} ⟨Q(x_i,·), K(x_j,·)⟩_{Ω_η}`` for every head.
 
-    ``scale`` overrides the |Ω_η|^{-1/2} factor (e.g. CvT's ``embed_dim**-0.5`` quirk).
+    ``scale`` overrides the |Ω_η|^{-1/2} factor (e.g. CvT's ``embed_dim**-0.5`` quirk); the
+    feature quadrature weights of ``grid`` still weight ⟨Q, K⟩ (see :func:`attention`).
     """
     u = as_input("u", u, param_dtype(p), ndim=2)
     q = _scaled_queries(u, p, grid, scale, 1.0)
@@ -194,7 +197,10 @@ def attention(
         grid: quadrature weights in x (weighted softmax) and y (per-head inner products);
             ``None`` is the index grid.
         causal, hardmax, temperature: see :func:`attention_weights`.
-        scale: overrides the |Ω_η|^{-1/2} score factor.
+        scale: overrides the |Ω_η|^{-1/2} score factor only: on a grid the per-head
+            feature quadrature weights still weight ⟨Q, K⟩, i.e. the scores are
+            ``scale · Σ_c w_c q_c k_c``; when the heads do not partition the grid's
+            features (``n_heads·head_dim ≠ n_features``) they are ``scale · Σ_c q_c k_c``.
         implementation: ``"dense"`` forms the ``(H, n, n)`` kernel; ``"chunked"`` runs
             the online softmax over key blocks (:func:`transflow.online_softmax_attention`,
             memory linear in n, also in the gradient); ``"auto"`` (default) is dense unless

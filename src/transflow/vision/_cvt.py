@@ -389,7 +389,14 @@ class ConvEmbedding(eqx.Module):
         )
 
     def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "n d"]:
-        x = as_input("x", x, self.kernel.dtype, ndim=3, shape=(self.kernel.shape[1], None, None))
+        x = as_input(
+            "x",
+            x,
+            self.kernel.dtype,
+            ndim=3,
+            shape=(self.kernel.shape[1], None, None),
+            nonempty=(1, 2),
+        )
         p = self.padding
         out = jax.lax.conv_general_dilated(
             x[None].astype(self.kernel.dtype),
