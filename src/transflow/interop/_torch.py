@@ -32,7 +32,10 @@ def _torch():
 
 
 def _arr(t, dtype) -> jax.Array:
-    return jnp.asarray(np.asarray(t.detach().cpu().numpy()), dtype=dtype)
+    t = t.detach().cpu()
+    if t.dtype == _torch().bfloat16:  # no NumPy bfloat16: widen first (exact)
+        t = t.float()
+    return jnp.asarray(np.asarray(t.numpy()), dtype=dtype)
 
 
 def _dropouts(module):
