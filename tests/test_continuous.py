@@ -247,7 +247,7 @@ def test_float32_strang_matches_float64():
     out32 = integrate(strang(m32.operators), m32.flows(), u32, n_steps=16)
     out64 = integrate(strang(m64.operators), m64.flows(), u64, n_steps=16)
     assert out32.dtype == jnp.float32
-    rel = float(jnp.max(jnp.abs(out32 - out64)) / jnp.max(jnp.abs(out64)))
+    rel = float(jnp.max(jnp.abs(out32.astype(jnp.float64) - out64)) / jnp.max(jnp.abs(out64)))
     assert rel <= 1e-5
 
 
