@@ -125,7 +125,7 @@ def as_input(
         if axis < len(x.shape) and x.shape[axis] == 0:
             raise ValueError(
                 f"`{name}` is empty: shape {tuple(x.shape)} has size 0 on axis {axis}"
-                + (" (no tokens)" if axis == 0 else "")
+                + (" (no tokens)" if axis == max(len(x.shape) - 2, 0) else "")
                 + "; pass at least one entry there."
             )
     if dtype is None or not floating:
