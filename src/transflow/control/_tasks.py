@@ -339,7 +339,9 @@ def run_sequence(
     def eval_fn(m):
         out = evaluate(m, xte, yte)
         pred = predict(m, jnp.asarray(xte))
-        out["sequence_accuracy"] = float(jnp.mean(jnp.all(pred == yte, axis=-1)))
+        out["sequence_accuracy"] = float(
+            jnp.mean(jnp.all(pred == jnp.asarray(yte, pred.dtype), axis=-1))
+        )
         return out
 
     opt = make_optimizer(
