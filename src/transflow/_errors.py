@@ -115,8 +115,8 @@ def as_input(
     Example:
         >>> import numpy as np, jax.numpy as jnp
         >>> from transflow._errors import as_input
-        >>> as_input("u", np.ones((2, 3), np.float32), jnp.float64).dtype
-        dtype('float64')
+        >>> as_input("u", np.ones((2, 3), np.float16), jnp.float32).dtype  # cast up
+        dtype('float32')
     """
     if _is_torch_tensor(x):
         x = _from_torch(name, x)
