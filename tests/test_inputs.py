@@ -316,3 +316,18 @@ def test_non_finite_weights_are_rejected_by_name(bad):
     with torch.no_grad():
         layer.linear2.weight[1, 2] = bad
     _raises(ValueError, lambda: from_torch(layer), "`module`", "'linear2.weight'", "NaN/Inf")
+
+
+def test_from_hf_checks_weights_and_dtypes():
+    require("transformers", reason="the HF case needs transformers")
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    from transflow.interop import from_hf
+
+    cfg = GPT2Config(n_embd=8, n_head=2, n_positions=8)
+    block = GPT2Block(cfg).eval()
+    with torch.no_grad():
+        block.mlp.c_fc.weight[0, 0] = float("nan")
+    _raises(ValueError, lambda: from_hf(block), "`module`", "'mlp.c_fc.weight'", "NaN/Inf")
+    _raises(ValueError, lambda: from_hf(GPT2Block(cfg).half().eval()), "`module`", "float16")
