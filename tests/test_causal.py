@@ -8,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the causal equivalence tests need PyTorch")
-pytest.importorskip("transformers", reason="the GPT-2 equivalence tests need transformers")
+from _reference import require
+
+torch = require("torch", reason="the causal equivalence tests need PyTorch")
+require("transformers", reason="the GPT-2 equivalence tests need transformers")
 
 from transformers import GPT2Config  # noqa: E402
 from transformers.models.gpt2.modeling_gpt2 import (  # noqa: E402

@@ -13,13 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from _reference import require
+from transflow import LayerControls, evolve, stack_controls
 from transflow.control import (
     cross_entropy_loss,
     grads_to_torch_layout,
     make_vit,
 )
 
-torch = pytest.importorskip("torch", reason="torch (extra 'reference') is needed for this check")
+torch = require("torch", reason="torch (extra 'reference') is needed for this check")
 
 REL_FP64 = 1e-9
 

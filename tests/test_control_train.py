@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from transflow.control import (
+    CheckpointError,
     DigitsConfig,
     EpochOrder,
     SequenceConfig,
@@ -84,10 +85,25 @@ def test_half_written_tmp_file_is_ignored(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_no_valid_checkpoint_returns_none(tmp_path):
+def test_no_checkpoint_returns_none(tmp_path):
     assert load_latest_checkpoint(tmp_path / "missing", _like()) is None
+    assert load_latest_checkpoint(tmp_path, _like()) is None  # an empty directory
+
+
+def test_all_checkpoints_corrupt_raises_naming_the_directory(tmp_path):
+    """Never a silent restart from step 0: the error names the directory and the way out."""
     save_checkpoint(tmp_path, 1, _state(1)).write_bytes(b"garbage")
-    assert load_latest_checkpoint(tmp_path, _like(), log=lambda m: None) is None
+    raw = save_checkpoint(tmp_path, 2, _state(2)).read_bytes()
+    (tmp_path / "ckpt-00000002.eqx").write_bytes(raw[:-5])
+    messages = []
+    with pytest.raises(CheckpointError) as info:
+        load_latest_checkpoint(tmp_path, _like(), log=messages.append)
+    msg = str(info.value)
+    assert str(tmp_path) in msg and "resume=false" in msg and "all 2 checkpoints" in msg
+    assert len(messages) == 2  # each file's reason was reported
+    # train() passes it on rather than training from scratch
+    with pytest.raises(CheckpointError, match="resume=false"):
+        _tiny_training(tmp_path, 4)
 
 
 def test_checkpoint_of_another_structure_raises(tmp_path):
@@ -289,3 +305,75 @@ def test_sigkill_then_rerun_is_bitwise_identical(tmp_path):
     a = (tmp_path / "ref" / "final.eqx").read_bytes()
     b = (tmp_path / "killed" / "final.eqx").read_bytes()
     assert a == b
+
+
+# ----------------------------------------------------------------------------- kill mid-write
+_PAUSING_WRITER = """
+import os, sys, time
+sys.path.insert(0, {tests!r})
+import jax
+jax.config.update("jax_enable_x64", True)  # as in conftest: the same state structure
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+from transflow.control import _checkpoint
+import test_control_train as t
+
+class Pausing:
+    # a checkpoint file that stops for good half-way through its payload
+    def __init__(self, f):
+        self.f, self.calls = f, 0
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        return self.f.__exit__(*exc)
+    def write(self, b):
+        self.calls += 1
+        if self.calls == 3:  # magic, header, then the payload
+            self.f.write(b[: len(b) // 2])
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            open({marker!r}, "w").close()
+            time.sleep(600)
+        return self.f.write(b)
+    def flush(self):
+        self.f.flush()
+    def fileno(self):
+        return self.f.fileno()
+
+def pausing_open(path, mode="r", *args, **kwargs):
+    f = open(path, mode, *args, **kwargs)
+    return Pausing(f) if "ckpt-00000006" in str(path) and "w" in mode else f
+
+_checkpoint.open = pausing_open  # shadows the builtin inside the checkpoint module only
+t._tiny_training({run!r}, 10)
+"""
+
+
+@pytest.mark.slow  # a JAX subprocess plus two in-process trainings: ~20-40 s on 2 busy cores
+def test_sigkill_during_checkpoint_write_then_resume_is_bitwise(tmp_path):
+    """SIGKILL while ckpt 6 is half on disk: the rerun discards the partial file, resumes
+    from step 3 and ends with the same bits as an uninterrupted run."""
+    run, marker = tmp_path / "killed", tmp_path / "paused"
+    script = _PAUSING_WRITER.format(tests=str(ROOT / "tests"), marker=str(marker), run=str(run))
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    victim = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert victim.poll() is None, victim.communicate()
+        assert time.monotonic() < deadline, "the writer never reached checkpoint 6"
+        time.sleep(0.05)
+    partial = list(run.glob(".ckpt-00000006.eqx.*.tmp"))
+    assert len(partial) == 1 and partial[0].stat().st_size > 0  # mid-write, on disk
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    assert victim.returncode == -signal.SIGKILL
+    assert sorted(p.name for p in run.glob("ckpt-*.eqx")) == ["ckpt-00000003.eqx"]
+
+    messages = []
+    res = _tiny_training(run, 10, messages=messages)
+    assert any("half-written" in m and partial[0].name in m for m in messages), messages
+    assert res.resumed_from == 3
+    ref = _tiny_training(tmp_path / "ref", 10)
+    assert _leaves_bytes(res.model) == _leaves_bytes(ref.model)
+    assert [h["loss"] for h in res.history] == [h["loss"] for h in ref.history]

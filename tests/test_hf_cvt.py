@@ -15,8 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the HF equivalence tests need PyTorch")
-pytest.importorskip("transformers", reason="the HF equivalence tests need transformers")
+from _reference import require
+
+torch = require("torch", reason="the HF equivalence tests need PyTorch")
+require("transformers", reason="the HF equivalence tests need transformers")
 
 from transformers import CvtConfig  # noqa: E402
 from transformers.models.cvt.modeling_cvt import CvtLayer, CvtStage  # noqa: E402

@@ -15,10 +15,10 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the HF equivalence tests need PyTorch")
-transformers = pytest.importorskip(
-    "transformers", reason="the HF equivalence tests need transformers"
-)
+from _reference import require
+
+torch = require("torch", reason="the HF equivalence tests need PyTorch")
+transformers = require("transformers", reason="the HF equivalence tests need transformers")
 
 
 def eager_attention_fp64(

@@ -14,7 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is needed for the reference checks")
+from _reference import require
+
+torch = require("torch", reason="torch is needed for the reference checks")
 
 from transflow import LieScheme, PreNormScheme  # noqa: E402
 from transflow.interop import from_torch, torch_substeps  # noqa: E402

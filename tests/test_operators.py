@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
 from transflow import (
@@ -37,15 +37,17 @@ def _nondegenerate(v):
     return np.all(np.var(v, axis=-1) > 1e-6 * (1 + np.mean(v * v, axis=-1)))
 
 
+# Degenerate draws are rejected with `assume` (not counted), so every one of the
+# max_examples examples below asserts; the budgets keep the tier's time (before: 60/60/40
+# drawn, of which 21/13/14 asserted).
 sig1 = st.floats(-3, 3, allow_nan=False)
 sig2 = st.floats(0.1, 3, allow_nan=False)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(_rows(), sig1, sig2)
 def test_project_s1_mean_variance_idempotent(v, s1, s2):
-    if not _nondegenerate(v):
-        return
+    assume(_nondegenerate(v))
     p = np.asarray(project_s1(jnp.asarray(v), s1, s2))
     np.testing.assert_allclose(p.mean(-1), s1, atol=1e-9 * (1 + abs(s1) + s2))
     np.testing.assert_allclose(p.var(-1), s2**2, rtol=1e-9)
@@ -53,22 +55,20 @@ def test_project_s1_mean_variance_idempotent(v, s1, s2):
     np.testing.assert_allclose(pp, p, atol=1e-9 * (1 + abs(s1) + s2))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(_rows(), sig1, sig2, st.floats(0.01, 100), st.floats(-100, 100))
 def test_project_s1_invariant_under_positive_affine_maps(v, s1, s2, c, a):
-    if not _nondegenerate(v):
-        return
+    assume(_nondegenerate(v))
     p = np.asarray(project_s1(jnp.asarray(v), s1, s2))
     q = np.asarray(project_s1(jnp.asarray(c * v + a), s1, s2))
     np.testing.assert_allclose(q, p, atol=1e-7 * (1 + abs(s1) + s2))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(_rows(min_d=3), sig1, sig2, st.integers(0, 2**31 - 1))
 def test_project_s1_is_closest_point(v, s1, s2, seed):
     """No random point of S1 is closer; the distance has the closed form of spec §8.1."""
-    if not _nondegenerate(v):
-        return
+    assume(_nondegenerate(v))
     p = np.asarray(project_s1(jnp.asarray(v), s1, s2))
     d = v.shape[-1]
     dist_p = np.sum((p - v) ** 2, axis=-1)
@@ -130,7 +130,7 @@ def test_project_s2_idempotent_minimal_nonexpansive(v, w):
     cand = np.abs(v)
     assert np.sum((p - v) ** 2) <= np.sum((cand - v) ** 2) * (1 + 1e-12)
     n = min(len(v), len(w))
-    pv, pw = np.maximum(v[:n], 0), np.maximum(w[:n], 0)
+    pv, pw = np.asarray(project_s2(jnp.asarray(v[:n]))), np.asarray(project_s2(jnp.asarray(w[:n])))
     # firm non-expansiveness: ‖Pv − Pw‖² ≤ ⟨Pv − Pw, v − w⟩
     lhs, rhs = np.sum((pv - pw) ** 2), np.dot(pv - pw, v[:n] - w[:n])
     assert lhs <= rhs + 1e-12 * (1.0 + abs(lhs) + abs(rhs))  # round-off relative to the sums
@@ -234,6 +234,34 @@ def test_causal_prefix_dependence():
     a, b = attention(jnp.asarray(u), p, causal=True), attention(jnp.asarray(u2), p, causal=True)
     np.testing.assert_allclose(a[:4], b[:4], atol=1e-14)
     assert np.abs(np.asarray(a[4:] - b[4:])).max() > 1e-3
+
+
+def test_explicit_scale_keeps_feature_weights_on_a_non_uniform_grid():
+    """attention(..., scale=s) on a Gauss grid equals the quadrature formula written out:
+    γ_ij ∝ w^x_j exp(s Σ_c w^y_c q_ic k_jc) per head, out = Σ_m γ_m V_m W_O^m + b_O."""
+    rng = np.random.default_rng(8)
+    g = Grid.interval(5, 8, x_rule="gauss", y_rule="gauss")
+    p = AttentionParams.random(8, n_heads=2, bias=True, key=jax.random.key(9))
+    u = rng.standard_normal((5, 8))
+    s = 0.37
+    wq, wk, wv, wo = (np.asarray(a) for a in (p.wq, p.wk, p.wv, p.wo))
+    bq, bk, bv, bo = (np.asarray(a) for a in (p.bq, p.bk, p.bv, p.bo))
+    wx, wy = np.asarray(g.x_weights), np.asarray(g.y_weights)
+    out = np.tile(bo, (5, 1))
+    for m in range(2):
+        sl = slice(4 * m, 4 * m + 4)
+        q, k, v = u @ wq[:, sl] + bq[sl], u @ wk[:, sl] + bk[sl], u @ wv[:, sl] + bv[sl]
+        scores = np.array(
+            [
+                [s * sum(wy[sl][c] * q[i, c] * k[j, c] for c in range(4)) for j in range(5)]
+                for i in range(5)
+            ]
+        )
+        e = np.exp(scores - scores.max(-1, keepdims=True)) * wx
+        out = out + (e / e.sum(-1, keepdims=True)) @ v @ wo[sl]
+    got = attention(jnp.asarray(u), p, grid=g, scale=s)
+    np.testing.assert_allclose(got, out, atol=1e-12)
+    assert np.abs(np.asarray(attention(jnp.asarray(u), p, scale=s)) - out).max() > 1e-6
 
 
 def test_grid_head_partition_error():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import transflow
+from _reference import require
 from transflow.vision import (
     ClassTokenReadout,
     ConvAttentionParams,
@@ -21,7 +22,7 @@ from transflow.vision import (
     patchify,
 )
 
-torch = pytest.importorskip("torch", reason="reference convolutions come from PyTorch")
+torch = require("torch", reason="reference convolutions come from PyTorch")
 
 
 def _rng(seed=0):

@@ -8,7 +8,9 @@ import pathlib
 
 import pytest
 
-pytest.importorskip("transformers", reason="FVIT loads a HuggingFace ViTModel")
+from _reference import require
+
+require("transformers", reason="FVIT loads a HuggingFace ViTModel")
 
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "paper_figures" / "fvit_attention.py"
 

@@ -21,7 +21,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._errors import check_array
+from ._errors import as_input
 from ._model import SplitTransformer
 from ._splitting import AbstractScheme
 
@@ -92,7 +92,7 @@ class TokenEmbedding(eqx.Module):
     positions: Float[Array, "max_len d"] | None
 
     def __call__(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
-        check_array("ids", ids, ndim=1, floating=False)
+        ids = as_input("ids", ids, ndim=1, floating=False)
         if not jnp.issubdtype(ids.dtype, jnp.integer):
             raise TypeError(f"`ids` must be integer token ids, got dtype {ids.dtype}.")
         n = ids.shape[0]

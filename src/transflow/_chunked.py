@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from ._controls import AttentionParams
-from ._errors import check_array
+from ._errors import as_input, check_array
 from ._grid import Grid
 from ._masks import check_attention_mask, check_key_padding_mask, key_log_weights, mask_bias
 
@@ -321,9 +321,9 @@ def online_softmax_attention(
     """
     bq = _check_block("query_block", query_block)
     bk = _check_block("key_block", key_block)
-    check_array("q", q, ndim=3)
-    check_array("k", k, ndim=3, shape=(q.shape[0], None, q.shape[2]))
-    check_array("v", v, ndim=3, shape=(q.shape[0], k.shape[1], None))
+    q = as_input("q", q, ndim=3, nonempty=(1,))
+    k = as_input("k", k, q.dtype, ndim=3, shape=(q.shape[0], None, q.shape[2]), nonempty=(1,))
+    v = as_input("v", v, q.dtype, ndim=3, shape=(q.shape[0], k.shape[1], None))
     if log_weights is None:
         log_weights = jnp.zeros((k.shape[1],), q.dtype)
     else:

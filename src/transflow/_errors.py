@@ -4,6 +4,18 @@ Every check raises with the argument's name, what was expected, what was got, an
 fix it. Static checks (rank, shape, dtype) run in Python, before any compilation; the
 value check for non-finite entries uses :func:`equinox.error_if` so that it survives
 ``jax.jit`` and ``jax.vmap``.
+
+The input policy (:func:`as_input`, used at the top of every public entry point):
+
+- **torch tensors** are accepted and converted (``tensor.detach().cpu().numpy()``); no
+  gradient flows back into torch. bfloat16 tensors have no NumPy form and are rejected.
+- **float dtypes**: the model's dtype (its parameters) decides. A *narrower* input
+  (float16 → float32, float32 → float64) is cast up, which is exact. A *wider* input
+  (float64 → float32 model) is rejected: a float32 model must not silently return
+  float64, and a silent cast down would lose digits. The message names the argument,
+  both dtypes and the two fixes (cast the input, or convert the model).
+- **integer/bool arrays** where features are expected are rejected (cast them first).
+- **empty token sets** (zero tokens) are rejected naming the argument.
 """
 
 from __future__ import annotations
@@ -11,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -49,6 +62,85 @@ def check_array(
             f"`{name}` must have a floating dtype (float32 or float64), got {x.dtype}. "
             f"Cast it first, e.g. `{name}.astype(jnp.float32)`."
         )
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "detach")
+
+
+def _from_torch(name: str, x: Any):
+    try:
+        return x.detach().cpu().numpy()
+    except (TypeError, RuntimeError):  # e.g. bfloat16 has no NumPy dtype
+        raise TypeError(
+            f"`{name}` is a torch tensor of dtype {x.dtype} that has no NumPy form; convert "
+            f"it first, e.g. `jnp.asarray({name}.detach().cpu().float().numpy())`."
+        ) from None
+
+
+def param_dtype(tree: Any) -> np.dtype | None:
+    """The floating dtype of a model's parameters (the widest one), or ``None``."""
+    best = None
+    for leaf in jax.tree.leaves(tree):
+        dt = getattr(leaf, "dtype", None)
+        if dt is None or not jnp.issubdtype(dt, jnp.floating):
+            continue
+        if best is None or np.dtype(dt).itemsize > best.itemsize:
+            best = np.dtype(dt)
+    return best
+
+
+def as_input(
+    name: str,
+    x: Any,
+    dtype: Any = None,
+    *,
+    ndim: int | None = None,
+    shape: tuple[int | None, ...] | None = None,
+    floating: bool = True,
+    nonempty: tuple[int, ...] = (0,),
+    what: str = "the model",
+):
+    """Apply the input policy of the module docstring and return the array to use.
+
+    Args:
+        name: the argument's name, as the user wrote it.
+        x: the value passed.
+        dtype: the model's dtype (e.g. :func:`param_dtype` of its parameters); ``None``
+            keeps the input's float dtype.
+        ndim, shape, floating: as :func:`check_array`.
+        nonempty: axes that must not have size 0 (default: the token axis 0).
+        what: how the model is named in the dtype message.
+
+    Example:
+        >>> import numpy as np, jax.numpy as jnp
+        >>> from transflow._errors import as_input
+        >>> as_input("u", np.ones((2, 3), np.float16), jnp.float32).dtype  # cast up
+        dtype('float32')
+    """
+    if _is_torch_tensor(x):
+        x = _from_torch(name, x)
+    check_array(name, x, ndim=ndim, shape=shape, floating=floating)
+    for axis in nonempty:
+        if axis < len(x.shape) and x.shape[axis] == 0:
+            raise ValueError(
+                f"`{name}` is empty: shape {tuple(x.shape)} has size 0 on axis {axis}"
+                + (" (no tokens)" if axis == max(len(x.shape) - 2, 0) else "")
+                + "; pass at least one entry there."
+            )
+    if dtype is None or not floating:
+        return x
+    want, got = np.dtype(dtype), np.dtype(x.dtype)
+    if got == want:
+        return x
+    if got.itemsize < want.itemsize:
+        return jnp.asarray(x, want)  # exact: every narrower float is representable
+    raise TypeError(
+        f"`{name}` has dtype {got} but {what} computes in {want}; transflow does not cast "
+        f"down silently (it would lose digits, and a {want} model must not return {got}). "
+        f"Cast the input, `{name}.astype(jnp.{want})`, or build the model in {got} (e.g. "
+        "`from_torch(module.double())` or `LayerControls.random(..., dtype=...)`)."
+    )
 
 
 def check_finite(name: str, x):

@@ -7,7 +7,7 @@ import jax
 from jaxtyping import Array, Bool, Float
 
 from ._controls import LayerControls, NormParams, num_steps
-from ._errors import check_array, check_finite
+from ._errors import as_input, check_finite, param_dtype
 from ._grid import Grid
 from ._splitting import AbstractScheme, LieScheme, check_masks, evolve
 
@@ -53,7 +53,8 @@ class SplitTransformer(eqx.Module):
         return jax.tree.map(lambda x: x[i], self.controls)
 
     def _check(self, u, grid):
-        check_array("u", u, ndim=2, shape=(None if grid is None else grid.n_tokens, self.d_model))
+        shape = (None if grid is None else grid.n_tokens, self.d_model)
+        u = as_input("u", u, param_dtype(self.controls), ndim=2, shape=shape)
         return check_finite("u", u)
 
     def __call__(

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from ._controls import AttentionParams
+from ._errors import as_input, param_dtype
 from ._grid import Grid
 from ._masks import (
     causal_mask,
@@ -50,13 +51,13 @@ def _head_scale(p: AttentionParams, grid: Grid | None, scale: float | None, dtyp
     With ``grid=None`` (the index grid) this is the standard ``1/√d_k``. On a grid with
     feature weights, head m integrates over its sub-domain Ω_y^{(m)} (the contiguous
     block of d_k feature nodes, as torch splits heads): weights w^{(m)} and scale
-    |Ω_y^{(m)}|^{-1/2}.
+    |Ω_y^{(m)}|^{-1/2}. An explicit ``scale`` replaces |Ω_y^{(m)}|^{-1/2} only: the feature
+    weights w^{(m)} still weight the inner product; if the heads do not partition the
+    grid's features, ``scale`` gives the unweighted ``scale · Σ_c q_c k_c``.
     """
     H, dk = p.n_heads, p.head_dim
-    if scale is not None:
-        return jnp.asarray(scale, dtype), None
-    if grid is None:
-        return jnp.asarray(dk**-0.5, dtype), None
+    if grid is None or (scale is not None and grid.n_features != H * dk):
+        return jnp.asarray(dk**-0.5 if scale is None else scale, dtype), None
     if grid.n_features != H * dk:
         raise ValueError(
             f"`grid` has {grid.n_features} feature nodes but the attention has "
@@ -64,6 +65,8 @@ def _head_scale(p: AttentionParams, grid: Grid | None, scale: float | None, dtyp
             "feature domains must partition Ω_y. Pass `scale=` explicitly for other layouts."
         )
     w = grid.y_weights.reshape(H, dk).astype(dtype)
+    if scale is not None:
+        return jnp.full((H,), scale, dtype), w
     return jnp.sum(w, axis=-1) ** -0.5, w
 
 
@@ -93,8 +96,10 @@ def attention_scores(
 ) -> Float[Array, "heads n n"]:
     """Scores ``s(x_i, x_j) = |Ω_η|^{-1/2} ⟨Q(x_i,·), K(x_j,·)⟩_{Ω_η}`` for every head.
 
-    ``scale`` overrides the |Ω_η|^{-1/2} factor (e.g. CvT's ``embed_dim**-0.5`` quirk).
+    ``scale`` overrides the |Ω_η|^{-1/2} factor (e.g. CvT's ``embed_dim**-0.5`` quirk); the
+    feature quadrature weights of ``grid`` still weight ⟨Q, K⟩ (see :func:`attention`).
     """
+    u = as_input("u", u, param_dtype(p), ndim=2)
     q = _scaled_queries(u, p, grid, scale, 1.0)
     k = _heads(u @ p.wk + p.bk, p.n_heads)
     return jnp.einsum("hic,hjc->hij", q, k)
@@ -258,7 +263,10 @@ def attention(
         grid: quadrature weights in x (weighted softmax) and y (per-head inner products);
             ``None`` is the index grid.
         causal, hardmax, temperature: see :func:`attention_weights`.
-        scale: overrides the |Ω_η|^{-1/2} score factor.
+        scale: overrides the |Ω_η|^{-1/2} score factor only: on a grid the per-head
+            feature quadrature weights still weight ⟨Q, K⟩, i.e. the scores are
+            ``scale · Σ_c w_c q_c k_c``; when the heads do not partition the grid's
+            features (``n_heads·head_dim ≠ n_features``) they are ``scale · Σ_c q_c k_c``.
         implementation: ``"dense"`` forms the ``(H, n, n)`` kernel; ``"chunked"`` runs
             the online softmax over key blocks (:func:`transflow.online_softmax_attention`,
             memory linear in n, also in the gradient); ``"auto"`` (default) is dense unless
@@ -285,6 +293,7 @@ def attention(
         >>> bool(jnp.allclose(a[:3], attention(u[:3], p)))
         True
     """
+    u = as_input("u", u, param_dtype(p), ndim=2)
     n = u.shape[0]
     H = p.n_heads
     impl = _resolve_implementation(implementation, H, n, n)
@@ -411,6 +420,7 @@ def project_s1(
     ``eps == 0`` a token counts as constant when ``β ≤ (d·ε_mach)² · mean(v²)``, i.e. it is
     constant up to the round-off of computing its mean.
     """
+    v = as_input("v", v, nonempty=())
     d = v.shape[-1]
     if y_weights is None:
         alpha = jnp.mean(v, axis=-1, keepdims=True)
@@ -434,7 +444,7 @@ def project_s1(
 
 def project_s2(v: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
     """Projection onto S2 = {u ≥ 0}: ``max(v, 0)`` (ReLU). Equals (I + τN_{S2})^{-1} ∀τ > 0."""
-    return jnp.maximum(v, 0)
+    return jnp.maximum(as_input("v", v, nonempty=()), 0)
 
 
 def linear_y(
@@ -446,6 +456,7 @@ def linear_y(
 
     ``W`` is the sampled kernel including quadrature weights (:meth:`Grid.sample_kernel`).
     """
+    u = as_input("u", u, param_dtype(w), nonempty=())
     out = u @ w
     return out if b is None else out + b
 

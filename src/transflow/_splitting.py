@@ -29,7 +29,7 @@ import jax
 from jaxtyping import Array, Bool, Float
 
 from ._controls import FFNParams, LayerControls, NormParams, num_steps
-from ._errors import check_array, check_choice, check_finite
+from ._errors import as_input, check_choice, check_finite, param_dtype
 from ._grid import Grid
 from ._operators import Implementation, activation_fn, attention, project_s1
 
@@ -364,8 +364,12 @@ def evolve(
         >>> bool(jnp.array_equal(evolve(u0, theta, remat="nested"), evolve(u0, theta)))
         True
     """
-    check_array(
-        "u0", u0, ndim=2, shape=(grid.n_tokens if grid is not None else None, controls.d_model)
+    u0 = as_input(
+        "u0",
+        u0,
+        param_dtype(controls),
+        ndim=2,
+        shape=(grid.n_tokens if grid is not None else None, controls.d_model),
     )
     n_steps = num_steps(controls)
     mode = _remat_mode(remat)

@@ -11,7 +11,9 @@ renamed over the final name (``os.replace`` is atomic on POSIX) and the director
 ``fsync``-ed. A crash therefore leaves either the complete new file or none (plus a
 stray ``.tmp`` file, which is ignored and removed). On load the length and the SHA-256 of
 the payload are checked; a truncated or corrupted file is reported and the previous good
-checkpoint is used instead.
+checkpoint is used instead. If every checkpoint is corrupt, loading raises a
+:class:`CheckpointError` naming the directory and the ``resume=false`` way out rather than
+restarting from step 0.
 """
 
 from __future__ import annotations
@@ -182,9 +184,13 @@ def load_latest_checkpoint(
         log: where messages go.
 
     Returns:
-        ``(state, step, meta)`` or ``None`` if there is no valid checkpoint.
+        ``(state, step, meta)``, or ``None`` if there is no checkpoint file at all.
 
     Raises:
+        CheckpointError: there are checkpoint files but every one is corrupt; the message
+            names the directory and the ways out (``resume=false`` for ``transflow-run``,
+            another or an emptied ``checkpoint_dir`` for :func:`train`). Training never
+            restarts from step 0 silently.
         ValueError: a checkpoint passes its checksum but does not fit ``like`` (it was
             written by a different configuration).
     """
@@ -194,7 +200,8 @@ def load_latest_checkpoint(
     for tmp in sorted(d.glob(".ckpt-*.tmp")):
         log(f"removing half-written temporary checkpoint {tmp.name} (interrupted write)")
         tmp.unlink(missing_ok=True)
-    for step, path in reversed(list_checkpoints(d)):
+    found = list_checkpoints(d)
+    for step, path in reversed(found):
         try:
             header, payload = read_checkpoint(path)
         except (CheckpointError, OSError) as e:
@@ -209,4 +216,12 @@ def load_latest_checkpoint(
                 "configuration: use another checkpoint directory or delete it."
             ) from e
         return state, step, header.get("meta", {})
+    if found:
+        names = ", ".join(p.name for _, p in found)
+        raise CheckpointError(
+            f"all {len(found)} checkpoints in {d} are corrupt ({names}; reasons above); "
+            "refusing to restart from step 0 silently. To start over, rerun with "
+            "`resume=false` (transflow-run / python -m transflow.control), or delete the "
+            "directory or pass another `checkpoint_dir` to train()."
+        )
     return None

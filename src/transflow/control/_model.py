@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._controls import LayerControls, stack_controls
+from .._errors import as_input
 from .._grid import Grid
 from .._splitting import AbstractScheme, LieScheme, RematMode, evolve
 from ..vision import patchify as vision_patchify
@@ -78,6 +79,7 @@ class PatchEmbedding(eqx.Module):
         return Grid(nodes, jnp.ones(h * w + 1, g.x_weights.dtype), g.y_nodes, g.y_weights)
 
     def __call__(self, image: Float[Array, "h w"]) -> Float[Array, "n d"]:
+        image = as_input("image", image, self.weight.dtype, ndim=2)
         if tuple(image.shape) != tuple(self.image_shape):
             raise ValueError(
                 f"PatchEmbedding: `image` must have shape {self.image_shape}, got "
@@ -105,6 +107,7 @@ class TokenEmbedding(eqx.Module):
         return Grid.index(self.pos.shape[0], self.pos.shape[1], dtype=self.pos.dtype)
 
     def __call__(self, tokens: Int[Array, " n"]) -> Float[Array, "n d"]:
+        tokens = as_input("tokens", tokens, ndim=1, floating=False)
         if tokens.shape != self.pos.shape[:1]:
             raise ValueError(
                 f"TokenEmbedding: `tokens` must have shape ({self.pos.shape[0]},), got "

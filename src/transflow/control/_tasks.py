@@ -290,7 +290,9 @@ def _setup_sequence(cfg: SequenceConfig, seed: int, key) -> Problem:
     def eval_fn(m):
         out = evaluate(m, xte, yte)
         pred = predict(m, jnp.asarray(xte))
-        out["sequence_accuracy"] = float(jnp.mean(jnp.all(pred == yte, axis=-1)))
+        out["sequence_accuracy"] = float(
+            jnp.mean(jnp.all(pred == jnp.asarray(yte, pred.dtype), axis=-1))
+        )
         return out
 
     return Problem(model, batch, eval_fn, None, {"kind": cfg.kind})

@@ -42,7 +42,7 @@ def cross_entropy_loss(model, x, y, key=None):
     del key
     logits = jax.vmap(model)(x)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-    acc = jnp.mean(jnp.argmax(logits, axis=-1) == y)
+    acc = jnp.mean(jnp.argmax(logits, axis=-1).astype(y.dtype) == y)
     return loss, acc
 
 
@@ -91,7 +91,10 @@ def make_step(optimizer: optax.GradientTransformation, loss_fn: Callable = cross
     def step(model, opt_state, x, y, key):
         (loss, aux), grads = eqx.filter_value_and_grad(loss_fn, has_aux=True)(model, x, y, key)
         params = eqx.filter(model, eqx.is_inexact_array)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
+        # optax mixes its int32 step count with floats (Adam's bias correction): give it
+        # NumPy promotion even where the caller runs JAX with strict promotion.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
         model = eqx.apply_updates(model, updates)
         return model, opt_state, loss, aux
 

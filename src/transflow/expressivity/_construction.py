@@ -24,6 +24,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .._controls import AttentionParams, FFNParams
+from .._errors import as_input, param_dtype
 from .._operators import attention as _attention_op, attention_scores
 from .._splitting import ffn_branch
 from ._maxout import MaxoutNetwork, ibp_bounds
@@ -116,6 +117,7 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
         return X
 
     def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d_out"]:
+        x = as_input("x", x, param_dtype(self), ndim=1, nonempty=())
         X = self.stream(x)
         return self.readout_weight @ X[0, : self.n_out_units] + self.readout_bias
 

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._errors import as_input, param_dtype
 from ._pwl import AbstractPiecewiseLinear, exact_argmax, gamma, to_fraction_array
 
 __all__ = ["MaxoutNetwork", "zigzag_maxout", "ibp_bounds"]
@@ -172,6 +173,7 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
         return h
 
     def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d_out"]:
+        x = as_input("x", x, param_dtype(self), ndim=1, nonempty=())
         return self.readout_weight @ self.hidden(x) + self.readout_bias
 
     # ------------------------------------------------------------------ certification

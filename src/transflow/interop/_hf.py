@@ -36,7 +36,7 @@ from ..vision._cvt import (
     DepthwiseConv2d,
 )
 from ..vision._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
-from ._torch import _arr, _norm, _resolve_dtype, _torch
+from ._torch import _arr, _check_module, _norm, _resolve_dtype, _torch
 
 __all__ = ["from_hf", "hf_activation", "load_hf"]
 
@@ -345,6 +345,7 @@ def from_hf(
     vit, cvt, gpt2 = _classes()
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"`module` must be a torch.nn.Module, got {type(module).__name__}.")
+    _check_module(module)
     dtype = _resolve_dtype(module, dtype)
     if grid_shape is not None and not isinstance(module, cvt.CvtLayer):
         raise ValueError(f"`grid_shape` is only used for a CvtLayer; got {type(module).__name__}.")

@@ -38,14 +38,85 @@ def _torch():
 
 
 def _arr(t, dtype) -> jax.Array:
-    return jnp.asarray(np.asarray(t.detach().cpu().numpy()), dtype=dtype)
+    t = t.detach().cpu()
+    if t.dtype == _torch().bfloat16:  # no NumPy bfloat16: widen first (exact)
+        t = t.float()
+    return jnp.asarray(np.asarray(t.numpy()), dtype=dtype)
+
+
+def _dropouts(module):
+    """``(name, rate)`` of every dropout of ``module`` that is active (training mode)."""
+    torch = _torch()
+    out = []
+    for name, m in module.named_modules():
+        if not m.training:
+            continue
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+            rate = m.p
+        else:  # nn.MultiheadAttention.dropout, HF's dropout_prob / drop_prob (drop path)
+            rate = next(
+                (
+                    getattr(m, a)
+                    for a in ("dropout", "dropout_prob", "drop_prob")
+                    if isinstance(getattr(m, a, None), float)
+                ),
+                0.0,
+            )
+        if rate > 0:
+            out.append((name or type(m).__name__, rate))
+    return out
+
+
+def _check_module(module) -> None:
+    """Refuse what the conversion cannot reproduce before reading any weight.
+
+    - a module in training mode with active dropout: transflow computes the eval-mode
+      output, so the conversion is refused (call ``module.eval()`` or use dropout 0);
+    - parameters or buffers holding NaN or Inf, named.
+    """
+    torch = _torch()
+    active = _dropouts(module)
+    if active:
+        name, rate = active[0]
+        raise ValueError(
+            f"`module` ({type(module).__name__}) is in training mode with active dropout "
+            f"({name}: p={rate}; {len(active)} active in all). transflow reproduces the "
+            "eval-mode output, where dropout is the identity; call `module.eval()` before "
+            "converting (or build it with dropout=0.0)."
+        )
+    with torch.no_grad():
+        for kind, named in (
+            ("parameter", module.named_parameters),
+            ("buffer", module.named_buffers),
+        ):
+            for name, t in named():
+                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                    bad = int((~torch.isfinite(t)).sum())
+                    raise ValueError(
+                        f"`module` {kind} {name!r} holds {bad} NaN/Inf entries (shape "
+                        f"{tuple(t.shape)}); transflow converts finite weights only. Fix or "
+                        "re-initialize the weights before converting."
+                    )
 
 
 def _resolve_dtype(module, dtype):
     torch = _torch()
+    found = {t.dtype for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()}
+    if len(found) > 1:
+        raise ValueError(
+            f"`module` mixes parameter dtypes {sorted(str(d) for d in found)}; convert it to "
+            "one dtype first, e.g. `module.double()` or `module.float()`."
+        )
     if dtype is None:
-        p = next(module.parameters(), None)
-        dtype = jnp.float64 if p is not None and p.dtype == torch.float64 else jnp.float32
+        low = found & {torch.float16, torch.bfloat16}
+        if low:
+            raise ValueError(
+                f"`module` has {low.pop()} parameters; transflow computes in float32 or float64. "
+                "Pass `dtype=jnp.float32` to upcast the weights (exact; the outputs then "
+                "differ from the half-precision torch outputs by half-precision round-off), "
+                "or convert the module first with `module.float()`."
+            )
+        dtype = jnp.float64 if torch.float64 in found else jnp.float32
     dtype = jnp.dtype(dtype)
     if dtype == jnp.float64 and not jax.config.jax_enable_x64:
         raise ValueError(
@@ -75,6 +146,13 @@ def _activation(layer) -> str:
 
 
 def _norm(ln, dtype) -> NormParams:
+    torch = _torch()
+    if not isinstance(ln, torch.nn.LayerNorm):
+        raise ValueError(
+            f"unsupported normalization {type(ln).__name__}: transflow reproduces "
+            "torch.nn.LayerNorm only (the projection onto S1; RMSNorm has no mean "
+            "constraint). Build the model with nn.LayerNorm."
+        )
     d = ln.normalized_shape[-1]
     if len(ln.normalized_shape) != 1:
         raise ValueError(
@@ -106,11 +184,25 @@ def _mha(mha, dtype) -> AttentionParams:
     )
 
 
+def _check_layer(layer) -> None:
+    torch = _torch()
+    for attr in ("norm1", "norm2"):
+        norm = getattr(layer, attr, None)
+        if not isinstance(norm, torch.nn.LayerNorm):
+            raise ValueError(
+                f"unsupported `{attr}` of the TransformerEncoderLayer: {type(norm).__name__}; "
+                "transflow reproduces torch.nn.LayerNorm only (the projection onto S1). "
+                f"Replace it with nn.LayerNorm or convert a layer whose {attr} is a LayerNorm."
+            )
+    _check_module(layer)
+
+
 def layer_controls_from_torch(layer, *, ffn_form: FFNForm = "auto", dtype=None) -> LayerControls:
     """Controls θ of one ``torch.nn.TransformerEncoderLayer`` (see :func:`from_torch`)."""
     torch = _torch()
     if not isinstance(layer, torch.nn.TransformerEncoderLayer):
         raise TypeError(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}.")
+    _check_layer(layer)
     if ffn_form not in ("auto", "paper", "lifted"):
         raise ValueError(f"`ffn_form` must be 'auto', 'paper' or 'lifted', got {ffn_form!r}.")
     dtype = _resolve_dtype(layer, dtype)
@@ -228,6 +320,13 @@ def from_torch(
     ``batch_first`` only concerns how torch lays out batches) and computes the layer's
     eval-mode output (dropout is an identity at inference).
 
+    What is checked before any weight is read (each a ``ValueError`` naming the part): a
+    module in training mode with active dropout is refused (call ``module.eval()``);
+    ``norm1``/``norm2``/``norm`` must be ``nn.LayerNorm`` (RMSNorm is refused); the
+    activation must be relu/gelu; every parameter and buffer must be finite; the
+    parameters must share one dtype, and float16/bfloat16 modules need an explicit
+    ``dtype=jnp.float32`` (an exact upcast) instead of a silent one.
+
     How each torch option reads in the continuous model:
 
     - ``norm_first=False`` (post-LN): the paper's :class:`LieScheme` at Δt = 1.
@@ -278,6 +377,8 @@ def from_torch(
     """
     torch = _torch()
     final_norm = None
+    if isinstance(module, torch.nn.Module):
+        _check_module(module)
     if isinstance(module, torch.nn.TransformerDecoderLayer | torch.nn.TransformerDecoder):
         return _decoder_from_torch(module, ffn_form, dtype)
     if isinstance(module, torch.nn.Transformer):

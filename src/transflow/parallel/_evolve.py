@@ -31,7 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Bool, Float
 
 from .._controls import LayerControls, NormParams, num_steps
-from .._errors import check_array, check_choice
+from .._errors import as_input, check_choice, param_dtype
 from .._grid import Grid
 from .._model import SplitTransformer
 from .._operators import _head_scale
@@ -330,8 +330,9 @@ def _prepare(
     if not isinstance(scheme, AbstractScheme):
         raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
     d = controls.d_model
-    check_array(
-        "u_batch", u_batch, ndim=3, shape=(None, None if grid is None else grid.n_tokens, d)
+    shape = (None, None if grid is None else grid.n_tokens, d)
+    u_batch = as_input(
+        "u_batch", u_batch, param_dtype(controls), ndim=3, shape=shape, nonempty=(0, 1)
     )
     B, n, _ = u_batch.shape
     for field, size in (("batch size", B), ("n_tokens", n), ("n_features", d)):

@@ -32,7 +32,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import AttentionParams, FFNParams, NormParams, num_steps
-from .._errors import check_array, check_choice
+from .._errors import as_input, check_choice, param_dtype
 from .._operators import attention_weights, project_s1
 from .._splitting import AbstractScheme, PreNormScheme, evolve, pre_ln_step
 
@@ -102,7 +102,7 @@ class DepthwiseConv2d(eqx.Module):
         )
 
     def __call__(self, u: Float[Array, "h w d"]) -> Float[Array, "h2 w2 d"]:
-        check_array("u", u, ndim=3, shape=(None, None, self.kernel.shape[-1]))
+        u = as_input("u", u, self.kernel.dtype, ndim=3, shape=(None, None, self.kernel.shape[-1]))
         # A sum of k_h·k_w shifted, strided slices: the depthwise cross-correlation,
         # cheap to compile (XLA's grouped float64 convolution compiles slowly on CPU).
         kh, kw = self.kernel.shape[-3:-1]
@@ -185,7 +185,7 @@ class FeatureConv(eqx.Module):
         return jnp.where(jnp.asarray(valid), vals, jnp.zeros((), self.kernel.dtype))
 
     def __call__(self, u: Float[Array, "n d"]) -> Float[Array, "n d"]:
-        check_array("u", u, ndim=2)
+        u = as_input("u", u, self.kernel.dtype, ndim=2)
         return jnp.matmul(u, self.matrix(u.shape[-1]).astype(u.dtype), precision=_HI)
 
 
@@ -275,7 +275,7 @@ def conv_attention(
         >>> out.shape, g.shape
         ((13, 8), (2, 13, 5))
     """
-    check_array("u", u, ndim=2, shape=(None, p.d_model))
+    u = as_input("u", u, param_dtype(p), ndim=2, shape=(None, p.d_model))
     a = p.attn
     H, dk, dv = a.n_heads, a.head_dim, a.value_dim
     uq = _apply_conv(p.q_conv, u, grid_shape, n_prefix)
@@ -386,7 +386,14 @@ class ConvEmbedding(eqx.Module):
         )
 
     def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "n d"]:
-        check_array("x", x, ndim=3, shape=(self.kernel.shape[1], None, None))
+        x = as_input(
+            "x",
+            x,
+            self.kernel.dtype,
+            ndim=3,
+            shape=(self.kernel.shape[1], None, None),
+            nonempty=(1, 2),
+        )
         p = self.padding
         out = jax.lax.conv_general_dilated(
             x[None].astype(self.kernel.dtype),

@@ -23,7 +23,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import NormParams
-from .._errors import check_array, check_choice
+from .._errors import as_input, check_array, check_choice
 from .._grid import Grid
 from .._model import SplitTransformer
 from .._operators import activation_fn, project_s1
@@ -164,7 +164,7 @@ class PatchEmbedding(eqx.Module):
     def __call__(self, image: Float[Array, "c h w"]) -> Float[Array, "n d"]:
         """The initial condition f, shape ``(n_tokens, D)``."""
         c = self.num_channels
-        check_array("image", image, ndim=3, shape=(c, *self.image_size))
+        image = as_input("image", image, self.kernel.dtype, ndim=3, shape=(c, *self.image_size))
         u = patchify(image.astype(self.kernel.dtype), self.patch_size) @ self.kernel + self.bias
         if self.cls_token is not None:
             u = jnp.concatenate([self.cls_token[None], u], axis=0)
@@ -231,7 +231,7 @@ class ClassTokenReadout(eqx.Module):
         check_choice("activation", self.activation, _READOUT_ACTIVATIONS)
 
     def __call__(self, u: Float[Array, "n d"]) -> Float[Array, " p"]:
-        check_array("u", u, ndim=2)
+        u = as_input("u", u, ndim=2)
         row = u[self.token_index][None]
         if self.norm is not None:
             row = project_s1(row, self.norm.bias, self.norm.gain, eps=self.norm.eps)
