@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from _reference import require
-from transflow import LayerControls, evolve, stack_controls
 from transflow.control import (
     cross_entropy_loss,
     grads_to_torch_layout,

@@ -31,7 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Bool, Float
 
 from .._controls import LayerControls, NormParams, num_steps
-from .._errors import as_input, check_choice, param_dtype
+from .._errors import as_input, check_array, check_choice, param_dtype
 from .._grid import Grid
 from .._model import SplitTransformer
 from .._operators import _head_scale
