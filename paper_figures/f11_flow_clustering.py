@@ -31,7 +31,7 @@ def trained_digits_model(smoke: bool):
     import jax.numpy as jnp
     from transflow.experiments.tasks.analyze import _cast, load_digits_checkpoint
 
-    from transflow.control import DigitsConfig, load_digits_split, run_digits
+    from transflow.control import DigitsConfig, load_digits_split, run_training
     from transflow.control._tasks import checkpoint_dir_for
 
     dcfg = DigitsConfig()
@@ -51,7 +51,7 @@ def trained_digits_model(smoke: bool):
             steps=steps, eval_every=steps, checkpoint_dir="none", warmup_steps=max(steps // 20, 1)
         )
         with tempfile.TemporaryDirectory() as tmp:
-            _, result = run_digits(cfg, run_dir=tmp, progress=lambda it, **kw: it)
+            _, result = run_training("digits", cfg, run_dir=tmp, progress=lambda it, **kw: it)
         model, source = result.model, f"library call ({steps} steps)"
     _, _, xte, yte = load_digits_split(dcfg.test_fraction, seed=0)
     return _cast(model, jnp.float64), source, jnp.asarray(xte, jnp.float64), yte

@@ -59,12 +59,16 @@ def test_modules_found():
 
 @pytest.fixture
 def x64_off():
-    old = jax.config.jax_enable_x64
+    """Examples run as a user runs them: x64 off and JAX's standard dtype promotion (the
+    rest of the suite runs with strict promotion, see conftest.py)."""
+    old = jax.config.jax_enable_x64, jax.config.jax_numpy_dtype_promotion
     jax.config.update("jax_enable_x64", False)
+    jax.config.update("jax_numpy_dtype_promotion", "standard")
     try:
         yield
     finally:
-        jax.config.update("jax_enable_x64", old)
+        jax.config.update("jax_enable_x64", old[0])
+        jax.config.update("jax_numpy_dtype_promotion", old[1])
 
 
 @pytest.mark.parametrize("module_name", MODULES)

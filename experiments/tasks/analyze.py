@@ -146,7 +146,7 @@ def _digits_like(dcfg, seed: int):
 
 def _load_digits(cfg, ctx, path: pathlib.Path | None):
     """The trained digits model and the number train_digits reported for it."""
-    from transflow.control import run_digits
+    from transflow.control import run_training
 
     dcfg = cfg.digits
     if path is None and ctx.smoke:  # a few training steps: the smoke run checks the wiring
@@ -156,8 +156,13 @@ def _load_digits(cfg, ctx, path: pathlib.Path | None):
             dcfg, steps=10, eval_every=10, checkpoint_every=10, log_every=5, warmup_steps=2
         )
     if path is None:
-        summary, result = run_digits(
-            dcfg, run_dir=ctx.run_dir, seed=ctx.seed, smoke=ctx.smoke, progress=ctx.progress
+        summary, result = run_training(
+            "digits",
+            dcfg,
+            run_dir=ctx.run_dir,
+            seed=ctx.seed,
+            smoke=ctx.smoke,
+            progress=ctx.progress,
         )
         return result.model, {
             "checkpoint_dir": summary["checkpoint_dir"],

@@ -81,7 +81,7 @@ def _hf_model(c: dict[str, Any], torch_dtype):
     import torch
     import transformers as tr
 
-    from .vit_equivalence import randomize_
+    from transflow.interop import randomize_
 
     fam, seed = c["family"], c["seed"]
     common = {"attn_implementation": "eager"}

@@ -135,6 +135,10 @@ def as_input(
         return x
     if got.itemsize < want.itemsize:
         return jnp.asarray(x, want)  # exact: every narrower float is representable
+    if not jax.config.jax_enable_x64 and not isinstance(x, jax.Array):
+        # Without x64 JAX has no float64: a NumPy/Python float64 input becomes float32 on
+        # conversion whatever transflow does (the default dtype of `np.array([0.5])`).
+        return jnp.asarray(x, want)
     raise TypeError(
         f"`{name}` has dtype {got} but {what} computes in {want}; transflow does not cast "
         f"down silently (it would lose digits, and a {want} model must not return {got}). "

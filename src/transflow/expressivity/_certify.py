@@ -72,7 +72,7 @@ def _gaps(shapes, L, E, pat):
         off += G
         vw = jnp.take_along_axis(v, w[:, None], axis=-1)
         ew = jnp.take_along_axis(e, w[:, None], axis=-1)
-        mask = jnp.arange(K)[None, :] != w[:, None]
+        mask = jnp.arange(K, dtype=w.dtype)[None, :] != w[:, None]
         gaps.append((vw - v).ravel())
         errs.append((ew + e).ravel())
         masks.append(mask.ravel())

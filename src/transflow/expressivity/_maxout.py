@@ -405,7 +405,7 @@ def zigzag_maxout(rank: int, depth: int, dim: int = 1, *, dtype=None) -> MaxoutN
         >>> import numpy as np
         >>> from transflow.expressivity import zigzag_maxout
         >>> net = zigzag_maxout(2, 1)            # Z_3: 0 -> 1 -> 0 -> 1 on [0, 1]
-        >>> [round(float(net(np.array([t]))[0]), 12) for t in (0, 1 / 3, 2 / 3, 1)]
+        >>> [round(float(net(np.array([t]))[0]), 12) for t in (0.0, 1 / 3, 2 / 3, 1.0)]
         [0.0, 1.0, 0.0, 1.0]
     """
     for name, v, least in (("rank", rank, 2), ("depth", depth, 1), ("dim", dim, 1)):

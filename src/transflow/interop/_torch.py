@@ -101,7 +101,9 @@ def _check_module(module) -> None:
 
 def _resolve_dtype(module, dtype):
     torch = _torch()
-    found = {t.dtype for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()}
+    # Parameters only: buffers such as a rotary embedding's ``inv_freq`` are kept in float32
+    # by HF even in a float64 model (transflow recomputes them from the config).
+    found = {t.dtype for t in module.parameters() if t.is_floating_point()}
     if len(found) > 1:
         raise ValueError(
             f"`module` mixes parameter dtypes {sorted(str(d) for d in found)}; convert it to "
