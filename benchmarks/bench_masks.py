@@ -14,9 +14,11 @@ Reported: medians, ``masked_over_unmasked`` for transflow (the cost of a mask) a
 load average and the core count are recorded; with ``load ≥ cores`` the result is marked
 ``"reliable": false`` ("not measured reliably": other processes share the cores).
 
-Masks cost nothing when absent: with both masks ``None`` the traced program is the
-unmasked one (same jaxpr as before masks existed; see docs/masks.md), so the unmasked
-ratio of ``bench_layer.py`` is unchanged by construction.
+Masks cost nothing when absent: with both masks ``None`` no mask operation is traced (the
+masks branch compared the programs with and without the mask code: identical jaxprs,
+``benchmarks/jaxpr_unmasked.py``), so the unmasked ratio of ``bench_layer.py`` is
+unchanged by the masks; it changes only with the operators themselves (e.g. the
+hand-written softmax backward, docs/performance.md).
 
 Run: ``.venv/bin/python benchmarks/bench_masks.py`` (about 1 min on 2 idle cores).
 """

@@ -10,12 +10,11 @@ below checks that replacement against HF's ``sdpa`` path, which runs in float64.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
 from _reference import require
+from transflow.interop import randomize_  # the library's re-draw (one implementation)
 
 torch = require("torch", reason="the HF equivalence tests need PyTorch")
 transformers = require("transformers", reason="the HF equivalence tests need transformers")
@@ -42,41 +41,6 @@ def fp64_eager(monkeypatch):
     from transformers.models.vit import modeling_vit
 
     monkeypatch.setattr(modeling_vit, "eager_attention_forward", eager_attention_fp64)
-
-
-def randomize_(module: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """Re-draw all parameters at unit-scale activations (HF's init, std 0.02, makes the
-    attention almost uniform, a weak test). BatchNorm running statistics are drawn too."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for mod in module.modules():
-            if isinstance(mod, torch.nn.BatchNorm2d):
-                mod.running_mean.copy_(0.3 * torch.randn(mod.running_mean.shape, generator=g))
-                mod.running_var.copy_(0.5 + torch.rand(mod.running_var.shape, generator=g))
-        for name, p in module.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            r = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            if "norm" in name or "ln_" in name:
-                p.copy_((1.0 if leaf == "weight" else 0.0) + 0.2 * r)
-            elif leaf == "bias":
-                p.copy_(0.2 * r)
-            elif p.ndim >= 2 and "embeddings" not in name and "cls_token" not in name:
-                # fan-in: Conv1D (GPT-2) stores (in, out); Linear/Conv (out, in, ...)
-                fan_in = (
-                    p.shape[0]
-                    if type(_owner(module, name)).__name__ == "Conv1D"
-                    else (math.prod(p.shape[1:]))
-                )
-                p.copy_(r * fan_in**-0.5)
-            else:
-                p.copy_(r)
-    return module
-
-
-def _owner(module, name):
-    for part in name.split(".")[:-1]:
-        module = getattr(module, part)
-    return module
 
 
 def to_np(t) -> np.ndarray:
