@@ -17,8 +17,7 @@ load average and the core count are recorded; with ``load ≥ cores`` the result
 Masks cost nothing when absent: with both masks ``None`` no mask operation is traced (the
 masks branch compared the programs with and without the mask code: identical jaxprs,
 ``benchmarks/jaxpr_unmasked.py``), so the unmasked ratio of ``bench_layer.py`` is
-unchanged by the masks; it changes only with the operators themselves (e.g. the
-hand-written softmax backward, docs/performance.md).
+unchanged by the masks.
 
 Run: ``.venv/bin/python benchmarks/bench_masks.py`` (about 1 min on 2 idle cores).
 """

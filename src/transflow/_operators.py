@@ -29,7 +29,6 @@ from ._masks import (
     key_log_weights,
     mask_bias,
 )
-from ._softmax_core import softmax_attention
 
 __all__ = [
     "attention",
@@ -193,37 +192,39 @@ CHUNKED_THRESHOLD = 2**24
 def _dense_heads(q, k, v, x_weights, causal: bool, hardmax: bool, bias=None):
     """Dense ``Σ_j γ_ij v_j`` on heads-first arrays (``q`` carries every score factor).
 
-    Softmax: :func:`transflow._softmax_core.softmax_attention`, the fused form
-    (``exp(s − max s)`` contracted with the values first, the ``(H, n, d_v)`` result
-    divided by the row sums) with a hand-written reverse mode (the normalised kernel is
-    kept; four batched matmuls and one elementwise pass). Token weights (``+ log w``), the
-    causal restriction and masks (``bias``, −∞ = not admissible) enter as one additive
-    term; a row with no admissible key gets 0. Hardmax keeps the exact tie rule of
-    :func:`attention_weights`.
+    The softmax is fused: ``exp(s − max s)`` is contracted with the values first and the
+    ``(H, n, d_v)`` result divided by the row sums, which saves a pass over the
+    ``(H, n, n)`` matrix. The subtracted maximum is a constant of the softmax, so its
+    gradient is stopped. ``bias`` (masks, −∞ = not admissible) takes a separate branch;
+    ``None`` is the unmasked code path unchanged.
     """
-    if hardmax:
-        scores = jnp.einsum("hic,hjc->hij", q, k)
-        if bias is not None:
-            if causal:
-                n, m = scores.shape[-2:]
-                bias = jnp.where(causal_mask(n, m), bias, -jnp.inf)
-            lw = None if x_weights is None else jnp.log(x_weights)
+    scores = jnp.einsum("hic,hjc->hij", q, k)
+    if bias is not None:
+        if causal:
+            n, m = scores.shape[-2:]
+            bias = jnp.where(causal_mask(n, m), bias, -jnp.inf)
+        lw = None if x_weights is None else jnp.log(x_weights)
+        if hardmax:
             gamma = _masked_weights(scores, lw, bias, True, 1.0)
-        else:
-            gamma = attention_weights(scores, x_weights=x_weights, causal=causal, hardmax=True)
+            return jnp.einsum("hij,hjc->hic", gamma, v)
+        logits = scores + bias if lw is None else scores + bias + lw
+        top = jnp.max(logits, axis=-1, keepdims=True)
+        top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
+        e = jnp.exp(logits - top)
+        den = jnp.sum(e, axis=-1)
+        return jnp.einsum("hij,hjc->hic", e, v) / jnp.where(den > 0, den, 1.0)[..., None]
+    if hardmax:
+        gamma = attention_weights(scores, x_weights=x_weights, causal=causal, hardmax=True)
         return jnp.einsum("hij,hjc->hic", gamma, v)
-    n, m = q.shape[-2], k.shape[-2]
-    if causal:
-        inf = jnp.asarray(-jnp.inf, q.dtype)
-        bias = (
-            jnp.where(causal_mask(n, m), 0.0, inf).astype(q.dtype)
-            if bias is None
-            else jnp.where(causal_mask(n, m), bias, inf)
-        )
     if x_weights is not None:
-        lw = jnp.log(x_weights)
-        bias = lw if bias is None else bias + lw
-    return softmax_attention(q, k, v, bias)
+        scores = scores + jnp.log(x_weights)
+    if causal:
+        n, m = scores.shape[-2:]
+        allowed = jnp.arange(m)[None, :] <= jnp.arange(n)[:, None]
+        scores = jnp.where(allowed, scores, -jnp.inf)
+    top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
+    e = jnp.exp(scores - top)
+    return jnp.einsum("hij,hjc->hic", e, v) / jnp.sum(e, axis=-1)[..., None]
 
 
 def _resolve_implementation(implementation: str, n_heads: int, n_q: int, n_k: int) -> str:
