@@ -105,42 +105,27 @@ def _cast(model, dtype):
 
 
 def _digits_like(dcfg, seed: int):
+    """The checkpoint template of ``run_training("digits", dcfg, seed=seed)`` at step 0."""
+    import equinox as eqx
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
-    from transflow.control import EpochOrder, load_digits_split, make_optimizer, make_vit
-    from transflow.control._tasks import _scheme
+    from transflow.control import DIGITS, make_optimizer
 
-    k_model, k_train = jax.random.split(jax.random.key(seed))
-    model = make_vit(
-        d=dcfg.d,
-        n_steps=dcfg.n_steps,
-        n_heads=dcfg.n_heads,
-        d_ff=dcfg.d_ff or None,
-        patch=dcfg.patch,
-        pool=dcfg.pool,
-        scheme=_scheme(dcfg.scheme, dcfg.ffn_branch_dt),
-        remat=dcfg.remat,
-        dtype=jnp.float32,
-        key=k_model,
-    )
-    import equinox as eqx
-
+    k_model, k_train = jax.random.split(jax.random.key(seed))  # as run_training splits it
+    problem = DIGITS.setup(dcfg, seed, k_model)
     opt = make_optimizer(
         dcfg.lr,
         num_steps=dcfg.steps,
         warmup_steps=dcfg.warmup_steps,
         weight_decay=dcfg.weight_decay,
     )
-    xtr, *_ = load_digits_split(dcfg.test_fraction, seed=seed)
-    order = EpochOrder(len(xtr), dcfg.batch_size, seed)
     return {
-        "model": model,
-        "opt_state": opt.init(eqx.filter(model, eqx.is_inexact_array)),
+        "model": problem.model,
+        "opt_state": opt.init(eqx.filter(problem.model, eqx.is_inexact_array)),
         "step": np.asarray(0, np.int64),
         "key": np.asarray(jax.random.key_data(k_train)),
-        "data": np.asarray(order.state(0), np.int64),
+        "data": np.asarray(problem.data_state(0), np.int64),
     }
 
 

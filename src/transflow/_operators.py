@@ -237,6 +237,49 @@ def _resolve_implementation(implementation: str, n_heads: int, n_q: int, n_k: in
     return implementation
 
 
+def _attend_heads(
+    q,
+    k,
+    v,
+    x_weights,
+    impl,
+    causal,
+    hardmax,
+    query_block,
+    key_block,
+    key_padding_mask,
+    attention_mask,
+):
+    """``Σ_j γ_ij v_j`` on heads-first arrays, dense or chunked, with optional masks.
+
+    Without masks the dense path gets no bias at all (the unmasked program is unchanged).
+    """
+    H, n, m = q.shape[0], q.shape[1], k.shape[1]
+    if impl == "chunked":
+        from ._chunked import online_softmax_attention
+
+        return online_softmax_attention(
+            q,
+            k,
+            v,
+            None if x_weights is None else jnp.log(x_weights),
+            causal=causal,
+            hardmax=hardmax,
+            query_block=query_block,
+            key_block=key_block,
+            key_padding_mask=key_padding_mask,
+            attention_mask=attention_mask,
+        )
+    bias = _mask_bias(key_padding_mask, attention_mask, n, m, H, q.dtype)  # None: no masks
+    return _dense_heads(q, k, v, x_weights, causal, hardmax, bias)
+
+
+def _merge_heads(out: Float[Array, "heads n c"], p: AttentionParams) -> Float[Array, "n d"]:
+    """Eq. (5.7): concatenate the heads and apply W_O (``+ b_O``)."""
+    n = out.shape[1]
+    return out.transpose(1, 0, 2).reshape(n, p.n_heads * p.value_dim) @ p.wo + p.bo
+
+
 def attention(
     u: Float[Array, "n d"],
     p: AttentionParams,
@@ -302,31 +345,20 @@ def attention(
     k = _heads(u @ p.wk + p.bk, H)
     v = _heads(u @ p.wv + p.bv, H)
     x_weights = None if grid is None else grid.x_weights.astype(u.dtype)
-    masked = key_padding_mask is not None or attention_mask is not None
-    if impl == "chunked":
-        from ._chunked import online_softmax_attention
-
-        out = online_softmax_attention(
-            q,
-            k,
-            v,
-            None if x_weights is None else jnp.log(x_weights),
-            causal=causal,
-            hardmax=hardmax,
-            query_block=query_block,
-            key_block=key_block,
-            **(
-                dict(key_padding_mask=key_padding_mask, attention_mask=attention_mask)
-                if masked
-                else {}
-            ),
-        )
-    elif masked:
-        bias = _mask_bias(key_padding_mask, attention_mask, n, n, H, u.dtype)
-        out = _dense_heads(q, k, v, x_weights, causal, hardmax, bias)
-    else:
-        out = _dense_heads(q, k, v, x_weights, causal, hardmax)
-    return out.transpose(1, 0, 2).reshape(n, H * p.value_dim) @ p.wo + p.bo
+    out = _attend_heads(
+        q,
+        k,
+        v,
+        x_weights,
+        impl,
+        causal,
+        hardmax,
+        query_block,
+        key_block,
+        key_padding_mask,
+        attention_mask,
+    )
+    return _merge_heads(out, p)
 
 
 def cross_attention(
@@ -374,24 +406,20 @@ def cross_attention(
         raise ValueError(
             f"`memory_grid` has {memory_grid.n_tokens} tokens but `memory` has {m} rows."
         )
-    if impl == "chunked":
-        from ._chunked import online_softmax_attention
-
-        out = online_softmax_attention(
-            q,
-            k,
-            v,
-            None if x_weights is None else jnp.log(x_weights),
-            hardmax=hardmax,
-            query_block=query_block,
-            key_block=key_block,
-            key_padding_mask=key_padding_mask,
-            attention_mask=attention_mask,
-        )
-    else:
-        bias = _mask_bias(key_padding_mask, attention_mask, n, m, H, u.dtype)
-        out = _dense_heads(q, k, v, x_weights, False, hardmax, bias)
-    return out.transpose(1, 0, 2).reshape(n, H * p.value_dim) @ p.wo + p.bo
+    out = _attend_heads(
+        q,
+        k,
+        v,
+        x_weights,
+        impl,
+        False,
+        hardmax,
+        query_block,
+        key_block,
+        key_padding_mask,
+        attention_mask,
+    )
+    return _merge_heads(out, p)
 
 
 # --------------------------------------------------------------------------- projections

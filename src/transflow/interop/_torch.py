@@ -211,30 +211,7 @@ def layer_controls_from_torch(layer, *, ffn_form: FFNForm = "auto", dtype=None) 
     act = _activation(layer)
     attn = _mha(layer.self_attn, dtype)
     d = attn.wq.shape[0]
-    w1 = _arr(layer.linear1.weight, dtype).T
-    w2 = _arr(layer.linear2.weight, dtype).T
-    b1 = (
-        _arr(layer.linear1.bias, dtype)
-        if layer.linear1.bias is not None
-        else jnp.zeros((w1.shape[1],), dtype)
-    )
-    b2 = (
-        _arr(layer.linear2.bias, dtype)
-        if layer.linear2.bias is not None
-        else jnp.zeros((d,), dtype)
-    )
-    square = w1.shape[1] == d
-    if ffn_form == "paper" and not square:
-        raise ValueError(
-            f"ffn_form='paper' needs dim_feedforward == d_model (the paper's W_j map Ω_y to "
-            f"Ω_y, spec Q6); got dim_feedforward={w1.shape[1]}, d_model={d}. Use "
-            "ffn_form='lifted' or 'auto'."
-        )
-    if ffn_form == "paper" or (ffn_form == "auto" and square):
-        eye = jnp.eye(d, dtype=dtype)
-        ffn = FFNParams((w1 - eye, w2 - eye), (b1, b2), (True, True), act)
-    else:
-        ffn = FFNParams((w1, w2), (b1, b2), (False, False), act)
+    ffn = _ffn_params(layer, act, d, ffn_form, dtype)
     return LayerControls(attn, _norm(layer.norm1, dtype), ffn, _norm(layer.norm2, dtype))
 
 
@@ -255,8 +232,9 @@ def _ffn_params(layer, act, d, ffn_form, dtype) -> FFNParams:
     square = w1.shape[1] == d
     if ffn_form == "paper" and not square:
         raise ValueError(
-            f"ffn_form='paper' needs dim_feedforward == d_model; got dim_feedforward="
-            f"{w1.shape[1]}, d_model={d}. Use ffn_form='lifted' or 'auto'."
+            f"ffn_form='paper' needs dim_feedforward == d_model (the paper's W_j map Ω_y to "
+            f"Ω_y, spec Q6); got dim_feedforward={w1.shape[1]}, d_model={d}. Use "
+            "ffn_form='lifted' or 'auto'."
         )
     if ffn_form == "paper" or (ffn_form == "auto" and square):
         eye = jnp.eye(d, dtype=dtype)
