@@ -28,10 +28,11 @@ def trained_digits_model(smoke: bool):
     """``(float64 model, description, test images, test labels)`` of the digits ViT."""
     import tempfile
 
+    import equinox as eqx
+    import jax
     import jax.numpy as jnp
-    from transflow.experiments.tasks.analyze import _cast, load_digits_checkpoint
 
-    from transflow.control import DigitsConfig, load_digits_split, run_training
+    from transflow.control import DigitsConfig, load_digits_split, load_trained, run_training
     from transflow.control._tasks import checkpoint_dir_for
 
     dcfg = DigitsConfig()
@@ -41,7 +42,7 @@ def trained_digits_model(smoke: bool):
     model = None
     if not smoke and ckpt.is_dir():
         try:
-            model, info = load_digits_checkpoint(ckpt, dcfg, 0)
+            model, info = load_trained("digits", ckpt, dcfg, 0)
             source = f"{ckpt.relative_to(ROOT)} (step {info['train_steps']})"
         except ValueError:
             model = None
@@ -54,7 +55,8 @@ def trained_digits_model(smoke: bool):
             _, result = run_training("digits", cfg, run_dir=tmp, progress=lambda it, **kw: it)
         model, source = result.model, f"library call ({steps} steps)"
     _, _, xte, yte = load_digits_split(dcfg.test_fraction, seed=0)
-    return _cast(model, jnp.float64), source, jnp.asarray(xte, jnp.float64), yte
+    f64 = lambda a: a.astype(jnp.float64) if eqx.is_inexact_array(a) else a  # noqa: E731
+    return jax.tree.map(f64, model), source, jnp.asarray(xte, jnp.float64), yte
 
 
 def make(out_dir: pathlib.Path) -> dict:

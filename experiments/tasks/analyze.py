@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from transflow.control._tasks import DigitsConfig
 
-__all__ = ["Config", "run", "resolve_model_path", "load_digits_checkpoint"]
+__all__ = ["Config", "run", "resolve_model_path"]
 
 _ARCHS = ("vit", "gpt2", "bert", "llama", "torch_encoder")
 
@@ -104,31 +104,6 @@ def _cast(model, dtype):
     return jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, model)
 
 
-def _digits_like(dcfg, seed: int):
-    """The checkpoint template of ``run_training("digits", dcfg, seed=seed)`` at step 0."""
-    import equinox as eqx
-    import jax
-    import numpy as np
-
-    from transflow.control import DIGITS, make_optimizer
-
-    k_model, k_train = jax.random.split(jax.random.key(seed))  # as run_training splits it
-    problem = DIGITS.setup(dcfg, seed, k_model)
-    opt = make_optimizer(
-        dcfg.lr,
-        num_steps=dcfg.steps,
-        warmup_steps=dcfg.warmup_steps,
-        weight_decay=dcfg.weight_decay,
-    )
-    return {
-        "model": problem.model,
-        "opt_state": opt.init(eqx.filter(problem.model, eqx.is_inexact_array)),
-        "step": np.asarray(0, np.int64),
-        "key": np.asarray(jax.random.key_data(k_train)),
-        "data": np.asarray(problem.data_state(0), np.int64),
-    }
-
-
 def _load_digits(cfg, ctx, path: pathlib.Path | None):
     """The trained digits model and the number train_digits reported for it."""
     from transflow.control import run_training
@@ -154,25 +129,9 @@ def _load_digits(cfg, ctx, path: pathlib.Path | None):
             "train_test_accuracy": summary["test_accuracy"],
             "train_steps": summary["steps"],
         }
-    return load_digits_checkpoint(path, dcfg, ctx.seed)
+    from transflow.control import load_trained
 
-
-def load_digits_checkpoint(path, dcfg=None, seed: int = 0):
-    """``(model, info)`` from a directory of ``experiment=train_digits`` checkpoints
-    (``ckpt-*.eqx``) written with the configuration ``dcfg`` (default: train_digits's)."""
-    from transflow.control import load_latest_checkpoint
-
-    dcfg = DigitsConfig() if dcfg is None else dcfg
-    found = load_latest_checkpoint(path, _digits_like(dcfg, seed))
-    if found is None:
-        raise ValueError(f"task.model_path={str(path)!r}: no valid ckpt-*.eqx checkpoint in it.")
-    state, step, meta = found
-    evals = [h for h in meta.get("history", []) if "eval_accuracy" in h]
-    return state["model"], {
-        "checkpoint_dir": str(path),
-        "train_test_accuracy": evals[-1]["eval_accuracy"] if evals else None,
-        "train_steps": step,
-    }
+    return load_trained("digits", path, dcfg, ctx.seed)
 
 
 def _from_module(module, dtype):

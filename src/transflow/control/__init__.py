@@ -55,6 +55,7 @@ from ._tasks import (
     TrainConfig as TrainConfig,
     TrainingTask as TrainingTask,
     checkpoint_dir_for as checkpoint_dir_for,
+    load_trained as load_trained,
     run_training as run_training,
 )
 from ._torch_layout import grads_to_torch_layout as grads_to_torch_layout

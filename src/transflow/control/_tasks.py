@@ -38,6 +38,7 @@ __all__ = [
     "TrainConfig",
     "TrainingTask",
     "checkpoint_dir_for",
+    "load_trained",
     "run_training",
 ]
 
@@ -385,3 +386,50 @@ def run_training(
     )
     summary = _finish(task.name, result, problem.extra, report=report, log=log, ckpt=ckpt)
     return summary, result
+
+
+def _checkpoint_template(task: TrainingTask, cfg, seed: int) -> dict:
+    """The state :func:`run_training` checkpoints, at step 0 (the pytree to load into)."""
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    from ._train import make_optimizer
+
+    k_model, k_train = jax.random.split(jax.random.key(seed))  # as run_training splits it
+    problem = task.setup(cfg, seed, k_model)
+    opt = make_optimizer(
+        cfg.lr, num_steps=cfg.steps, warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay
+    )
+    data = (0, 0) if problem.data_state is None else problem.data_state(0)
+    return {
+        "model": problem.model,
+        "opt_state": opt.init(eqx.filter(problem.model, eqx.is_inexact_array)),
+        "step": np.asarray(0, np.int64),
+        "key": np.asarray(jax.random.key_data(k_train)),
+        "data": np.asarray(data, np.int64),
+    }
+
+
+def load_trained(task: TrainingTask | str, path, cfg=None, seed: int = 0) -> tuple[Any, dict]:
+    """``(model, info)`` from a directory of checkpoints written by :func:`run_training`.
+
+    ``cfg`` is the configuration the run used (default: the task's defaults) and ``seed``
+    its seed; ``info`` has ``checkpoint_dir``, ``train_test_accuracy`` (the last
+    evaluation, or ``None``) and ``train_steps``. Raises ``ValueError`` naming ``path``
+    when it holds no valid checkpoint.
+    """
+    from ._checkpoint import load_latest_checkpoint
+
+    task = TRAINING_TASKS[task] if isinstance(task, str) else task
+    cfg = task.config() if cfg is None else cfg
+    found = load_latest_checkpoint(path, _checkpoint_template(task, cfg, seed))
+    if found is None:
+        raise ValueError(f"{str(path)!r}: no valid ckpt-*.eqx checkpoint of task {task.name!r}.")
+    state, step, meta = found
+    evals = [h for h in meta.get("history", []) if "eval_accuracy" in h]
+    return state["model"], {
+        "checkpoint_dir": str(path),
+        "train_test_accuracy": evals[-1]["eval_accuracy"] if evals else None,
+        "train_steps": step,
+    }
