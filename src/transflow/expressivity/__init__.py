@@ -13,6 +13,9 @@ Public API:
 - Regions: :func:`count_linear_regions` (exact and certified in 1-D, verified in 2-D),
   :func:`grid_region_count` (pattern hashing, a lower bound), :class:`RegionCount`,
   :class:`CertificationError`, :func:`lp_region_count` (independent LP enumerator).
+- Input-dependent hardmax attention: :class:`HardmaxTransformer` (queries and keys depend
+  on x; quadratic frozen logits), :func:`exact_regions_1d` (exact 1-D count over exact
+  roots of quadratics, :class:`QuadraticRoot`; used by :func:`count_linear_regions`).
 - Slices and users' networks: :func:`restrict` (a line or plane of any input space),
   :meth:`MaxoutNetwork.from_torch`.
 - Studies (records for the experiment task and the paper figures): :func:`softmax_rows`,
@@ -31,6 +34,8 @@ from ._cpwl import (
     lattice_eval as lattice_eval,
     lattice_from_1d as lattice_from_1d,
 )
+from ._exact1d import QuadraticRoot as QuadraticRoot, exact_regions_1d as exact_regions_1d
+from ._hardmax import HardmaxTransformer as HardmaxTransformer
 from ._lp import lp_region_count as lp_region_count
 from ._maxout import (
     MaxoutNetwork as MaxoutNetwork,

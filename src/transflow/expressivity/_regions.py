@@ -550,8 +550,8 @@ def _refuse(f):
     if not hard:
         raise ValueError(
             "count_linear_regions: `f` uses softmax attention, which is smooth, not piecewise "
-            "linear (it has no linear regions). Build it with attention='hardmax', or count "
-            "the regions of its maxout network `f.net`."
+            "linear (it has no linear regions). Build it with attention='hardmax' (for a "
+            "MaxoutTransformer you can also count the regions of its maxout network `f.net`)."
         )
 
 
@@ -626,27 +626,27 @@ def count_linear_regions(
     inner = getattr(f, "f", None)
     if inner is not None:
         _refuse(inner)
-    if f.in_dim not in (1, 2):
+    if f.in_dim not in (1, 2) or (f.in_dim == 2 and not f.affine_logits):
+        if not f.affine_logits:
+            raise ValueError(
+                "count_linear_regions: this model's attention queries/keys depend on x, so "
+                "with a fixed pattern its scores are quadratic in x and its activation regions "
+                f"in {f.in_dim}-D have curved boundaries (conic arcs); exact counting of "
+                "curved regions is not implemented. Count on lines instead: "
+                "transflow.expressivity.restrict(f, origin, direction) with ONE direction "
+                "(e.g. the line through two data points); 1-D is exact: the breakpoints are "
+                "the roots of the quadratic score differences."
+            )
         raise ValueError(
             f"count_linear_regions: exact counting is implemented for input dimension 1 or 2, "
             f"got `f.in_dim` = {f.in_dim}. Restrict f to a line or a plane first: "
             "transflow.expressivity.restrict(f, origin, directions) with one or two "
             "directions (e.g. the line through two data points, the plane through three)."
         )
-    if not f.affine_logits:
-        if f.in_dim == 1:
-            raise ValueError(
-                "count_linear_regions: this model's attention queries depend on x (its logits "
-                "are quadratic in x with the pattern frozen); exact counting of such models is "
-                "not implemented. Use a construction with constant queries (MaxoutTransformer)."
-            )
-        raise ValueError(
-            "count_linear_regions: this model's attention queries depend on x, so with a "
-            "fixed pattern its scores are quadratic in x and the activation regions in 2-D "
-            "have curved boundaries (conic arcs); exact curved-region counting is not "
-            "implemented. Count on lines instead: restrict(f, origin, direction) (1-D is "
-            "exact: the breakpoints are roots of the quadratic score differences)."
-        )
+    if not f.affine_logits:  # 1-D, quadratic logits: exact walk over roots of quadratics
+        from ._exact1d import exact_regions_1d
+
+        return exact_regions_1d(f, lo, hi)
     dtype = _default_dtype()
     lo, hi = _check_box(f, lo, hi, dtype)
     if f.in_dim == 1:

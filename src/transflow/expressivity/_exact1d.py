@@ -1,0 +1,466 @@
+"""Exact 1-D region counting for models whose frozen logits are quadratic (issue #14).
+
+For a hardmax transformer whose attention queries and keys depend on x
+(:class:`HardmaxTransformer`), the residual stream is affine in x once the activation
+pattern is frozen, so every score is a quadratic polynomial of x, every ReLU
+pre-activation is affine, and the output is affine. The activation pattern on a line
+changes only at roots of winner-minus-competitor *gap* polynomials. This module walks from
+``lo`` to ``hi`` in exact arithmetic:
+
+1. **Gap polynomials.** For a pattern p the frozen model is evaluated exactly
+   (:meth:`AbstractPiecewiseLinear.exact_eval`, :class:`fractions.Fraction`) at
+   t = 0, 1, −1; the logits are interpolated to ``a + b t + c t²`` and checked at t = 2
+   (a fourth point: the degree ≤ 2 of the structure), the output to ``y₀ + y₁ t``.
+2. **Exit.** On the current region p holds every gap > 0 (identically zero gaps are ties
+   that the lowest-index rule settles once and for all). The region ends at the smallest
+   *simple* root r > x of a gap (a double root touches zero and keeps the sign). Roots
+   are exact :class:`QuadraticRoot` numbers: rationals, or ``(−B ± √(B²−4C))/2`` for an
+   irreducible ``t² + Bt + C``, with a rational isolating interval refined with
+   :func:`math.isqrt`. Two irrational roots are equal iff their monic minimal
+   polynomials and branches are equal; otherwise intervals are refined until they
+   separate, so the order of roots is exact however close they are.
+3. **Next pattern.** The pattern right of r, ``p⁺(r)``, is computed layer by layer: at
+   ``r + ε`` competitor j beats the current best iff the first non-zero of
+   ``(d(r), d'(r), d''(r))`` of their difference d is positive (signs of elements of
+   ``Q(√Δ)`` are exact: ``g(r) = αr + β`` after reducing by the minimal polynomial). A
+   guess (the exact pattern at a rational point just right of r) is corrected layer by
+   layer until every layer's winners are the ``r + ε`` winners of its frozen logits.
+
+Activation regions are the maximal open intervals of one pattern (a pattern that holds at
+an isolated tie point only is not a region); linear regions merge neighbours whose affine
+output maps are exactly equal. Such models are generally **discontinuous** at a switch
+(the selected value row jumps): the certificate counts the jumps; pieces are still
+counted.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from fractions import Fraction
+
+import numpy as np
+
+from ._pwl import AbstractPiecewiseLinear
+
+__all__ = ["QuadraticRoot", "exact_regions_1d"]
+
+METHOD = "exact rational / quadratic-irrational arithmetic"
+
+
+def _sgn(q) -> int:
+    return (q > 0) - (q < 0)
+
+
+def _is_square(q: Fraction) -> bool:
+    n, d = q.numerator, q.denominator
+    return n >= 0 and math.isqrt(n) ** 2 == n and math.isqrt(d) ** 2 == d
+
+
+def _sqrt_q(q: Fraction) -> Fraction:
+    n, d = q.numerator, q.denominator
+    return Fraction(math.isqrt(n), math.isqrt(d))
+
+
+class QuadraticRoot:
+    """An exact real number of degree ≤ 2: a rational, or the root
+    ``(−B + branch·√(B² − 4C)) / 2`` of ``t² + B t + C`` (irreducible over Q, branch ±1).
+
+    Comparisons (``<``, ``==``, …) are exact: equal irrational roots have the same
+    minimal polynomial and branch; otherwise the rational isolating intervals are refined
+    (:func:`math.isqrt` at doubling precision) until they separate. ``float(r)`` is the
+    nearest double; ``str(r)`` the closed form.
+
+    Example:
+        >>> from fractions import Fraction
+        >>> from transflow.expressivity import QuadraticRoot
+        >>> r = QuadraticRoot.irrational(Fraction(0), Fraction(-2), +1)   # √2
+        >>> s = QuadraticRoot.rational(Fraction(1414213562373095, 10**15))
+        >>> s < r, round(float(r), 12), str(r)
+        (True, 1.414213562373, '(0 + √8)/2')
+    """
+
+    __slots__ = ("q", "B", "C", "branch", "_disc", "_k", "_lo", "_hi")
+
+    def __init__(self, q=None, B=None, C=None, branch=0):
+        self.q, self.B, self.C, self.branch = q, B, C, branch
+        if q is None:
+            self._disc = B * B - 4 * C
+            self._k = 64
+            self._set_interval()
+
+    @classmethod
+    def rational(cls, q) -> QuadraticRoot:
+        return cls(q=Fraction(q))
+
+    @classmethod
+    def irrational(cls, B, C, branch: int) -> QuadraticRoot:
+        """The root of ``t² + Bt + C`` on ``branch`` (+1: the larger); rational if the
+        discriminant is a rational square."""
+        B, C = Fraction(B), Fraction(C)
+        disc = B * B - 4 * C
+        if disc < 0:
+            raise ValueError(f"QuadraticRoot: t² + ({B})t + ({C}) has no real root.")
+        if _is_square(disc):
+            return cls.rational((-B + branch * _sqrt_q(disc)) / 2)
+        return cls(B=B, C=C, branch=1 if branch > 0 else -1)
+
+    @property
+    def is_rational(self) -> bool:
+        return self.q is not None
+
+    def _set_interval(self):
+        n, d = self._disc.numerator, self._disc.denominator
+        scale = 1 << self._k
+        s = math.isqrt(n * d * scale * scale)  # floor(√(n d) 2^k); √Δ = √(nd)/d
+        slo, shi = Fraction(s, scale * d), Fraction(s + 1, scale * d)
+        if self.branch > 0:
+            self._lo, self._hi = (-self.B + slo) / 2, (-self.B + shi) / 2
+        else:
+            self._lo, self._hi = (-self.B - shi) / 2, (-self.B - slo) / 2
+
+    def refine(self):
+        """Double the precision of the isolating interval (irrational roots)."""
+        if self.q is None:
+            self._k *= 2
+            self._set_interval()
+
+    def interval(self) -> tuple[Fraction, Fraction]:
+        """``(lo, hi)`` with ``lo < r < hi`` (irrational) or ``lo = r = hi`` (rational)."""
+        return (self.q, self.q) if self.q is not None else (self._lo, self._hi)
+
+    def _cmp(self, other) -> int:
+        if not isinstance(other, QuadraticRoot):
+            other = QuadraticRoot.rational(other)
+        if self.q is not None and other.q is not None:
+            return _sgn(self.q - other.q)
+        if (
+            self.q is None
+            and other.q is None
+            and (self.B, self.C, self.branch) == (other.B, other.C, other.branch)
+        ):
+            return 0
+        while True:
+            a0, a1 = self.interval()
+            b0, b1 = other.interval()
+            if a1 <= b0:
+                return -1
+            if b1 <= a0:
+                return 1
+            self.refine()
+            other.refine()
+
+    def __lt__(self, o):
+        return self._cmp(o) < 0
+
+    def __le__(self, o):
+        return self._cmp(o) <= 0
+
+    def __gt__(self, o):
+        return self._cmp(o) > 0
+
+    def __ge__(self, o):
+        return self._cmp(o) >= 0
+
+    def __eq__(self, o):
+        if not isinstance(o, QuadraticRoot | Fraction | int):
+            return NotImplemented
+        return self._cmp(o) == 0
+
+    def __hash__(self):
+        return hash((self.q, self.B, self.C, self.branch))
+
+    def __float__(self) -> float:
+        if self.q is not None:
+            return float(self.q)
+        while True:
+            lo, hi = self._lo, self._hi
+            if float(lo) == float(hi):
+                return float((lo + hi) / 2)
+            if (hi - lo) <= abs(lo + hi) * Fraction(1, 2**60):
+                return float((lo + hi) / 2)
+            self.refine()
+
+    def __str__(self) -> str:
+        if self.q is not None:
+            return str(self.q)
+        sign = "+" if self.branch > 0 else "−"
+        return f"({-self.B} {sign} √{self._disc})/2"
+
+    def __repr__(self) -> str:
+        if self.q is not None:
+            return f"QuadraticRoot.rational({self.q!r})"
+        return (
+            f"QuadraticRoot(root of t² + ({self.B})t + ({self.C}), branch={self.branch:+d}, "
+            f"≈ {float(self):.17g})"
+        )
+
+    def rational_above(self, width: Fraction) -> Fraction:
+        """A rational in ``(r, r + width]``."""
+        if self.q is not None:
+            return self.q + width
+        while self._hi - self._lo > width:
+            self.refine()
+        return self._hi
+
+    def sign_linear(self, alpha: Fraction, beta: Fraction) -> int:
+        """The exact sign of ``α r + β``."""
+        if self.q is not None:
+            return _sgn(alpha * self.q + beta)
+        if alpha == 0:
+            return _sgn(beta)
+        # r is irrational, -β/α rational: never equal
+        return _sgn(alpha) * self._cmp(-beta / alpha)
+
+    def lex_sign(self, a, b, c) -> int:
+        """The sign of ``g(t) = a + bt + ct²`` on ``(r, r + ε)`` for small ε (0 iff g ≡ 0)."""
+        if self.q is not None:
+            r = self.q
+            v = a + r * (b + r * c)
+            if v != 0:
+                return _sgn(v)
+            v = b + 2 * c * r
+            if v != 0:
+                return _sgn(v)
+            return _sgn(c)
+        # g(r) = (b − cB) r + (a − cC) with r² = −Br − C
+        s = self.sign_linear(b - c * self.B, a - c * self.C)
+        if s:
+            return s
+        s = self.sign_linear(2 * c, b)
+        if s:
+            return s
+        return _sgn(c)
+
+    def to_dict(self) -> dict:
+        """JSON-friendly exact form: ``{"rational": "p/q"}`` or ``{"B", "C", "branch"}``."""
+        if self.q is not None:
+            return {"rational": str(self.q), "float": float(self)}
+        return {"B": str(self.B), "C": str(self.C), "branch": self.branch, "float": float(self)}
+
+
+def _exit_root(a, b, c, x: QuadraticRoot):
+    """The first simple root > x of ``a + bt + ct²`` (positive right of x), or None."""
+    if c == 0:
+        if b == 0:
+            return None
+        r = QuadraticRoot.rational(-a / b)
+        return r if r > x else None
+    disc = b * b - 4 * a * c
+    if disc <= 0:  # no real root, or a double root (touches zero, keeps the sign)
+        return None
+    B, C = b / c, a / c
+    for branch in (-1, 1):
+        r = QuadraticRoot.irrational(B, C, branch)
+        if r > x:
+            return r
+    return None
+
+
+class _ExactModel:
+    """Exact evaluations of a 1-D model: frozen polynomial logits and maps per pattern."""
+
+    def __init__(self, f: AbstractPiecewiseLinear):
+        self.f = f
+        self.params = f.exact_params()
+        self.n_eval = 0
+        self.cache: dict[bytes, tuple] = {}
+
+    def eval(self, t: Fraction, pattern=None):
+        self.n_eval += 1
+        return self.f.exact_eval(self.params, np.array([Fraction(t)], dtype=object), pattern)
+
+    def frozen(self, pat: np.ndarray):
+        """Per layer ``(a, b, c)`` object arrays (G, K) of the quadratic logits, and the
+        output map ``(y0, y1)`` (y = y0 + y1 t), of the model frozen to ``pat``."""
+        key = pat.tobytes()
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        y0, L0, _ = self.eval(Fraction(0), pat)
+        yp, Lp, _ = self.eval(Fraction(1), pat)
+        ym, Lm, _ = self.eval(Fraction(-1), pat)
+        y2, L2, _ = self.eval(Fraction(2), pat)
+        polys = []
+        for v0, vp, vm, v2 in zip(L0, Lp, Lm, L2):
+            c = (vp + vm) / 2 - v0
+            b = (vp - vm) / 2
+            if not np.all(v0 + 2 * b + 4 * c == v2):
+                raise ValueError(
+                    "exact 1-D counting: with the pattern frozen, a logit of this model is not "
+                    "a polynomial of degree <= 2 in the input (checked at a fourth point); "
+                    "only hardmax/ReLU models (affine stream, bilinear scores) are supported."
+                )
+            polys.append((v0, b, c))
+        y1 = yp - y0
+        if not np.all(y0 + 2 * y1 == y2) or not np.all(y0 - y1 == ym):
+            raise ValueError(
+                "exact 1-D counting: the frozen output of this model is not affine in the input."
+            )
+        out = (polys, y0, y1)
+        self.cache[key] = out
+        return out
+
+
+def _lex_argmax(r: QuadraticRoot, a, b, c) -> np.ndarray:
+    """Winner per group (row) at ``r + ε`` (lowest index on identical competitors)."""
+    G, K = a.shape
+    out = np.zeros(G, np.int64)
+    for g in range(G):
+        best = 0
+        for j in range(1, K):
+            if r.lex_sign(a[g, j] - a[g, best], b[g, j] - b[g, best], c[g, j] - c[g, best]) > 0:
+                best = j
+        out[g] = best
+    return out
+
+
+def _right_pattern(ex: _ExactModel, r: QuadraticRoot, guess: np.ndarray):
+    """``p⁺(r)``: the pattern on ``(r, r + ε)``, by correcting ``guess`` layer by layer."""
+    q = np.asarray(guess, np.int64).copy()
+    for _ in range(q.size + 2):
+        polys, y0, y1 = ex.frozen(q)
+        off, fixed = 0, True
+        for a, b, c in polys:
+            G = a.shape[0]
+            w = _lex_argmax(r, a, b, c)
+            if not np.array_equal(w, q[off : off + G]):
+                q = q.copy()
+                q[off : off + G] = w
+                fixed = False
+                break
+            off += G
+        if fixed:
+            return q, polys, y0, y1
+    raise RuntimeError("exact 1-D counting: the right-limit pattern did not converge")
+
+
+def _exit(polys, pat, x: QuadraticRoot):
+    """The end of the region of ``pat`` right of x: the smallest simple root > x of its
+    non-zero gaps (None: the region is unbounded to the right)."""
+    best = None
+    off = 0
+    for a, b, c in polys:
+        G, K = a.shape
+        for g in range(G):
+            w = int(pat[off + g])
+            for j in range(K):
+                if j == w:
+                    continue
+                ga, gb, gc = a[g, w] - a[g, j], b[g, w] - b[g, j], c[g, w] - c[g, j]
+                if ga == 0 and gb == 0 and gc == 0:
+                    continue
+                r = _exit_root(ga, gb, gc, x)
+                if r is not None and (best is None or r < best):
+                    best = r
+        off += G
+    return best
+
+
+def exact_regions_1d(f: AbstractPiecewiseLinear, lo, hi, *, max_regions: int = 100_000):
+    """Exact, certified linear-region count of a 1-D model on ``[lo, hi]`` whose frozen
+    logits are polynomials of degree ≤ 2 (hardmax attention with input-dependent queries
+    and keys, ReLU FFNs; affine-logit models are a special case).
+
+    :func:`count_linear_regions` calls this for 1-D models with ``affine_logits=False``
+    (e.g. :class:`HardmaxTransformer`, or its :func:`restrict` to a line); it can also be
+    called directly on an affine-logit model as an independent exact count. ``lo`` and
+    ``hi`` are taken as the exact rationals of their float values. See the module
+    docstring for the method.
+
+    Returns:
+        A :class:`RegionCount` with ``certified=True``; ``breakpoints`` as floats,
+        ``certificate["exact_breakpoints"]``: the exact :class:`QuadraticRoot` values,
+        ``certificate["exact_maps"]``: ``(slope, intercept)`` Fraction arrays per region,
+        ``certificate["discontinuities"]``: the switches where f jumps.
+
+    Example:
+        >>> import jax
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> from transflow.expressivity import zigzag_maxout, exact_regions_1d
+        >>> r = exact_regions_1d(zigzag_maxout(2, 2), 0.0, 1.0)
+        >>> r.linear, r.certified
+        (9, True)
+    """
+    from ._regions import RegionCount
+
+    if f.in_dim != 1:
+        raise ValueError(
+            f"exact_regions_1d: `f` must have input dimension 1, got {f.in_dim}; restrict it "
+            "to a line first: transflow.expressivity.restrict(f, origin, direction)."
+        )
+    lo_q = Fraction(float(np.asarray(lo, np.float64).reshape(-1)[0]))
+    hi_q = Fraction(float(np.asarray(hi, np.float64).reshape(-1)[0]))
+    if not lo_q < hi_q:
+        raise ValueError(f"exact_regions_1d: need `lo` < `hi`, got {lo!r}, {hi!r}.")
+    t0 = time.perf_counter()
+    try:
+        ex = _ExactModel(f)
+    except NotImplementedError as err:
+        raise NotImplementedError(
+            f"exact_regions_1d: {type(f).__name__} has no exact rational evaluation "
+            f"(exact_params/exact_eval), which exact counting needs: {err}"
+        ) from err
+    span = hi_q - lo_q
+    tiny = span / (1 << 40)
+    x = QuadraticRoot.rational(lo_q)
+    guess = ex.eval(min(lo_q + tiny, hi_q))[2]
+    pat, polys, y0, y1 = _right_pattern(ex, x, guess)
+    bps: list[QuadraticRoot] = []
+    maps = [(y1, y0)]
+    pats = [pat]
+    differ: list[bool] = []
+    jumps: list[bool] = []
+    end = QuadraticRoot.rational(hi_q)
+    while True:
+        e = _exit(polys, pat, x)
+        if e is None or e >= end:
+            break
+        if len(pats) >= max_regions:
+            raise RuntimeError(
+                f"exact_regions_1d: more than max_regions={max_regions} regions on [lo, hi]; "
+                "raise max_regions or count a smaller interval."
+            )
+        # a guess of the pattern right of e (corrected exactly by _right_pattern)
+        guess = ex.eval(min(e.rational_above(tiny), hi_q))[2]
+        q, polys, z0, z1 = _right_pattern(ex, e, guess)
+        if np.array_equal(q, pat):  # cannot happen: a gap of pat turns negative at e
+            raise RuntimeError("exact 1-D counting: no pattern change at a simple root")
+        sl, il = maps[-1]
+        differ.append(bool(np.any(sl != z1) or np.any(il != z0)))
+        jumps.append(
+            any(e.sign_linear(s1 - s2, i1 - i2) != 0 for s1, s2, i1, i2 in zip(sl, z1, il, z0))
+        )
+        bps.append(e)
+        maps.append((z1, z0))
+        pats.append(q)
+        pat, x = q, e
+    labels = np.concatenate([[0], np.cumsum(np.asarray(differ, np.int64))]).astype(np.int64)
+    n_act = len(pats)
+    fl = np.array([float(b) for b in bps], np.float64)
+    edges = np.concatenate([[float(lo_q)], fl, [float(hi_q)]])
+    widths = np.diff(edges)
+    slopes = np.array([[float(v) for v in s] for s, _ in maps], np.float64)[:, :, None]
+    icpts = np.array([[float(v) for v in i] for _, i in maps], np.float64)
+    return RegionCount(
+        linear=int(labels[-1]) + 1,
+        activation=n_act,
+        dim=1,
+        slopes=slopes,
+        intercepts=icpts,
+        labels=labels,
+        breakpoints=fl,
+        evaluations=ex.n_eval,
+        certified=True,
+        certificate={
+            "method": METHOD,
+            "exact_breakpoints": bps,
+            "irrational_breakpoints": sum(not b.is_rational for b in bps),
+            "exact_maps": maps,
+            "discontinuities": int(sum(jumps)),
+            "exact_evaluations": ex.n_eval,
+            "patterns_distinct": len({p.tobytes() for p in pats}),
+            "min_region_width": float(widths.min()),
+            "seconds": round(time.perf_counter() - t0, 3),
+        },
+    )

@@ -1,0 +1,471 @@
+"""Hardmax transformers whose attention queries and keys depend on the input (issue #14).
+
+:class:`HardmaxTransformer` is a general hardmax transformer on one input ``x ∈ R^d``:
+x is embedded on T tokens, D blocks of multi-head hardmax attention (general W_Q, W_K,
+W_V, W_O with biases, residual) and ReLU FFN (residual) follow, and the output is read
+from one token. With the activation pattern frozen the residual stream is affine in x
+(hardmax selects one value row), so every attention score ``q_i · k_j`` is a *quadratic*
+polynomial of x and every ReLU pre-activation is affine: ``affine_logits`` is False, and
+the 1-D counter :func:`exact_regions_1d` finds the breakpoints as exact roots of
+quadratics.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._controls import AttentionParams, FFNParams
+from .._errors import as_input, param_dtype
+from .._operators import attention as _attention_op, attention_scores
+from ._pwl import AbstractPiecewiseLinear, exact_argmax, to_fraction_array
+
+__all__ = ["HardmaxTransformer"]
+
+
+class HardmaxTransformer(AbstractPiecewiseLinear):
+    """A hardmax transformer with input-dependent queries and keys, on one input x.
+
+    ``model(x)`` for ``x ∈ R^d``:
+
+    - embedding ``X⁰[t] = x @ embedding[t] + positional[t]`` (a per-token embedding
+      ``(T, d, m)``; a shared one is ``embedding[t] = E`` for every t);
+    - per block: ``X ← X + Attn(X)`` then ``X ← X + FFN(X)`` (either may be ``None``).
+      Attention (:class:`transflow.AttentionParams`, H heads): scores
+      ``s_h[i, j] = q_h(X[i]) · k_h(X[j])`` over all keys (no mask; the score scale is
+      irrelevant to a hardmax), query token i of head h takes the value row of its
+      **argmax key** (the lowest index on ties, as :func:`jax.numpy.argmax` — not the tie
+      averaging of ``transflow.attention(..., hardmax=True)``; ties have measure zero),
+      then ``W_O``. FFN (:class:`transflow.FFNParams` with lifting sub-steps
+      ``residual=(False, …)``, ReLU between them): ``X ← X + relu(X W₁ + b₁) W₂ + b₂``
+      (more hidden layers are allowed);
+    - read-out ``y = readout_weight @ X[readout_token] + readout_bias``.
+
+    Decision layers (:meth:`layer_logits`): for every attention block the scores of every
+    head **and every query token**, shape ``(H·T, T)`` (group ``h·T + i``); for every FFN
+    hidden layer the pairs ``(0, pre-activation)``, shape ``(T·r, 2)`` (group ``t·r + j``).
+    With the pattern frozen the scores are quadratic in x (``affine_logits`` is False),
+    so in 2-D the activation regions have curved boundaries; count on lines with
+    :func:`restrict` and :func:`count_linear_regions` (exact in 1-D).
+
+    The model is generally **discontinuous** where a hardmax switches (the selected value
+    row jumps); it is still affine on every activation region, and its pieces are counted.
+
+    ``attention`` may be a float λ > 0 (softmax of λ·scores) to compare with a smooth
+    model; such a model is not piecewise linear and region counting refuses it.
+
+    Build with :meth:`random` or :meth:`from_params` (your own weights).
+
+    Example:
+        >>> import jax, numpy as np
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> from transflow.expressivity import HardmaxTransformer, count_linear_regions
+        >>> f = HardmaxTransformer.random(jax.random.PRNGKey(0), in_dim=1, n_tokens=3)
+        >>> f.affine_logits, [z.shape for z in f.layer_logits(np.array([0.5]))]
+        (False, [(6, 3), (24, 2), (6, 3), (24, 2)])
+        >>> r = count_linear_regions(f, -2.0, 2.0)
+        >>> r.certified, r.certificate["method"]
+        (True, 'exact rational / quadratic-irrational arithmetic')
+    """
+
+    blocks: tuple[tuple[AttentionParams | None, FFNParams | None], ...]
+    embedding: Float[Array, "T d m"]
+    positional: Float[Array, "T m"]
+    readout_weight: Float[Array, "d_out m"]
+    readout_bias: Float[Array, " d_out"]
+    temperature: Float[Array, ""]
+    readout_token: int = eqx.field(static=True, default=0)
+    hardmax: bool = eqx.field(static=True, default=True)
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def in_dim(self) -> int:
+        return int(self.embedding.shape[1])
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.positional.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.positional.shape[1])
+
+    @property
+    def depth(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def affine_logits(self) -> bool:
+        return False
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_params(
+        cls,
+        blocks,
+        embedding,
+        positional,
+        readout_weight,
+        readout_bias=None,
+        *,
+        readout_token: int = 0,
+        attention: str | float = "hardmax",
+        dtype=None,
+    ) -> HardmaxTransformer:
+        """A model from your own weights (validated, cast to ``dtype``).
+
+        Args:
+            blocks: a sequence of ``(attn, ffn)`` pairs, each an
+                :class:`transflow.AttentionParams` (``wq, wk: (m, H·d_k)``, ``wv: (m,
+                H·d_v)``, ``wo: (H·d_v, m)``, biases) or ``None``, and a
+                :class:`transflow.FFNParams` with lifting sub-steps (``residual`` all
+                False, ``activation="relu"``, no activation on the last) or ``None``.
+            embedding: ``(T, d, m)`` per-token embedding, or ``(d, m)`` shared by every token.
+            positional: ``(T, m)``, the fixed part of the embedding.
+            readout_weight: ``(d_out, m)``; ``readout_bias``: ``(d_out,)`` (default 0).
+            readout_token: the token the output is read from.
+            attention: ``"hardmax"`` or a float λ > 0 (softmax at scale λ: not piecewise
+                linear, only for comparison; counting refuses it).
+            dtype: dtype of the model's arrays (default: that of ``positional``).
+        """
+        P = jnp.asarray(positional, dtype)
+        dtype = P.dtype
+        if P.ndim != 2:
+            raise ValueError(
+                f"HardmaxTransformer: `positional` must have shape (T, m), got {P.shape}."
+            )
+        T, m = P.shape
+        E = jnp.asarray(embedding, dtype)
+        if E.ndim == 2:
+            E = jnp.broadcast_to(E[None], (T, *E.shape))
+        if E.ndim != 3 or E.shape[0] != T or E.shape[2] != m:
+            raise ValueError(
+                f"HardmaxTransformer: `embedding` must have shape ({T}, d, {m}) (per token) or "
+                f"(d, {m}) (shared), got {np.shape(embedding)}."
+            )
+        A = jnp.asarray(readout_weight, dtype)
+        if A.ndim != 2 or A.shape[1] != m:
+            raise ValueError(
+                f"HardmaxTransformer: `readout_weight` must have shape (d_out, {m}), got {A.shape}."
+            )
+        c = (
+            jnp.zeros((A.shape[0],), dtype)
+            if readout_bias is None
+            else jnp.asarray(readout_bias, dtype)
+        )
+        if c.shape != (A.shape[0],):
+            raise ValueError(
+                f"HardmaxTransformer: `readout_bias` must have shape ({A.shape[0]},), got "
+                f"{c.shape}."
+            )
+        if not (isinstance(readout_token, int) and 0 <= readout_token < T):
+            raise ValueError(
+                f"HardmaxTransformer: `readout_token` must be an int in [0, {T}), got "
+                f"{readout_token!r}."
+            )
+        if isinstance(attention, str):
+            if attention != "hardmax":
+                raise ValueError(
+                    f"`attention` must be 'hardmax' or a float λ > 0, got {attention!r}."
+                )
+            hardmax, lam = True, 1.0
+        else:
+            lam = float(attention)
+            if not (lam > 0 and math.isfinite(lam)):
+                raise ValueError(
+                    f"`attention` must be 'hardmax' or a float λ > 0, got {attention!r}."
+                )
+            hardmax = False
+        cast = lambda t: jax.tree.map(lambda a: jnp.asarray(a, dtype), t)
+        out = []
+        for b, pair in enumerate(blocks):
+            if not (isinstance(pair, tuple | list) and len(pair) == 2):
+                raise ValueError(
+                    f"HardmaxTransformer: `blocks[{b}]` must be a pair (attn | None, ffn | "
+                    f"None), got {type(pair).__name__}."
+                )
+            a, f = pair
+            if a is not None:
+                if not isinstance(a, AttentionParams):
+                    raise TypeError(
+                        f"HardmaxTransformer: `blocks[{b}][0]` must be a transflow "
+                        f"AttentionParams or None, got {type(a).__name__}."
+                    )
+                if a.wq.shape[0] != m:
+                    raise ValueError(
+                        f"HardmaxTransformer: `blocks[{b}][0].wq` must have {m} rows (the "
+                        f"stream width), got {a.wq.shape[0]}."
+                    )
+                a = cast(a)
+            if f is not None:
+                if not isinstance(f, FFNParams):
+                    raise TypeError(
+                        f"HardmaxTransformer: `blocks[{b}][1]` must be a transflow FFNParams "
+                        f"or None, got {type(f).__name__}."
+                    )
+                if (
+                    any(f.residual)
+                    or f.activation != "relu"
+                    or f.activation_on_last
+                    or len(f.weights) < 2
+                ):
+                    raise ValueError(
+                        f"HardmaxTransformer: `blocks[{b}][1]` must be a ReLU FFN of lifting "
+                        "sub-steps (residual all False, activation='relu', "
+                        "activation_on_last=False, at least 2 sub-steps), got residual="
+                        f"{f.residual}, activation={f.activation!r}, activation_on_last="
+                        f"{f.activation_on_last}; other FFNs are not piecewise linear in "
+                        "this form."
+                    )
+                if f.weights[0].shape[0] != m or f.weights[-1].shape[1] != m:
+                    raise ValueError(
+                        f"HardmaxTransformer: `blocks[{b}][1]` must map width {m} to {m}, got "
+                        f"{f.weights[0].shape[0]} -> {f.weights[-1].shape[1]}."
+                    )
+                f = cast(f)
+            out.append((a, f))
+        return cls(
+            blocks=tuple(out),
+            embedding=E,
+            positional=P,
+            readout_weight=A,
+            readout_bias=c,
+            temperature=jnp.asarray(lam, dtype),
+            readout_token=readout_token,
+            hardmax=hardmax,
+        )
+
+    @classmethod
+    def random(
+        cls,
+        key,
+        *,
+        in_dim: int = 1,
+        n_tokens: int = 3,
+        width: int = 4,
+        depth: int = 2,
+        n_heads: int = 2,
+        head_dim: int = 2,
+        ffn_width: int = 8,
+        out_dim: int = 1,
+        attention: str | float = "hardmax",
+        dtype=None,
+    ) -> HardmaxTransformer:
+        """A random model: every weight ``N(0, 1/fan_in)`` (biases ``N(0, 1/4)``), a random
+        per-token embedding and positional part; ``depth`` blocks of attention (``n_heads``
+        heads of size ``head_dim``, value size ``head_dim``) and a one-hidden-layer ReLU
+        FFN of width ``ffn_width``; read-out from token 0. ``attention``: as
+        :meth:`from_params`. ``dtype`` defaults to JAX's default float."""
+        for name, v in (
+            ("in_dim", in_dim),
+            ("n_tokens", n_tokens),
+            ("width", width),
+            ("depth", depth),
+            ("n_heads", n_heads),
+            ("head_dim", head_dim),
+            ("ffn_width", ffn_width),
+            ("out_dim", out_dim),
+        ):
+            if not (isinstance(v, int) and v >= 1):
+                raise ValueError(
+                    f"HardmaxTransformer.random: `{name}` must be an int >= 1, got {v!r}."
+                )
+        dtype = jnp.zeros(()).dtype if dtype is None else jnp.dtype(dtype)
+        keys = iter(jax.random.split(key, 8 + 12 * depth))
+        T, m, H, dk = n_tokens, width, n_heads, head_dim
+        nrm = lambda shape, s: s * jax.random.normal(next(keys), shape, dtype)
+        blocks = []
+        for _ in range(depth):
+            attn = AttentionParams(
+                nrm((m, H * dk), m**-0.5),
+                nrm((m, H * dk), m**-0.5),
+                nrm((m, H * dk), m**-0.5),
+                nrm((H * dk, m), (H * dk) ** -0.5),
+                nrm((H * dk,), 0.5),
+                nrm((H * dk,), 0.5),
+                nrm((H * dk,), 0.5),
+                nrm((m,), 0.5),
+                H,
+            )
+            ffn = FFNParams(
+                (nrm((m, ffn_width), m**-0.5), nrm((ffn_width, m), ffn_width**-0.5)),
+                (nrm((ffn_width,), 0.5), nrm((m,), 0.5)),
+                (False, False),
+                "relu",
+            )
+            blocks.append((attn, ffn))
+        return cls.from_params(
+            blocks,
+            nrm((T, in_dim, m), in_dim**-0.5),
+            nrm((T, m), 1.0),
+            nrm((out_dim, m), m**-0.5),
+            nrm((out_dim,), 0.5),
+            attention=attention,
+            dtype=dtype,
+        )
+
+    # ------------------------------------------------------------------ evaluation
+    def _refuse_softmax(self):
+        if not self.hardmax:
+            raise ValueError(
+                "HardmaxTransformer: this model uses softmax attention (λ="
+                f"{float(self.temperature)}), which is smooth, not piecewise linear: it has no "
+                "activation patterns or linear regions. Build it with attention='hardmax'."
+            )
+
+    def embed(self, x: Float[Array, " d"]) -> Float[Array, "T m"]:
+        """``X⁰[t] = x @ embedding[t] + positional[t]``."""
+        x = jnp.asarray(x, self.positional.dtype)
+        return jnp.einsum("d,tdm->tm", x, self.embedding) + self.positional
+
+    def _attend(self, X, a):
+        """Hardmax attention output (without residual) and the scores ``(H·T, T)``."""
+        T = X.shape[0]
+        H = a.n_heads
+        s = attention_scores(X, a, scale=1.0)  # (H, T, T)
+        w = jnp.argmax(s, axis=-1)  # (H, T)
+        v = (X @ a.wv + a.bv).reshape(T, H, -1)
+        o = v[w.T, jnp.arange(H)[None, :]]  # (T, H, dv): query i, head h -> v[w[h, i], h]
+        return o.reshape(T, -1) @ a.wo + a.bo, s.reshape(H * T, T)
+
+    def output_and_logits(self, x):
+        self._refuse_softmax()
+        X = self.embed(x)
+        out = []
+        for a, f in self.blocks:
+            if a is not None:
+                o, s = self._attend(X, a)
+                out.append(s)
+                X = X + o
+            if f is not None:
+                Z = X
+                J = len(f.weights)
+                for j in range(J):
+                    Z = Z @ f.weights[j] + f.biases[j]
+                    if j < J - 1:
+                        pre = Z.reshape(-1)
+                        out.append(jnp.stack([jnp.zeros_like(pre), pre], axis=-1))
+                        Z = jax.nn.relu(Z)
+                X = X + Z
+        y = self.readout_weight @ X[self.readout_token] + self.readout_bias
+        return y, tuple(out)
+
+    def __call__(self, x: Float[Array, " d"]) -> Float[Array, " d_out"]:
+        x = as_input("x", x, param_dtype(self), ndim=1, nonempty=())
+        if x.shape != (self.in_dim,):
+            raise ValueError(
+                f"HardmaxTransformer: `x` must have shape ({self.in_dim},), got {x.shape}."
+            )
+        if self.hardmax:
+            return self.output_and_logits(x)[0]
+        X = self.embed(x)
+        for a, f in self.blocks:
+            if a is not None:
+                X = X + _attention_op(X, a, temperature=self.temperature, scale=1.0)
+            if f is not None:
+                Z = X
+                for j in range(len(f.weights)):
+                    Z = Z @ f.weights[j] + f.biases[j]
+                    if j < len(f.weights) - 1:
+                        Z = jax.nn.relu(Z)
+                X = X + Z
+        return self.readout_weight @ X[self.readout_token] + self.readout_bias
+
+    def layer_logits(self, x: Float[Array, " d"]) -> tuple[Float[Array, "G K"], ...]:
+        """Scores ``(H·T, T)`` of every attention block (every head and query token) and
+        ``(0, pre-activation)`` pairs ``(T·r, 2)`` of every FFN hidden layer."""
+        return self.output_and_logits(x)[1]
+
+    # ------------------------------------------------------------------ exact arithmetic
+    def exact_params(self):
+        self._refuse_softmax()
+        blocks = []
+        for a, f in self.blocks:
+            ea = (
+                None
+                if a is None
+                else tuple(
+                    to_fraction_array(t) for t in (a.wq, a.bq, a.wk, a.bk, a.wv, a.bv, a.wo, a.bo)
+                )
+                + (a.n_heads,)
+            )
+            ef = (
+                None
+                if f is None
+                else (
+                    tuple(to_fraction_array(w) for w in f.weights),
+                    tuple(to_fraction_array(b) for b in f.biases),
+                )
+            )
+            blocks.append((ea, ef))
+        return (
+            blocks,
+            to_fraction_array(self.embedding),
+            to_fraction_array(self.positional),
+            to_fraction_array(self.readout_weight),
+            to_fraction_array(self.readout_bias),
+        )
+
+    def exact_eval(self, params, x, pattern=None):
+        """``(y, logits, pattern)`` in exact rational arithmetic at a rational x (object
+        array of :class:`fractions.Fraction`); ``pattern`` freezes every winner."""
+        blocks, E, P, A, c = params
+        T, m = P.shape
+        x = np.asarray(x, dtype=object)
+        X = np.empty((T, m), dtype=object)
+        for t in range(T):
+            X[t] = x.dot(E[t]) + P[t] if x.size else P[t].copy()
+        logits, wins, off = [], [], 0
+        zero = Fraction(0)
+        for ea, ef in blocks:
+            if ea is not None:
+                wq, bq, wk, bk, wv, bv, wo, bo, H = ea
+                q = (X.dot(wq) + bq).reshape(T, H, -1)
+                k = (X.dot(wk) + bk).reshape(T, H, -1)
+                v = (X.dot(wv) + bv).reshape(T, H, -1)
+                s = np.empty((H * T, T), dtype=object)
+                for h in range(H):
+                    for i in range(T):
+                        qi = q[i, h]
+                        for j in range(T):
+                            s[h * T + i, j] = qi.dot(k[j, h])
+                if pattern is None:
+                    win = exact_argmax(s)
+                else:
+                    win = np.asarray(pattern[off : off + H * T], np.int64)
+                off += H * T
+                logits.append(s)
+                wins.append(np.asarray(win, np.int64))
+                o = np.empty((T, H, v.shape[-1]), dtype=object)
+                for h in range(H):
+                    for i in range(T):
+                        o[i, h] = v[int(win[h * T + i]), h]
+                X = X + o.reshape(T, -1).dot(wo) + bo
+            if ef is not None:
+                Ws, bs = ef
+                Z = X
+                J = len(Ws)
+                for j in range(J):
+                    Z = Z.dot(Ws[j]) + bs[j]
+                    if j < J - 1:
+                        pre = Z.reshape(-1)
+                        if pattern is None:
+                            act = np.array([p > 0 for p in pre], dtype=bool)
+                        else:
+                            act = np.asarray(pattern[off : off + pre.size]) == 1
+                        off += pre.size
+                        lg = np.empty((pre.size, 2), dtype=object)
+                        lg[:, 0] = zero
+                        lg[:, 1] = pre
+                        logits.append(lg)
+                        wins.append(act.astype(np.int64))
+                        Z = np.where(act, pre, zero).reshape(Z.shape)
+                X = X + Z
+        y = A.dot(X[self.readout_token]) + c
+        return y, logits, np.concatenate(wins) if wins else np.zeros(0, np.int64)
