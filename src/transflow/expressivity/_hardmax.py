@@ -277,9 +277,19 @@ class HardmaxTransformer(AbstractPiecewiseLinear):
                     f"HardmaxTransformer.random: `{name}` must be an int >= 1, got {v!r}."
                 )
         dtype = jnp.zeros(()).dtype if dtype is None else jnp.dtype(dtype)
-        keys = iter(jax.random.split(key, 8 + 12 * depth))
-        T, m, H, dk = n_tokens, width, n_heads, head_dim
-        nrm = lambda shape, s: s * jax.random.normal(next(keys), shape, dtype)
+        T, m, H, dk, r = n_tokens, width, n_heads, head_dim, ffn_width
+        per_block = 3 * m * H * dk + H * dk * m + 3 * H * dk + m + 2 * m * r + r + m
+        total = depth * per_block + T * in_dim * m + T * m + out_dim * m + out_dim
+        # one draw (one compilation), sliced in order
+        buf = np.asarray(jax.random.normal(key, (total,), dtype))
+        pos = [0]
+
+        def nrm(shape, s):
+            n = math.prod(shape)
+            out = s * buf[pos[0] : pos[0] + n].reshape(shape)
+            pos[0] += n
+            return out
+
         blocks = []
         for _ in range(depth):
             attn = AttentionParams(
