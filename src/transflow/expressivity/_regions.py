@@ -567,7 +567,8 @@ def count_linear_regions(
     certify: bool = True,
     strict: bool = True,
 ) -> RegionCount:
-    """Exact number of linear regions of ``f`` on the box ``[lo, hi]`` (d = 1 or 2).
+    """Exact number of linear regions of ``f`` on the box ``[lo, hi]`` (d = 1 or 2; d = 1
+    only for input-dependent hardmax attention).
 
     A *linear region* is a maximal connected set on which f is affine; an *activation
     region* is a set of fixed full activation pattern (argmax per head and block, ReLU sign
@@ -588,10 +589,22 @@ def count_linear_regions(
     polygons are verified (patterns at centroids, vertices, tiling, continuity at shared
     vertices) with float tolerances.
 
+    **Input-dependent hardmax attention** (``f.affine_logits`` False, e.g.
+    :class:`HardmaxTransformer`, whose queries and keys depend on x): with the pattern
+    frozen its scores are quadratic in x. In 1-D the count is exact
+    (:func:`exact_regions_1d`): the breakpoints are exact roots of the quadratic
+    winner-minus-competitor gaps (rationals or quadratic irrationals, ordered exactly),
+    the pattern after each root is decided exactly, and the maps are compared exactly;
+    ``certificate["method"]`` is ``"exact rational / quadratic-irrational arithmetic"``
+    and ``certificate["exact_breakpoints"]`` holds the exact roots. Such a model is
+    generally discontinuous at a switch; its pieces are counted. ``n_seed``, ``tol``,
+    ``split``, ``map_rtol``, ``certify`` and ``strict`` do not apply. In 2-D (or more) its
+    regions have curved boundaries and it is refused: restrict it to a line.
+
     Args:
         f: a :class:`MaxoutNetwork` (ReLU networks via ``from_relu`` / ``from_torch``), a
-            hardmax :class:`MaxoutTransformer`, a slice :func:`restrict` of either, or any
-            :class:`AbstractPiecewiseLinear`.
+            hardmax :class:`MaxoutTransformer` or :class:`HardmaxTransformer`, a slice
+            :func:`restrict` of any of them, or any :class:`AbstractPiecewiseLinear`.
         lo, hi: the box (scalars broadcast to ``(d,)``).
         n_seed: 1-D: number of seed intervals.
         tol: 1-D, ``certify=False`` only: bisection stops at intervals shorter than ``tol``.
