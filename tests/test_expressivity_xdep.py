@@ -112,14 +112,15 @@ def test_random_3d_on_a_segment_matches_dense_sampling():
 
 
 # ---------------------------------------------------------------- hand-built cases
-def _two_head_model(second: str):
+def _two_head_model(second: str, value_b: float = 2.0):
     """x ∈ [1, 2] on 3 tokens, slots (x on token 0, 1, [t = 1], [t = 2], out, [t = 0]).
 
     Head A: query [x, 1], keys token0 [x, 0], token1 [0, 2]: scores (x², 2, 0), so query 0
     switches from token 1 to token 0 at x = √2; value x (token 0) -> out.
     Head B: ``second="quadratic"``: scores (x², 0, 2 + 2⁻⁴²) (switch at √(2 + 2⁻⁴²),
     8e-14 above √2); ``"linear"``: scores (x, 0, r) with r = float64(√2) (1e-16 above √2);
-    value 2x -> out. y = out of token 0: 0, then x, then 3x. ``"none"``: head B off."""
+    ``"same"``: the scores of head A (the same switch at √2). Head B's value is
+    ``value_b``·x -> out; y = out of token 0: 0, then x, then 3x. ``"none"``: head B off."""
     m = 6
     E = np.zeros((3, 1, m))
     E[0, 0, 0] = 1.0
@@ -135,11 +136,14 @@ def _two_head_model(second: str):
     if second == "quadratic":
         wk[0, 2] = 1.0
         wk[3, 3] = 2.0 + 2.0**-42
+    elif second == "same":
+        wk[0, 2] = 1.0
+        wk[3, 3] = 2.0
     elif second == "linear":
         wk[5, 2] = 1.0  # key [1, 0] on token 0 only -> score x
         wk[3, 3] = math.sqrt(2.0)
     wv = np.zeros((m, 2))
-    wv[0, 0], wv[0, 1] = 1.0, (0.0 if second == "none" else 2.0)
+    wv[0, 0], wv[0, 1] = 1.0, (0.0 if second == "none" else value_b)
     wo = np.zeros((2, m))
     wo[0, 4] = wo[1, 4] = 1.0
     z = lambda n: np.zeros(n)
@@ -188,6 +192,41 @@ def test_nearly_equal_roots_are_separated_exactly(second):
     assert slopes == [0, 1, 3]
     # a dense float sampling sees only two regions here
     assert _dense_counts(f, np.zeros(1), np.ones(1), 1.0, 2.0)[0] == 2
+
+
+def test_simultaneous_switches_and_equal_maps_are_exact():
+    # two heads switch at the same irrational point √2: one breakpoint
+    r = count_linear_regions(_two_head_model("same"), 1.0, 2.0)
+    assert (r.activation, r.linear) == (2, 2)
+    assert r.certificate["exact_breakpoints"][0] == QuadraticRoot.irrational(0, -2, +1)
+    # head B switches (8e-14 after √2) but its value is 0: 3 activation regions, 2 maps
+    r = count_linear_regions(_two_head_model("quadratic", value_b=0.0), 1.0, 2.0)
+    assert (r.activation, r.linear) == (3, 2)
+    np.testing.assert_array_equal(r.labels, [0, 1, 1])
+
+
+def test_isolated_tie_point_is_not_a_region():
+    """Scores (0, x²): key 1 wins for x ≠ 0; at x = 0 the tie goes to key 0 (lowest index)
+    at that single point only. The double root touches zero: one region."""
+    E = np.zeros((2, 1, 4))
+    E[0, 0, 0] = E[1, 0, 2] = 1.0  # x in slot 0 on token 0, in slot 2 on token 1
+    P = np.zeros((2, 4))
+    P[1, 1] = 1.0  # slot 1: [t = 1]
+    wq, wk, wv, wo = np.zeros((4, 1)), np.zeros((4, 1)), np.zeros((4, 1)), np.zeros((1, 4))
+    wq[0, 0] = wk[2, 0] = wv[1, 0] = wo[0, 3] = 1.0
+    z = lambda n: jnp.zeros(n)
+    attn = AttentionParams(*map(jnp.asarray, (wq, wk, wv, wo)), z(1), z(1), z(1), z(4), 1)
+    A = np.zeros((1, 4))
+    A[0, 3] = 1.0
+    f = HardmaxTransformer.from_params([(attn, None)], E, P, A, dtype=jnp.float64)
+    assert float(f(np.array([0.0]))[0]) == 0.0 and float(f(np.array([0.5]))[0]) == 1.0
+    r = count_linear_regions(f, -1.0, 1.0)
+    assert (r.activation, r.linear, r.breakpoints.size) == (1, 1, 0)
+    # starting exactly at the tie point: the pattern right of 0 is used
+    r = count_linear_regions(f, 0.0, 1.0)
+    assert (r.activation, r.linear) == (1, 1)
+    np.testing.assert_array_equal(r.slopes[:, 0, 0], [0.0])
+    np.testing.assert_array_equal(r.intercepts[:, 0], [1.0])
 
 
 def test_quadratic_root_order_matches_high_precision():
