@@ -307,15 +307,36 @@ def test_forward_matches_numpy_reference_and_exact_eval():
     np.testing.assert_array_equal(pats, pat_ref)
     params = f.exact_params()
     for x, yr, pr in zip(xs[:3], y_ref, pat_ref):
-        ye, _, pe = f.exact_eval(params, np.array([Fraction(v) for v in x], dtype=object))
+        xq = np.array([Fraction(v) for v in x], dtype=object)
+        ye, Le, pe = f.exact_eval(params, xq)  # dyadic x: the scaled-integer path
         np.testing.assert_allclose([float(v) for v in ye], yr, rtol=1e-12, atol=1e-12)
         np.testing.assert_array_equal(pe, pr)
+        # the plain Fraction path gives the same exact values, free and frozen
+        for pat in (None, np.roll(pe, 1)):
+            y1, L1, p1 = f.exact_eval(params, xq, pat)
+            y2, L2, p2 = f._exact_eval_fractions(params[:5], xq, pat)
+            assert list(y1) == list(y2) and np.array_equal(p1, p2)
+            assert all(np.array_equal(a, b) for a, b in zip(L1, L2))
+    # a non-dyadic input uses the Fraction path
+    y3, _, _ = f.exact_eval(params, np.array([Fraction(1, 3), Fraction(2, 7)], dtype=object))
+    assert isinstance(y3[0], Fraction)
 
 
 # ---------------------------------------------------------------- consistency
-@pytest.mark.parametrize(
-    "case", ["zigzag", pytest.param("random", marks=pytest.mark.slow)]
-)  # the affine path compiles its kernels for each model structure (seconds)
+def test_constant_query_transformer_exact_path_matches_known_count():
+    """Fast: the zigzag transformer (constant queries) through the exact path has the
+    known 3² regions at ≈ i/9, as its maxout network through the same path (a different
+    exact_eval); the slow test below compares with the affine certified counter."""
+    net = zigzag_maxout(2, 2)
+    tf = maxout_to_transformer(net, 0.0, 1.0, dtype=jnp.float64)
+    r_tf, r_net = exact_regions_1d(tf, 0.0, 1.0), exact_regions_1d(net, 0.0, 1.0)
+    assert (r_tf.activation, r_tf.linear) == (r_net.activation, r_net.linear) == (9, 9)
+    np.testing.assert_allclose(r_tf.breakpoints, np.arange(1, 9) / 9, atol=1e-12)
+    assert r_tf.certificate["exact_breakpoints"] == r_net.certificate["exact_breakpoints"]
+
+
+@pytest.mark.slow  # the affine path compiles its kernels for each model structure (seconds)
+@pytest.mark.parametrize("case", ["zigzag", "random"])
 def test_constant_query_transformer_agrees_with_the_affine_path(case):
     """A MaxoutTransformer (constant queries, affine logits) counted by the new exact path
     agrees with the existing certified affine counter."""

@@ -420,11 +420,24 @@ class HardmaxTransformer(AbstractPiecewiseLinear):
             to_fraction_array(self.positional),
             to_fraction_array(self.readout_weight),
             to_fraction_array(self.readout_bias),
+            _Scaled(self),
         )
 
     def exact_eval(self, params, x, pattern=None):
         """``(y, logits, pattern)`` in exact rational arithmetic at a rational x (object
-        array of :class:`fractions.Fraction`); ``pattern`` freezes every winner."""
+        array of :class:`fractions.Fraction`); ``pattern`` freezes every winner.
+
+        At a dyadic x (every float is one; also the counter's internal dyadic numbers)
+        the pass runs on scaled Python integers (every array ``M·2^e``, one exponent per
+        array: no gcd, plain integer products), several times faster than Fractions;
+        the values returned are then Fractions (or the counter's dyadic numbers if x was
+        given as those)."""
+        scaled = _scaled_input(x)
+        if scaled is not None and len(params) > 5:
+            return self._exact_eval_scaled(params[5], scaled, pattern)
+        return self._exact_eval_fractions(params[:5], x, pattern)
+
+    def _exact_eval_fractions(self, params, x, pattern=None):
         blocks, E, P, A, c = params
         T, m = P.shape
         x = np.asarray(x, dtype=object)
@@ -479,3 +492,172 @@ class HardmaxTransformer(AbstractPiecewiseLinear):
                 X = X + Z
         y = A.dot(X[self.readout_token]) + c
         return y, logits, np.concatenate(wins) if wins else np.zeros(0, np.int64)
+
+    def _exact_eval_scaled(self, S: _Scaled, scaled, pattern=None):
+        """:meth:`exact_eval` on scaled integers (see :class:`_Scaled`)."""
+        (xm, xe), as_dyadic = scaled
+        Em, Ee = S.E
+        T, m = S.P[0].shape
+        XE = np.empty((T, m), dtype=object)
+        for t in range(T):
+            XE[t] = xm.dot(Em[t]) if xm.size else 0
+        X = _sadd((XE, xe + Ee), S.P)
+        conv = _dyadic_out if as_dyadic else _fraction_out
+        logits, wins, off = [], [], 0
+        for sa, sf in S.blocks:
+            if sa is not None:
+                wq, bq, wk, bk, wv, bv, wo, bo, H = sa
+                q, eq = _slin(X, wq, bq)
+                k, ek = _slin(X, wk, bk)
+                v, ev = _slin(X, wv, bv)
+                q, k, v = q.reshape(T, H, -1), k.reshape(T, H, -1), v.reshape(T, H, -1)
+                s = np.empty((H * T, T), dtype=object)
+                for h in range(H):
+                    s[h * T : (h + 1) * T] = q[:, h, :].dot(k[:, h, :].T)
+                if pattern is None:  # argmax, lowest index on ties (same exponent: ints)
+                    win = np.array([max(range(T), key=row.__getitem__) for row in s], np.int64)
+                else:
+                    win = np.asarray(pattern[off : off + H * T], np.int64)
+                off += H * T
+                logits.append(conv(s, eq + ek))
+                wins.append(win)
+                o = np.empty((T, H, v.shape[-1]), dtype=object)
+                for h in range(H):
+                    for i in range(T):
+                        o[i, h] = v[int(win[h * T + i]), h]
+                X = _sadd(X, _slin((o.reshape(T, -1), ev), wo, bo))
+            if sf is not None:
+                Ws, bs = sf
+                Z = X
+                J = len(Ws)
+                for j in range(J):
+                    Z = _slin(Z, Ws[j], bs[j])
+                    if j < J - 1:
+                        pre = Z[0].reshape(-1)
+                        if pattern is None:
+                            act = np.array([p > 0 for p in pre], dtype=bool)
+                        else:
+                            act = np.asarray(pattern[off : off + pre.size]) == 1
+                        off += pre.size
+                        lg = np.zeros((pre.size, 2), dtype=object)
+                        lg[:, 1] = pre
+                        logits.append(conv(lg, Z[1]))
+                        wins.append(act.astype(np.int64))
+                        Z = (np.where(act, pre, 0).reshape(Z[0].shape), Z[1])
+                X = _sadd(X, Z)
+        Am, Ae = S.A
+        y = _sadd((Am.dot(X[0][self.readout_token]), Ae + X[1]), S.c)
+        return conv(*y), logits, np.concatenate(wins) if wins else np.zeros(0, np.int64)
+
+
+# --------------------------------------------------------------------------- scaled integers
+def _scaled_int(a) -> tuple[np.ndarray, int]:
+    """A float array as ``(M, e)``: an object array M of Python ints with ``a = M·2^e``
+    exactly (every float is ``m·2^k``; e is the smallest exponent after removing the
+    trailing zero bits of every mantissa)."""
+    a = np.asarray(a, np.float64)
+    mant, ex = np.frexp(a)
+    ms = np.ldexp(mant, 53).astype(np.int64).reshape(-1)  # exact: |mant| < 1
+    es = ex.astype(np.int64).reshape(-1) - 53
+    pairs = []
+    for mi, ei in zip(ms.tolist(), es.tolist()):
+        if mi == 0:
+            pairs.append((0, None))
+            continue
+        tz = (mi & -mi).bit_length() - 1
+        pairs.append((mi >> tz, ei + tz))
+    exps = [e for _, e in pairs if e is not None]
+    e0 = min(exps) if exps else 0
+    out = np.empty(len(pairs), dtype=object)
+    for i, (mi, ei) in enumerate(pairs):
+        out[i] = 0 if ei is None else mi << (ei - e0)
+    return out.reshape(a.shape), e0
+
+
+def _sadd(x, y):
+    """``x + y`` of scaled integer arrays (broadcasting)."""
+    (A, ea), (B, eb) = x, y
+    if ea == eb:
+        return A + B, ea
+    if ea < eb:
+        return A + B * (1 << (eb - ea)), ea
+    return A * (1 << (ea - eb)) + B, eb
+
+
+def _slin(X, W, b):
+    """``X W + b`` of scaled integer arrays."""
+    return _sadd((X[0].dot(W[0]), X[1] + W[1]), b)
+
+
+class _Scaled:
+    """The parameters of a :class:`HardmaxTransformer` as scaled integers ``(M, e)``."""
+
+    def __init__(self, model: HardmaxTransformer):
+        self.blocks = []
+        for a, f in model.blocks:
+            sa = (
+                None
+                if a is None
+                else tuple(_scaled_int(t) for t in (a.wq, a.bq, a.wk, a.bk, a.wv, a.bv, a.wo, a.bo))
+                + (a.n_heads,)
+            )
+            sf = (
+                None
+                if f is None
+                else (
+                    tuple(_scaled_int(w) for w in f.weights),
+                    tuple(_scaled_int(b) for b in f.biases),
+                )
+            )
+            self.blocks.append((sa, sf))
+        self.E = _scaled_int(model.embedding)
+        self.P = _scaled_int(model.positional)
+        self.A = _scaled_int(model.readout_weight)
+        self.c = _scaled_int(model.readout_bias)
+
+
+def _scaled_input(x):
+    """``((M, e), as_dyadic)`` for an input of dyadic rationals (Fractions with a
+    power-of-two denominator, ints, or the counter's dyadic numbers), else None."""
+    from ._exact1d import _Dyadic
+
+    x = np.asarray(x, dtype=object).reshape(-1)
+    pairs, as_dyadic = [], False
+    for v in x:
+        if type(v) is _Dyadic:
+            pairs.append((v.m, v.e))
+            as_dyadic = True
+            continue
+        if isinstance(v, int):
+            v = Fraction(v)
+        if not isinstance(v, Fraction):
+            return None
+        d = v.denominator
+        if d & (d - 1):
+            return None
+        pairs.append((v.numerator, -(d.bit_length() - 1)))
+    e0 = min((e for _, e in pairs), default=0)
+    M = np.empty(len(pairs), dtype=object)
+    for i, (mi, ei) in enumerate(pairs):
+        M[i] = mi << (ei - e0)
+    return (M, e0), as_dyadic
+
+
+def _fraction_out(M, e):
+    M = np.asarray(M, dtype=object)
+    out = np.empty(M.shape, dtype=object)
+    flat, src = out.reshape(-1), M.reshape(-1)
+    for i, v in enumerate(src):
+        flat[i] = Fraction(v << e) if e >= 0 else Fraction(v, 1 << -e)
+    return out
+
+
+def _dyadic_out(M, e):
+    from ._exact1d import _Dyadic
+
+    M = np.asarray(M, dtype=object)
+    out = np.empty(M.shape, dtype=object)
+    flat, src = out.reshape(-1), M.reshape(-1)
+    for i, v in enumerate(src):
+        flat[i] = _Dyadic(int(v), e)
+    return out
