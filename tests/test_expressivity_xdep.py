@@ -219,7 +219,8 @@ def test_isolated_tie_point_is_not_a_region():
     A = np.zeros((1, 4))
     A[0, 3] = 1.0
     f = HardmaxTransformer.from_params([(attn, None)], E, P, A, dtype=jnp.float64)
-    assert float(f(np.array([0.0]))[0]) == 0.0 and float(f(np.array([0.5]))[0]) == 1.0
+    y, _ = _np_forward(f, np.array([[0.0], [0.5], [-0.5]]))
+    np.testing.assert_array_equal(y[:, 0], [0.0, 1.0, 1.0])
     r = count_linear_regions(f, -1.0, 1.0)
     assert (r.activation, r.linear, r.breakpoints.size) == (1, 1, 0)
     # starting exactly at the tie point: the pattern right of 0 is used
@@ -360,3 +361,24 @@ def test_constant_query_transformer_agrees_with_the_affine_path(case):
     np.testing.assert_allclose(new.breakpoints, old.breakpoints, atol=1e-9)
     # constant queries: every breakpoint is a root of an affine gap, hence rational
     assert new.certificate["irrational_breakpoints"] == 0
+
+
+def test_right_limit_pattern_does_not_depend_on_the_guess():
+    """The pattern right of an exact breakpoint is decided layer by layer from the exact
+    logits: a wrong guess (all zeros) gives the same pattern as the exact pattern at the
+    middle of the next region."""
+    from transflow.expressivity._exact1d import _ExactModel, _right_pattern
+
+    f = HardmaxTransformer.random(jax.random.PRNGKey(0), in_dim=1, n_tokens=3, ffn_width=4)
+    r = count_linear_regions(f, -1.5, 1.5)
+    ex = _ExactModel(f)
+    bps = r.certificate["exact_breakpoints"]
+    edges = [*bps, QuadraticRoot.rational(Fraction(3, 2))]
+    checked = 0
+    for e, nxt in list(zip(edges[:-1], edges[1:]))[:6]:
+        mid = (e.interval()[1] + nxt.interval()[0]) / 2  # inside the next region
+        want = ex.eval(mid)[2]
+        got = _right_pattern(ex, e, np.zeros_like(want))[0]
+        np.testing.assert_array_equal(got, want)
+        checked += 1
+    assert checked == 6
