@@ -382,3 +382,15 @@ def test_right_limit_pattern_does_not_depend_on_the_guess():
         np.testing.assert_array_equal(got, want)
         checked += 1
     assert checked == 6
+
+
+def test_float_filter_changes_nothing():
+    """The rigorous float filters only skip exact work: the same regions, exact
+    breakpoints and maps with the filters off (everything exact)."""
+    f = HardmaxTransformer.random(jax.random.PRNGKey(3), in_dim=1, n_tokens=3, ffn_width=4)
+    a = exact_regions_1d(f, -1.0, 1.0)
+    b = exact_regions_1d(f, -1.0, 1.0, float_filter=False)
+    assert (a.activation, a.linear) == (b.activation, b.linear) and a.activation > 5
+    assert a.certificate["exact_breakpoints"] == b.certificate["exact_breakpoints"]
+    for (s1, c1), (s2, c2) in zip(a.certificate["exact_maps"], b.certificate["exact_maps"]):
+        assert list(s1) == list(s2) and list(c1) == list(c2)

@@ -85,10 +85,11 @@ class QuadraticRoot:
         (True, 1.414213562373, '(0 + √8)/2')
     """
 
-    __slots__ = ("q", "B", "C", "branch", "_disc", "_k", "_lo", "_hi")
+    __slots__ = ("q", "B", "C", "branch", "_disc", "_k", "_lo", "_hi", "_approx")
 
     def __init__(self, q=None, B=None, C=None, branch=0):
         self.q, self.B, self.C, self.branch = q, B, C, branch
+        self._approx = None
         if q is None:
             self._disc = B * B - 4 * C
             self._k = 64
@@ -200,6 +201,19 @@ class QuadraticRoot:
             f"≈ {float(self):.17g})"
         )
 
+    def approx(self) -> tuple[float, float]:
+        """``(r̂, δ)``: a float r̂ with ``|r − r̂| ≤ δ`` (rigorous; for the float filters)."""
+        if self._approx is None:
+            if self.q is not None:
+                rf = float(self.q)  # correctly rounded
+                dr = abs(rf) * 2.0**-52 + 1e-300
+            else:
+                lo, hi = self._lo, self._hi
+                rf = float((lo + hi) / 2)
+                dr = float(hi - lo) * 1.001 + abs(rf) * 2.0**-52 + 1e-300
+            self._approx = (rf, dr)
+        return self._approx
+
     def rational_above(self, width: Fraction) -> Fraction:
         """A rational in ``(r, r + width]``."""
         if self.q is not None:
@@ -289,6 +303,17 @@ class _Dyadic:
 
     def frac(self) -> Fraction:
         return Fraction(self.m << self.e) if self.e >= 0 else Fraction(self.m, 1 << -self.e)
+
+    def __float__(self) -> float:
+        """The value with relative error ≤ 2⁻⁵² (±inf on overflow, 0 on underflow)."""
+        m, e = self.m, self.e
+        s = abs(m).bit_length() - 60
+        if s > 0:
+            m, e = m >> s, e + s
+        try:
+            return math.ldexp(float(m), e)
+        except OverflowError:
+            return math.inf if m > 0 else -math.inf
 
     def _co(self, o):
         return o if type(o) is _Dyadic else _Dyadic.of(o)
@@ -382,6 +407,7 @@ class _ExactModel:
         self.params = _dyadic_tree(f.exact_params())
         self.n_eval = 0
         self.cache: dict[bytes, tuple] = {}
+        self.float_filter = True
 
     def eval(self, t: Fraction, pattern=None):
         """``(y, logits, pattern)`` at the rational t (dyadic arithmetic where possible;
@@ -419,16 +445,50 @@ class _ExactModel:
             raise ValueError(
                 "exact 1-D counting: the frozen output of this model is not affine in the input."
             )
-        out = (polys, _fr(y0), _fr(y1))
+        polys_f = [tuple(_floats(v) for v in abc) for abc in polys]
+        out = (polys, _fr(y0), _fr(y1), polys_f)
         self.cache[key] = out
         return out
 
 
-def _lex_argmax(r: QuadraticRoot, a, b, c) -> np.ndarray:
-    """Winner per group (row) at ``r + ε`` (lowest index on identical competitors)."""
+_float_of = np.frompyfunc(float, 1, 1)
+
+
+def _floats(v) -> np.ndarray:
+    return np.asarray(_float_of(np.asarray(v, dtype=object)), dtype=np.float64)
+
+
+# relative slack of the float filters: covers the conversions (≤ 2⁻⁵² each) and a few
+# float operations (≤ 2⁻⁵³ each) by a factor of > 1000
+_SLACK = 1e-12
+
+
+def _lex_argmax(r: QuadraticRoot, a, b, c, abc_f=None) -> np.ndarray:
+    """Winner per group (row) at ``r + ε`` (lowest index on identical competitors).
+
+    Float filter (``abc_f``: float copies of a, b, c): a group whose float winner at r
+    exceeds every competitor by more than a rigorous error bound has that winner on
+    ``(r, r + ε)``; the other groups are decided exactly."""
     G, K = a.shape
     out = np.zeros(G, np.int64)
-    for g in range(G):
+    todo = range(G)
+    if abc_f is not None and K > 1:
+        af, bf, cf = abc_f
+        rf, dr = r.approx()
+        with np.errstate(all="ignore"):
+            v = af + rf * (bf + rf * cf)
+            rad = abs(rf) + dr
+            dv = (np.abs(bf) + 2 * np.abs(cf) * rad) * dr
+            err = _SLACK * (np.abs(af) + np.abs(bf) * rad + np.abs(cf) * rad * rad + dv) + dv
+            err = err + 1e-290
+            lo, hi = v - err, v + err
+            best = np.argmax(v, axis=1)
+            lo_b = np.take_along_axis(lo, best[:, None], 1)[:, 0]
+            hi_o = np.where(np.arange(K)[None, :] == best[:, None], -np.inf, hi).max(1)
+            sure = np.isfinite(lo_b) & np.isfinite(hi_o) & (lo_b > hi_o)
+        out[sure] = best[sure]
+        todo = np.nonzero(~sure)[0]
+    for g in todo:
         best = 0
         for j in range(1, K):
             if r.lex_sign(a[g, j] - a[g, best], b[g, j] - b[g, best], c[g, j] - c[g, best]) > 0:
@@ -441,11 +501,11 @@ def _right_pattern(ex: _ExactModel, r: QuadraticRoot, guess: np.ndarray):
     """``p⁺(r)``: the pattern on ``(r, r + ε)``, by correcting ``guess`` layer by layer."""
     q = np.asarray(guess, np.int64).copy()
     for _ in range(q.size + 2):
-        polys, y0, y1 = ex.frozen(q)
+        polys, y0, y1, polys_f = ex.frozen(q)
         off, fixed = 0, True
-        for a, b, c in polys:
+        for (a, b, c), abc_f in zip(polys, polys_f):
             G = a.shape[0]
-            w = _lex_argmax(r, a, b, c)
+            w = _lex_argmax(r, a, b, c, abc_f if ex.float_filter else None)
             if not np.array_equal(w, q[off : off + G]):
                 q = q.copy()
                 q[off : off + G] = w
@@ -453,15 +513,101 @@ def _right_pattern(ex: _ExactModel, r: QuadraticRoot, guess: np.ndarray):
                 break
             off += G
         if fixed:
-            return q, polys, y0, y1
+            return q, polys, y0, y1, polys_f
     raise RuntimeError("exact 1-D counting: the right-limit pattern did not converge")
 
 
-def _exit(polys, pat, x: QuadraticRoot):
+def _exit(polys, pat, x: QuadraticRoot, polys_f=None, end: QuadraticRoot | None = None):
     """The end of the region of ``pat`` right of x: the smallest simple root > x of its
-    non-zero gaps (None: the region is unbounded to the right)."""
-    best = None
+    non-zero gaps (None: the region is unbounded to the right).
+
+    Float filter (``polys_f`` and ``end`` given): the gap whose float root estimate comes
+    first is solved exactly (the current exit E, or ``end``); every other gap that a
+    rigorous float enclosure proves positive on ``[x, E]`` cannot end the region before
+    E and is skipped; the rest are solved exactly."""
+    if polys_f is None or end is None:
+        gaps = _all_gaps(polys, pat)
+        best = None
+        for ga, gb, gc in gaps:
+            r = _exit_root(ga, gb, gc, x)
+            if r is not None and (best is None or r < best):
+                best = r
+        return best
+    # float gap coefficients, their magnitudes (for the error bounds) and their ids
+    ids, G_a, G_b, G_c, M_a, M_b, M_c = [], [], [], [], [], [], []
     off = 0
+    for li, (af, bf, cf) in enumerate(polys_f):
+        G, K = af.shape
+        w = np.asarray(pat[off : off + G], np.int64)
+        off += G
+        rows = np.arange(G)
+        for arr, gl, ml in ((af, G_a, M_a), (bf, G_b, M_b), (cf, G_c, M_c)):
+            aw = arr[rows, w][:, None]
+            gl.append((aw - arr).ravel())
+            ml.append((np.abs(aw) + np.abs(arr)).ravel())
+        comp = np.tile(np.arange(K), G)
+        grp = np.repeat(rows, K)
+        keep = comp != np.repeat(w, K)
+        ids.append(np.stack([np.full(G * K, li), grp, np.repeat(w, K), comp], 1)[keep])
+        for lst in (G_a, G_b, G_c, M_a, M_b, M_c):
+            lst[-1] = lst[-1][keep]
+    if not ids:
+        return None
+    ids = np.concatenate(ids)
+    ga, gb, gc, ma, mb, mc = (np.concatenate(v) for v in (G_a, G_b, G_c, M_a, M_b, M_c))
+    xf, dx = x.approx()
+
+    def exact(i):
+        li, g, w, j = (int(v) for v in ids[i])
+        a, b, c = polys[li]
+        da, db, dc = a[g, w] - a[g, j], b[g, w] - b[g, j], c[g, w] - c[g, j]
+        if da == 0 and db == 0 and dc == 0:
+            return None
+        return _exit_root(da, db, dc, x)
+
+    with np.errstate(all="ignore"):
+        # ordering only: the first float root > x of every gap (inf: none)
+        disc = gb * gb - 4 * ga * gc
+        sq = np.sqrt(np.maximum(disc, 0))
+        lin = -ga / gb
+        q1 = (-gb - sq) / (2 * gc)
+        q2 = (-gb + sq) / (2 * gc)
+        lo_r, hi_r = np.minimum(q1, q2), np.maximum(q1, q2)
+        est = np.where(
+            gc == 0,
+            np.where(lin > xf, lin, np.inf),
+            np.where(
+                disc > 0, np.where(lo_r > xf, lo_r, np.where(hi_r > xf, hi_r, np.inf)), np.inf
+            ),
+        )
+        est = np.where(np.isnan(est), np.inf, est)
+    done = np.zeros(ids.shape[0], bool)
+    best = None
+    first = int(np.argmin(est))
+    if np.isfinite(est[first]):
+        best = exact(first)
+        done[first] = True
+    E = end if best is None or best > end else best
+    Ef, dE = E.approx()
+    with np.errstate(all="ignore"):
+        u, v = xf - dx, Ef + dE
+        m = 0.5 * (u + v)
+        h = max(v - m, m - u) * (1 + 1e-12) + 1e-300
+        gm = ga + m * (gb + m * gc)
+        gpm = gb + 2 * gc * m
+        low = gm - np.abs(gpm) * h + np.minimum(gc, 0) * h * h
+        rad = abs(m) + h
+        err = _SLACK * (ma + mb * rad + mc * rad * rad) + 1e-290
+        sure = np.isfinite(low) & np.isfinite(err) & (low - err > 0)
+    for i in np.nonzero(~sure & ~done)[0]:
+        r = exact(i)
+        if r is not None and (best is None or r < best):
+            best = r
+    return best
+
+
+def _all_gaps(polys, pat):
+    out, off = [], 0
     for a, b, c in polys:
         G, K = a.shape
         for g in range(G):
@@ -472,14 +618,19 @@ def _exit(polys, pat, x: QuadraticRoot):
                 ga, gb, gc = a[g, w] - a[g, j], b[g, w] - b[g, j], c[g, w] - c[g, j]
                 if ga == 0 and gb == 0 and gc == 0:
                     continue
-                r = _exit_root(ga, gb, gc, x)
-                if r is not None and (best is None or r < best):
-                    best = r
+                out.append((ga, gb, gc))
         off += G
-    return best
+    return out
 
 
-def exact_regions_1d(f: AbstractPiecewiseLinear, lo, hi, *, max_regions: int = 100_000):
+def exact_regions_1d(
+    f: AbstractPiecewiseLinear,
+    lo,
+    hi,
+    *,
+    max_regions: int = 100_000,
+    float_filter: bool = True,
+):
     """Exact, certified linear-region count of a 1-D model on ``[lo, hi]`` whose frozen
     logits are polynomials of degree ≤ 2 (hardmax attention with input-dependent queries
     and keys, ReLU FFNs; affine-logit models are a special case).
@@ -488,7 +639,10 @@ def exact_regions_1d(f: AbstractPiecewiseLinear, lo, hi, *, max_regions: int = 1
     (e.g. :class:`HardmaxTransformer`, or its :func:`restrict` to a line); it can also be
     called directly on an affine-logit model as an independent exact count. ``lo`` and
     ``hi`` are taken as the exact rationals of their float values. See the module
-    docstring for the method.
+    docstring for the method. ``float_filter`` (default): decisions that a rigorous float
+    error bound settles (a competitor clearly ahead, a gap provably positive up to the
+    current exit) skip the exact arithmetic; ``False``: everything exact (the same result,
+    slower).
 
     Returns:
         A :class:`RegionCount` with ``certified=True``; ``breakpoints`` as floats,
@@ -523,11 +677,12 @@ def exact_regions_1d(f: AbstractPiecewiseLinear, lo, hi, *, max_regions: int = 1
             f"exact_regions_1d: {type(f).__name__} has no exact rational evaluation "
             f"(exact_params/exact_eval), which exact counting needs: {err}"
         ) from err
+    ex.float_filter = bool(float_filter)
     span = hi_q - lo_q
     tiny = span / (1 << 40)
     x = QuadraticRoot.rational(lo_q)
     guess = ex.eval(min(lo_q + tiny, hi_q))[2]
-    pat, polys, y0, y1 = _right_pattern(ex, x, guess)
+    pat, polys, y0, y1, polys_f = _right_pattern(ex, x, guess)
     bps: list[QuadraticRoot] = []
     maps = [(y1, y0)]
     pats = [pat]
@@ -535,7 +690,10 @@ def exact_regions_1d(f: AbstractPiecewiseLinear, lo, hi, *, max_regions: int = 1
     jumps: list[bool] = []
     end = QuadraticRoot.rational(hi_q)
     while True:
-        e = _exit(polys, pat, x)
+        if ex.float_filter:
+            e = _exit(polys, pat, x, polys_f, end)
+        else:
+            e = _exit(polys, pat, x)
         if e is None or e >= end:
             break
         if len(pats) >= max_regions:
@@ -545,7 +703,7 @@ def exact_regions_1d(f: AbstractPiecewiseLinear, lo, hi, *, max_regions: int = 1
             )
         # a guess of the pattern right of e (corrected exactly by _right_pattern)
         guess = ex.eval(min(_dyadic_above(e.rational_above(tiny), tiny), hi_q))[2]
-        q, polys, z0, z1 = _right_pattern(ex, e, guess)
+        q, polys, z0, z1, polys_f = _right_pattern(ex, e, guess)
         if np.array_equal(q, pat):  # cannot happen: a gap of pat turns negative at e
             raise RuntimeError("exact 1-D counting: no pattern change at a simple root")
         sl, il = maps[-1]
