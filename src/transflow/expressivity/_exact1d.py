@@ -26,6 +26,11 @@ changes only at roots of winner-minus-competitor *gap* polynomials. This module 
    guess (the exact pattern at a rational point just right of r) is corrected layer by
    layer until every layer's winners are the ``r + ε`` winners of its frozen logits.
 
+4. **Float filters** (rigorous, ``float_filter=True``): a competitor whose float value
+   at r beats every other by more than an error bound (> 1000× the worst-case rounding)
+   wins without exact arithmetic, and a gap that a float interval enclosure proves
+   positive on ``[x, E]`` (E: the exit found so far) is skipped; everything else is exact.
+
 Activation regions are the maximal open intervals of one pattern (a pattern that holds at
 an isolated tie point only is not a region); linear regions merge neighbours whose affine
 output maps are exactly equal. Such models are generally **discontinuous** at a switch
