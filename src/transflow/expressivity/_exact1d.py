@@ -379,8 +379,16 @@ class _Dyadic:
     def __hash__(self):
         return hash(self.frac())
 
+    def __bool__(self):
+        return self.m != 0
 
-_to_dyadic = np.frompyfunc(lambda v: _Dyadic.of(v) or v, 1, 1)
+
+def _maybe_dyadic(v):
+    d = _Dyadic.of(v) if isinstance(v, Fraction | int) else None
+    return v if d is None else d
+
+
+_to_dyadic = np.frompyfunc(_maybe_dyadic, 1, 1)
 _to_fraction = np.frompyfunc(lambda v: v.frac() if type(v) is _Dyadic else Fraction(v), 1, 1)
 
 
@@ -419,7 +427,7 @@ class _ExactModel:
         values come back as Fractions)."""
         self.n_eval += 1
         t = Fraction(t)
-        x = np.array([_Dyadic.of(t) or t], dtype=object)
+        x = np.array([_maybe_dyadic(t)], dtype=object)
         return self.f.exact_eval(self.params, x, pattern)
 
     def frozen(self, pat: np.ndarray):
