@@ -661,21 +661,17 @@ def count_linear_regions(
                 f, lo, hi, n_seed=n_seed, rtol=map_rtol, dtype=dtype, strict=strict
             )
         return _count_1d(f, lo, hi, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype)
-    r = _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype)
-    if certify:
-        try:
-            ok, info = _verify_2d(f, r, lo, hi, dtype)
-        except NotImplementedError as err:
-            ok, info = False, {"failure": str(err)}
-        r.certified, r.certificate = ok, info
-        if strict and not ok:
-            from ._certify import CertificationError
+    if not certify:
+        return _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype)
+    from ._exact2d import count_2d_certified
 
-            raise CertificationError(
-                f"count_linear_regions (2-D): the partition failed verification: {info}. "
-                "Use float64, a smaller box, or strict=False to inspect it."
-            )
-    return r
+    return count_2d_certified(
+        f,
+        lo,
+        hi,
+        strict=strict,
+        float_count=lambda: _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype),
+    )
 
 
 def _grid_components(ids: np.ndarray) -> int:
