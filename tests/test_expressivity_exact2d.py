@@ -195,3 +195,17 @@ def test_generic_model_and_strict_semantics():
     u = count_linear_regions(bare, *BOX, strict=False)
     assert not u.certified and "failure" in u.certificate
     assert u.activation == r.activation
+
+
+def test_duplicate_pieces_and_concurrent_lines():
+    """Identical competitors (the lower index wins) and three lines through one point are
+    decided exactly; the LP enumerator agrees."""
+    W = np.array([[[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]], [[0.0, 1.0], [0.0, -1.0], [1.0, 1.0]]])
+    net = MaxoutNetwork([W], [np.zeros((2, 3))], np.array([[1.0, 3.0]]))
+    r = count_linear_regions(net, [-1.0, -1.0], [1.0, 1.0])
+    lp = lp_region_count(net, [-1.0, -1.0], [1.0, 1.0])
+    assert r.certified and (r.activation, r.linear) == (lp["activation"], lp["linear"])
+    # max(x2, −x2, x1 + x2): three sectors bounded by rays of x1 = 0, x2 = 0, x1 = −2 x2
+    # (all through the origin); |x1| (pieces 0 and 1 identical) splits only the sector
+    # x1 ≤ −2 x2, x2 ≤ 0, which holds both signs of x1: 4 regions
+    assert r.activation == 4 and r.linear == 4
