@@ -209,3 +209,19 @@ def test_duplicate_pieces_and_concurrent_lines():
     # (all through the origin); |x1| (pieces 0 and 1 identical) splits only the sector
     # x1 ≤ −2 x2, x2 ≤ 0, which holds both signs of x1: 4 regions
     assert r.activation == 4 and r.linear == 4
+
+
+@pytest.mark.parametrize(
+    ("T", "D", "variant"),
+    [(4, 3, "A"), (3, 6, "B"), pytest.param(3, 4, "A", marks=pytest.mark.slow)],
+)
+def test_zigzag_transformer_2d_exact_equals_formula(T, D, variant):
+    """C6/C7 in 2-D, certified: (2k−1)^{2L} regions on [0,1]² (2401, 81; 15625 with -m
+    slow)."""
+    from transflow.expressivity import zigzag_maxout
+
+    k, L = (T, D - 1) if variant == "A" else (T - 1, D // 3)
+    tf = maxout_to_transformer(zigzag_maxout(k, L, 2), 0.0, 1.0, variant=variant)
+    r = count_linear_regions(tf, [0.0, 0.0], [1.0, 1.0])
+    assert r.certified and r.certificate["program"] == "Transformer"
+    assert r.linear == r.activation == (2 * k - 1) ** (2 * L)
