@@ -381,7 +381,6 @@ def _clip(poly, L):
 def _split(poly, Z):
     """The cells of ``poly`` where each competitor line of ``Z`` (K integer triples) wins
     (lowest index on ties): ``[(cell, j), …]``."""
-    verts = poly[0]
     K = len(Z)
     out = []
     for j in range(K):
@@ -400,7 +399,6 @@ def _split(poly, Z):
                 break
         if cell is not None:
             out.append((cell, j))
-    del verts
     return out
 
 
