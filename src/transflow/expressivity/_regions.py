@@ -441,21 +441,30 @@ def _count_2d(f, lo, hi, *, rtol, dtype) -> RegionCount:
 # --------------------------------------------------------------------------- 1-D certified
 def _count_1d_cert(f, lo, hi, *, n_seed, rtol, dtype, strict) -> RegionCount:
     from ._certify import count_1d_certified
+    from ._layerwise import NotApplicable, count_1d_layerwise
 
-    ev = _Evaluator(f, dtype)
     a0, b0 = float(lo[0]), float(hi[0])
-    res = count_1d_certified(f, a0, b0, n_seed=n_seed, dtype=dtype, coeffs=ev.coeffs, strict=strict)
-    bps, dif = res["breakpoints"], res["differ"]
-    edges = np.concatenate([[a0], bps, [b0]])
-    X = 0.5 * (edges[:-1] + edges[1:])
-    # the map of every region: forward-mode derivative of the model at the region's
-    # midpoint (frozen pattern there; exact for an affine map, unlike a finite difference)
-    J, c = ev.affine(X[:, None])
-    J, c = np.asarray(J, np.float64), np.asarray(c, np.float64)
+    try:
+        # the fast path: layerwise interval propagation (models with interval_forward)
+        res = count_1d_layerwise(f, a0, b0)
+        bps, dif = res["breakpoints"], res["differ"]
+        J, c = res["slopes"], res["intercepts"]
+    except NotApplicable:
+        ev = _Evaluator(f, dtype)
+        res = count_1d_certified(
+            f, a0, b0, n_seed=n_seed, dtype=dtype, coeffs=ev.coeffs, strict=strict
+        )
+        bps, dif = res["breakpoints"], res["differ"]
+        edges = np.concatenate([[a0], bps, [b0]])
+        X = 0.5 * (edges[:-1] + edges[1:])
+        # the map of every region: forward-mode derivative of the model at the region's
+        # midpoint (frozen pattern there; exact for an affine map, unlike a finite difference)
+        J, c = ev.affine(X[:, None])
+        J, c = np.asarray(J, np.float64), np.asarray(c, np.float64)
     labels = np.concatenate([[0], np.cumsum(dif)]).astype(np.int64)
     return RegionCount(
         linear=int(labels[-1]) + 1,
-        activation=int(X.size),
+        activation=int(bps.size) + 1,
         dim=1,
         slopes=J,
         intercepts=c,
