@@ -109,6 +109,7 @@ class IntervalContext:
         self.lo, self.hi = float(lo), float(hi)
         self.a, self.b = np.array([lo], np.float64), np.array([hi], np.float64)
         self.ca, self.cb = self.a.copy(), self.b.copy()
+        self.ea, self.eb = self.a.copy(), self.b.copy()
         self._geometry()
         self.gen = 0
         self.records = []  # per decide: (parent index or None, winners (N, G))
@@ -118,8 +119,8 @@ class IntervalContext:
         self._carry = None
 
     def _geometry(self):
-        self.m = 0.5 * (self.a + self.b)
-        self.h = np.maximum(self.m - self.a, self.b - self.m) * (1 + 4 * _U)
+        self.m = 0.5 * (self.ea + self.eb)
+        self.h = np.maximum(self.m - self.ea, self.eb - self.m) * (1 + 4 * _U)
 
     @property
     def n(self) -> int:
@@ -207,11 +208,11 @@ class IntervalContext:
         err = x_e * _INFL + 6 * _U * (np.abs(x_v) + np.abs(x_s) * _bcast(h, nd))
         return val, err
 
-    def _recentre(self, x: IntervalAffine, idx, m_new, h_new):
-        """Move quantities of the parent intervals ``idx`` to children with midpoints
-        ``m_new`` (the uniform bound of a parent holds on its children)."""
+    def _recentre(self, x: IntervalAffine, idx, m_from):
+        """Move quantities of the parent intervals ``idx`` (midpoints ``m_from``) to the
+        current intervals (their extended domains lie in the parents')."""
         v, s, e, es = x.v[idx], x.s[idx], x.e[idx], x.es[idx]
-        dm = _bcast(m_new - self._m_old[idx], v.ndim)
+        dm = _bcast(self.m - m_from, v.ndim)
         v2 = v + s * dm
         e2 = e + 6 * _U * (np.abs(v) + np.abs(s) * np.abs(dm))
         return IntervalAffine(v2, s, e2, es, self.gen)
@@ -226,7 +227,7 @@ class IntervalContext:
         idx = self._carry
         if idx is None or isinstance(idx, str):
             return IntervalAffine(x.v, x.s, x.e, x.es, self.gen)
-        return self._recentre(x, idx, self.m, self.h)
+        return self._recentre(x, idx, self._m_old[idx])
 
     # ------------------------------------------------------------------ decisions
     def decide(self, Z: IntervalAffine, V: IntervalAffine | None = None) -> IntervalAffine:
@@ -244,7 +245,8 @@ class IntervalContext:
         N, G, K = Z.v.shape
         self.interval_layers += N
         self.n_decide += 1
-        a, b, m, h = self.a, self.b, self.m, self.h
+        # decisions are proved on the extended domains [ea, eb] (see the module docstring)
+        a, b, m, h = self.ea, self.eb, self.m, self.h
         za, ea = self._at(Z.v, Z.s, Z.e, a, m, h)
         zb, eb = self._at(Z.v, Z.s, Z.e, b, m, h)
         w0 = np.argmax(za, axis=-1)
@@ -318,8 +320,9 @@ class IntervalContext:
         )
         bad_u = ~ok_split.all(-1)
         # every piece's winner beats its non-neighbours at both ends of the piece
-        left = np.concatenate([au[:, None], np.where(has, yy, np.nan)], 1)  # (U, K)
-        right = np.concatenate([np.where(has, yy, np.nan), bu[:, None]], 1)
+        # piece k: from the enclosure of its left switch to that of its right switch
+        left = np.concatenate([au[:, None], np.where(has, rlo, np.nan)], 1)  # (U, K)
+        right = np.concatenate([np.where(has, rhi, np.nan), bu[:, None]], 1)
         # the right end of the last piece is b: shift it into place
         npieces = 1 + has.sum(-1)
         right[rows, npieces - 1] = bu
@@ -354,7 +357,7 @@ class IntervalContext:
         overlap = same & ~(s_hi[:-1] < s_lo[1:])
         bad[su_n[1:][overlap]] = True
         if bad.any():
-            self.holes.append(np.stack([a[bad], b[bad]], 1))
+            self.holes.append(np.stack([self.a[bad], self.b[bad]], 1))
         keep = ~bad[su_n]
         su_n, su_g, s_y, s_lo, s_hi, s_q = (x[keep] for x in (su_n, su_g, s_y, s_lo, s_hi, s_q))
         # children of the good intervals
@@ -371,10 +374,11 @@ class IntervalContext:
         is_last[last] = True
         ca2, cb2 = np.empty(n2), np.empty(n2)
         a2, b2 = np.empty(n2), np.empty(n2)
-        a2[first], ca2[first] = a[good], self.ca[good]
-        b2[is_last], cb2[is_last] = b[good], self.cb[good]
-        a2[~first], ca2[~first] = s_y, s_hi
-        b2[~is_last], cb2[~is_last] = s_y, s_lo
+        ea2, eb2 = np.empty(n2), np.empty(n2)
+        a2[first], ca2[first], ea2[first] = self.a[good], self.ca[good], a[good]
+        b2[is_last], cb2[is_last], eb2[is_last] = self.b[good], self.cb[good], b[good]
+        a2[~first], ca2[~first], ea2[~first] = s_y, s_hi, s_lo
+        b2[~is_last], cb2[~is_last], eb2[~is_last] = s_y, s_lo, s_hi
         Wd = np.full((n2, G), -1, np.int64)
         Wd[first] = w0[good]
         Wd[np.nonzero(~first)[0], su_g] = s_q
@@ -382,33 +386,17 @@ class IntervalContext:
         np.maximum.accumulate(pos, axis=0, out=pos)
         W = np.take_along_axis(Wd, pos, 0)
         # new intervals
-        self.a, self.b, self.ca, self.cb = a2, b2, ca2, cb2
+        self.a, self.b, self.ca, self.cb, self.ea, self.eb = a2, b2, ca2, cb2, ea2, eb2
         self._geometry()
         self.gen += 1
         self._carry = parent
         self.records.append((parent, W.astype(np.int16)))
-        # selection with the sliver bound, on the children
-        Zc = self._recentre(Z, parent, self.m, self.h)
-        Vc = self._recentre(V, parent, self.m, self.h)
-        Wk = W[..., None]
-        dev = np.take_along_axis(Vc.e, Wk[..., None], 2)[:, :, 0]  # (n2, G, P)
-        for t in (self.a, self.b):
-            zt, et = self._at(Zc.v, Zc.s, Zc.e, t, self.m, self.h)
-            lw = np.take_along_axis(zt - et, Wk, -1)
-            cand = (zt + et >= lw) & (ar != Wk)  # (n2, G, K)
-            if not cand.any():
-                continue
-            vt, vet = self._at(Vc.v, Vc.s, Vc.e, t, self.m, self.h)
-            vwt = np.take_along_axis(vt, Wk[..., None], 2)
-            rw = 6 * _U * (
-                np.abs(np.take_along_axis(Vc.v, Wk[..., None], 2))
-                + np.abs(np.take_along_axis(Vc.s, Wk[..., None], 2)) * _bcast(self.h, 4)
-            )
-            d = (np.abs(vt - vwt) * (1 + 2 * _U) + vet + rw) * _INFL
-            d = np.where(cand[..., None], d, 0.0).max(axis=2)
-            dev = np.maximum(dev, d)
-        sel = lambda arr: np.take_along_axis(arr, Wk[..., None], 2)[:, :, 0]
-        return IntervalAffine(sel(Vc.v), sel(Vc.s), dev, sel(Vc.es), self.gen)
+        # the selected values: the winners' affine functions (exact affine maps of the
+        # children's patterns), moved to the children's midpoints
+        ix = (parent[:, None], np.arange(G)[None, :], W)
+        sel = IntervalAffine(V.v[ix], V.s[ix], V.e[ix], V.es[ix], self.gen - 1)
+        self._m_old = m
+        return self._recentre(sel, slice(None), m[parent])
 
     def pattern(self, i: int) -> np.ndarray:
         """The full activation pattern (the model's flat winner vector) of final interval
@@ -449,7 +437,9 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     with np.errstate(invalid="ignore"):
         yl = V[:-1] + S[:-1] * (x - m[:-1])[:, None]
         yr = V[1:] + S[1:] * (x - m[1:])[:, None]
-        tol = (E[1:] + E[:-1]) * _INFL + 8 * _U * (np.abs(yl) + np.abs(yr) + 1e-300)
+        # the two maps meet at the true switch r in the enclosure [cb_i, ca_{i+1}] ∋ x
+        wid = np.maximum(ca[1:] - cb[:-1], 0.0)[:, None]
+        tol = (E[1:] + E[:-1] + dS * wid) * _INFL + 8 * _U * (np.abs(yl) + np.abs(yr) + 1e-300)
         defect = np.max(np.abs(yl - yr) - tol, axis=1)
     max_defect = float(np.max(defect[touch], initial=-np.inf))
     ex_model = None
