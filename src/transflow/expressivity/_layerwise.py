@@ -77,10 +77,13 @@ class IntervalAffine:
     (slope), ``e`` (uniform error bound on the interval), ``es`` (slope error bound), all
     of shape ``(N, ...)``; ``gen`` is the interval generation they live on."""
 
-    __slots__ = ("v", "s", "e", "es", "gen")
+    __slots__ = ("v", "s", "e", "es", "gen", "cols")
 
-    def __init__(self, v, s, e, es, gen):
+    def __init__(self, v, s, e, es, gen, cols=None):
         self.v, self.s, self.e, self.es, self.gen = v, s, e, es, gen
+        # optional mask of the last axis: False marks columns that are exactly zero (zero
+        # value, slope and bounds), so that sums can skip them
+        self.cols = cols
 
     def map(self, fn) -> IntervalAffine:
         """Apply an indexing/reshaping function to all four arrays."""
@@ -150,34 +153,71 @@ class IntervalContext:
 
     def lin(self, x: IntervalAffine, W, b=None) -> IntervalAffine:
         """``x @ W + b`` over the last axis: ``e' = (e + γ(|v| + |s| h)) |W| + γ|b|`` with
-        ``γ = γ_{n+1}`` (n = fan-in); ``es' = (es + γ|s|) |W|``."""
+        ``γ = γ_{n+1}`` (n = fan-in); ``es' = (es + γ|s|) |W|``. Zero rows and columns of
+        W are skipped (the constructions' weights are sparse); columns of the result that
+        are exactly zero are marked in ``cols``."""
         self._check(x)
         W = np.asarray(W, np.float64)
         n, p = W.shape
-        aW = np.abs(W)
-        g = _g(n + 1)
+        bb = np.zeros(p) if b is None else np.asarray(b, np.float64)
+        rows = np.nonzero(np.any(W != 0, axis=1))[0]
+        cols = np.any(W != 0, axis=0)
+        out_cols = cols | (bb != 0)
         sh = x.v.shape[:-1] + (p,)
+        xv, xs, xe, xes = x.v, x.s, x.e, x.es
+        if rows.size < n:
+            xv, xs, xe, xes = (arr[..., rows] for arr in (xv, xs, xe, xes))
+            W = W[rows]
+        sub = not cols.all()
+        if sub:
+            W = W[:, cols]
+        k, q = W.shape
+        aW = np.abs(W)
+        g = _g(k + 1)
         hh = _bcast(self.h, x.v.ndim)
-        flat = lambda a: a.reshape(-1, n)
-        v = (flat(x.v) @ W).reshape(sh)
-        s = (flat(x.s) @ W).reshape(sh)
-        e = (flat(x.e * _INFL + g * (np.abs(x.v) + np.abs(x.s) * hh)) @ aW).reshape(sh)
-        es = (flat(x.es * _INFL + g * np.abs(x.s)) @ aW).reshape(sh)
-        if b is not None:
-            b = np.asarray(b, np.float64)
-            v = v + b
-            e = e + g * np.abs(b)
-        return IntervalAffine(v, s, e, es, self.gen)
+        flat = lambda a: a.reshape(-1, k)
+        osh = x.v.shape[:-1] + (q,)
+        v = (flat(xv) @ W).reshape(osh)
+        s = (flat(xs) @ W).reshape(osh)
+        axs = np.abs(xs)
+        e = (flat(xe * _INFL + g * (np.abs(xv) + axs * hh)) @ aW).reshape(osh)
+        es = (flat(xes * _INFL + g * axs) @ aW).reshape(osh)
+        if sub:
+            full = []
+            for arr in (v, s, e, es):
+                z = np.zeros(sh)
+                z[..., cols] = arr
+                full.append(z)
+            v, s, e, es = full
+        v = v + bb
+        e = e + g * np.abs(bb)
+        return IntervalAffine(v, s, e, es, self.gen, None if out_cols.all() else out_cols)
 
     def add(self, x: IntervalAffine, y: IntervalAffine) -> IntervalAffine:
-        """``x + y`` (broadcasting over the trailing axes)."""
+        """``x + y`` (broadcasting over the trailing axes); columns of y marked exactly
+        zero (``y.cols``) are copied from x unchanged."""
         self._check(x, y)
-        v, s = x.v + y.v, x.s + y.s
         g = _g(2)
-        hh = _bcast(self.h, v.ndim)
-        e = (x.e + y.e) * _INFL + g * (np.abs(v) + np.abs(s) * hh)
-        es = (x.es + y.es) * _INFL + g * np.abs(s)
-        return IntervalAffine(v, s, e, es, self.gen)
+
+        def part(xv, xs, xe, xes, yv, ys, ye, yes):
+            v, s = xv + yv, xs + ys
+            hh = _bcast(self.h, v.ndim)
+            e = (xe + ye) * _INFL + g * (np.abs(v) + np.abs(s) * hh)
+            es = (xes + yes) * _INFL + g * np.abs(s)
+            return v, s, e, es
+
+        X = (x.v, x.s, x.e, x.es)
+        Y = (y.v, y.s, y.e, y.es)
+        if y.cols is None or x.v.shape != np.broadcast_shapes(x.v.shape, y.v.shape):
+            return IntervalAffine(*part(*X, *Y), self.gen)
+        c = np.nonzero(y.cols)[0]
+        res = part(*(a[..., c] for a in X), *(a[..., c] for a in Y))
+        out = []
+        for a, r in zip(X, res):
+            a = a.copy()
+            a[..., c] = r
+            out.append(a)
+        return IntervalAffine(*out, self.gen)
 
     def scores(self, q: IntervalAffine, k: IntervalAffine) -> IntervalAffine:
         """Attention scores ``Σ_c q[h, c] k[t, h, c]`` of shape ``(N, H, T)`` for queries
