@@ -253,9 +253,15 @@ class IntervalContext:
         current intervals (their extended domains lie in the parents')."""
         v, s, e, es = x.v[idx], x.s[idx], x.e[idx], x.es[idx]
         dm = _bcast(self.m - m_from, v.ndim)
-        v2 = v + s * dm
-        e2 = e + 6 * _U * (np.abs(v) + np.abs(s) * np.abs(dm))
-        return IntervalAffine(v2, s, e2, es, self.gen)
+        # v += s dm; e += 6u (|v| + |s dm|), in place on the gathered copies
+        acc = np.abs(v)
+        t = s * dm
+        v += t
+        np.abs(t, out=t)
+        acc += t
+        acc *= 6 * _U
+        e += acc
+        return IntervalAffine(v, s, e, es, self.gen, x.cols)
 
     def carry(self, x: IntervalAffine) -> IntervalAffine:
         """Move a quantity computed before the last :meth:`decide` to the new intervals."""
