@@ -259,7 +259,7 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
                 o = ctx.decide(ctx.scores(q, k), vals)  # (N', H, dv)
                 X = ctx.carry(X)
                 o = o.map(lambda z, c=H * dv: z.reshape(z.shape[0], 1, c))
-                X = ctx.add(X, ctx.lin(o, f64(a.wo), f64(a.bo)))
+                X = ctx.residual(X, o, f64(a.wo), f64(a.bo))
             if f is not None:
                 W1, W2 = (f64(w) for w in f.weights)
                 b1, b2 = (f64(b) for b in f.biases)
@@ -270,7 +270,7 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
                 )
                 hid = ctx.decide(Z).map(lambda z, sh=(T, r): z.reshape((z.shape[0], *sh)))
                 X = ctx.carry(X)
-                X = ctx.add(X, ctx.lin(hid, W2, b2))
+                X = ctx.residual(X, hid, W2, b2)
         n = self.n_out_units
         X0 = X.map(lambda z: z[:, 0, :n])
         return ctx.lin(X0, f64(self.readout_weight).T, f64(self.readout_bias))

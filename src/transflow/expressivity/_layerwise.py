@@ -193,31 +193,45 @@ class IntervalContext:
         e = e + g * np.abs(bb)
         return IntervalAffine(v, s, e, es, self.gen, None if out_cols.all() else out_cols)
 
+    def _sum(self, xv, xs, xe, xes, yv, ys, ye, yes):
+        g = _g(2)
+        v, s = xv + yv, xs + ys
+        hh = _bcast(self.h, v.ndim)
+        e = (xe + ye) * _INFL + g * (np.abs(v) + np.abs(s) * hh)
+        es = (xes + yes) * _INFL + g * np.abs(s)
+        return v, s, e, es
+
     def add(self, x: IntervalAffine, y: IntervalAffine) -> IntervalAffine:
         """``x + y`` (broadcasting over the trailing axes); columns of y marked exactly
         zero (``y.cols``) are copied from x unchanged."""
         self._check(x, y)
-        g = _g(2)
-
-        def part(xv, xs, xe, xes, yv, ys, ye, yes):
-            v, s = xv + yv, xs + ys
-            hh = _bcast(self.h, v.ndim)
-            e = (xe + ye) * _INFL + g * (np.abs(v) + np.abs(s) * hh)
-            es = (xes + yes) * _INFL + g * np.abs(s)
-            return v, s, e, es
-
         X = (x.v, x.s, x.e, x.es)
         Y = (y.v, y.s, y.e, y.es)
         if y.cols is None or x.v.shape != np.broadcast_shapes(x.v.shape, y.v.shape):
-            return IntervalAffine(*part(*X, *Y), self.gen)
+            return IntervalAffine(*self._sum(*X, *Y), self.gen)
         c = np.nonzero(y.cols)[0]
-        res = part(*(a[..., c] for a in X), *(a[..., c] for a in Y))
+        res = self._sum(*(a[..., c] for a in X), *(a[..., c] for a in Y))
         out = []
         for a, r in zip(X, res):
             a = a.copy()
             a[..., c] = r
             out.append(a)
         return IntervalAffine(*out, self.gen)
+
+    def residual(self, x: IntervalAffine, hid: IntervalAffine, W, b=None) -> IntervalAffine:
+        """``x + hid @ W + b`` for a residual stream x, **in place** on x's arrays (x must
+        own them and not be used afterwards: ``X = ctx.residual(X, h, W, b)``); only the
+        columns where W or b is non-zero are computed and changed."""
+        self._check(x, hid)
+        W = np.asarray(W, np.float64)
+        bb = np.zeros(W.shape[1]) if b is None else np.asarray(b, np.float64)
+        c = np.nonzero(np.any(W != 0, axis=0) | (bb != 0))[0]
+        y = self.lin(hid, W[:, c], bb[c])
+        X = (x.v, x.s, x.e, x.es)
+        res = self._sum(*(a[..., c] for a in X), y.v, y.s, y.e, y.es)
+        for a, r in zip(X, res):
+            a[..., c] = r
+        return IntervalAffine(*X, self.gen)
 
     def scores(self, q: IntervalAffine, k: IntervalAffine) -> IntervalAffine:
         """Attention scores ``Σ_c q[h, c] k[t, h, c]`` of shape ``(N, H, T)`` for queries
