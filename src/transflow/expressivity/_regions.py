@@ -1,6 +1,8 @@
 """Exact counting of linear regions of the piecewise-linear models of this module.
 
-- **1-D** (spec §7, "exact 1-D region counter"): pattern bisection from a seed grid until
+- **1-D certified** (the default): the layerwise interval counter of ``_layerwise`` for
+  models with ``interval_forward``, else the point walk of ``_certify``.
+- **1-D** uncertified (``certify=False``; spec §7, "exact 1-D region counter"): pattern bisection from a seed grid until
   the endpoints of every interval share the full activation pattern (or the interval is
   shorter than ``tol``); consecutive patterns are the activation regions; the affine map of
   each region comes from the model with its pattern frozen (forward-mode derivative at an
@@ -585,8 +587,14 @@ def count_linear_regions(
     affine maps (spec §2.5). Affine maps are those of the **pattern-frozen** model, never
     finite differences (the pitfall of spec §7).
 
-    **Certificate** (``certify=True``, the default; see ``transflow.expressivity._certify``):
-    in 1-D every region is found at a point where its pattern is proved by running
+    **Certificate** (``certify=True``, the default). In 1-D, models with
+    ``interval_forward`` (:class:`MaxoutNetwork`, :class:`MaxoutTransformer`, their
+    slices) are counted by the layerwise interval counter
+    (``transflow.expressivity._layerwise``): intervals are propagated decision layer by
+    decision layer with rigorous round-off bounds on their affine maps, every switch is
+    certified by a root enclosure inside the interval's clean zone, and the intervals that
+    cannot be certified are recounted by the exact rational walk. Other models use the
+    point walk (``transflow.expressivity._certify``): every region is found at a point where its pattern is proved by running
     round-off bounds (every logit gap exceeds the bound), every junction between
     neighbouring regions is proved to be a single switch (the frozen affine gaps of both
     sides meet at one root) with the maps compared at both sides and continuity checked,
