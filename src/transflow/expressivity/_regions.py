@@ -3,11 +3,11 @@
 - **1-D certified** (the default): the layerwise interval counter of ``_layerwise`` for
   models with ``interval_forward``, else the point walk of ``_certify``.
 - **1-D** uncertified (``certify=False``; spec §7, "exact 1-D region counter"): pattern
-  bisection from a seed grid until the endpoints of every interval share the full activation pattern (or the interval is
-  shorter than ``tol``); consecutive patterns are the activation regions; the affine map of
-  each region comes from the model with its pattern frozen (forward-mode derivative at an
-  interior point — exact for the pattern-frozen affine map, **not** a finite difference);
-  neighbours with equal maps are merged into linear regions.
+  bisection from a seed grid until the endpoints of every interval share the full activation
+  pattern (or the interval is shorter than ``tol``); consecutive patterns are the activation
+  regions; the affine map of each region comes from the model with its pattern frozen
+  (forward-mode derivative at an interior point — exact for the pattern-frozen affine map,
+  **not** a finite difference); neighbours with equal maps are merged into linear regions.
 - **2-D**: exact polygon refinement over the box (SplineCam-style): decision layer by
   decision layer, every max-group (maxout unit, hardmax head per query, ReLU as a rank-2
   unit) splits the current convex polygons into the cells where each competitor wins,
@@ -588,19 +588,19 @@ def count_linear_regions(
     finite differences (the pitfall of spec §7).
 
     **Certificate** (``certify=True``, the default). In 1-D, models with
-    ``interval_forward`` (:class:`MaxoutNetwork`, :class:`MaxoutTransformer`, their
-    slices) are counted by the layerwise interval counter
-    (``transflow.expressivity._layerwise``): intervals are propagated decision layer by
-    decision layer with rigorous round-off bounds on their affine maps, every switch is
-    certified by a root enclosure inside the interval's clean zone, and the intervals that
-    cannot be certified are recounted by the exact rational walk. Other models use the
-    point walk (``transflow.expressivity._certify``): every region is found at a point
-    where its pattern is proved by running round-off bounds (every logit gap exceeds the bound), every junction between
-    neighbouring regions is proved to be a single switch (the frozen affine gaps of both
-    sides meet at one root) with the maps compared at both sides and continuity checked,
-    and every junction that floating point cannot prove (round-off larger than a gap)
-    is recomputed in exact rational arithmetic. The result has ``certified=True`` and the
-    count is exact; if the exact fallback is unavailable, ``strict=True`` raises
+    ``interval_forward`` (:class:`MaxoutNetwork`, :class:`MaxoutTransformer`, their slices)
+    are counted by the layerwise interval counter (``transflow.expressivity._layerwise``):
+    intervals are propagated decision layer by decision layer with rigorous round-off bounds
+    on their affine maps, every switch is certified by a root enclosure inside the
+    interval's clean zone, and the intervals that cannot be certified are recounted by the
+    exact rational walk. Other models use the point walk
+    (``transflow.expressivity._certify``): every region is found at a point where its
+    pattern is proved by running round-off bounds (every logit gap exceeds the bound), every
+    junction between neighbouring regions is proved to be a single switch (the frozen affine
+    gaps of both sides meet at one root) with the maps compared at both sides and continuity
+    checked, and every junction that floating point cannot prove (round-off larger than a
+    gap) is recomputed in exact rational arithmetic. The result has ``certified=True`` and
+    the count is exact; if the exact fallback is unavailable, ``strict=True`` raises
     :class:`CertificationError`, ``strict=False`` returns ``certified=False``. In 2-D the
     polygons are verified (patterns at centroids, vertices, tiling, continuity at shared
     vertices) with float tolerances.
