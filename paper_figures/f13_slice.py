@@ -4,8 +4,9 @@ A random ``torch.nn.Sequential`` ReLU network R^5 → R (3 hidden layers of widt
 converted with ``MaxoutNetwork.from_torch`` and restricted with
 ``transflow.expressivity.restrict`` to the plane ``p0 + t₁(p1 − p0) + t₂(p2 − p0)``
 through three random points, t ∈ [0, 1]² (the triangle p0, p1, p2 is its lower-left
-half). The partition is the exact polygon refinement of ``count_linear_regions``
-(verified: patterns at centroids, vertices, tiling, continuity). On the segment p0 → p1
+half). The partition is the exact polygon refinement of ``count_linear_regions``,
+certified: computed in exact integer arithmetic (dyadic affine logits, integer lines,
+homogeneous integer vertices; no tolerance). On the segment p0 → p1
 the certified 1-D count equals an independent dense-sampling count (torch activation
 patterns on 4·10⁵ points).
 """
@@ -46,6 +47,7 @@ def make(out_dir: pathlib.Path) -> dict:
     return {
         "plane_linear_regions": r.linear,
         "plane_certified": bool(r.certified),
+        "plane_certificate_method": r.certificate["method"],
         "segment_regions": st["line"]["linear"],
         "segment_dense_count": st["line"]["dense_activation"],
     }

@@ -4,8 +4,9 @@ transformers, regions coloured.
 Left: the Variant-A hardmax transformer of the 2-D zigzag maxout net (T = 3 tokens,
 D = 3 blocks) on [0, 1]²: (2T−1)^{2(D−1)} = 625 regions. Right: the transformer of a
 random ReLU net 2→6→5→1 on [−2, 2]². Polygons from the exact polygon refinement of
-``transflow.expressivity.count_linear_regions`` (activation regions, merged into linear
-regions when adjacent with equal affine maps; one colour per linear region).
+``transflow.expressivity.count_linear_regions``, certified by exact integer arithmetic
+(activation regions, merged into linear regions when adjacent with exactly equal affine
+maps; one colour per linear region).
 """
 
 from __future__ import annotations
@@ -46,4 +47,5 @@ def make(out_dir: pathlib.Path) -> dict:
         "zigzag_rc_exact": data["zigzag"]["rc_exact"],
         "relu_linear_regions": parts["relu"].linear,
         "relu_activation_regions": parts["relu"].activation,
+        "certified": all(bool(r.certified) for r in parts.values()),
     }

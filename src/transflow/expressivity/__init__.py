@@ -10,7 +10,7 @@ Public API:
 - CPWL routes: :func:`lattice_cpwl`, :func:`lattice_from_1d`, :func:`hinging_cpwl`.
 - Softmax: :func:`softmax_max_constant` (``c_T = W((T−1)/e)``), :func:`softmax_error_bound`,
   :func:`lambert_w`.
-- Regions: :func:`count_linear_regions` (exact and certified in 1-D, verified in 2-D),
+- Regions: :func:`count_linear_regions` (exact and certified in 1-D and 2-D),
   :func:`grid_region_count` (pattern hashing, a lower bound), :class:`RegionCount`,
   :class:`CertificationError`, :func:`lp_region_count` (independent LP enumerator).
 - Slices and users' networks: :func:`restrict` (a line or plane of any input space),

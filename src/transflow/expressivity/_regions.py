@@ -161,9 +161,8 @@ class RegionCount:
         evaluations: number of model evaluations (pattern points) used.
         certified: True if the count is certified exact (1-D: every junction between
             consecutive regions proved with running round-off bounds or recomputed in exact
-            rational arithmetic; 2-D: every polygon's pattern proved at its centroid and
-            consistent at its vertices, the polygons tile the box, and neighbouring maps
-            agree on shared edges — see ``certificate``).
+            rational arithmetic; 2-D: the whole partition computed in exact integer
+            arithmetic, see ``transflow.expressivity._exact2d`` and ``certificate``).
         certificate: what was checked, with counts (junctions, exact fallbacks, …).
     """
 
@@ -602,8 +601,11 @@ def count_linear_regions(
     gap) is recomputed in exact rational arithmetic. The result has ``certified=True`` and
     the count is exact; if the exact fallback is unavailable, ``strict=True`` raises
     :class:`CertificationError`, ``strict=False`` returns ``certified=False``. In 2-D the
-    polygons are verified (patterns at centroids, vertices, tiling, continuity at shared
-    vertices) with float tolerances.
+    partition is computed in exact integer arithmetic (dyadic affine logits per frozen
+    prefix pattern, integer lines, homogeneous integer vertices, exact map equality and
+    edge adjacency; ``transflow.expressivity._exact2d``), so the count is exact; a model
+    without an exact program raises :class:`CertificationError` (``strict=True``) or
+    returns the float64 polygon count with ``certified=False``.
 
     Args:
         f: a :class:`MaxoutNetwork` (ReLU networks via ``from_relu`` / ``from_torch``), a
@@ -613,8 +615,9 @@ def count_linear_regions(
         n_seed: 1-D: number of seed intervals.
         tol: 1-D, ``certify=False`` only: bisection stops at intervals shorter than ``tol``.
         split: 1-D, ``certify=False`` only: ``"affine"`` or ``"midpoint"`` bisection.
-        map_rtol: 2-D and ``certify=False``: two affine maps are equal if they differ by at
-            most ``map_rtol`` times their size on the box.
+        map_rtol: ``certify=False`` only: two affine maps are equal if they differ by at
+            most ``map_rtol`` times their size on the box (certified counts compare maps
+            exactly).
         certify: prove the count (default); ``False``: the earlier uncertified bisection.
         strict: raise when the count cannot be certified (default).
 
@@ -678,21 +681,17 @@ def count_linear_regions(
                 f, lo, hi, n_seed=n_seed, rtol=map_rtol, dtype=dtype, strict=strict
             )
         return _count_1d(f, lo, hi, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype)
-    r = _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype)
-    if certify:
-        try:
-            ok, info = _verify_2d(f, r, lo, hi, dtype)
-        except NotImplementedError as err:
-            ok, info = False, {"failure": str(err)}
-        r.certified, r.certificate = ok, info
-        if strict and not ok:
-            from ._certify import CertificationError
+    if not certify:
+        return _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype)
+    from ._exact2d import count_2d_certified
 
-            raise CertificationError(
-                f"count_linear_regions (2-D): the partition failed verification: {info}. "
-                "Use float64, a smaller box, or strict=False to inspect it."
-            )
-    return r
+    return count_2d_certified(
+        f,
+        lo,
+        hi,
+        strict=strict,
+        float_count=lambda: _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype),
+    )
 
 
 def _grid_components(ids: np.ndarray) -> int:

@@ -129,13 +129,25 @@ def plot_partition(parts, T=3, D=3):
         ax.set_ylim(allv[:, 1].min(), allv[:, 1].max())
         ax.set_aspect("equal")
         ax.set_title(
-            f"{titles[name]}\n{r.linear} linear / {r.activation} activation regions", fontsize=9
+            f"{titles[name]}\n{r.linear} linear / {r.activation} activation regions\n"
+            f"{_cert_label(r)}",
+            fontsize=9,
         )
         ax.set_xlabel("x₁")
         ax.set_ylabel("x₂")
     fig.suptitle("F9: exact partition of the input box into linear regions (hardmax)")
     fig.tight_layout()
     return fig
+
+
+def _cert_label(r) -> str:
+    """How a 2-D count was established, from its certificate."""
+    method = (r.certificate or {}).get("method", "")
+    if r.certified and method.startswith("exact integer arithmetic"):
+        return "certified (exact integer arithmetic)"
+    if r.certified:
+        return "certified"
+    return "NOT certified (float64 polygon clipping)"
 
 
 def plot_slice(study):
@@ -170,8 +182,8 @@ def plot_slice(study):
     line = study["line"]
     ax.set_title(
         f"F13: ReLU net R^{study['d_in']}→R ({study['depth']}×{study['width']}), plane "
-        f"p0 + t₁(p1−p0) + t₂(p2−p0)\n{r.linear} linear regions "
-        f"(verified in float64: {r.certified}); segment p0→p1: {line['linear']}, "
+        f"p0 + t₁(p1−p0) + t₂(p2−p0)\n{r.linear} linear regions, {_cert_label(r)}; "
+        f"segment p0→p1: {line['linear']}, "
         f"certified {line['certified']} "
         f"(dense sampling: {line['dense_activation']})",
         fontsize=8.5,

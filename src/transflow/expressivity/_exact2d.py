@@ -1,0 +1,619 @@
+"""Exact (certified) 2-D region counting in integer arithmetic.
+
+Every float weight is a dyadic rational ``m·2^e``, so with the activation pattern of the
+earlier layers frozen, every logit of decision layer ``l`` is an affine function
+``a + b·s + c·t`` of the plane coordinates with dyadic coefficients. This module computes
+those coefficients exactly — as integer arrays with one power-of-two scale per array
+(:class:`_Aff`), propagated through the model with Python integers — and refines the box
+into the activation polygons with exact integer geometry:
+
+- a **line** is an integer triple ``(a, b, c)``, the half-plane ``a + b s + c t ≥ 0``
+  (the difference of two competing logits, scaled by a positive power of two and divided
+  by the gcd of its entries);
+- a **vertex** is a homogeneous integer triple ``(W, X, Y)`` with ``W > 0`` (the point
+  ``(X/W, Y/W)``), the cross product of the two lines meeting there;
+- the side of a vertex is the sign of the integer ``a W + b X + c Y``: exact, no
+  tolerance.
+
+Decision layer by decision layer every polygon (carrying its exact prefix pattern and the
+model's exact affine state) is split by every group whose exact winner is not the same
+at all its vertices (one convex cell per competitor: the intersection of the half-planes
+where it beats the others, lowest index on ties); a cell is kept iff it has positive area
+(a vertex strictly inside the clipping half-plane). The activation regions are the final
+cells; the output map of each is exact; two cells are merged into one linear region iff
+their maps are exactly equal and they share a boundary segment of positive length
+(decided on the canonical integer key of the common supporting line, endpoints compared
+as exact rationals). The areas of the cells sum exactly to the box's area.
+
+Models: :class:`MaxoutNetwork` (ReLU nets via ``from_relu`` / ``from_torch``), hardmax
+:class:`MaxoutTransformer` (constant queries: checked exactly) and :class:`Restricted`
+slices of them have a fast integer program; any other :class:`AbstractPiecewiseLinear`
+with :meth:`exact_eval` uses three exact rational evaluations per polygon and layer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._pwl import AbstractPiecewiseLinear
+
+METHOD = (
+    "exact integer arithmetic: dyadic affine logits per frozen prefix pattern, polygons "
+    "with integer supporting lines and homogeneous integer vertices, exact sign tests, "
+    "exact map equality and edge adjacency"
+)
+
+
+class NotExact(Exception):
+    """The model (or this part of it) has no exact affine program."""
+
+
+# --------------------------------------------------------------------------- dyadic arrays
+def _dyadic(a) -> tuple[np.ndarray, int]:
+    """``(M, e)`` with ``a = M·2^e`` exactly, M an object array of Python ints."""
+    a = np.asarray(a, np.float64)
+    if not np.all(np.isfinite(a)):
+        raise NotExact("a parameter is not finite")
+    flat = a.reshape(-1)
+    ratios = [float(v).as_integer_ratio() for v in flat]
+    exps = [-(d.bit_length() - 1) for _, d in ratios if _ != 0]
+    e = min(exps) if exps else 0
+    M = np.empty(flat.shape, dtype=object)
+    for i, (n, d) in enumerate(ratios):
+        M[i] = n << (-(d.bit_length() - 1) - e)
+    return M.reshape(a.shape), e
+
+
+class _Aff:
+    """An array of affine functions of (s, t): ``M[..., 0] + M[..., 1] s + M[..., 2] t``,
+    all scaled by ``2^e`` (M: object array of Python ints, trailing axis 3)."""
+
+    __slots__ = ("M", "e")
+
+    def __init__(self, M, e):
+        self.M, self.e = M, e
+
+    def __getitem__(self, idx):
+        return _Aff(self.M[idx], self.e)
+
+    def aligned(self, e):
+        return self.M if e == self.e else self.M * (1 << (self.e - e))
+
+    def __add__(self, other: _Aff) -> _Aff:
+        e = min(self.e, other.e)
+        return _Aff(self.aligned(e) + other.aligned(e), e)
+
+    def reshape(self, *shape):
+        return _Aff(self.M.reshape(*shape, 3), self.e)
+
+    def fractions(self) -> np.ndarray:
+        s = Fraction(2) ** self.e
+        out = np.empty(self.M.shape, dtype=object)
+        for idx in np.ndindex(*self.M.shape):
+            out[idx] = Fraction(self.M[idx]) * s
+        return out
+
+
+def _lin(X: _Aff, W, b=None) -> _Aff:
+    """``X @ W + b`` for X of shape (..., n_in) (affine), W ``(n_in, n_out)`` and b
+    ``(n_out,)`` given as dyadic pairs."""
+    WM, We = W
+    M = np.matmul(np.moveaxis(X.M, -1, -2), WM)  # (..., 3, n_out)
+    out = _Aff(np.ascontiguousarray(np.moveaxis(M, -2, -1)), X.e + We)
+    if b is None:
+        return out
+    bM, be = b
+    e = min(out.e, be)
+    M = out.aligned(e).copy()
+    M[..., 0] = M[..., 0] + bM * (1 << (be - e))
+    return _Aff(M, e)
+
+
+def _const(M, e, shape) -> _Aff:
+    out = np.zeros((*shape, 3), dtype=object)
+    out[..., 0] = M
+    return _Aff(out, e)
+
+
+def _zeros_obj(shape):
+    out = np.empty(shape, dtype=object)
+    out.fill(0)
+    return out
+
+
+# --------------------------------------------------------------------------- programs
+class _Program:
+    """Exact affine propagation of one model: ``start(x)`` → state, ``logits(state, l)`` →
+    (integer logits (G, K, 3) up to a positive scale, cache), ``advance(state, cache, l,
+    winners)`` → state, ``output(state)`` → exact map as Fractions (d_out, 3)."""
+
+    n_layers: int
+
+
+class _MaxoutProgram(_Program):
+    def __init__(self, net):
+        self.W, self.b, self.shape = [], [], []
+        for w, b in zip(net.weights, net.biases):
+            n, k, n_prev = w.shape
+            self.W.append(_dyadic(np.asarray(w, np.float64).reshape(n * k, n_prev).T))
+            self.b.append(_dyadic(np.asarray(b, np.float64).reshape(n * k)))
+            self.shape.append((n, k))
+        self.A = _dyadic(np.asarray(net.readout_weight, np.float64).T)
+        self.c = _dyadic(np.asarray(net.readout_bias, np.float64))
+        self.n_layers = len(self.W)
+
+    def start(self, x: _Aff):
+        return x
+
+    def logits(self, h: _Aff, layer: int):
+        n, k = self.shape[layer]
+        z = _lin(h, self.W[layer], self.b[layer]).reshape(n, k)
+        return z, z
+
+    def advance(self, h, z: _Aff, layer: int, win):
+        n = z.M.shape[0]
+        return _Aff(z.M[np.arange(n), win], z.e)
+
+    def output(self, h: _Aff):
+        return _lin(h, self.A, self.c)
+
+
+class _TransformerProgram(_Program):
+    def __init__(self, tf):
+        if not tf.hardmax:
+            raise NotExact("softmax attention is not piecewise linear")
+        self.P = _dyadic(np.asarray(tf.positional, np.float64))
+        self.T, self.m = self.P[0].shape
+        self.layers = []  # (kind, params)
+        for a, f in tf.blocks:
+            if a is not None:
+                p = [_dyadic(np.asarray(t, np.float64)) for t in (a.wq, a.bq, a.wk, a.bk)]
+                p += [_dyadic(np.asarray(t, np.float64)) for t in (a.wv, a.bv, a.wo, a.bo)]
+                self.layers.append(("attn", (*p, a.n_heads)))
+            if f is not None:
+                W1, W2 = f.weights
+                b1, b2 = f.biases
+                p = [_dyadic(np.asarray(t, np.float64)) for t in (W1, b1, W2, b2)]
+                self.layers.append(("ffn", tuple(p)))
+        self.A = _dyadic(np.asarray(tf.readout_weight, np.float64).T)
+        self.c = _dyadic(np.asarray(tf.readout_bias, np.float64))
+        self.n_out = tf.n_out_units
+        self.n_layers = len(self.layers)
+
+    def start(self, x: _Aff):
+        T, m = self.T, self.m
+        PM, Pe = self.P
+        d = x.M.shape[0]
+        e = min(Pe, x.e)
+        M = _zeros_obj((T, m, 3))
+        M[..., 0] = PM * (1 << (Pe - e))
+        M[:, :d, :] = M[:, :d, :] + x.aligned(e)[None]
+        return _Aff(M, e)
+
+    def logits(self, X: _Aff, layer: int):
+        kind, p = self.layers[layer]
+        T = self.T
+        if kind == "attn":
+            wq, bq, wk, bk, wv, bv, wo, bo, H = p
+            q = _lin(X, wq, bq)  # (T, H dk, 3)
+            Q = q.M[0, :, 0]
+            if any(v != 0 for v in q.M[..., 1:].reshape(-1)) or any(
+                v != w for row in q.M[1:, :, 0] for v, w in zip(row, Q)
+            ):
+                raise NotExact(
+                    "an attention query depends on x or differs between tokens (the scores "
+                    "are not affine with the pattern frozen)"
+                )
+            k = _lin(X, wk, bk)  # (T, H dk, 3)
+            dk = Q.shape[0] // H
+            kM = k.M.reshape(T, H, dk, 3)
+            s = (kM * Q.reshape(1, H, dk, 1)).sum(axis=2)  # (T, H, 3)
+            return _Aff(np.ascontiguousarray(s.transpose(1, 0, 2)), q.e + k.e), None
+        W1, b1, W2, b2 = p
+        pre = _lin(X, W1, b1)  # (T, r, 3)
+        r = pre.M.shape[1]
+        M = _zeros_obj((T * r, 2, 3))
+        M[:, 1, :] = pre.M.reshape(T * r, 3)
+        return _Aff(M, pre.e), pre
+
+    def advance(self, X: _Aff, cache, layer: int, win):
+        kind, p = self.layers[layer]
+        T = self.T
+        if kind == "attn":
+            wq, bq, wk, bk, wv, bv, wo, bo, H = p
+            v = _lin(X, wv, bv)  # (T, H dv, 3)
+            dv = v.M.shape[1] // H
+            vM = v.M.reshape(T, H, dv, 3)
+            o = _Aff(np.concatenate([vM[win[h], h] for h in range(H)]), v.e)  # (H dv, 3)
+            out = _lin(o, wo, bo)  # (m, 3)
+            return X + _Aff(np.broadcast_to(out.M[None], X.M.shape), out.e)
+        W1, b1, W2, b2 = p
+        pre = cache
+        act = np.asarray(win).reshape(pre.M.shape[:2]) == 1
+        hid = _Aff(np.where(act[..., None], pre.M, 0), pre.e)
+        return X + _lin(hid, W2, b2)
+
+    def output(self, X: _Aff):
+        return _lin(X[0, : self.n_out], self.A, self.c)
+
+
+class _RestrictedProgram(_Program):
+    def __init__(self, g, inner: _Program):
+        self.inner = inner
+        self.o = np.asarray(g.origin, np.float64)
+        self.D = np.asarray(g.directions, np.float64)  # (d, 2)
+        self.n_layers = inner.n_layers
+
+    def start(self, x: _Aff):
+        # origin + D @ x: x is the identity map of (s, t) here; compose in general
+        oM, oe = _dyadic(self.o)
+        y = _lin(x, _dyadic(self.D.T)) + _const(oM, oe, oM.shape)
+        return self.inner.start(y)
+
+    def logits(self, state, layer):
+        return self.inner.logits(state, layer)
+
+    def advance(self, state, cache, layer, win):
+        return self.inner.advance(state, cache, layer, win)
+
+    def output(self, state):
+        return self.inner.output(state)
+
+
+class _GenericProgram(_Program):
+    """Any model with ``exact_eval``: the logits of layer l from three exact rational
+    evaluations with the prefix pattern frozen (later layers padded with winner 0)."""
+
+    def __init__(self, f, sizes):
+        self.f = f
+        self.params = f.exact_params()
+        self.sizes = sizes  # groups per decision layer
+        self.n_layers = len(sizes)
+
+    def start(self, x):
+        return ()
+
+    def _eval(self, prefix):
+        pat = np.concatenate(
+            [np.asarray(w, np.int64) for w in prefix]
+            + [np.zeros(g, np.int64) for g in self.sizes[len(prefix) :]]
+        )
+        pts = [(0, 0), (1, 0), (0, 1)]
+        return [
+            self.f.exact_eval(self.params, np.array([Fraction(a), Fraction(b)], dtype=object), pat)
+            for a, b in pts
+        ]
+
+    def logits(self, prefix, layer):
+        (_, L0, _), (_, L1, _), (_, L2, _) = self._eval(prefix)
+        z0, z1, z2 = (np.asarray(L[layer], dtype=object) for L in (L0, L1, L2))
+        F = np.stack([z0, z1 - z0, z2 - z0], axis=-1)
+        den = 1
+        for v in F.reshape(-1):
+            den = math.lcm(den, Fraction(v).denominator)
+        M = np.empty(F.shape, dtype=object)
+        for idx in np.ndindex(*F.shape):
+            v = Fraction(F[idx]) * den
+            M[idx] = v.numerator
+        return _Aff(M, 0), None
+
+    def advance(self, prefix, cache, layer, win):
+        return (*prefix, np.asarray(win, np.int64))
+
+    def output(self, prefix):
+        (y0, _, _), (y1, _, _), (y2, _, _) = self._eval(prefix)
+        y0, y1, y2 = (np.asarray(y, dtype=object) for y in (y0, y1, y2))
+        return np.stack([y0, y1 - y0, y2 - y0], axis=-1)
+
+
+def _program(f: AbstractPiecewiseLinear, sizes) -> _Program:
+    from ._construction import MaxoutTransformer
+    from ._maxout import MaxoutNetwork
+    from ._slice import Restricted
+
+    if isinstance(f, MaxoutNetwork):
+        return _MaxoutProgram(f)
+    if isinstance(f, MaxoutTransformer):
+        return _TransformerProgram(f)
+    if isinstance(f, Restricted) and isinstance(f.f, MaxoutNetwork | MaxoutTransformer):
+        return _RestrictedProgram(f, _program(f.f, sizes))
+    return _GenericProgram(f, sizes)
+
+
+# --------------------------------------------------------------------------- geometry
+def _reduce(L):
+    g = math.gcd(*L)
+    return L if g <= 1 else (L[0] // g, L[1] // g, L[2] // g)
+
+
+def _meet(L1, L2):
+    """The homogeneous integer vertex (W > 0, gcd 1) where two lines meet."""
+    a1, b1, c1 = L1
+    a2, b2, c2 = L2
+    W, X, Y = b1 * c2 - c1 * b2, c1 * a2 - a1 * c2, a1 * b2 - b1 * a2
+    if W < 0:
+        W, X, Y = -W, -X, -Y
+    g = math.gcd(W, X, Y)
+    return (W // g, X // g, Y // g) if g > 1 else (W, X, Y)
+
+
+def _side(L, v):
+    return L[0] * v[0] + L[1] * v[1] + L[2] * v[2]
+
+
+def _clip(poly, L):
+    """``poly ∩ {L ≥ 0}`` or None when it has no interior. ``poly = (verts, lines)``:
+    ``lines[i]`` supports the edge ``verts[i] → verts[i+1]``."""
+    verts, lines = poly
+    sg = [_side(L, v) for v in verts]
+    if all(s >= 0 for s in sg):
+        return poly
+    if not any(s > 0 for s in sg):
+        return None
+    L = _reduce(L)
+    nv, nl = [], []
+    n = len(verts)
+    for i in range(n):
+        j = (i + 1) % n
+        si, sj = sg[i], sg[j]
+        if si >= 0:
+            nv.append(verts[i])
+            if sj >= 0:
+                nl.append(lines[i])
+            elif si > 0:
+                nl.append(lines[i])
+                nv.append(_meet(lines[i], L))
+                nl.append(L)
+            else:
+                nl.append(L)
+        elif sj > 0:
+            nv.append(_meet(lines[i], L))
+            nl.append(lines[i])
+    return nv, nl
+
+
+def _split(poly, Z):
+    """The cells of ``poly`` where each competitor line of ``Z`` (K integer triples) wins
+    (lowest index on ties): ``[(cell, j), …]``."""
+    K = len(Z)
+    out = []
+    for j in range(K):
+        cell = poly
+        for i in range(K):
+            if i == j:
+                continue
+            D = (Z[j][0] - Z[i][0], Z[j][1] - Z[i][1], Z[j][2] - Z[i][2])
+            if D == (0, 0, 0):
+                if i < j:
+                    cell = None
+                    break
+                continue
+            cell = _clip(cell, D)
+            if cell is None:
+                break
+        if cell is not None:
+            out.append((cell, j))
+    return out
+
+
+def _winners(M, V):
+    """Exact winners ``(G, nv)`` of the competitors ``M`` (G, K, 3) at the vertices V."""
+    vals = np.matmul(M, np.asarray(V, dtype=object).T)  # (G, K, nv)
+    return np.argmax(vals, axis=1)
+
+
+def _frac_point(v):
+    return Fraction(v[1], v[0]), Fraction(v[2], v[0])
+
+
+def _canonical(L):
+    a, b, c = _reduce(L)
+    if b < 0 or (b == 0 and c < 0):
+        a, b, c = -a, -b, -c
+    return a, b, c
+
+
+def _area2(verts) -> Fraction:
+    """Twice the signed area of a polygon with homogeneous integer vertices, exactly."""
+    total = Fraction(0)
+    n = len(verts)
+    for i in range(n):
+        W1, X1, Y1 = verts[i]
+        W2, X2, Y2 = verts[(i + 1) % n]
+        total += Fraction(X1 * Y2 - X2 * Y1, W1 * W2)
+    return total
+
+
+def _components(n, pairs):
+    parent = list(range(n))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, j in pairs:
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            parent[max(ri, rj)] = min(ri, rj)
+    roots = np.array([find(i) for i in range(n)], dtype=np.int64)
+    _, labels = np.unique(roots, return_inverse=True)
+    return labels.astype(np.int64)
+
+
+def _adjacent_pairs(polys):
+    """Pairs of polygons that share a boundary segment of positive length (exact)."""
+    by_line: dict = {}
+    for p, (verts, lines) in enumerate(polys):
+        n = len(verts)
+        for i in range(n):
+            by_line.setdefault(_canonical(lines[i]), []).append((p, verts[i], verts[(i + 1) % n]))
+    pairs = []
+    for key, edges in by_line.items():
+        if len(edges) < 2:
+            continue
+        k = 1 if key[2] != 0 else 2  # parametrise by s unless the line is s = const
+        ivs = []
+        for p, v1, v2 in edges:
+            a, b = Fraction(v1[k], v1[0]), Fraction(v2[k], v2[0])
+            ivs.append((min(a, b), max(a, b), p))
+        ivs.sort(key=lambda r: r[0])
+        for u in range(len(ivs)):
+            lo_u, hi_u, pu = ivs[u]
+            for w in range(u + 1, len(ivs)):
+                lo_w, hi_w, pw = ivs[w]
+                if lo_w >= hi_u:
+                    break
+                if min(hi_u, hi_w) > lo_w and pu != pw:
+                    pairs.append((pu, pw))
+    return pairs
+
+
+# --------------------------------------------------------------------------- driver
+def _box(lo, hi):
+    """The box [lo, hi] as an integer polygon (lines: bottom, right, top, left)."""
+    (l0n, l0d), (l1n, l1d) = (float(v).as_integer_ratio() for v in lo)
+    (h0n, h0d), (h1n, h1d) = (float(v).as_integer_ratio() for v in hi)
+    bottom, right = (-l1n, 0, l1d), (h0n, -h0d, 0)
+    top, left = (h1n, 0, -h1d), (-l0n, l0d, 0)
+    lines = [bottom, right, top, left]
+    verts = [_meet(left, bottom), _meet(bottom, right), _meet(right, top), _meet(top, left)]
+    return verts, lines
+
+
+def count_2d_exact(f: AbstractPiecewiseLinear, lo, hi) -> dict:
+    """Exact activation polygons, maps and linear-region labels of ``f`` on the box.
+
+    Raises :class:`NotExact` (or ``NotImplementedError`` from ``exact_eval``) when the
+    model has no exact affine program.
+    """
+    t0 = time.perf_counter()
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    shapes = jax.eval_shape(f.layer_logits, jnp.zeros((2,), dtype))
+    sizes = [int(s.shape[0]) for s in shapes]
+    prog = _program(f, sizes)
+    ident = _Aff(np.array([[0, 1, 0], [0, 0, 1]], dtype=object), 0)
+    box = _box(lo, hi)
+    # items: (polygon, state, prefix pattern)
+    items = [(box, prog.start(ident), ())]
+    n_exact, n_split = 0, 0
+    for layer in range(prog.n_layers):
+        new = []
+        for poly, state, prefix in items:
+            Z, cache = prog.logits(state, layer)
+            n_exact += 1
+            M = Z.M
+            win = _winners(M, poly[0])  # (G, nv)
+            fixed = win[:, 0].astype(np.int64)
+            varying = np.nonzero(np.any(win != win[:, :1], axis=1))[0]
+            cells = [(poly, fixed)]
+            for g in varying:
+                Zg = [tuple(M[g, k]) for k in range(M.shape[1])]
+                nxt = []
+                for cell, w in cells:
+                    wv = _winners(M[g : g + 1], cell[0])[0]
+                    if np.all(wv == wv[0]):
+                        w = w.copy()
+                        w[g] = wv[0]
+                        nxt.append((cell, w))
+                        continue
+                    n_split += 1
+                    for sub, j in _split(cell, Zg):
+                        w2 = w.copy()
+                        w2[g] = j
+                        nxt.append((sub, w2))
+                cells = nxt
+            for cell, w in cells:
+                new.append((cell, prog.advance(state, cache, layer, w), (*prefix, w)))
+        items = new
+    polys = [it[0] for it in items]
+    maps = []
+    for _, state, _ in items:
+        y = prog.output(state)
+        maps.append(y.fractions() if isinstance(y, _Aff) else y)
+    keys = [tuple(m.reshape(-1)) for m in maps]
+    ids: dict = {}
+    map_id = [ids.setdefault(k, len(ids)) for k in keys]
+    pairs = [(i, j) for i, j in _adjacent_pairs(polys) if map_id[i] == map_id[j]]
+    labels = _components(len(polys), pairs)
+    # exact checks: the cells tile the box, one cell per pattern
+    box_area2 = _area2(box[0])
+    area_ok = sum((abs(_area2(p[0])) for p in polys), Fraction(0)) == abs(box_area2)
+    pats = {tuple(np.concatenate(it[2]).tolist()) if it[2] else () for it in items}
+    distinct = len(pats) == len(items)
+    if not (area_ok and distinct):  # pragma: no cover - would be a bug in this module
+        raise AssertionError(
+            f"exact 2-D partition inconsistent: tiles the box {area_ok}, one polygon per "
+            f"pattern {distinct}"
+        )
+    bits = max(
+        (abs(x).bit_length() for p in polys for v in p[0] for x in v),
+        default=0,
+    )
+    poly_f = [np.array([[v[1] / v[0], v[2] / v[0]] for v in p[0]], np.float64) for p in polys]
+    F = np.array([[[float(x) for x in row] for row in m] for m in maps], np.float64)
+    return {
+        "polygons": poly_f,
+        "slopes": F[:, :, 1:],
+        "intercepts": F[:, :, 0],
+        "labels": labels,
+        "linear": int(labels.max()) + 1 if len(labels) else 0,
+        "activation": len(polys),
+        "evaluations": n_exact,
+        "certificate": {
+            "method": METHOD,
+            "program": type(prog).__name__.strip("_").replace("Program", ""),
+            "activation_polygons": len(polys),
+            "distinct_maps": len(ids),
+            "exact_affine_evaluations": n_exact,
+            "polygon_splits": n_split,
+            "area_sum_equals_box": area_ok,
+            "one_polygon_per_pattern": distinct,
+            "merged_adjacent_pairs": len(pairs),
+            "max_vertex_bits": bits,
+            "seconds": time.perf_counter() - t0,
+        },
+    }
+
+
+def count_2d_certified(f, lo, hi, *, strict: bool, float_count):
+    """:func:`count_linear_regions` in 2-D with ``certify=True``: the exact count; if the
+    model has no exact program, ``strict`` raises :class:`CertificationError`, otherwise
+    the float polygon count ``float_count()`` is returned with ``certified=False``."""
+    from ._certify import CertificationError
+    from ._regions import RegionCount
+
+    try:
+        res = count_2d_exact(f, lo, hi)
+    except (NotExact, NotImplementedError) as err:
+        reason = f"{type(f).__name__}: {err}"
+        if strict:
+            raise CertificationError(
+                f"count_linear_regions (2-D): no exact integer program for this model "
+                f"({reason}), so the count cannot be certified. Count with strict=False to "
+                "get the float64 polygon count marked certified=False, or implement "
+                "exact_params/exact_eval for the model."
+            ) from err
+        r = float_count()
+        r.certified = False
+        r.certificate = {"method": "float64 polygon clipping (not certified)", "failure": reason}
+        return r
+    return RegionCount(
+        linear=res["linear"],
+        activation=res["activation"],
+        dim=2,
+        slopes=res["slopes"],
+        intercepts=res["intercepts"],
+        labels=res["labels"],
+        polygons=res["polygons"],
+        evaluations=res["evaluations"],
+        certified=True,
+        certificate=res["certificate"],
+    )
