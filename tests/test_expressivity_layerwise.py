@@ -101,3 +101,18 @@ def test_carry_is_required_after_a_decision():
     with pytest.raises(RuntimeError, match="carry"):
         ctx.lin(x, np.ones((1, 1)))
     assert ctx.carry(x).gen == ctx.gen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["B", "maxout13"])
+def test_large_counts_certified_without_exact_fallback(case):
+    """Issue #14 benchmark sizes: Variant B rank 4 depth 6 (117649) and the rank-2 depth-13
+    maxout net (3^13 = 1594323) are certified by the layerwise counter alone."""
+    if case == "B":
+        f, expected = maxout_to_transformer(zigzag_maxout(4, 6), 0.0, 1.0, variant="B"), 7**6
+    else:
+        f, expected = zigzag_maxout(2, 13), 3**13
+    r = count_linear_regions(f, 0.0, 1.0)
+    assert (r.linear, r.activation, r.certified) == (expected, expected, True)
+    assert "layerwise" in r.certificate["method"]
+    assert r.certificate["holes"] == 0 and r.certificate["max_continuity_defect"] <= 0
