@@ -158,7 +158,9 @@ class RegionCount:
         breakpoints: 1-D: the activation-region boundaries (midpoints of the final
             bisection intervals, width ≤ tol), sorted; 2-D: ``None``.
         polygons: 2-D: vertex arrays ``(V_i, 2)`` of the activation regions; 1-D: ``None``.
-        evaluations: number of model evaluations (pattern points) used.
+        evaluations: number of model evaluations (pattern points) used; for the 1-D
+            layerwise counter, the interval-layer evaluations divided by the number of
+            decision layers (full forward-pass equivalents) plus exact evaluations.
         certified: True if the count is certified exact (1-D: every junction between
             consecutive regions proved with running round-off bounds or recomputed in exact
             rational arithmetic; 2-D: the whole partition computed in exact integer
