@@ -230,6 +230,51 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
         y, ey = lin(X[:1, :n], EX[:1, :n], self.readout_weight.T, self.readout_bias)
         return y[0], ey[0], tuple(logits), tuple(errs), jnp.concatenate(wins)
 
+    def interval_forward(self, ctx, x):
+        """The hardmax forward pass on 1-D intervals (see
+        :meth:`AbstractPiecewiseLinear.interval_forward`), mirroring :meth:`eval_bounded`:
+        one decision per attention block (groups = heads, competitors = key tokens, the
+        constant query of token 0) and per FFN (groups = token × hidden unit, competitors
+        ``(0, pre-activation)``)."""
+        self._refuse_softmax()
+        f64 = lambda a: np.asarray(a, np.float64)
+        P = f64(self.positional)
+        T, m = P.shape
+        d = self.in_dim
+        emb = np.zeros((d, m))
+        emb[np.arange(d), np.arange(d)] = 1.0
+        xe = ctx.lin(x, emb)
+        X = ctx.add(ctx.const(P), xe.map(lambda a: a[:, None, :]))
+        for a, f in self.blocks:
+            if a is not None:
+                H = a.n_heads
+                q = ctx.lin(X.map(lambda z: z[:, :1]), f64(a.wq), f64(a.bq))
+                k = ctx.lin(X, f64(a.wk), f64(a.bk))
+                v = ctx.lin(X, f64(a.wv), f64(a.bv))
+                N = q.v.shape[0]
+                dk, dv = q.v.shape[-1] // H, v.v.shape[-1] // H
+                q = q.map(lambda z, sh=(N, H, dk): z.reshape(sh))
+                k = k.map(lambda z, sh=(N, T, H, dk): z.reshape(sh))
+                vals = v.map(lambda z, sh=(N, T, H, dv): z.reshape(sh).transpose(0, 2, 1, 3))
+                o = ctx.decide(ctx.scores(q, k), vals)  # (N', H, dv)
+                X = ctx.carry(X)
+                o = o.map(lambda z, c=H * dv: z.reshape(z.shape[0], 1, c))
+                X = ctx.residual(X, o, f64(a.wo), f64(a.bo))
+            if f is not None:
+                W1, W2 = (f64(w) for w in f.weights)
+                b1, b2 = (f64(b) for b in f.biases)
+                pre = ctx.lin(X, W1, b1)  # (N, T, r)
+                N, r = pre.v.shape[0], pre.v.shape[-1]
+                Z = pre.map(
+                    lambda z, sh=(N, T * r, 2): np.stack([np.zeros_like(z), z], -1).reshape(sh)
+                )
+                hid = ctx.decide(Z).map(lambda z, sh=(T, r): z.reshape((z.shape[0], *sh)))
+                X = ctx.carry(X)
+                X = ctx.residual(X, hid, W2, b2)
+        n = self.n_out_units
+        X0 = X.map(lambda z: z[:, 0, :n])
+        return ctx.lin(X0, f64(self.readout_weight).T, f64(self.readout_bias))
+
     def exact_params(self):
         self._refuse_softmax()
         blocks = []

@@ -205,6 +205,20 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
         ey = aA @ eh + gamma(h.shape[0] + 1, dt) * (aA @ jnp.abs(h) + jnp.abs(c))
         return y, ey, tuple(logits), tuple(errs), jnp.concatenate(wins)
 
+    def interval_forward(self, ctx, x):
+        """The forward pass on 1-D intervals (see
+        :meth:`AbstractPiecewiseLinear.interval_forward`): one decision per layer, the
+        groups are the units, the competitors their pieces."""
+        h = x
+        for w, b in zip(self.weights, self.biases):
+            n, k, n_prev = w.shape
+            W = np.asarray(w, np.float64).reshape(n * k, n_prev).T
+            z = ctx.lin(h, W, np.asarray(b, np.float64).reshape(n * k))
+            z = z.map(lambda a, n=n, k=k: a.reshape(a.shape[0], n, k))
+            h = ctx.decide(z).map(lambda a: a[..., 0])
+        A = np.asarray(self.readout_weight, np.float64)
+        return ctx.lin(h, A.T, np.asarray(self.readout_bias, np.float64))
+
     def exact_params(self):
         return (
             [to_fraction_array(w) for w in self.weights],

@@ -134,6 +134,17 @@ class AbstractPiecewiseLinear(eqx.Module):
             f"{type(self).__name__} has no exact rational evaluation (exact_eval)."
         )
 
+    def interval_forward(self, ctx, x):
+        """Optional: the forward pass on many 1-D intervals at once, for the fast layerwise
+        certified counter (:mod:`transflow.expressivity._layerwise`). ``x`` is an
+        ``IntervalAffine`` of shape ``(N, d)`` (affine in the line parameter t on every
+        interval, with rigorous error bounds); the model computes with ``ctx.lin``,
+        ``ctx.add``, ``ctx.const``, ``ctx.scores``, calls ``ctx.decide(logits, values)`` at
+        every decision layer (same order and group layout as :meth:`layer_logits`), moves
+        earlier quantities with ``ctx.carry`` and returns the output ``(N, d_out)``.
+        Models without it are counted by the point walk."""
+        raise NotImplementedError(f"{type(self).__name__} has no interval_forward")
+
     @property
     def affine_logits(self) -> bool:
         """True if, with the pattern frozen, every logit is affine in x (then activation

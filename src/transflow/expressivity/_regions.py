@@ -1,11 +1,13 @@
 """Exact counting of linear regions of the piecewise-linear models of this module.
 
-- **1-D** (spec §7, "exact 1-D region counter"): pattern bisection from a seed grid until
-  the endpoints of every interval share the full activation pattern (or the interval is
-  shorter than ``tol``); consecutive patterns are the activation regions; the affine map of
-  each region comes from the model with its pattern frozen (forward-mode derivative at an
-  interior point — exact for the pattern-frozen affine map, **not** a finite difference);
-  neighbours with equal maps are merged into linear regions.
+- **1-D certified** (the default): the layerwise interval counter of ``_layerwise`` for
+  models with ``interval_forward``, else the point walk of ``_certify``.
+- **1-D** uncertified (``certify=False``; spec §7, "exact 1-D region counter"): pattern
+  bisection from a seed grid until the endpoints of every interval share the full activation
+  pattern (or the interval is shorter than ``tol``); consecutive patterns are the activation
+  regions; the affine map of each region comes from the model with its pattern frozen
+  (forward-mode derivative at an interior point — exact for the pattern-frozen affine map,
+  **not** a finite difference); neighbours with equal maps are merged into linear regions.
 - **2-D**: exact polygon refinement over the box (SplineCam-style): decision layer by
   decision layer, every max-group (maxout unit, hardmax head per query, ReLU as a rank-2
   unit) splits the current convex polygons into the cells where each competitor wins,
@@ -156,7 +158,9 @@ class RegionCount:
         breakpoints: 1-D: the activation-region boundaries (midpoints of the final
             bisection intervals, width ≤ tol), sorted; 2-D: ``None``.
         polygons: 2-D: vertex arrays ``(V_i, 2)`` of the activation regions; 1-D: ``None``.
-        evaluations: number of model evaluations (pattern points) used.
+        evaluations: number of model evaluations (pattern points) used; for the 1-D
+            layerwise counter, the interval-layer evaluations divided by the number of
+            decision layers (full forward-pass equivalents) plus exact evaluations.
         certified: True if the count is certified exact (1-D: every junction between
             consecutive regions proved with running round-off bounds or recomputed in exact
             rational arithmetic; 2-D: the whole partition computed in exact integer
@@ -440,21 +444,30 @@ def _count_2d(f, lo, hi, *, rtol, dtype) -> RegionCount:
 # --------------------------------------------------------------------------- 1-D certified
 def _count_1d_cert(f, lo, hi, *, n_seed, rtol, dtype, strict) -> RegionCount:
     from ._certify import count_1d_certified
+    from ._layerwise import NotApplicable, count_1d_layerwise
 
-    ev = _Evaluator(f, dtype)
     a0, b0 = float(lo[0]), float(hi[0])
-    res = count_1d_certified(f, a0, b0, n_seed=n_seed, dtype=dtype, coeffs=ev.coeffs, strict=strict)
-    bps, dif = res["breakpoints"], res["differ"]
-    edges = np.concatenate([[a0], bps, [b0]])
-    X = 0.5 * (edges[:-1] + edges[1:])
-    # the map of every region: forward-mode derivative of the model at the region's
-    # midpoint (frozen pattern there; exact for an affine map, unlike a finite difference)
-    J, c = ev.affine(X[:, None])
-    J, c = np.asarray(J, np.float64), np.asarray(c, np.float64)
+    try:
+        # the fast path: layerwise interval propagation (models with interval_forward)
+        res = count_1d_layerwise(f, a0, b0)
+        bps, dif = res["breakpoints"], res["differ"]
+        J, c = res["slopes"], res["intercepts"]
+    except NotApplicable:
+        ev = _Evaluator(f, dtype)
+        res = count_1d_certified(
+            f, a0, b0, n_seed=n_seed, dtype=dtype, coeffs=ev.coeffs, strict=strict
+        )
+        bps, dif = res["breakpoints"], res["differ"]
+        edges = np.concatenate([[a0], bps, [b0]])
+        X = 0.5 * (edges[:-1] + edges[1:])
+        # the map of every region: forward-mode derivative of the model at the region's
+        # midpoint (frozen pattern there; exact for an affine map, unlike a finite difference)
+        J, c = ev.affine(X[:, None])
+        J, c = np.asarray(J, np.float64), np.asarray(c, np.float64)
     labels = np.concatenate([[0], np.cumsum(dif)]).astype(np.int64)
     return RegionCount(
         linear=int(labels[-1]) + 1,
-        activation=int(X.size),
+        activation=int(bps.size) + 1,
         dim=1,
         slopes=J,
         intercepts=c,
@@ -576,14 +589,20 @@ def count_linear_regions(
     affine maps (spec §2.5). Affine maps are those of the **pattern-frozen** model, never
     finite differences (the pitfall of spec §7).
 
-    **Certificate** (``certify=True``, the default; see ``transflow.expressivity._certify``):
-    in 1-D every region is found at a point where its pattern is proved by running
-    round-off bounds (every logit gap exceeds the bound), every junction between
-    neighbouring regions is proved to be a single switch (the frozen affine gaps of both
-    sides meet at one root) with the maps compared at both sides and continuity checked,
-    and every junction that floating point cannot prove (round-off larger than a gap)
-    is recomputed in exact rational arithmetic. The result has ``certified=True`` and the
-    count is exact; if the exact fallback is unavailable, ``strict=True`` raises
+    **Certificate** (``certify=True``, the default). In 1-D, models with
+    ``interval_forward`` (:class:`MaxoutNetwork`, :class:`MaxoutTransformer`, their slices)
+    are counted by the layerwise interval counter (``transflow.expressivity._layerwise``):
+    intervals are propagated decision layer by decision layer with rigorous round-off bounds
+    on their affine maps, every switch is certified by a root enclosure inside the
+    interval's clean zone, and the intervals that cannot be certified are recounted by the
+    exact rational walk. Other models use the point walk
+    (``transflow.expressivity._certify``): every region is found at a point where its
+    pattern is proved by running round-off bounds (every logit gap exceeds the bound), every
+    junction between neighbouring regions is proved to be a single switch (the frozen affine
+    gaps of both sides meet at one root) with the maps compared at both sides and continuity
+    checked, and every junction that floating point cannot prove (round-off larger than a
+    gap) is recomputed in exact rational arithmetic. The result has ``certified=True`` and
+    the count is exact; if the exact fallback is unavailable, ``strict=True`` raises
     :class:`CertificationError`, ``strict=False`` returns ``certified=False``. In 2-D the
     partition is computed in exact integer arithmetic (dyadic affine logits per frozen
     prefix pattern, integer lines, homogeneous integer vertices, exact map equality and

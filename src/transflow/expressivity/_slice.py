@@ -51,6 +51,12 @@ class Restricted(AbstractPiecewiseLinear):
             ex = ex + aD @ et
         return self.f.eval_bounded(x, ex, pattern)
 
+    def interval_forward(self, ctx, t):
+        """``x = origin + directions @ t`` on 1-D intervals, then f's interval pass."""
+        D = np.asarray(self.directions, np.float64)
+        x = ctx.lin(t, D.T, np.asarray(self.origin, np.float64))
+        return self.f.interval_forward(ctx, x)
+
     def exact_params(self):
         return (
             self.f.exact_params(),
