@@ -267,3 +267,41 @@ def test_grid_validation():
         Grid(jnp.arange(3.0), jnp.array([1.0, -1.0, 1.0]), jnp.arange(2.0), jnp.ones(2))
     g = Grid.image(3, 5, 8)
     assert g.n_tokens == 15 and g.x_nodes.shape == (15, 2)
+
+
+@pytest.mark.parametrize(
+    "remat, unroll", [("none", True), pytest.param("nested", 3, marks=pytest.mark.slow)]
+)
+def test_unroll_changes_nothing_but_speed(remat, unroll):
+    """evolve(unroll=...) gives the same values and gradients as the rolled loop (float64)."""
+    keys = jax.random.split(jax.random.key(3), 4)
+    theta = stack_controls([LayerControls.random(8, n_heads=2, key=k) for k in keys])
+    u0 = jax.random.normal(jax.random.key(4), (6, 8))
+
+    def loss(th, unroll):
+        return jnp.sum(evolve(u0, th, remat=remat, unroll=unroll) ** 2)
+
+    vg = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+    ref, g_ref = vg(theta, 1)
+    val, g = vg(theta, unroll)
+    assert abs(float(val - ref)) <= 1e-12 * abs(float(ref))
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "all"])
+def test_unroll_rejects_bad_values(bad):
+    theta = stack_controls([LayerControls.random(8, key=jax.random.key(0))])
+    with pytest.raises(ValueError, match="unroll"):
+        evolve(jnp.ones((3, 8)), theta, unroll=bad)
+
+
+def test_wmul_is_the_matrix_product():
+    from transflow._operators import wmul
+
+    u = jax.random.normal(jax.random.key(0), (2, 5, 7))
+    w = jax.random.normal(jax.random.key(1), (7, 3))
+    np.testing.assert_allclose(wmul(u, w), u @ w, rtol=1e-13, atol=1e-13)
+    g1 = jax.grad(lambda w: jnp.sum(jnp.sin(wmul(u, w))))(w)
+    g2 = jax.grad(lambda w: jnp.sum(jnp.sin(u @ w)))(w)
+    np.testing.assert_allclose(g1, g2, rtol=1e-12, atol=1e-13)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from ._errors import check_array, check_choice
+from ._operators import wmul
 from ._splitting import AbstractScheme
 
 __all__ = [
@@ -228,9 +229,9 @@ def rotary_attention(
     n = u.shape[0]
     H, G = p.n_heads, p.n_kv_heads
     pos = jnp.arange(n, dtype=u.dtype) if positions is None else jnp.asarray(positions)
-    q = _heads(u @ p.wq + p.bq, H)
-    k = _heads(u @ p.wk + p.bk, G)
-    v = _heads(u @ p.wv + p.bv, G)
+    q = _heads(wmul(u, p.wq) + p.bq, H)
+    k = _heads(wmul(u, p.wk) + p.bk, G)
+    v = _heads(wmul(u, p.wv) + p.bv, G)
     if p.rope_theta is not None:
         q = apply_rotary(q, pos, p.rope_theta)
         k = apply_rotary(k, pos, p.rope_theta)
@@ -253,7 +254,7 @@ def rotary_attention(
         out = _dense_heads(q, k, v, None, causal, False, bias)
     else:
         out = _dense_heads(q, k, v, None, causal, False)
-    return out.transpose(1, 0, 2).reshape(n, H * p.value_dim) @ p.wo + p.bo
+    return wmul(out.transpose(1, 0, 2).reshape(n, H * p.value_dim), p.wo) + p.bo
 
 
 # ----------------------------------------------------------------------------- SwiGLU
@@ -294,8 +295,8 @@ def gated_ffn(z: Float[Array, "n d"], f: GatedFFNParams, *, record: bool = False
         (4, 2)
     """
     act = _GATE_ACTIVATIONS[f.activation]
-    hidden = act(z @ f.w_gate + f.b_gate) * (z @ f.w_up + f.b_up)
-    out = hidden @ f.w_down + f.b_down
+    hidden = act(wmul(z, f.w_gate) + f.b_gate) * (wmul(z, f.w_up) + f.b_up)
+    out = wmul(hidden, f.w_down) + f.b_down
     return (out, hidden) if record else out
 
 

@@ -65,6 +65,7 @@ class SplitTransformer(eqx.Module):
         causal: bool = False,
         save_trajectory: bool = False,
         remat: bool = False,
+        unroll: bool | int = 1,
         key_padding_mask: Bool[Array, " n"] | None = None,
         attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ):
@@ -73,6 +74,8 @@ class SplitTransformer(eqx.Module):
         ``key_padding_mask`` ``(n,)`` bool, True = padded (torch's polarity);
         ``attention_mask`` ``(n, n)``/``(1|H, n, n)``, bool True = may attend, or an
         additive float. Batch with ``jax.vmap(model)(u, key_padding_mask=pad)``.
+        ``unroll=True`` unrolls the layer loop: more compile time, a faster backward
+        pass (for training; see :func:`transflow.evolve`).
         """
         u = self._check(u, grid)
         return evolve(
@@ -85,6 +88,7 @@ class SplitTransformer(eqx.Module):
             final_norm=self.final_norm,
             save_trajectory=save_trajectory,
             remat=remat,
+            unroll=unroll,
             key_padding_mask=key_padding_mask,
             attention_mask=attention_mask,
         )

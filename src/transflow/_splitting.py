@@ -31,7 +31,7 @@ from jaxtyping import Array, Bool, Float
 from ._controls import FFNParams, LayerControls, NormParams, num_steps
 from ._errors import as_input, check_choice, check_finite, param_dtype
 from ._grid import Grid
-from ._operators import Implementation, activation_fn, attention, project_s1
+from ._operators import Implementation, activation_fn, attention, project_s1, wmul
 
 __all__ = ["AbstractScheme", "LieScheme", "PreNormScheme", "RematMode", "evolve", "ffn_branch"]
 
@@ -55,7 +55,7 @@ def _project(v, norm: NormParams, grid: Grid | None, eps_scale: float = 1.0):
 def _ffn_substep(z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Array):
     """FFN sub-step ``j`` without its activation: ``Z + dt (Z W_j + b_j)`` (residual) or
     ``Z W_j + b_j`` (lifting). Shared by :func:`ffn_branch` and ``transflow.continuous``."""
-    lin = z @ ffn.weights[j] + ffn.biases[j]
+    lin = wmul(z, ffn.weights[j]) + ffn.biases[j]
     return z + dt * lin if ffn.residual[j] else lin
 
 
@@ -318,6 +318,7 @@ def evolve(
     attention_implementation: Implementation | None = None,
     key_padding_mask: Bool[Array, " n"] | None = None,
     attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
+    unroll: bool | int = 1,
 ):
     """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``).
 
@@ -374,6 +375,7 @@ def evolve(
     n_steps = num_steps(controls)
     mode = _remat_mode(remat)
     chunk = _chunk_size(n_steps, remat_chunk)
+    unroll = _check_unroll(unroll)
     scheme = LieScheme() if scheme is None else scheme
     if not isinstance(scheme, AbstractScheme):
         raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
@@ -396,9 +398,10 @@ def evolve(
         return u_next, (u_next if save_trajectory else None)
 
     if mode == "nested":
-        u_T, traj = _scan_nested(jax.checkpoint(body), u0, controls, n_steps, chunk)
+        u_T, traj = _scan_nested(jax.checkpoint(body), u0, controls, n_steps, chunk, unroll)
     else:
-        u_T, traj = jax.lax.scan(jax.checkpoint(body) if mode == "step" else body, u0, controls)
+        step = jax.checkpoint(body) if mode == "step" else body
+        u_T, traj = jax.lax.scan(step, u0, controls, unroll=unroll)
     if final_norm is not None:
         u_T = _project(u_T, final_norm, grid)
         if save_trajectory:
@@ -428,13 +431,22 @@ def _chunk_size(n: int, chunk: int | None) -> int:
     return min(chunk, n)
 
 
-def _scan_nested(step, u0, controls, n: int, k: int):
+def _check_unroll(unroll):
+    if isinstance(unroll, bool) or (isinstance(unroll, int) and unroll >= 1):
+        return unroll
+    raise ValueError(
+        f"`unroll` must be True, False or a positive int (steps per loop iteration), got "
+        f"{unroll!r}."
+    )
+
+
+def _scan_nested(step, u0, controls, n: int, k: int, unroll: bool | int = 1):
     """``lax.scan(step, u0, controls)`` as a checkpointed scan over chunks of k steps."""
     n_chunks, rem = divmod(n, k)
 
     @jax.checkpoint
     def run_chunk(u, thetas):
-        return jax.lax.scan(step, u, thetas)
+        return jax.lax.scan(step, u, thetas, unroll=unroll)
 
     head = jax.tree.map(lambda x: x[: n_chunks * k].reshape(n_chunks, k, *x.shape[1:]), controls)
     u, traj = jax.lax.scan(run_chunk, u0, head)
@@ -442,7 +454,7 @@ def _scan_nested(step, u0, controls, n: int, k: int):
         traj = traj.reshape(n_chunks * k, *traj.shape[2:])
     if rem:
         tail = jax.tree.map(lambda x: x[n_chunks * k :], controls)
-        u, tail_traj = jax.lax.scan(step, u, tail)
+        u, tail_traj = jax.lax.scan(step, u, tail, unroll=unroll)
         if traj is not None:
             traj = jax.numpy.concatenate([traj, tail_traj])
     return u, traj
