@@ -118,15 +118,28 @@ def load_average() -> float | None:
 
 
 def validity(
-    *, cores: int, load_before: float | None, load_after: float | None, speedup: float | None
+    *,
+    cores: int,
+    load_before: float | None,
+    load_after: float | None,
+    speedup: float | None,
+    spread: float | None = None,
 ) -> tuple[bool, list[str]]:
     """Whether a timing run counts as measured, and the reasons when it does not.
 
     Valid: the 1-minute load average before and after is below the number of cores of the
-    machine and, when the run used 2 or more threads, ``speedup`` (the same run's
-    all-threads vs one-thread matmul rate) is at least 1.5.
+    machine; when the run used 2 or more threads, ``speedup`` (the same run's
+    all-threads vs one-thread matmul rate) is at least 1.5; and, when given, ``spread``
+    (the slowest over the median round of the run's fixed reference matmul) is at most
+    1.25: another process taking the cores for part of the run shows up there even
+    when the 1-minute load average does not.
     """
     why = []
+    if spread is not None and spread > 1.25:
+        why.append(
+            f"reference matmul's slowest round {spread:.2f}x its median (> 1.25): "
+            "the cores were shared during the run"
+        )
     machine = os.cpu_count() or 1
     for name, load in (("before", load_before), ("after", load_after)):
         if load is None:

@@ -178,6 +178,7 @@ def main(argv=None) -> dict:
         load_before=load_before,
         load_after=load_after,
         speedup=speedup,
+        spread=timings["xla_matmul"]["max"] / timings["xla_matmul"]["median"],
     )
     fwd_ratio = per_round_ratio(timings, "torch", "transflow")
     fb_ratio = per_round_ratio(timings, "torch_fwdbwd", "transflow_fwdbwd")

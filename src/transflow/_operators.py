@@ -13,10 +13,12 @@ token x_i, column = feature y_k. Batch with :func:`jax.vmap`.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Bool, Float
 
 from ._controls import AttentionParams
@@ -69,20 +71,41 @@ def _head_scale(p: AttentionParams, grid: Grid | None, scale: float | None, dtyp
     return jnp.sum(w, axis=-1) ** -0.5, w
 
 
-def wmul(u: Float[Array, "*n d_in"], w: Float[Array, "d_in d_out"]) -> Float[Array, "*n d_out"]:
-    """``u @ w`` with ``w`` held transposed, ``(d_out, d_in)``, in memory.
+def _dot_last_first(u, w):
+    return jax.lax.dot_general(u, w, (((u.ndim - 1,), (0,)), ((), ())))
 
-    The same product; only the layout differs. With ``w`` laid out ``(d_in, d_out)``,
-    XLA:CPU lays out the backward pass's weight gradient ``uᵀ ḡ`` as a dot whose *both*
-    operands are transposed (after a transposing copy of the cotangent), which runs at
-    about half the rate of the forward's dots. The optimisation barrier keeps ``wᵀ`` a
-    real array (XLA would otherwise fold the transpose back into the dot), so every dot
-    of the forward and the backward is one the fast kernels take: forward + backward of
-    a 6-layer encoder about 15 % faster, forward within 2 % (``docs/performance.md``,
-    ``benchmarks/bench_layer.py``). The copy is one pass over the weights.
+
+@jax.custom_jvp
+def wmul(u: Float[Array, "*n d_in"], w: Float[Array, "d_in d_out"]) -> Float[Array, "*n d_out"]:
+    """``u @ w``, with a tangent rule that keeps the backward pass's weight gradient fast.
+
+    The value is the plain product. Only the derivative w.r.t. ``w`` is written
+    differently: ``u · (ẇᵀ)ᵀ`` with ``ẇᵀ`` held transposed in memory behind an
+    optimisation barrier (XLA would otherwise fold the transpose back into the dot).
+    Transposed for reverse mode, this gives the weight gradient as ``(ḡᵀ u)ᵀ``, a dot
+    XLA:CPU's fast kernels take; from the plain product's own rule XLA:CPU lays out
+    ``uᵀ ḡ`` as a dot with *both* operands transposed, after a transposing copy of the
+    cotangent, at about half the rate of the other dots. Forward + backward of a
+    6-layer encoder about 15 % faster, the forward unchanged (``docs/performance.md``,
+    ``benchmarks/bench_layer.py``); the values are the same products.
     """
-    wt = jax.lax.optimization_barrier(jnp.swapaxes(w, -1, -2))
-    return jax.lax.dot_general(u, wt, (((u.ndim - 1,), (1,)), ((), ())))
+    return _dot_last_first(u, w)
+
+
+@partial(wmul.defjvp, symbolic_zeros=True)
+def _wmul_jvp(primals, tangents):
+    u, w = primals
+    du, dw = tangents
+    out = _dot_last_first(u, w)
+    parts = []
+    if not isinstance(du, SymbolicZero):
+        parts.append(_dot_last_first(du, w))
+    if not isinstance(dw, SymbolicZero):
+        dwt = jax.lax.optimization_barrier(jnp.swapaxes(dw, -1, -2))
+        parts.append(jax.lax.dot_general(u, dwt, (((u.ndim - 1,), (1,)), ((), ()))))
+    if not parts:
+        return out, jnp.zeros_like(out)
+    return out, parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
 
 def _heads(x: Float[Array, "n hc"], n_heads: int) -> Float[Array, "heads n c"]:
