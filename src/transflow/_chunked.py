@@ -209,65 +209,91 @@ def _attend_fwd(q, k, v, lw, bias, causal, hardmax, bq, bk, masked):
 
 
 def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
+    """FlashAttention-2's backward, one pass: key blocks outside, query blocks inside.
+
+    A key block's ``dk``, ``dv`` and ``d log w`` are the (small) carry of the inner loop;
+    ``dq`` is one full-size buffer updated in place, block by block. The block products
+    are computed key-major (``s^T`` of shape ``(H, bk, bq)``), so the three products that
+    accumulate into the carry and ``dp^T`` are plain or right-transposed matmuls; only
+    ``dq`` needs the left-transposed one. Causal: a key block at ``k0`` visits only the
+    query blocks with ``q0 + bq − 1 ≥ k0``.
+    """
     q, k, v, lw, bias, out, s1, s2 = res
     H, n_q, dk = q.shape
     n_k, dv = k.shape[1], v.shape[2]
     nqb, nkb = -(-n_q // bq), -(-n_k // bk)
     # D_i = Σ_j p_ij dp_ij = ⟨do_i, o_i⟩ (the softmax Jacobian's rank-one part).
     delta = jnp.sum(g * out, axis=-1)
-    qb = _blocks(q, nqb, bq, axis=1)
+    qb = _blocks(q, nqb, bq, axis=1)  # (nqb, H, bq, dk)
     gb = _blocks(g, nqb, bq, axis=1)
-    db = _blocks(delta, nqb, bq, axis=1)
+    db = _blocks(delta, nqb, bq, axis=1)  # (nqb, H, bq)
     # Padded query rows get L = +∞ (softmax) / an unreachable max (hardmax): p = 0 there.
-    fill1 = jnp.inf
-    s1b = _blocks(s1, nqb, bq, axis=1, fill=fill1)
+    s1b = _blocks(s1, nqb, bq, axis=1, fill=jnp.inf)
     s2b = _blocks(s2, nqb, bq, axis=1, fill=1.0)
     kb = _blocks(k, nkb, bk, axis=1)
     vb = _blocks(v, nkb, bk, axis=1)
     lwb = _blocks(lw, nkb, bk, axis=0)
-    k_starts = jnp.arange(nkb) * bk
+    dtype = q.dtype
+    hb = None if bias is None else bias.shape[0]
 
-    def outer(carry, xs):
-        dk_acc, dv_acc, dlw_acc = carry
-        qi, gi, di, s1i, s2i, q0 = xs
+    def key_block(j, carry):
+        dqb, dbias = carry
+        kj, vj, lwj = kb[j], vb[j], lwb[j]
+        k0 = j * bk
 
-        def inner(dq, ys):
-            kj, vj, lwj, k0 = ys
-            s = jnp.einsum("hqc,hkc->hqk", qi, kj)
-            mask = _mask(q0, k0, bq, bk, n_k, causal)
+        def query_block(i, inner):
+            dkj, dvj, dlwj, dqb, dbias = inner
+            qi, gi, di, s1i, s2i = qb[i], gb[i], db[i], s1b[i], s2b[i]
+            q0 = i * bq
+            st = jnp.einsum("hkc,hqc->hkq", kj, qi)
+            mask = jnp.swapaxes(_mask(q0, k0, bq, bk, n_k, causal), -1, -2)  # (1, bk, bq)
+            lwt = lwj[None, :, None]
             if masked:
-                lwj, mask = _masked_terms(lwj, mask, bias, q0, k0, bq, bk)
-            p = _block_probs(s, lwj, mask, s1i, s2i, hardmax)
-            dvj = jnp.einsum("hqk,hqc->hkc", p, gi)
-            dp = jnp.einsum("hqc,hkc->hqk", gi, vj)
-            ds = p * (dp - di[..., None])
-            dlwj = jnp.sum(ds, axis=(0, 1))
-            dbj = None  # d/d(bias) of the block = ds, summed over broadcast heads
-            if bias is not None:
-                dbj = ds if bias.shape[0] == ds.shape[0] else jnp.sum(ds, 0, keepdims=True)
-            if hardmax:  # the maximizers are locally constant in the scores
-                return dq, (jnp.zeros_like(kj), dvj, dlwj, dbj)
-            dq = dq + jnp.einsum("hqk,hkc->hqc", ds, kj)
-            dkj = jnp.einsum("hqk,hqc->hkc", ds, qi)
-            return dq, (dkj, dvj, dlwj, dbj)
+                mask = mask & (lwj > -jnp.inf)[None, :, None]
+                if bias is not None:
+                    bt = jnp.swapaxes(_bias_block(bias, q0, k0, bq, bk), -1, -2)
+                    lwt = lwt + bt
+                    mask = mask & (bt > -jnp.inf)
+            if hardmax:
+                ind = mask & (st == s1i[:, None, :])
+                pt = jnp.where(ind, jnp.exp(lwt), 0.0) / s2i[:, None, :]
+            else:
+                pt = jnp.where(mask, jnp.exp(st + lwt - s1i[:, None, :]), 0.0)
+            dvj = dvj + jnp.einsum("hkq,hqc->hkc", pt, gi)
+            dpt = jnp.einsum("hkc,hqc->hkq", vj, gi)
+            dst = pt * (dpt - di[:, None, :])
+            dlwj = dlwj + jnp.sum(dst, axis=(0, 2))
+            if bias is not None:  # d/d(bias) of the block = ds, summed over broadcast heads
+                dbt = dst if hb == H else jnp.sum(dst, 0, keepdims=True)
+                dbias = jax.lax.dynamic_update_slice(
+                    dbias, jnp.swapaxes(dbt, -1, -2), (0, q0, k0)
+                )
+            if not hardmax:  # hardmax: the maximizers are locally constant in the scores
+                dkj = dkj + jnp.einsum("hkq,hqc->hkc", dst, qi)
+                dqi = dqb[i] + jnp.einsum("hkq,hkc->hqc", dst, kj)
+                dqb = jax.lax.dynamic_update_index_in_dim(dqb, dqi, i, 0)
+            return dkj, dvj, dlwj, dqb, dbias
 
-        n_active = _n_key_blocks(q0, bq, bk, nkb, causal)
-        dq_i, (dk_i, dv_i, dlw_i, db_i) = _key_scan(
-            inner, jnp.zeros_like(qi), (kb, vb, lwb, k_starts), n_active
+        lo = jnp.minimum(k0 // bq, nqb) if causal else 0
+        init = (
+            jnp.zeros((H, bk, dk), dtype),
+            jnp.zeros((H, bk, dv), dtype),
+            jnp.zeros((bk,), dtype),
+            dqb,
+            dbias,
         )
-        return (dk_acc + dk_i, dv_acc + dv_i, dlw_acc + dlw_i), (dq_i, db_i)
+        dkj, dvj, dlwj, dqb, dbias = jax.lax.fori_loop(lo, nqb, query_block, init)
+        return (dqb, dbias), (dkj, dvj, dlwj)
 
-    init = (jnp.zeros_like(kb), jnp.zeros_like(vb), jnp.zeros_like(lwb))
-    (dkb, dvb, dlwb), (dqb, dbb) = jax.lax.scan(
-        outer, init, (qb, gb, db, s1b, s2b, jnp.arange(nqb) * bq)
+    dbias0 = None if bias is None else jnp.zeros_like(bias)
+    carry = (jnp.zeros_like(qb), dbias0)
+    (dqb, dbias), (dkb, dvb, dlwb) = jax.lax.scan(
+        lambda c, j: key_block(j, c), carry, jnp.arange(nkb)
     )
     dq = jnp.moveaxis(dqb, 0, 1).reshape(H, nqb * bq, dk)[:, :n_q]
     dk_ = jnp.moveaxis(dkb, 0, 1).reshape(H, nkb * bk, dk)[:, :n_k]
     dv_ = jnp.moveaxis(dvb, 0, 1).reshape(H, nkb * bk, dv)[:, :n_k]
     dlw = dlwb.reshape(nkb * bk)[:n_k]
-    dbias = None
-    if bias is not None:  # (nqb, nkb, Hb, bq, bk) -> (Hb, nqb·bq, nkb·bk), padding kept
-        dbias = dbb.transpose(2, 0, 3, 1, 4).reshape(bias.shape)
     return dq, dk_, dv_, dlw, dbias
 
 
