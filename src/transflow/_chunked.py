@@ -112,6 +112,14 @@ def _key_scan(body, init, xs, n_active):
     return jax.lax.fori_loop(0, n_active, step, (init, ys0))
 
 
+def _fori_blocks(body, init, xs, lo, hi):
+    """Run ``carry = body(carry, xs[j])[0]`` for ``j`` in ``[lo, hi)`` (traced bounds: the
+    blocks outside are never computed)."""
+    return jax.lax.fori_loop(
+        lo, hi, lambda j, c: body(c, jax.tree.map(lambda a: a[j], xs))[0], init
+    )
+
+
 def _bias_block(bias, q0, k0, bq: int, bk: int):
     """The ``(1|H, bq, bk)`` block of a (padded) additive mask at (q0, k0)."""
     return jax.lax.dynamic_slice(bias, (0, q0, k0), (bias.shape[0], bq, bk))
@@ -130,7 +138,10 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
     qb = _blocks(q, nqb, bq, axis=1)  # (nqb, H, bq, dk)
     kb = _blocks(k, nkb, bk, axis=1)
     vb = _blocks(v, nkb, bk, axis=1)
-    lwb = _blocks(lw, nkb, bk, axis=0)  # (nkb, bk)
+    # The plain softmax path (no masks, no hardmax) pads log w with −∞: padded keys get
+    # weight exp(−∞) = 0 without a select, and only causal blocks on the diagonal need one.
+    fast = not (masked or hardmax)
+    lwb = _blocks(lw, nkb, bk, axis=0, fill=-jnp.inf if fast else 0.0)  # (nkb, bk)
     k_starts = jnp.arange(nkb) * bk
     dtype = q.dtype
     neg_inf = jnp.asarray(-jnp.inf, dtype)
@@ -138,7 +149,9 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
     def one_query_block(args):
         qi, q0 = args
 
-        def body(carry, xs):
+        def body(carry, xs, structural=True):
+            # ``structural=False``: a block known to be free of causal and padding masks
+            # (the plain softmax path pads log w with −∞ instead), so no select is needed.
             m, ell, acc = carry
             kj, vj, lwj, k0 = xs
             s = jnp.einsum("hqc,hkc->hqk", qi, kj)
@@ -153,7 +166,9 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
                 ell = keep * ell + jnp.sum(p, axis=-1)
                 acc = keep[..., None] * acc + jnp.einsum("hqk,hkc->hqc", p, vj)
                 return (m_new, ell, acc), None
-            logits = jnp.where(mask, s + lwj, neg_inf)
+            logits = s + lwj
+            if structural:
+                logits = jnp.where(mask, logits, neg_inf)
             m_new = jnp.maximum(m, jnp.max(logits, axis=-1))
             m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
             corr = jnp.exp(m - m_safe)  # 0 while m = −∞
@@ -167,8 +182,16 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
             jnp.zeros((H, bq), dtype),
             jnp.zeros((H, bq, dv), dtype),
         )
+        xs = (kb, vb, lwb, k_starts)
         n_active = _n_key_blocks(q0, bq, bk, nkb, causal)
-        (m, ell, acc), _ = _key_scan(body, init, (kb, vb, lwb, k_starts), n_active)
+        if fast:  # unmasked key blocks first, then (causal) those crossing the diagonal
+            n_full = nkb if not causal else jnp.minimum((q0 + 1) // bk, n_active)
+            carry = _fori_blocks(partial(body, structural=False), init, xs, 0, n_full)
+            if causal:
+                carry = _fori_blocks(body, carry, xs, n_full, n_active)
+            m, ell, acc = carry
+        else:
+            (m, ell, acc), _ = _key_scan(body, init, xs, n_active)
         if masked:  # rows without admissible keys: the integral over ∅ is 0
             empty = ell == 0
             ell = jnp.where(empty, 1.0, ell)
@@ -215,8 +238,10 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
     ``dq`` is one full-size buffer updated in place, block by block. The block products
     are computed key-major (``s^T`` of shape ``(H, bk, bq)``), so the three products that
     accumulate into the carry and ``dp^T`` are plain or right-transposed matmuls; only
-    ``dq`` needs the left-transposed one. Causal: a key block at ``k0`` visits only the
-    query blocks with ``q0 + bq − 1 ≥ k0``.
+    ``dq`` is accumulated transposed (``dq^T += k^T ds^T``), so none is left-transposed
+    (XLA:CPU runs those as slow generic dots). Causal: a key block at ``k0`` visits only
+    the query blocks with ``q0 + bq − 1 ≥ k0``; on the plain softmax path only those
+    crossing the diagonal build a mask (padded keys have ``log w = −∞`` there).
     """
     q, k, v, lw, bias, out, s1, s2 = res
     H, n_q, dk = q.shape
@@ -231,18 +256,20 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
     s1b = _blocks(s1, nqb, bq, axis=1, fill=jnp.inf)
     s2b = _blocks(s2, nqb, bq, axis=1, fill=1.0)
     kb = _blocks(k, nkb, bk, axis=1)
+    ktb = jnp.swapaxes(kb, -1, -2)  # (nkb, H, dk, bk): dq^T += k^T ds^T is a plain matmul
     vb = _blocks(v, nkb, bk, axis=1)
-    lwb = _blocks(lw, nkb, bk, axis=0)
+    fast = not (masked or hardmax)
+    lwb = _blocks(lw, nkb, bk, axis=0, fill=-jnp.inf if fast else 0.0)
     dtype = q.dtype
     hb = None if bias is None else bias.shape[0]
 
     def key_block(j, carry):
-        dqb, dbias = carry
-        kj, vj, lwj = kb[j], vb[j], lwb[j]
+        dqtb, dbias = carry
+        kj, ktj, vj, lwj = kb[j], ktb[j], vb[j], lwb[j]
         k0 = j * bk
 
-        def query_block(i, inner):
-            dkj, dvj, dlwj, dqb, dbias = inner
+        def query_block(i, inner, structural=True):
+            dkj, dvj, dlwj, dqtb, dbias = inner
             qi, gi, di, s1i, s2i = qb[i], gb[i], db[i], s1b[i], s2b[i]
             q0 = i * bq
             st = jnp.einsum("hkc,hqc->hkq", kj, qi)
@@ -258,39 +285,45 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
                 ind = mask & (st == s1i[:, None, :])
                 pt = jnp.where(ind, jnp.exp(lwt), 0.0) / s2i[:, None, :]
             else:
-                pt = jnp.where(mask, jnp.exp(st + lwt - s1i[:, None, :]), 0.0)
+                pt = jnp.exp(st + lwt - s1i[:, None, :])
+                if structural:
+                    pt = jnp.where(mask, pt, 0.0)
             dvj = dvj + jnp.einsum("hkq,hqc->hkc", pt, gi)
             dpt = jnp.einsum("hkc,hqc->hkq", vj, gi)
             dst = pt * (dpt - di[:, None, :])
             dlwj = dlwj + jnp.sum(dst, axis=(0, 2))
             if bias is not None:  # d/d(bias) of the block = ds, summed over broadcast heads
                 dbt = dst if hb == H else jnp.sum(dst, 0, keepdims=True)
-                dbias = jax.lax.dynamic_update_slice(
-                    dbias, jnp.swapaxes(dbt, -1, -2), (0, q0, k0)
-                )
+                dbias = jax.lax.dynamic_update_slice(dbias, jnp.swapaxes(dbt, -1, -2), (0, q0, k0))
             if not hardmax:  # hardmax: the maximizers are locally constant in the scores
                 dkj = dkj + jnp.einsum("hkq,hqc->hkc", dst, qi)
-                dqi = dqb[i] + jnp.einsum("hkq,hkc->hqc", dst, kj)
-                dqb = jax.lax.dynamic_update_index_in_dim(dqb, dqi, i, 0)
-            return dkj, dvj, dlwj, dqb, dbias
+                dqti = dqtb[i] + jnp.einsum("hck,hkq->hcq", ktj, dst)
+                dqtb = jax.lax.dynamic_update_index_in_dim(dqtb, dqti, i, 0)
+            return dkj, dvj, dlwj, dqtb, dbias
 
         lo = jnp.minimum(k0 // bq, nqb) if causal else 0
         init = (
             jnp.zeros((H, bk, dk), dtype),
             jnp.zeros((H, bk, dv), dtype),
             jnp.zeros((bk,), dtype),
-            dqb,
+            dqtb,
             dbias,
         )
-        dkj, dvj, dlwj, dqb, dbias = jax.lax.fori_loop(lo, nqb, query_block, init)
-        return (dqb, dbias), (dkj, dvj, dlwj)
+        if fast:  # query blocks crossing the diagonal, then those entirely below it
+            i_full = jnp.minimum(-(-(k0 + bk - 1) // bq), nqb) if causal else lo
+            carry = jax.lax.fori_loop(lo, i_full, query_block, init)
+            carry = jax.lax.fori_loop(i_full, nqb, partial(query_block, structural=False), carry)
+        else:
+            carry = jax.lax.fori_loop(lo, nqb, query_block, init)
+        dkj, dvj, dlwj, dqtb, dbias = carry
+        return (dqtb, dbias), (dkj, dvj, dlwj)
 
     dbias0 = None if bias is None else jnp.zeros_like(bias)
-    carry = (jnp.zeros_like(qb), dbias0)
-    (dqb, dbias), (dkb, dvb, dlwb) = jax.lax.scan(
+    carry = (jnp.zeros((nqb, H, dk, bq), dtype), dbias0)
+    (dqtb, dbias), (dkb, dvb, dlwb) = jax.lax.scan(
         lambda c, j: key_block(j, c), carry, jnp.arange(nkb)
     )
-    dq = jnp.moveaxis(dqb, 0, 1).reshape(H, nqb * bq, dk)[:, :n_q]
+    dq = dqtb.transpose(1, 0, 3, 2).reshape(H, nqb * bq, dk)[:, :n_q]
     dk_ = jnp.moveaxis(dkb, 0, 1).reshape(H, nkb * bk, dk)[:, :n_k]
     dv_ = jnp.moveaxis(dvb, 0, 1).reshape(H, nkb * bk, dv)[:, :n_k]
     dlw = dlwb.reshape(nkb * bk)[:n_k]
