@@ -341,8 +341,8 @@ def online_softmax_attention(
     *,
     causal: bool = False,
     hardmax: bool = False,
-    query_block: int = 512,
-    key_block: int = 1024,
+    query_block: int = 256,
+    key_block: int = 256,
     key_padding_mask: Bool[Array, " n_k"] | None = None,
     attention_mask: Bool[Array, "*h n_q n_k"] | Float[Array, "*h n_q n_k"] | None = None,
 ) -> Float[Array, "heads n_q d_v"]:
@@ -413,8 +413,8 @@ def chunked_attention(
     hardmax: bool = False,
     temperature: float = 1.0,
     scale: float | None = None,
-    query_block: int = 512,
-    key_block: int = 1024,
+    query_block: int = 256,
+    key_block: int = 256,
     key_padding_mask: Bool[Array, " n"] | None = None,
     attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
 ) -> Float[Array, "n d"]:
