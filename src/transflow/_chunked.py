@@ -50,27 +50,14 @@ def _check_block(name: str, value) -> int:
     return value
 
 
-def _blocks(x, n_blocks: int, block: int, axis: int, fill=0.0):
-    """Pad ``x`` along ``axis`` to ``n_blocks * block`` and move the block index first."""
-    pad = n_blocks * block - x.shape[axis]
-    if pad:
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (0, pad)
-        x = jnp.pad(x, widths, constant_values=fill)
-    shape = x.shape[:axis] + (n_blocks, block) + x.shape[axis + 1 :]
-    return jnp.moveaxis(x.reshape(shape), axis, 0)
-
-
-def _block_probs(s, lw, mask, stat1, stat2, hardmax: bool):
-    """Normalised probabilities of one (query block, key block) pair from saved stats.
-
-    Softmax: ``stat1`` is the log-normaliser L, ``p = exp(s + log w − L)``. Hardmax:
-    ``stat1`` is the row maximum, ``stat2`` the summed weights of the maximizers.
-    """
-    if hardmax:
-        ind = mask & (s == stat1[..., None])
-        return jnp.where(ind, jnp.exp(lw), 0.0) / stat2[..., None]
-    return jnp.where(mask, jnp.exp(s + lw - stat1[..., None]), 0.0)
+def _pad_to(x, length: int, axis: int, fill=0.0):
+    """Pad ``x`` along ``axis`` to ``length`` with ``fill`` (no copy when already there)."""
+    pad = length - x.shape[axis]
+    if not pad:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths, constant_values=fill)
 
 
 def _mask(q0, k0, bq: int, bk: int, n_k: int, causal: bool):
@@ -80,44 +67,6 @@ def _mask(q0, k0, bq: int, bk: int, n_k: int, causal: bool):
         qidx = q0 + jnp.arange(bq)
         mask = mask & (kidx[None, :] <= qidx[:, None])
     return jnp.broadcast_to(mask, (bq, bk))[None]  # (1, bq, bk): shared by the heads
-
-
-def _n_key_blocks(q0, bq: int, bk: int, nkb: int, causal: bool):
-    """Key blocks a query block at ``q0`` must visit: all, or (causal) those not above the
-    diagonal, ``k0 ≤ q0 + bq − 1`` (traced; ``None`` = all ``nkb``, a static scan)."""
-    if not causal:
-        return None
-    return jnp.minimum(nkb, (q0 + bq - 1) // bk + 1)
-
-
-def _key_scan(body, init, xs, n_active):
-    """``lax.scan(body, init, xs)`` over the first ``n_active`` key blocks only.
-
-    ``n_active = None`` is the plain scan. Otherwise a ``fori_loop`` with the traced trip
-    count (a while loop: the skipped blocks are never computed) writes the per-block
-    outputs into zero-initialised buffers: a skipped, fully masked block contributes
-    exactly 0 (and leaves the running statistics unchanged), so the result is identical.
-    """
-    if n_active is None:
-        return jax.lax.scan(body, init, xs)
-    n = jax.tree.leaves(xs)[0].shape[0]
-    _, y_shape = jax.eval_shape(body, init, jax.tree.map(lambda a: a[0], xs))
-    ys0 = jax.tree.map(lambda t: jnp.zeros((n, *t.shape), t.dtype), y_shape)
-
-    def step(j, state):
-        carry, ys = state
-        carry, y = body(carry, jax.tree.map(lambda a: a[j], xs))
-        return carry, jax.tree.map(lambda buf, yj: buf.at[j].set(yj), ys, y)
-
-    return jax.lax.fori_loop(0, n_active, step, (init, ys0))
-
-
-def _fori_blocks(body, init, xs, lo, hi):
-    """Run ``carry = body(carry, xs[j])[0]`` for ``j`` in ``[lo, hi)`` (traced bounds: the
-    blocks outside are never computed)."""
-    return jax.lax.fori_loop(
-        lo, hi, lambda j, c: body(c, jax.tree.map(lambda a: a[j], xs))[0], init
-    )
 
 
 def _bias_block(bias, q0, k0, bq: int, bk: int):
@@ -131,29 +80,34 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
     ``masked`` (static): keys with ``log w = −∞`` (padding) or ``bias = −∞`` are not
     admissible, and rows with no admissible key return 0 (L = +∞ for the backward).
     ``bias`` is ``None`` or the padded additive mask ``(1|H, nqb·bq, nkb·bk)``.
+    Blocks are read with dynamic slices of the (padded) inputs and the outputs written in
+    place, so no blocked copy of q, k, v or of the output is made.
     """
     H, n_q, _ = q.shape
     n_k, dv = k.shape[1], v.shape[2]
     nqb, nkb = -(-n_q // bq), -(-n_k // bk)
-    qb = _blocks(q, nqb, bq, axis=1)  # (nqb, H, bq, dk)
-    kb = _blocks(k, nkb, bk, axis=1)
-    vb = _blocks(v, nkb, bk, axis=1)
+    qp = _pad_to(q, nqb * bq, axis=1)
+    kp = _pad_to(k, nkb * bk, axis=1)
+    vp = _pad_to(v, nkb * bk, axis=1)
     # The plain softmax path (no masks, no hardmax) pads log w with −∞: padded keys get
     # weight exp(−∞) = 0 without a select, and only causal blocks on the diagonal need one.
     fast = not (masked or hardmax)
-    lwb = _blocks(lw, nkb, bk, axis=0, fill=-jnp.inf if fast else 0.0)  # (nkb, bk)
-    k_starts = jnp.arange(nkb) * bk
+    lwp = _pad_to(lw, nkb * bk, axis=0, fill=-jnp.inf if fast else 0.0)
     dtype = q.dtype
     neg_inf = jnp.asarray(-jnp.inf, dtype)
 
-    def one_query_block(args):
-        qi, q0 = args
+    def one_query_block(i, outs):
+        q0 = i * bq
+        qi = jax.lax.dynamic_slice_in_dim(qp, q0, bq, axis=1)
 
-        def body(carry, xs, structural=True):
+        def body(j, carry, structural=True):
             # ``structural=False``: a block known to be free of causal and padding masks
             # (the plain softmax path pads log w with −∞ instead), so no select is needed.
             m, ell, acc = carry
-            kj, vj, lwj, k0 = xs
+            k0 = j * bk
+            kj = jax.lax.dynamic_slice_in_dim(kp, k0, bk, axis=1)
+            vj = jax.lax.dynamic_slice_in_dim(vp, k0, bk, axis=1)
+            lwj = jax.lax.dynamic_slice_in_dim(lwp, k0, bk, axis=0)
             s = jnp.einsum("hqc,hkc->hqk", qi, kj)
             mask = _mask(q0, k0, bq, bk, n_k, causal)
             if masked:
@@ -165,7 +119,7 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
                 p = jnp.where(mask & (sm == m_new[..., None]), jnp.exp(lwj), 0.0)
                 ell = keep * ell + jnp.sum(p, axis=-1)
                 acc = keep[..., None] * acc + jnp.einsum("hqk,hkc->hqc", p, vj)
-                return (m_new, ell, acc), None
+                return m_new, ell, acc
             logits = s + lwj
             if structural:
                 logits = jnp.where(mask, logits, neg_inf)
@@ -175,41 +129,43 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
             p = jnp.exp(logits - m_safe[..., None])
             ell = corr * ell + jnp.sum(p, axis=-1)
             acc = corr[..., None] * acc + jnp.einsum("hqk,hkc->hqc", p, vj)
-            return (m_new, ell, acc), None
+            return m_new, ell, acc
 
         init = (
             jnp.full((H, bq), -jnp.inf, dtype),
             jnp.zeros((H, bq), dtype),
             jnp.zeros((H, bq, dv), dtype),
         )
-        xs = (kb, vb, lwb, k_starts)
-        n_active = _n_key_blocks(q0, bq, bk, nkb, causal)
+        # Causal: only the key blocks with k0 ≤ q0 + bq − 1 (a while loop, the blocks
+        # above the diagonal are never computed; they would leave m, ℓ, a unchanged).
+        n_active = nkb if not causal else jnp.minimum(nkb, (q0 + bq - 1) // bk + 1)
         if fast:  # unmasked key blocks first, then (causal) those crossing the diagonal
             n_full = nkb if not causal else jnp.minimum((q0 + 1) // bk, n_active)
-            carry = _fori_blocks(partial(body, structural=False), init, xs, 0, n_full)
+            carry = jax.lax.fori_loop(0, n_full, partial(body, structural=False), init)
             if causal:
-                carry = _fori_blocks(body, carry, xs, n_full, n_active)
-            m, ell, acc = carry
+                carry = jax.lax.fori_loop(n_full, n_active, body, carry)
         else:
-            (m, ell, acc), _ = _key_scan(body, init, xs, n_active)
+            carry = jax.lax.fori_loop(0, n_active, body, init)
+        m, ell, acc = carry
         if masked:  # rows without admissible keys: the integral over ∅ is 0
             empty = ell == 0
             ell = jnp.where(empty, 1.0, ell)
-            out = acc / ell[..., None]
-            if hardmax:
-                return out, m, ell
-            return out, jnp.where(empty, jnp.inf, m + jnp.log(ell)), ell
-        out = acc / ell[..., None]
-        if hardmax:
-            return out, m, ell
-        return out, m + jnp.log(ell), ell
+            s1 = m if hardmax else jnp.where(empty, jnp.inf, m + jnp.log(ell))
+        else:
+            s1 = m if hardmax else m + jnp.log(ell)
+        out, s1b, s2b = outs
+        out = jax.lax.dynamic_update_slice_in_dim(out, acc / ell[..., None], q0, axis=1)
+        s1b = jax.lax.dynamic_update_slice_in_dim(s1b, s1, q0, axis=1)
+        s2b = jax.lax.dynamic_update_slice_in_dim(s2b, ell, q0, axis=1)
+        return out, s1b, s2b
 
-    out, s1, s2 = jax.lax.map(one_query_block, (qb, jnp.arange(nqb) * bq))
-    # (nqb, H, bq, ·) -> (H, n_q, ·)
-    out = jnp.moveaxis(out, 0, 1).reshape(H, nqb * bq, dv)[:, :n_q]
-    s1 = jnp.moveaxis(s1, 0, 1).reshape(H, nqb * bq)[:, :n_q]
-    s2 = jnp.moveaxis(s2, 0, 1).reshape(H, nqb * bq)[:, :n_q]
-    return out, s1, s2
+    init = (
+        jnp.zeros((H, nqb * bq, dv), dtype),
+        jnp.zeros((H, nqb * bq), dtype),
+        jnp.zeros((H, nqb * bq), dtype),
+    )
+    out, s1, s2 = jax.lax.fori_loop(0, nqb, one_query_block, init)
+    return out[:, :n_q], s1[:, :n_q], s2[:, :n_q]
 
 
 def _masked_terms(lwj, mask, bias, q0, k0, bq, bk):
@@ -236,8 +192,8 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
 
     A key block's ``dk``, ``dv`` and ``d log w`` are the (small) carry of the inner loop;
     ``dq`` is one full-size buffer updated in place, block by block. The block products
-    are computed key-major (``s^T`` of shape ``(H, bk, bq)``), so the three products that
-    accumulate into the carry and ``dp^T`` are plain or right-transposed matmuls; only
+    are computed key-major (``s^T`` of shape ``(H, bk, bq)``), so the products that
+    accumulate into the carry and ``dp^T`` are plain or right-transposed matmuls, and
     ``dq`` is accumulated transposed (``dq^T += k^T ds^T``), so none is left-transposed
     (XLA:CPU runs those as slow generic dots). Causal: a key block at ``k0`` visits only
     the query blocks with ``q0 + bq − 1 ≥ k0``; on the plain softmax path only those
@@ -248,30 +204,35 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
     n_k, dv = k.shape[1], v.shape[2]
     nqb, nkb = -(-n_q // bq), -(-n_k // bk)
     # D_i = Σ_j p_ij dp_ij = ⟨do_i, o_i⟩ (the softmax Jacobian's rank-one part).
-    delta = jnp.sum(g * out, axis=-1)
-    qb = _blocks(q, nqb, bq, axis=1)  # (nqb, H, bq, dk)
-    gb = _blocks(g, nqb, bq, axis=1)
-    db = _blocks(delta, nqb, bq, axis=1)  # (nqb, H, bq)
+    delta = _pad_to(jnp.sum(g * out, axis=-1), nqb * bq, axis=1)
+    qp = _pad_to(q, nqb * bq, axis=1)
+    gp = _pad_to(g, nqb * bq, axis=1)
     # Padded query rows get L = +∞ (softmax) / an unreachable max (hardmax): p = 0 there.
-    s1b = _blocks(s1, nqb, bq, axis=1, fill=jnp.inf)
-    s2b = _blocks(s2, nqb, bq, axis=1, fill=1.0)
-    kb = _blocks(k, nkb, bk, axis=1)
-    ktb = jnp.swapaxes(kb, -1, -2)  # (nkb, H, dk, bk): dq^T += k^T ds^T is a plain matmul
-    vb = _blocks(v, nkb, bk, axis=1)
+    s1p = _pad_to(s1, nqb * bq, axis=1, fill=jnp.inf)
+    s2p = _pad_to(s2, nqb * bq, axis=1, fill=1.0)
+    kp = _pad_to(k, nkb * bk, axis=1)
+    ktp = jnp.swapaxes(kp, 1, 2)  # (H, dk, n): dq^T += k^T ds^T is a plain matmul
+    vp = _pad_to(v, nkb * bk, axis=1)
     fast = not (masked or hardmax)
-    lwb = _blocks(lw, nkb, bk, axis=0, fill=-jnp.inf if fast else 0.0)
+    lwp = _pad_to(lw, nkb * bk, axis=0, fill=-jnp.inf if fast else 0.0)
     dtype = q.dtype
     hb = None if bias is None else bias.shape[0]
 
     def key_block(j, carry):
-        dqtb, dbias = carry
-        kj, ktj, vj, lwj = kb[j], ktb[j], vb[j], lwb[j]
+        dqt, dkp, dvp, dlwp, dbias = carry
         k0 = j * bk
+        kj = jax.lax.dynamic_slice_in_dim(kp, k0, bk, axis=1)
+        ktj = jax.lax.dynamic_slice_in_dim(ktp, k0, bk, axis=2)
+        vj = jax.lax.dynamic_slice_in_dim(vp, k0, bk, axis=1)
+        lwj = jax.lax.dynamic_slice_in_dim(lwp, k0, bk, axis=0)
 
         def query_block(i, inner, structural=True):
-            dkj, dvj, dlwj, dqtb, dbias = inner
-            qi, gi, di, s1i, s2i = qb[i], gb[i], db[i], s1b[i], s2b[i]
+            dkj, dvj, dlwj, dqt, dbias = inner
             q0 = i * bq
+            qi = jax.lax.dynamic_slice_in_dim(qp, q0, bq, axis=1)
+            gi = jax.lax.dynamic_slice_in_dim(gp, q0, bq, axis=1)
+            di = jax.lax.dynamic_slice_in_dim(delta, q0, bq, axis=1)
+            s1i = jax.lax.dynamic_slice_in_dim(s1p, q0, bq, axis=1)
             st = jnp.einsum("hkc,hqc->hkq", kj, qi)
             mask = jnp.swapaxes(_mask(q0, k0, bq, bk, n_k, causal), -1, -2)  # (1, bk, bq)
             lwt = lwj[None, :, None]
@@ -281,10 +242,11 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
                     bt = jnp.swapaxes(_bias_block(bias, q0, k0, bq, bk), -1, -2)
                     lwt = lwt + bt
                     mask = mask & (bt > -jnp.inf)
-            if hardmax:
+            if hardmax:  # p = w_j / Σ_argmax w on the maximizers (s1 = max, s2 = Σ w)
+                s2i = jax.lax.dynamic_slice_in_dim(s2p, q0, bq, axis=1)
                 ind = mask & (st == s1i[:, None, :])
                 pt = jnp.where(ind, jnp.exp(lwt), 0.0) / s2i[:, None, :]
-            else:
+            else:  # p = exp(s + log w − L)
                 pt = jnp.exp(st + lwt - s1i[:, None, :])
                 if structural:
                     pt = jnp.where(mask, pt, 0.0)
@@ -297,37 +259,41 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
                 dbias = jax.lax.dynamic_update_slice(dbias, jnp.swapaxes(dbt, -1, -2), (0, q0, k0))
             if not hardmax:  # hardmax: the maximizers are locally constant in the scores
                 dkj = dkj + jnp.einsum("hkq,hqc->hkc", dst, qi)
-                dqti = dqtb[i] + jnp.einsum("hck,hkq->hcq", ktj, dst)
-                dqtb = jax.lax.dynamic_update_index_in_dim(dqtb, dqti, i, 0)
-            return dkj, dvj, dlwj, dqtb, dbias
+                dqti = jax.lax.dynamic_slice_in_dim(dqt, q0, bq, axis=2)
+                dqti = dqti + jnp.einsum("hck,hkq->hcq", ktj, dst)
+                dqt = jax.lax.dynamic_update_slice_in_dim(dqt, dqti, q0, axis=2)
+            return dkj, dvj, dlwj, dqt, dbias
 
         lo = jnp.minimum(k0 // bq, nqb) if causal else 0
         init = (
             jnp.zeros((H, bk, dk), dtype),
             jnp.zeros((H, bk, dv), dtype),
             jnp.zeros((bk,), dtype),
-            dqtb,
+            dqt,
             dbias,
         )
         if fast:  # query blocks crossing the diagonal, then those entirely below it
             i_full = jnp.minimum(-(-(k0 + bk - 1) // bq), nqb) if causal else lo
-            carry = jax.lax.fori_loop(lo, i_full, query_block, init)
-            carry = jax.lax.fori_loop(i_full, nqb, partial(query_block, structural=False), carry)
+            inner = jax.lax.fori_loop(lo, i_full, query_block, init)
+            inner = jax.lax.fori_loop(i_full, nqb, partial(query_block, structural=False), inner)
         else:
-            carry = jax.lax.fori_loop(lo, nqb, query_block, init)
-        dkj, dvj, dlwj, dqtb, dbias = carry
-        return (dqtb, dbias), (dkj, dvj, dlwj)
+            inner = jax.lax.fori_loop(lo, nqb, query_block, init)
+        dkj, dvj, dlwj, dqt, dbias = inner
+        dkp = jax.lax.dynamic_update_slice_in_dim(dkp, dkj, k0, axis=1)
+        dvp = jax.lax.dynamic_update_slice_in_dim(dvp, dvj, k0, axis=1)
+        dlwp = jax.lax.dynamic_update_slice_in_dim(dlwp, dlwj, k0, axis=0)
+        return dqt, dkp, dvp, dlwp, dbias
 
-    dbias0 = None if bias is None else jnp.zeros_like(bias)
-    carry = (jnp.zeros((nqb, H, dk, bq), dtype), dbias0)
-    (dqtb, dbias), (dkb, dvb, dlwb) = jax.lax.scan(
-        lambda c, j: key_block(j, c), carry, jnp.arange(nkb)
+    init = (
+        jnp.zeros((H, dk, nqb * bq), dtype),
+        jnp.zeros((H, nkb * bk, dk), dtype),
+        jnp.zeros((H, nkb * bk, dv), dtype),
+        jnp.zeros((nkb * bk,), dtype),
+        None if bias is None else jnp.zeros_like(bias),
     )
-    dq = dqtb.transpose(1, 0, 3, 2).reshape(H, nqb * bq, dk)[:, :n_q]
-    dk_ = jnp.moveaxis(dkb, 0, 1).reshape(H, nkb * bk, dk)[:, :n_k]
-    dv_ = jnp.moveaxis(dvb, 0, 1).reshape(H, nkb * bk, dv)[:, :n_k]
-    dlw = dlwb.reshape(nkb * bk)[:n_k]
-    return dq, dk_, dv_, dlw, dbias
+    dqt, dkp, dvp, dlwp, dbias = jax.lax.fori_loop(0, nkb, key_block, init)
+    dq = jnp.swapaxes(dqt, 1, 2)[:, :n_q]
+    return dq, dkp[:, :n_k], dvp[:, :n_k], dlwp[:n_k], dbias
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
