@@ -211,7 +211,6 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
     s1p = _pad_to(s1, nqb * bq, axis=1, fill=jnp.inf)
     s2p = _pad_to(s2, nqb * bq, axis=1, fill=1.0)
     kp = _pad_to(k, nkb * bk, axis=1)
-    ktp = jnp.swapaxes(kp, 1, 2)  # (H, dk, n): dq^T += k^T ds^T is a plain matmul
     vp = _pad_to(v, nkb * bk, axis=1)
     fast = not (masked or hardmax)
     lwp = _pad_to(lw, nkb * bk, axis=0, fill=-jnp.inf if fast else 0.0)
@@ -222,7 +221,7 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
         dqt, dkp, dvp, dlwp, dbias = carry
         k0 = j * bk
         kj = jax.lax.dynamic_slice_in_dim(kp, k0, bk, axis=1)
-        ktj = jax.lax.dynamic_slice_in_dim(ktp, k0, bk, axis=2)
+        ktj = jnp.swapaxes(kj, 1, 2)  # (H, dk, bk): dq^T += k^T ds^T is a plain matmul
         vj = jax.lax.dynamic_slice_in_dim(vp, k0, bk, axis=1)
         lwj = jax.lax.dynamic_slice_in_dim(lwp, k0, bk, axis=0)
 
