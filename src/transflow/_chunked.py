@@ -272,8 +272,10 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
             dbias,
         )
         if fast:  # query blocks crossing the diagonal, then those entirely below it
-            i_full = jnp.minimum(-(-(k0 + bk - 1) // bq), nqb) if causal else lo
-            inner = jax.lax.fori_loop(lo, i_full, query_block, init)
+            inner, i_full = init, 0
+            if causal:
+                i_full = jnp.minimum(-(-(k0 + bk - 1) // bq), nqb)
+                inner = jax.lax.fori_loop(lo, i_full, query_block, inner)
             inner = jax.lax.fori_loop(i_full, nqb, partial(query_block, structural=False), inner)
         else:
             inner = jax.lax.fori_loop(lo, nqb, query_block, init)
