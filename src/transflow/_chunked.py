@@ -74,14 +74,16 @@ def _bias_block(bias, q0, k0, bq: int, bk: int):
     return jax.lax.dynamic_slice(bias, (0, q0, k0), (bias.shape[0], bq, bk))
 
 
-def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
+def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False, uniform=False):
     """Blockwise forward. Returns the output (H, n_q, dv) and two per-query statistics.
 
     ``masked`` (static): keys with ``log w = −∞`` (padding) or ``bias = −∞`` are not
     admissible, and rows with no admissible key return 0 (L = +∞ for the backward).
     ``bias`` is ``None`` or the padded additive mask ``(1|H, nqb·bq, nkb·bk)``.
-    Blocks are read with dynamic slices of the (padded) inputs and the outputs written in
-    place, so no blocked copy of q, k, v or of the output is made.
+    ``uniform`` (static): ``lw`` is all zeros (no token weights), so the plain softmax path
+    skips adding it when no key padding is needed either. Blocks are read with dynamic
+    slices of the (padded) inputs and the outputs written in place, so no blocked copy of
+    q, k, v or of the output is made.
     """
     H, n_q, _ = q.shape
     n_k, dv = k.shape[1], v.shape[2]
@@ -93,6 +95,7 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
     # weight exp(−∞) = 0 without a select, and only causal blocks on the diagonal need one.
     fast = not (masked or hardmax)
     lwp = _pad_to(lw, nkb * bk, axis=0, fill=-jnp.inf if fast else 0.0)
+    no_lw = fast and uniform and n_k % bk == 0  # log w ≡ 0 and no padded key
     dtype = q.dtype
     neg_inf = jnp.asarray(-jnp.inf, dtype)
 
@@ -120,7 +123,7 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
                 ell = keep * ell + jnp.sum(p, axis=-1)
                 acc = keep[..., None] * acc + jnp.einsum("hqk,hkc->hqc", p, vj)
                 return m_new, ell, acc
-            logits = s + lwj
+            logits = s if no_lw else s + lwj
             if structural:
                 logits = jnp.where(mask, logits, neg_inf)
             m_new = jnp.maximum(m, jnp.max(logits, axis=-1))
@@ -177,17 +180,17 @@ def _masked_terms(lwj, mask, bias, q0, k0, bq, bk):
     return lwj[None, None, :] + bj, mask & (bj > -jnp.inf)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
-def _attend(q, k, v, lw, bias, causal, hardmax, bq, bk, masked):
-    return _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked)[0]
+@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
+def _attend(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform):
+    return _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform)[0]
 
 
-def _attend_fwd(q, k, v, lw, bias, causal, hardmax, bq, bk, masked):
-    out, s1, s2 = _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked)
+def _attend_fwd(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform):
+    out, s1, s2 = _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform)
     return out, (q, k, v, lw, bias, out, s1, s2)
 
 
-def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
+def _attend_bwd(causal, hardmax, bq, bk, masked, uniform, res, g):
     """FlashAttention-2's backward, one pass: key blocks outside, query blocks inside.
 
     A key block's ``dk``, ``dv`` and ``d log w`` are the (small) carry of the inner loop;
@@ -198,6 +201,8 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
     (XLA:CPU runs those as slow generic dots). Causal: a key block at ``k0`` visits only
     the query blocks with ``q0 + bq − 1 ≥ k0``; on the plain softmax path only those
     crossing the diagonal build a mask (padded keys have ``log w = −∞`` there).
+    ``uniform``: ``lw`` is an internal constant 0 (no token weights): its gradient is not
+    formed (a zero is returned) and, without padded keys, it is not added either.
     """
     q, k, v, lw, bias, out, s1, s2 = res
     H, n_q, dk = q.shape
@@ -214,6 +219,7 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
     vp = _pad_to(v, nkb * bk, axis=1)
     fast = not (masked or hardmax)
     lwp = _pad_to(lw, nkb * bk, axis=0, fill=-jnp.inf if fast else 0.0)
+    no_lw = fast and uniform and n_k % bk == 0  # log w ≡ 0 and no padded key
     dtype = q.dtype
     hb = None if bias is None else bias.shape[0]
 
@@ -246,13 +252,14 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
                 ind = mask & (st == s1i[:, None, :])
                 pt = jnp.where(ind, jnp.exp(lwt), 0.0) / s2i[:, None, :]
             else:  # p = exp(s + log w − L)
-                pt = jnp.exp(st + lwt - s1i[:, None, :])
+                pt = jnp.exp((st if no_lw else st + lwt) - s1i[:, None, :])
                 if structural:
                     pt = jnp.where(mask, pt, 0.0)
             dvj = dvj + jnp.einsum("hkq,hqc->hkc", pt, gi)
             dpt = jnp.einsum("hkc,hqc->hkq", vj, gi)
             dst = pt * (dpt - di[:, None, :])
-            dlwj = dlwj + jnp.sum(dst, axis=(0, 2))
+            if not uniform:
+                dlwj = dlwj + jnp.sum(dst, axis=(0, 2))
             if bias is not None:  # d/d(bias) of the block = ds, summed over broadcast heads
                 dbt = dst if hb == H else jnp.sum(dst, 0, keepdims=True)
                 dbias = jax.lax.dynamic_update_slice(dbias, jnp.swapaxes(dbt, -1, -2), (0, q0, k0))
@@ -352,14 +359,17 @@ def online_softmax_attention(
     q = as_input("q", q, ndim=3, nonempty=(1,))
     k = as_input("k", k, q.dtype, ndim=3, shape=(q.shape[0], None, q.shape[2]), nonempty=(1,))
     v = as_input("v", v, q.dtype, ndim=3, shape=(q.shape[0], k.shape[1], None))
-    if log_weights is None:
+    uniform = log_weights is None  # an internal constant: its gradient is not needed
+    if uniform:
         log_weights = jnp.zeros((k.shape[1],), q.dtype)
     else:
         check_array("log_weights", log_weights, ndim=1, shape=(k.shape[1],))
         log_weights = log_weights.astype(q.dtype)
     bq, bk = min(bq, q.shape[1]), min(bk, k.shape[1])
     if key_padding_mask is None and attention_mask is None:
-        return _attend(q, k, v, log_weights, None, bool(causal), bool(hardmax), bq, bk, False)
+        return _attend(
+            q, k, v, log_weights, None, bool(causal), bool(hardmax), bq, bk, False, uniform
+        )
     n_q, n_k = q.shape[1], k.shape[1]
     kpm = check_key_padding_mask(key_padding_mask, n_k)
     if kpm is not None:
@@ -370,7 +380,7 @@ def online_softmax_attention(
         pq, pk = -(-n_q // bq) * bq - n_q, -(-n_k // bk) * bk - n_k
         if pq or pk:
             bias = jnp.pad(bias, ((0, 0), (0, pq), (0, pk)))
-    return _attend(q, k, v, log_weights, bias, bool(causal), bool(hardmax), bq, bk, True)
+    return _attend(q, k, v, log_weights, bias, bool(causal), bool(hardmax), bq, bk, True, uniform)
 
 
 def chunked_attention(
