@@ -21,7 +21,8 @@ tokens. The result equals the dense operator up to round-off (≈1e-7 relative i
 
 The gradient is a ``jax.custom_vjp`` that stores only the output and the per-query
 log-normaliser ``L = m + log ℓ`` and recomputes the probabilities block by block in the
-backward pass (FlashAttention's backward), so reverse-mode AD is memory-linear too.
+backward pass (FlashAttention's backward, in FlashAttention-2's order: key blocks
+outside, query blocks inside), so reverse-mode AD is memory-linear too.
 
 Hardmax (λ → ∞, Yun et al. 2020) is the same recursion with the running maximum of the
 scores and the indicator of the maximizers instead of the exponentials; ties are averaged
@@ -61,6 +62,11 @@ def _pad_to(x, length: int, axis: int, fill=0.0):
 
 
 def _mask(q0, k0, bq: int, bk: int, n_k: int, causal: bool):
+    """Admissible (query, key) pairs of the block at (q0, k0): keys < n_k, causal ``j ≤ i``.
+
+    Called once per executed block body, also where the body does not need it (XLA drops
+    it there); the tests count the executed blocks through this call.
+    """
     kidx = k0 + jnp.arange(bk)
     mask = (kidx < n_k)[None, :]
     if causal:
