@@ -128,6 +128,29 @@ def test_online_softmax_attention_direct(getkey):
     assert _rel(out, ref) <= 1e-12
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [96, 100])
+def test_online_softmax_attention_without_weights_values_and_gradients(getkey, causal, n):
+    # log_weights=None takes the plain path that neither adds log w nor forms its gradient;
+    # n = 96 is a multiple of both blocks (no padded key: no log w at all), n = 100 is not
+    # (padded keys get log w = −∞). Values and q, k, v gradients equal the dense softmax.
+    q, k, v = jax.random.normal(getkey(), (3, 2, n, 8), jnp.float64)
+    g = jax.random.normal(getkey(), (2, n, 8), jnp.float64)
+    tril = jnp.tril(jnp.ones((n, n), bool)) if causal else jnp.ones((n, n), bool)
+
+    def dense(q, k, v):
+        s = jnp.where(tril, q @ k.swapaxes(-1, -2), -jnp.inf)
+        return jax.nn.softmax(s, axis=-1) @ v
+
+    def chunked(q, k, v):
+        return online_softmax_attention(q, k, v, causal=causal, query_block=32, key_block=48)
+
+    out, vjp = jax.vjp(chunked, q, k, v)
+    ref, ref_vjp = jax.vjp(dense, q, k, v)
+    assert _rel(out, ref) <= 1e-12
+    assert _tree_rel(vjp(g), ref_vjp(g)) <= 1e-10
+
+
 def _max_intermediate(jaxpr) -> int:
     """Largest number of elements of any value in a jaxpr, sub-jaxprs included."""
     best = 0

@@ -21,7 +21,8 @@ tokens. The result equals the dense operator up to round-off (≈1e-7 relative i
 
 The gradient is a ``jax.custom_vjp`` that stores only the output and the per-query
 log-normaliser ``L = m + log ℓ`` and recomputes the probabilities block by block in the
-backward pass (FlashAttention's backward), so reverse-mode AD is memory-linear too.
+backward pass (FlashAttention's backward, in FlashAttention-2's order: key blocks
+outside, query blocks inside), so reverse-mode AD is memory-linear too.
 
 Hardmax (λ → ∞, Yun et al. 2020) is the same recursion with the running maximum of the
 scores and the indicator of the maximizers instead of the exponentials; ties are averaged
@@ -50,30 +51,22 @@ def _check_block(name: str, value) -> int:
     return value
 
 
-def _blocks(x, n_blocks: int, block: int, axis: int, fill=0.0):
-    """Pad ``x`` along ``axis`` to ``n_blocks * block`` and move the block index first."""
-    pad = n_blocks * block - x.shape[axis]
-    if pad:
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (0, pad)
-        x = jnp.pad(x, widths, constant_values=fill)
-    shape = x.shape[:axis] + (n_blocks, block) + x.shape[axis + 1 :]
-    return jnp.moveaxis(x.reshape(shape), axis, 0)
-
-
-def _block_probs(s, lw, mask, stat1, stat2, hardmax: bool):
-    """Normalised probabilities of one (query block, key block) pair from saved stats.
-
-    Softmax: ``stat1`` is the log-normaliser L, ``p = exp(s + log w − L)``. Hardmax:
-    ``stat1`` is the row maximum, ``stat2`` the summed weights of the maximizers.
-    """
-    if hardmax:
-        ind = mask & (s == stat1[..., None])
-        return jnp.where(ind, jnp.exp(lw), 0.0) / stat2[..., None]
-    return jnp.where(mask, jnp.exp(s + lw - stat1[..., None]), 0.0)
+def _pad_to(x, length: int, axis: int, fill=0.0):
+    """Pad ``x`` along ``axis`` to ``length`` with ``fill`` (no copy when already there)."""
+    pad = length - x.shape[axis]
+    if not pad:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths, constant_values=fill)
 
 
 def _mask(q0, k0, bq: int, bk: int, n_k: int, causal: bool):
+    """Admissible (query, key) pairs of the block at (q0, k0): keys < n_k, causal ``j ≤ i``.
+
+    Called once per executed block body, also where the body does not need it (XLA drops
+    it there); the tests count the executed blocks through this call.
+    """
     kidx = k0 + jnp.arange(bk)
     mask = (kidx < n_k)[None, :]
     if causal:
@@ -82,65 +75,48 @@ def _mask(q0, k0, bq: int, bk: int, n_k: int, causal: bool):
     return jnp.broadcast_to(mask, (bq, bk))[None]  # (1, bq, bk): shared by the heads
 
 
-def _n_key_blocks(q0, bq: int, bk: int, nkb: int, causal: bool):
-    """Key blocks a query block at ``q0`` must visit: all, or (causal) those not above the
-    diagonal, ``k0 ≤ q0 + bq − 1`` (traced; ``None`` = all ``nkb``, a static scan)."""
-    if not causal:
-        return None
-    return jnp.minimum(nkb, (q0 + bq - 1) // bk + 1)
-
-
-def _key_scan(body, init, xs, n_active):
-    """``lax.scan(body, init, xs)`` over the first ``n_active`` key blocks only.
-
-    ``n_active = None`` is the plain scan. Otherwise a ``fori_loop`` with the traced trip
-    count (a while loop: the skipped blocks are never computed) writes the per-block
-    outputs into zero-initialised buffers: a skipped, fully masked block contributes
-    exactly 0 (and leaves the running statistics unchanged), so the result is identical.
-    """
-    if n_active is None:
-        return jax.lax.scan(body, init, xs)
-    n = jax.tree.leaves(xs)[0].shape[0]
-    _, y_shape = jax.eval_shape(body, init, jax.tree.map(lambda a: a[0], xs))
-    ys0 = jax.tree.map(lambda t: jnp.zeros((n, *t.shape), t.dtype), y_shape)
-
-    def step(j, state):
-        carry, ys = state
-        carry, y = body(carry, jax.tree.map(lambda a: a[j], xs))
-        return carry, jax.tree.map(lambda buf, yj: buf.at[j].set(yj), ys, y)
-
-    return jax.lax.fori_loop(0, n_active, step, (init, ys0))
-
-
 def _bias_block(bias, q0, k0, bq: int, bk: int):
     """The ``(1|H, bq, bk)`` block of a (padded) additive mask at (q0, k0)."""
     return jax.lax.dynamic_slice(bias, (0, q0, k0), (bias.shape[0], bq, bk))
 
 
-def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
+def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False, uniform=False):
     """Blockwise forward. Returns the output (H, n_q, dv) and two per-query statistics.
 
     ``masked`` (static): keys with ``log w = −∞`` (padding) or ``bias = −∞`` are not
     admissible, and rows with no admissible key return 0 (L = +∞ for the backward).
     ``bias`` is ``None`` or the padded additive mask ``(1|H, nqb·bq, nkb·bk)``.
+    ``uniform`` (static): ``lw`` is all zeros (no token weights), so the plain softmax path
+    skips adding it when no key padding is needed either. Blocks are read with dynamic
+    slices of the (padded) inputs and the outputs written in place, so no blocked copy of
+    q, k, v or of the output is made.
     """
     H, n_q, _ = q.shape
     n_k, dv = k.shape[1], v.shape[2]
     nqb, nkb = -(-n_q // bq), -(-n_k // bk)
-    qb = _blocks(q, nqb, bq, axis=1)  # (nqb, H, bq, dk)
-    kb = _blocks(k, nkb, bk, axis=1)
-    vb = _blocks(v, nkb, bk, axis=1)
-    lwb = _blocks(lw, nkb, bk, axis=0)  # (nkb, bk)
-    k_starts = jnp.arange(nkb) * bk
+    qp = _pad_to(q, nqb * bq, axis=1)
+    kp = _pad_to(k, nkb * bk, axis=1)
+    vp = _pad_to(v, nkb * bk, axis=1)
+    # The plain softmax path (no masks, no hardmax) pads log w with −∞: padded keys get
+    # weight exp(−∞) = 0 without a select, and only causal blocks on the diagonal need one.
+    fast = not (masked or hardmax)
+    lwp = _pad_to(lw, nkb * bk, axis=0, fill=-jnp.inf if fast else 0.0)
+    no_lw = fast and uniform and n_k % bk == 0  # log w ≡ 0 and no padded key
     dtype = q.dtype
     neg_inf = jnp.asarray(-jnp.inf, dtype)
 
-    def one_query_block(args):
-        qi, q0 = args
+    def one_query_block(i, outs):
+        q0 = i * bq
+        qi = jax.lax.dynamic_slice_in_dim(qp, q0, bq, axis=1)
 
-        def body(carry, xs):
+        def body(j, carry, structural=True):
+            # ``structural=False``: a block known to be free of causal and padding masks
+            # (the plain softmax path pads log w with −∞ instead), so no select is needed.
             m, ell, acc = carry
-            kj, vj, lwj, k0 = xs
+            k0 = j * bk
+            kj = jax.lax.dynamic_slice_in_dim(kp, k0, bk, axis=1)
+            vj = jax.lax.dynamic_slice_in_dim(vp, k0, bk, axis=1)
+            lwj = jax.lax.dynamic_slice_in_dim(lwp, k0, bk, axis=0)
             s = jnp.einsum("hqc,hkc->hqk", qi, kj)
             mask = _mask(q0, k0, bq, bk, n_k, causal)
             if masked:
@@ -152,41 +128,53 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False):
                 p = jnp.where(mask & (sm == m_new[..., None]), jnp.exp(lwj), 0.0)
                 ell = keep * ell + jnp.sum(p, axis=-1)
                 acc = keep[..., None] * acc + jnp.einsum("hqk,hkc->hqc", p, vj)
-                return (m_new, ell, acc), None
-            logits = jnp.where(mask, s + lwj, neg_inf)
+                return m_new, ell, acc
+            logits = s if no_lw else s + lwj
+            if structural:
+                logits = jnp.where(mask, logits, neg_inf)
             m_new = jnp.maximum(m, jnp.max(logits, axis=-1))
             m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
             corr = jnp.exp(m - m_safe)  # 0 while m = −∞
             p = jnp.exp(logits - m_safe[..., None])
             ell = corr * ell + jnp.sum(p, axis=-1)
             acc = corr[..., None] * acc + jnp.einsum("hqk,hkc->hqc", p, vj)
-            return (m_new, ell, acc), None
+            return m_new, ell, acc
 
         init = (
             jnp.full((H, bq), -jnp.inf, dtype),
             jnp.zeros((H, bq), dtype),
             jnp.zeros((H, bq, dv), dtype),
         )
-        n_active = _n_key_blocks(q0, bq, bk, nkb, causal)
-        (m, ell, acc), _ = _key_scan(body, init, (kb, vb, lwb, k_starts), n_active)
+        # Causal: only the key blocks with k0 ≤ q0 + bq − 1 (a while loop, the blocks
+        # above the diagonal are never computed; they would leave m, ℓ, a unchanged).
+        n_active = nkb if not causal else jnp.minimum(nkb, (q0 + bq - 1) // bk + 1)
+        if fast:  # unmasked key blocks first, then (causal) those crossing the diagonal
+            n_full = nkb if not causal else jnp.minimum((q0 + 1) // bk, n_active)
+            carry = jax.lax.fori_loop(0, n_full, partial(body, structural=False), init)
+            if causal:
+                carry = jax.lax.fori_loop(n_full, n_active, body, carry)
+        else:
+            carry = jax.lax.fori_loop(0, n_active, body, init)
+        m, ell, acc = carry
         if masked:  # rows without admissible keys: the integral over ∅ is 0
             empty = ell == 0
             ell = jnp.where(empty, 1.0, ell)
-            out = acc / ell[..., None]
-            if hardmax:
-                return out, m, ell
-            return out, jnp.where(empty, jnp.inf, m + jnp.log(ell)), ell
-        out = acc / ell[..., None]
-        if hardmax:
-            return out, m, ell
-        return out, m + jnp.log(ell), ell
+            s1 = m if hardmax else jnp.where(empty, jnp.inf, m + jnp.log(ell))
+        else:
+            s1 = m if hardmax else m + jnp.log(ell)
+        out, s1b, s2b = outs
+        out = jax.lax.dynamic_update_slice_in_dim(out, acc / ell[..., None], q0, axis=1)
+        s1b = jax.lax.dynamic_update_slice_in_dim(s1b, s1, q0, axis=1)
+        s2b = jax.lax.dynamic_update_slice_in_dim(s2b, ell, q0, axis=1)
+        return out, s1b, s2b
 
-    out, s1, s2 = jax.lax.map(one_query_block, (qb, jnp.arange(nqb) * bq))
-    # (nqb, H, bq, ·) -> (H, n_q, ·)
-    out = jnp.moveaxis(out, 0, 1).reshape(H, nqb * bq, dv)[:, :n_q]
-    s1 = jnp.moveaxis(s1, 0, 1).reshape(H, nqb * bq)[:, :n_q]
-    s2 = jnp.moveaxis(s2, 0, 1).reshape(H, nqb * bq)[:, :n_q]
-    return out, s1, s2
+    init = (
+        jnp.zeros((H, nqb * bq, dv), dtype),
+        jnp.zeros((H, nqb * bq), dtype),
+        jnp.zeros((H, nqb * bq), dtype),
+    )
+    out, s1, s2 = jax.lax.fori_loop(0, nqb, one_query_block, init)
+    return out[:, :n_q], s1[:, :n_q], s2[:, :n_q]
 
 
 def _masked_terms(lwj, mask, bias, q0, k0, bq, bk):
@@ -198,77 +186,128 @@ def _masked_terms(lwj, mask, bias, q0, k0, bq, bk):
     return lwj[None, None, :] + bj, mask & (bj > -jnp.inf)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
-def _attend(q, k, v, lw, bias, causal, hardmax, bq, bk, masked):
-    return _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked)[0]
+@partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
+def _attend(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform):
+    return _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform)[0]
 
 
-def _attend_fwd(q, k, v, lw, bias, causal, hardmax, bq, bk, masked):
-    out, s1, s2 = _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked)
+def _attend_fwd(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform):
+    out, s1, s2 = _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform)
     return out, (q, k, v, lw, bias, out, s1, s2)
 
 
-def _attend_bwd(causal, hardmax, bq, bk, masked, res, g):
+def _attend_bwd(causal, hardmax, bq, bk, masked, uniform, res, g):
+    """FlashAttention-2's backward, one pass: key blocks outside, query blocks inside.
+
+    A key block's ``dk``, ``dv`` and ``d log w`` are the (small) carry of the inner loop;
+    ``dq`` is one full-size buffer updated in place, block by block. The block products
+    are computed key-major (``s^T`` of shape ``(H, bk, bq)``), so the products that
+    accumulate into the carry and ``dp^T`` are plain or right-transposed matmuls, and
+    ``dq`` is accumulated transposed (``dq^T += k^T ds^T``), so none is left-transposed
+    (XLA:CPU runs those as slow generic dots). Causal: a key block at ``k0`` visits only
+    the query blocks with ``q0 + bq − 1 ≥ k0``; on the plain softmax path only those
+    crossing the diagonal build a mask (padded keys have ``log w = −∞`` there).
+    ``uniform``: ``lw`` is an internal constant 0 (no token weights): its gradient is not
+    formed (a zero is returned) and, without padded keys, it is not added either.
+    """
     q, k, v, lw, bias, out, s1, s2 = res
     H, n_q, dk = q.shape
     n_k, dv = k.shape[1], v.shape[2]
     nqb, nkb = -(-n_q // bq), -(-n_k // bk)
     # D_i = Σ_j p_ij dp_ij = ⟨do_i, o_i⟩ (the softmax Jacobian's rank-one part).
-    delta = jnp.sum(g * out, axis=-1)
-    qb = _blocks(q, nqb, bq, axis=1)
-    gb = _blocks(g, nqb, bq, axis=1)
-    db = _blocks(delta, nqb, bq, axis=1)
+    delta = _pad_to(jnp.sum(g * out, axis=-1), nqb * bq, axis=1)
+    qp = _pad_to(q, nqb * bq, axis=1)
+    gp = _pad_to(g, nqb * bq, axis=1)
     # Padded query rows get L = +∞ (softmax) / an unreachable max (hardmax): p = 0 there.
-    fill1 = jnp.inf
-    s1b = _blocks(s1, nqb, bq, axis=1, fill=fill1)
-    s2b = _blocks(s2, nqb, bq, axis=1, fill=1.0)
-    kb = _blocks(k, nkb, bk, axis=1)
-    vb = _blocks(v, nkb, bk, axis=1)
-    lwb = _blocks(lw, nkb, bk, axis=0)
-    k_starts = jnp.arange(nkb) * bk
+    s1p = _pad_to(s1, nqb * bq, axis=1, fill=jnp.inf)
+    s2p = _pad_to(s2, nqb * bq, axis=1, fill=1.0)
+    kp = _pad_to(k, nkb * bk, axis=1)
+    vp = _pad_to(v, nkb * bk, axis=1)
+    fast = not (masked or hardmax)
+    lwp = _pad_to(lw, nkb * bk, axis=0, fill=-jnp.inf if fast else 0.0)
+    no_lw = fast and uniform and n_k % bk == 0  # log w ≡ 0 and no padded key
+    dtype = q.dtype
+    hb = None if bias is None else bias.shape[0]
 
-    def outer(carry, xs):
-        dk_acc, dv_acc, dlw_acc = carry
-        qi, gi, di, s1i, s2i, q0 = xs
+    def key_block(j, carry):
+        dqt, dkp, dvp, dlwp, dbias = carry
+        k0 = j * bk
+        kj = jax.lax.dynamic_slice_in_dim(kp, k0, bk, axis=1)
+        ktj = jnp.swapaxes(kj, 1, 2)  # (H, dk, bk): dq^T += k^T ds^T is a plain matmul
+        vj = jax.lax.dynamic_slice_in_dim(vp, k0, bk, axis=1)
+        lwj = jax.lax.dynamic_slice_in_dim(lwp, k0, bk, axis=0)
 
-        def inner(dq, ys):
-            kj, vj, lwj, k0 = ys
-            s = jnp.einsum("hqc,hkc->hqk", qi, kj)
-            mask = _mask(q0, k0, bq, bk, n_k, causal)
+        def query_block(i, inner, structural=True):
+            dkj, dvj, dlwj, dqt, dbias = inner
+            q0 = i * bq
+            qi = jax.lax.dynamic_slice_in_dim(qp, q0, bq, axis=1)
+            gi = jax.lax.dynamic_slice_in_dim(gp, q0, bq, axis=1)
+            di = jax.lax.dynamic_slice_in_dim(delta, q0, bq, axis=1)
+            s1i = jax.lax.dynamic_slice_in_dim(s1p, q0, bq, axis=1)
+            st = jnp.einsum("hkc,hqc->hkq", kj, qi)
+            mask = jnp.swapaxes(_mask(q0, k0, bq, bk, n_k, causal), -1, -2)  # (1, bk, bq)
+            lwt = lwj[None, :, None]
             if masked:
-                lwj, mask = _masked_terms(lwj, mask, bias, q0, k0, bq, bk)
-            p = _block_probs(s, lwj, mask, s1i, s2i, hardmax)
-            dvj = jnp.einsum("hqk,hqc->hkc", p, gi)
-            dp = jnp.einsum("hqc,hkc->hqk", gi, vj)
-            ds = p * (dp - di[..., None])
-            dlwj = jnp.sum(ds, axis=(0, 1))
-            dbj = None  # d/d(bias) of the block = ds, summed over broadcast heads
-            if bias is not None:
-                dbj = ds if bias.shape[0] == ds.shape[0] else jnp.sum(ds, 0, keepdims=True)
-            if hardmax:  # the maximizers are locally constant in the scores
-                return dq, (jnp.zeros_like(kj), dvj, dlwj, dbj)
-            dq = dq + jnp.einsum("hqk,hkc->hqc", ds, kj)
-            dkj = jnp.einsum("hqk,hqc->hkc", ds, qi)
-            return dq, (dkj, dvj, dlwj, dbj)
+                mask = mask & (lwj > -jnp.inf)[None, :, None]
+                if bias is not None:
+                    bt = jnp.swapaxes(_bias_block(bias, q0, k0, bq, bk), -1, -2)
+                    lwt = lwt + bt
+                    mask = mask & (bt > -jnp.inf)
+            if hardmax:  # p = w_j / Σ_argmax w on the maximizers (s1 = max, s2 = Σ w)
+                s2i = jax.lax.dynamic_slice_in_dim(s2p, q0, bq, axis=1)
+                ind = mask & (st == s1i[:, None, :])
+                pt = jnp.where(ind, jnp.exp(lwt), 0.0) / s2i[:, None, :]
+            else:  # p = exp(s + log w − L)
+                pt = jnp.exp((st if no_lw else st + lwt) - s1i[:, None, :])
+                if structural:
+                    pt = jnp.where(mask, pt, 0.0)
+            dvj = dvj + jnp.einsum("hkq,hqc->hkc", pt, gi)
+            dpt = jnp.einsum("hkc,hqc->hkq", vj, gi)
+            dst = pt * (dpt - di[:, None, :])
+            if not uniform:
+                dlwj = dlwj + jnp.sum(dst, axis=(0, 2))
+            if bias is not None:  # d/d(bias) of the block = ds, summed over broadcast heads
+                dbt = dst if hb == H else jnp.sum(dst, 0, keepdims=True)
+                dbias = jax.lax.dynamic_update_slice(dbias, jnp.swapaxes(dbt, -1, -2), (0, q0, k0))
+            if not hardmax:  # hardmax: the maximizers are locally constant in the scores
+                dkj = dkj + jnp.einsum("hkq,hqc->hkc", dst, qi)
+                dqti = jax.lax.dynamic_slice_in_dim(dqt, q0, bq, axis=2)
+                dqti = dqti + jnp.einsum("hck,hkq->hcq", ktj, dst)
+                dqt = jax.lax.dynamic_update_slice_in_dim(dqt, dqti, q0, axis=2)
+            return dkj, dvj, dlwj, dqt, dbias
 
-        n_active = _n_key_blocks(q0, bq, bk, nkb, causal)
-        dq_i, (dk_i, dv_i, dlw_i, db_i) = _key_scan(
-            inner, jnp.zeros_like(qi), (kb, vb, lwb, k_starts), n_active
+        lo = jnp.minimum(k0 // bq, nqb) if causal else 0
+        init = (
+            jnp.zeros((H, bk, dk), dtype),
+            jnp.zeros((H, bk, dv), dtype),
+            jnp.zeros((bk,), dtype),
+            dqt,
+            dbias,
         )
-        return (dk_acc + dk_i, dv_acc + dv_i, dlw_acc + dlw_i), (dq_i, db_i)
+        if fast:  # query blocks crossing the diagonal, then those entirely below it
+            inner, i_full = init, 0
+            if causal:
+                i_full = jnp.minimum(-(-(k0 + bk - 1) // bq), nqb)
+                inner = jax.lax.fori_loop(lo, i_full, query_block, inner)
+            inner = jax.lax.fori_loop(i_full, nqb, partial(query_block, structural=False), inner)
+        else:
+            inner = jax.lax.fori_loop(lo, nqb, query_block, init)
+        dkj, dvj, dlwj, dqt, dbias = inner
+        dkp = jax.lax.dynamic_update_slice_in_dim(dkp, dkj, k0, axis=1)
+        dvp = jax.lax.dynamic_update_slice_in_dim(dvp, dvj, k0, axis=1)
+        dlwp = jax.lax.dynamic_update_slice_in_dim(dlwp, dlwj, k0, axis=0)
+        return dqt, dkp, dvp, dlwp, dbias
 
-    init = (jnp.zeros_like(kb), jnp.zeros_like(vb), jnp.zeros_like(lwb))
-    (dkb, dvb, dlwb), (dqb, dbb) = jax.lax.scan(
-        outer, init, (qb, gb, db, s1b, s2b, jnp.arange(nqb) * bq)
+    init = (
+        jnp.zeros((H, dk, nqb * bq), dtype),
+        jnp.zeros((H, nkb * bk, dk), dtype),
+        jnp.zeros((H, nkb * bk, dv), dtype),
+        jnp.zeros((nkb * bk,), dtype),
+        None if bias is None else jnp.zeros_like(bias),
     )
-    dq = jnp.moveaxis(dqb, 0, 1).reshape(H, nqb * bq, dk)[:, :n_q]
-    dk_ = jnp.moveaxis(dkb, 0, 1).reshape(H, nkb * bk, dk)[:, :n_k]
-    dv_ = jnp.moveaxis(dvb, 0, 1).reshape(H, nkb * bk, dv)[:, :n_k]
-    dlw = dlwb.reshape(nkb * bk)[:n_k]
-    dbias = None
-    if bias is not None:  # (nqb, nkb, Hb, bq, bk) -> (Hb, nqb·bq, nkb·bk), padding kept
-        dbias = dbb.transpose(2, 0, 3, 1, 4).reshape(bias.shape)
-    return dq, dk_, dv_, dlw, dbias
+    dqt, dkp, dvp, dlwp, dbias = jax.lax.fori_loop(0, nkb, key_block, init)
+    dq = jnp.swapaxes(dqt, 1, 2)[:, :n_q]
+    return dq, dkp[:, :n_k], dvp[:, :n_k], dlwp[:n_k], dbias
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
@@ -282,8 +321,8 @@ def online_softmax_attention(
     *,
     causal: bool = False,
     hardmax: bool = False,
-    query_block: int = 512,
-    key_block: int = 1024,
+    query_block: int = 256,
+    key_block: int = 256,
     key_padding_mask: Bool[Array, " n_k"] | None = None,
     attention_mask: Bool[Array, "*h n_q n_k"] | Float[Array, "*h n_q n_k"] | None = None,
 ) -> Float[Array, "heads n_q d_v"]:
@@ -302,7 +341,9 @@ def online_softmax_attention(
             uniform weights.
         causal: keys ``j ≤ i`` only.
         hardmax: the λ → ∞ limit (gradient flows to ``v`` and ``log_weights`` only).
-        query_block, key_block: block sizes (any sizes; the last block is padded).
+        query_block, key_block: block sizes (any sizes; the last block is padded). The
+            defaults 256 × 256 keep a 4-head fp32 score block at 1 MiB (cache-sized);
+            much larger blocks are slower on CPU.
         key_padding_mask: ``(n_k,)`` bool, True = padded: ``log w_j = −∞`` (zero weight);
             memory stays linear in the tokens.
         attention_mask: ``(n_q, n_k)`` or ``(1|H, n_q, n_k)``, bool (True = may attend) or
@@ -324,14 +365,17 @@ def online_softmax_attention(
     q = as_input("q", q, ndim=3, nonempty=(1,))
     k = as_input("k", k, q.dtype, ndim=3, shape=(q.shape[0], None, q.shape[2]), nonempty=(1,))
     v = as_input("v", v, q.dtype, ndim=3, shape=(q.shape[0], k.shape[1], None))
-    if log_weights is None:
+    uniform = log_weights is None  # an internal constant: its gradient is not needed
+    if uniform:
         log_weights = jnp.zeros((k.shape[1],), q.dtype)
     else:
         check_array("log_weights", log_weights, ndim=1, shape=(k.shape[1],))
         log_weights = log_weights.astype(q.dtype)
     bq, bk = min(bq, q.shape[1]), min(bk, k.shape[1])
     if key_padding_mask is None and attention_mask is None:
-        return _attend(q, k, v, log_weights, None, bool(causal), bool(hardmax), bq, bk, False)
+        return _attend(
+            q, k, v, log_weights, None, bool(causal), bool(hardmax), bq, bk, False, uniform
+        )
     n_q, n_k = q.shape[1], k.shape[1]
     kpm = check_key_padding_mask(key_padding_mask, n_k)
     if kpm is not None:
@@ -342,7 +386,7 @@ def online_softmax_attention(
         pq, pk = -(-n_q // bq) * bq - n_q, -(-n_k // bk) * bk - n_k
         if pq or pk:
             bias = jnp.pad(bias, ((0, 0), (0, pq), (0, pk)))
-    return _attend(q, k, v, log_weights, bias, bool(causal), bool(hardmax), bq, bk, True)
+    return _attend(q, k, v, log_weights, bias, bool(causal), bool(hardmax), bq, bk, True, uniform)
 
 
 def chunked_attention(
@@ -354,8 +398,8 @@ def chunked_attention(
     hardmax: bool = False,
     temperature: float = 1.0,
     scale: float | None = None,
-    query_block: int = 512,
-    key_block: int = 1024,
+    query_block: int = 256,
+    key_block: int = 256,
     key_padding_mask: Bool[Array, " n"] | None = None,
     attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
 ) -> Float[Array, "n d"]:
