@@ -329,8 +329,8 @@ def attention(
     temperature: float = 1.0,
     scale: float | None = None,
     implementation: Implementation = "auto",
-    query_block: int = 256,
-    key_block: int = 256,
+    query_block: int = 512,
+    key_block: int = 512,
     key_padding_mask: Bool[Array, " n"] | None = None,
     attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
 ) -> Float[Array, "n d"]:
@@ -411,8 +411,8 @@ def cross_attention(
     temperature: float = 1.0,
     scale: float | None = None,
     implementation: Implementation = "auto",
-    query_block: int = 256,
-    key_block: int = 256,
+    query_block: int = 512,
+    key_block: int = 512,
     key_padding_mask: Bool[Array, " m"] | None = None,
     attention_mask: Bool[Array, "*h n m"] | Float[Array, "*h n m"] | None = None,
 ) -> Float[Array, "n d"]:

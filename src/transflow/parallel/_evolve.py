@@ -319,8 +319,8 @@ def _prepare(
     causal: bool,
     final_norm,
     attention_implementation: str | None = None,
-    query_block: int = 256,
-    key_block: int = 256,
+    query_block: int = 512,
+    key_block: int = 512,
     key_padding_mask=None,
     attention_mask=None,
 ):
@@ -476,8 +476,8 @@ def shard_evolve(
     causal: bool = False,
     final_norm: NormParams | None = None,
     attention_implementation: Literal["auto", "dense", "chunked"] | None = None,
-    query_block: int = 256,
-    key_block: int = 256,
+    query_block: int = 512,
+    key_block: int = 512,
     key_padding_mask: Bool[Array, "batch n"] | None = None,
     attention_mask: Bool[Array, "batch *h n n"] | Float[Array, "batch *h n n"] | None = None,
 ) -> Float[Array, "batch n d"]:
