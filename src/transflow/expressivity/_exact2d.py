@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._pwl import AbstractPiecewiseLinear
+from ._regions import _components
 
 METHOD = (
     "exact integer arithmetic: dyadic affine logits per frozen prefix pattern, polygons "
@@ -428,24 +429,6 @@ def _area2(verts) -> Fraction:
         W2, X2, Y2 = verts[(i + 1) % n]
         total += Fraction(X1 * Y2 - X2 * Y1, W1 * W2)
     return total
-
-
-def _components(n, pairs):
-    parent = list(range(n))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, j in pairs:
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            parent[max(ri, rj)] = min(ri, rj)
-    roots = np.array([find(i) for i in range(n)], dtype=np.int64)
-    _, labels = np.unique(roots, return_inverse=True)
-    return labels.astype(np.int64)
 
 
 def _adjacent_pairs(polys):
