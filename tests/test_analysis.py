@@ -496,7 +496,7 @@ def test_analyze_a_torch_checkpoint(tmp_path):
 def test_analyze_the_trained_digits_model(tmp_path):
     """A tiny train_digits run, then experiment=analyze on its checkpoint directory: the
     accuracy at refinement factor 1 is the one training reported (same fp32 model)."""
-    from transflow.control import DigitsConfig, run_digits
+    from transflow.control import DigitsConfig, run_training
 
     dcfg = DigitsConfig(
         d=16,
@@ -507,7 +507,9 @@ def test_analyze_the_trained_digits_model(tmp_path):
         warmup_steps=3,
         checkpoint_dir=str(tmp_path / "ckpt"),
     )
-    train, _ = run_digits(dcfg, run_dir=tmp_path / "train", progress=lambda it, **kw: it)
+    train, _ = run_training(
+        "digits", dcfg, run_dir=tmp_path / "train", progress=lambda it, **kw: it
+    )
     summary = _run(
         [
             f"task.model_path={tmp_path / 'ckpt'}",

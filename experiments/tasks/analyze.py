@@ -269,7 +269,7 @@ def run(cfg, ctx) -> dict:
     import jax
     import numpy as np
 
-    from transflow.analysis import analyze, model_output, refine
+    from transflow.analysis import STEP_QUANTITIES, analyze, model_output, refine
     from transflow.plotting import (
         plot_control_smoothness,
         plot_cosine_matrices,
@@ -350,17 +350,7 @@ def run(cfg, ctx) -> dict:
             {
                 "kind": "step",
                 "step": k,
-                **{
-                    q: diag[q][k]
-                    for q in (
-                        "mean_cosine",
-                        "min_cosine",
-                        "n_clusters",
-                        "effective_rank",
-                        "distance_s1",
-                        "state_norm",
-                    )
-                },
+                **{q: diag[q][k] for q in STEP_QUANTITIES},
             }
         )
     for name in diag["substep_names"]:

@@ -61,6 +61,22 @@ def _pad_to(x, length: int, axis: int, fill=0.0):
     return jnp.pad(x, widths, constant_values=fill)
 
 
+def _padded_keys(k, v, lw, bk: int, masked: bool, hardmax: bool, uniform: bool):
+    """Keys, values and log-weights padded to whole key blocks, shared by the forward and
+    the backward: ``(kp, vp, lwp, fast, no_lw)``.
+
+    The plain softmax path (``fast``: no masks, no hardmax) pads log w with −∞, so padded
+    keys get weight exp(−∞) = 0 without a select and only causal blocks on the diagonal
+    need one; ``no_lw``: log w ≡ 0 and no padded key, so it is not added at all.
+    """
+    n_k = k.shape[1]
+    length = -(-n_k // bk) * bk
+    fast = not (masked or hardmax)
+    lwp = _pad_to(lw, length, axis=0, fill=-jnp.inf if fast else 0.0)
+    no_lw = fast and uniform and n_k % bk == 0
+    return _pad_to(k, length, axis=1), _pad_to(v, length, axis=1), lwp, fast, no_lw
+
+
 def _mask(q0, k0, bq: int, bk: int, n_k: int, causal: bool):
     """Admissible (query, key) pairs of the block at (q0, k0): keys < n_k, causal ``j ≤ i``.
 
@@ -95,13 +111,7 @@ def _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked=False, uniform=F
     n_k, dv = k.shape[1], v.shape[2]
     nqb, nkb = -(-n_q // bq), -(-n_k // bk)
     qp = _pad_to(q, nqb * bq, axis=1)
-    kp = _pad_to(k, nkb * bk, axis=1)
-    vp = _pad_to(v, nkb * bk, axis=1)
-    # The plain softmax path (no masks, no hardmax) pads log w with −∞: padded keys get
-    # weight exp(−∞) = 0 without a select, and only causal blocks on the diagonal need one.
-    fast = not (masked or hardmax)
-    lwp = _pad_to(lw, nkb * bk, axis=0, fill=-jnp.inf if fast else 0.0)
-    no_lw = fast and uniform and n_k % bk == 0  # log w ≡ 0 and no padded key
+    kp, vp, lwp, fast, no_lw = _padded_keys(k, v, lw, bk, masked, hardmax, uniform)
     dtype = q.dtype
     neg_inf = jnp.asarray(-jnp.inf, dtype)
 
@@ -221,11 +231,7 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, uniform, res, g):
     # Padded query rows get L = +∞ (softmax) / an unreachable max (hardmax): p = 0 there.
     s1p = _pad_to(s1, nqb * bq, axis=1, fill=jnp.inf)
     s2p = _pad_to(s2, nqb * bq, axis=1, fill=1.0)
-    kp = _pad_to(k, nkb * bk, axis=1)
-    vp = _pad_to(v, nkb * bk, axis=1)
-    fast = not (masked or hardmax)
-    lwp = _pad_to(lw, nkb * bk, axis=0, fill=-jnp.inf if fast else 0.0)
-    no_lw = fast and uniform and n_k % bk == 0  # log w ≡ 0 and no padded key
+    kp, vp, lwp, fast, no_lw = _padded_keys(k, v, lw, bk, masked, hardmax, uniform)
     dtype = q.dtype
     hb = None if bias is None else bias.shape[0]
 

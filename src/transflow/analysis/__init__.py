@@ -41,6 +41,7 @@ from ._flow import (
     trajectory as trajectory,
 )
 from ._geometry import (
+    STEP_QUANTITIES as STEP_QUANTITIES,
     cosine_matrix as cosine_matrix,
     count_clusters as count_clusters,
     distance_to_s1 as distance_to_s1,
@@ -51,6 +52,7 @@ from ._geometry import (
 from ._study import analyze as analyze, project_2d as project_2d
 
 __all__ = [
+    "STEP_QUANTITIES",
     "SUPPORTED_MODELS",
     "Flow",
     "StepRecord",

@@ -41,7 +41,18 @@ __all__ = [
     "distance_to_s1",
     "substep_parents",
     "step_diagnostics",
+    "STEP_QUANTITIES",
 ]
+
+#: The per-step quantities of :func:`step_diagnostics` (one value per state, step 0 … N_t).
+STEP_QUANTITIES = (
+    "mean_cosine",
+    "min_cosine",
+    "n_clusters",
+    "effective_rank",
+    "distance_s1",
+    "state_norm",
+)
 
 
 def cosine_matrix(u: Float[Array, "n d"]) -> Float[Array, "n n"]:
@@ -249,17 +260,7 @@ def step_diagnostics(
     flow = as_flow(model, x, grid=grid, causal=causal)
     ref = _s1_reference(flow, s1)
     n_steps = flow.num_steps
-    rows: dict[str, list] = {
-        k: []
-        for k in (
-            "mean_cosine",
-            "min_cosine",
-            "n_clusters",
-            "effective_rank",
-            "distance_s1",
-            "state_norm",
-        )
-    }
+    rows: dict[str, list] = {k: [] for k in STEP_QUANTITIES}
     cosines, states_kept = [], []
 
     def record(u, n):
