@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -167,3 +168,18 @@ def fmt(s: dict, unit: float = 1e3, suffix: str = "ms") -> str:
         f"{s['median'] * unit:8.2f} {suffix} (min {s['min'] * unit:.2f}, "
         f"max {s['max'] * unit:.2f}, n={s['n']})"
     )
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far, bytes: ``VmHWM`` of
+    ``/proc/self/status`` (the address space's high-water mark, fresh after ``exec``).
+    ``ru_maxrss`` is the fallback off Linux only: on Linux it survives ``execve`` and would
+    report the peak of the process that spawned the worker (e.g. a test session)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

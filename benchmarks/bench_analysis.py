@@ -6,7 +6,7 @@ trajectory with every sub-step's increment, the per-step token geometry (cosine 
 clusters, effective rank, distance to S1), the control increments and stride scaling, and
 the refinement study at factors 1, 2, 4 (7 forward passes of 12 layers). Target: < 2 min
 on 2 CPU cores. Records the wall time per part (compile included: one call), the process
-peak RSS (``ru_maxrss``), the size a non-streamed sub-step trajectory would have, the
+peak RSS (``VmHWM``), the size a non-streamed sub-step trajectory would have, the
 1-minute load average and the JAX version. With a load average ≥ 2 (other jobs on the
 machine) the timing is marked "not measured reliably".
 
@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import time
 
-from _common import env_info, pin_threads, write_result
+from _common import env_info, peak_rss_bytes, pin_threads, write_result
 
 
 def build(n_layers: int, d: int, heads: int, d_ff: int, image: int, patch: int):
@@ -88,7 +87,7 @@ def main(argv=None) -> dict:
         "seconds_parts": res["seconds"],
         "target_seconds": 120.0,
         "met": total < 120.0,
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "peak_rss_gib": peak_rss_bytes() / 2**30,
         "non_streamed_substep_trajectory_gib": substep_bytes / 2**30,
         "load_average_before_after": [load_before, load_after],
         "reliable": load < 2.0,

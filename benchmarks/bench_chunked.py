@@ -2,7 +2,7 @@
 
 At 32 768 tokens, 64 features, one head, fp32 the dense score matrix alone is 4 GiB. Each
 measurement runs in a *fresh subprocess* and reports the process's peak resident set size
-(``ru_maxrss``), including the JAX runtime itself; a baseline subprocess that only starts
+(``VmHWM``), including the JAX runtime itself; a baseline subprocess that only starts
 JAX and runs one tiny op gives the floor. Agreement with the dense operator is measured at
 sizes where dense fits (relative max error, fp32; target ≤ 1e-5).
 
@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
 
-from _common import env_info, pin_threads, write_result
+from _common import env_info, peak_rss_bytes, pin_threads, write_result
 
 GIB = 2**30
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def worker(mode: str, n: int, d: int, qb: int, kb: int) -> dict:
@@ -68,7 +63,7 @@ def worker(mode: str, n: int, d: int, qb: int, kb: int) -> dict:
     stats = jax.devices()[0].memory_stats() or {}
     if "peak_bytes_in_use" in stats:  # accelerators: device memory, not host RSS
         out["device_peak_gib"] = stats["peak_bytes_in_use"] / GIB
-    out["peak_rss_bytes"] = _peak_rss_bytes()
+    out["peak_rss_bytes"] = peak_rss_bytes()
     out["peak_rss_gib"] = out["peak_rss_bytes"] / GIB
     return out
 
@@ -134,7 +129,7 @@ def main(argv=None) -> dict:
         "blocks": {"query": qb, "key": kb},
         "threads": threads,
         "dense_scores_gib": n * n * 4 / GIB,
-        "measures": "peak resident set size (ru_maxrss) of a fresh process per run, "
+        "measures": "peak resident set size (VmHWM) of a fresh process per run, "
         "JAX runtime included (baseline_rss_gib: the runtime alone)",
         "runs": runs,
         "chunked_peak_rss_gib": runs["chunked"]["peak_rss_gib"],

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 
@@ -47,6 +46,7 @@ from _common import (
     env_info,
     interleaved,
     load_average,
+    peak_rss_bytes,
     per_round_ratio,
     pin_threads,
     validity,
@@ -60,17 +60,8 @@ CAUSAL_TARGET = 1.8
 
 
 def _maxrss() -> float:
-    """Peak resident set size of this process so far, GiB: ``VmHWM`` of
-    ``/proc/self/status`` (the address space's high-water mark, fresh after ``exec``;
-    ``ru_maxrss`` would inherit the forking parent's peak on Linux)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024 / GIB
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+    """Peak resident set size of this process so far, GiB (``_common.peak_rss_bytes``)."""
+    return peak_rss_bytes() / GIB
 
 
 def _inputs(n: int, H: int, c: int):
