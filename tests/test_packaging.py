@@ -37,10 +37,66 @@ def test_every_subpackage_is_listed():
     assert not missing, f"add {missing} to [tool.setuptools] packages in pyproject.toml"
 
 
+def _project() -> dict:
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def test_license_file_matches_the_metadata():
+    import yaml
+
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text, "LICENSE must be the full Apache-2.0 text"
+    project = _project()
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert cff["license"] == project["license"]
+
+
+def test_repository_url_is_the_same_everywhere():
+    import yaml
+
+    urls = _project()["urls"]
+    repo = urls["Repository"]
+    assert repo.startswith("https://github.com/"), urls
+    assert urls["Issues"] == repo + "/issues"
+    # mkdocs.yml uses !!python/name tags in some setups: read only the keys needed.
+    mk = {
+        k: v
+        for line in (REPO / "mkdocs.yml").read_text().splitlines()
+        if ":" in line and not line.startswith((" ", "#"))
+        for k, v in [line.split(":", 1)]
+    }
+    assert mk["repo_url"].strip() == repo
+    assert mk["site_url"].strip() == urls["Documentation"]
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert cff["repository-code"] == repo
+    assert cff["url"] == urls["Documentation"]
+
+
+def test_readme_install_line_takes_cpu_torch_and_names_the_extras():
+    pin = next(
+        line.strip()
+        for line in (REPO / "constraints" / "cpu.txt").read_text().splitlines()
+        if line.startswith("torch==")
+    )
+    readme = (REPO / "README.md").read_text()
+    line = next((ln for ln in readme.splitlines() if ln.startswith(f"pip install {pin} ")), "")
+    assert "--index-url https://download.pytorch.org/whl/cpu" in line, (
+        f"README must install {pin} from the CPU index (the default index gives a CUDA build)"
+    )
+    extras = set(_project()["optional-dependencies"])
+    assert {"reference", "data"} <= extras
+    assert 'pip install ".[reference,data]"' in readme
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> pathlib.Path:
     src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, src / name)
     for name in ("src", "experiments", "configs"):
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -69,6 +125,17 @@ def test_wheel_has_one_top_level_package(wheel):
         assert f"transflow/configs/{rel}" in names, f"configs/{rel} is not in the wheel"
     for path in (REPO / "experiments" / "tasks").glob("[!_]*.py"):
         assert f"transflow/experiments/tasks/{path.name}" in names
+
+
+def test_wheel_ships_the_license(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        (lic,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert "Apache License" in z.read(lic).decode()
+        (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = z.read(meta).decode()
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "Project-URL: Repository, https://github.com/" in metadata
 
 
 def test_installed_wheel_runs_an_experiment_from_any_directory(wheel, tmp_path):
