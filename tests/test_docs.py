@@ -108,3 +108,80 @@ def test_citation_names_both_papers():
     readme = (ROOT / "README.md").read_text()
     citing = readme[readme.index("## Citing") :]
     assert "2510.03989" in citing and "2603.03084" in citing
+
+
+# --- maths without network ------------------------------------------------------------
+
+_CDN = re.compile(r"cdn|jsdelivr|unpkg|polyfill\.io|mathjax|katex", re.I)
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, DOCS / "_scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _page_html(text: str) -> str:
+    import markdown
+
+    return markdown.markdown(
+        text,
+        extensions=["tables", "attr_list", "md_in_html", "pymdownx.arithmatex"],
+        extension_configs={"pymdownx.arithmatex": {"generic": True}},
+    )
+
+
+def _script_sources(html: str) -> list[str]:
+    return re.findall(r"<script[^>]*\bsrc=[\"']([^\"']+)", html)
+
+
+def test_mkdocs_loads_no_script_from_the_network():
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert "extra_javascript" not in config or not _CDN.search(config), (
+        "mkdocs.yml loads a script from a CDN; maths is rendered at build time (texmath.py)"
+    )
+    assert not re.search(r"https?://[^\s]*\.js\b", config)
+
+
+def test_every_formula_of_the_docs_converts_to_mathml():
+    texmath = _load_script("texmath")
+    formulas = 0
+    for page in sorted(DOCS.rglob("*.md")):
+        html = _page_html(page.read_text())
+        formulas += html.count('class="arithmatex"')
+        # Raises texmath.MathError (naming the page and the formula) if one cannot convert.
+        out = texmath.render_math(html, where=str(page.relative_to(ROOT)))
+        assert 'class="arithmatex"' not in out, f"{page}: a formula was left as TeX"
+    assert formulas > 200  # the spec pages alone have several hundred
+
+
+def test_math_page_renders_mathml_without_a_cdn_script():
+    texmath = _load_script("texmath")
+    html = texmath.render_math(_page_html((DOCS / "spec" / "continuous-model.md").read_text()))
+    assert html.count("<math") > 100
+    assert '<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">' in html
+    assert "<msqrt>" in html and "<mfrac>" in html  # (CM3), (CM14) rendered as maths
+    assert not [s for s in _script_sources(html) if _CDN.search(s)]
+
+
+@pytest.mark.slow
+def test_built_site_renders_maths_offline(tmp_path):
+    """`mkdocs build --strict` passes; a math page has MathML and no CDN script tag."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for page in ("spec/continuous-model", "spec/maxout-expressivity", "model"):
+        html = (tmp_path / page / "index.html").read_text()
+        assert "<math" in html, page
+        assert 'class="arithmatex">\\(' not in html, page
+        cdn = [s for s in _script_sources(html) if _CDN.search(s) or s.startswith("http")]
+        assert not cdn, f"{page} loads {cdn}"

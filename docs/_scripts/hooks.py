@@ -14,6 +14,8 @@
 - and it keeps maths that looks like a link (``[a + b](u − σ1)`` in a
   guide's formula) as text: a link target with non-ASCII characters and no ``.``, ``/``,
   ``#`` or ``:`` is no path or URL, so its ``(`` becomes ``&#40;`` (outside code spans).
+- ``on_page_content``: converts the page's TeX (``pymdownx.arithmatex``) to MathML
+  (``texmath.render_math``), so maths renders offline with no script.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from mkdocs.structure.files import File
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import gen_api  # noqa: E402
+import texmath  # noqa: E402
 
 API_SECTION = "API reference"
 GUIDES_SECTION = "Guides"
@@ -140,3 +143,7 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     if marker in markdown:
         markdown = markdown.replace(marker, _benchmark_table(config))
     return _escape_math_links(_promote_leading_h2(markdown))
+
+
+def on_page_content(html, page, config, files, **kwargs):
+    return texmath.render_math(html, where=page.file.src_uri)
