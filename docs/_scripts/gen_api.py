@@ -44,13 +44,42 @@ def adapt(text: str) -> str:
     Markdown reads as block quotes); Sphinx roles become code spans; a reST literal-block
     marker ``::`` at the end of a line becomes ``:``.
 
+    A mention of a docs page (``docs/masks.md``, ``docs/spec/continuous-model.md §3.2``,
+    outside code spans) becomes a link to it on the site.
+
     Example:
         >>> print(adapt("Uses :func:`~transflow.evolve`::"))
         Uses `transflow.evolve`:
+        >>> print(adapt("See docs/spec/continuous-model.md §3.2."))
+        See [docs/spec/continuous-model.md §3.2](../spec/continuous-model.md#s3-2).
     """
     text = _EXAMPLE.sub(r"\1Examples:", text)
     text = _ROLE.sub(r"`\1`", text)
-    return _LITERAL.sub(r"\1:", text)
+    text = _LITERAL.sub(r"\1:", text)
+    return "".join(
+        part if i % 2 else _DOCS_REF.sub(_docs_link, part)
+        for i, part in enumerate(_CODE_SPAN.split(text))
+    )
+
+
+# A docstring's "docs/masks.md" or "docs/spec/continuous-model.md §3.2" becomes a link to
+# that page (and section) of the site; API pages are api/<page>.md, so "../" is docs/.
+_DOCS_REF = re.compile(
+    r"(?<![\w/.-])(?<!\]\()docs/((?:spec/)?[a-z0-9_-]+)\.md"
+    r"(?:[ \u00a0](§ ?\d+(?:\.\d+)*|Q\d+|[BC]\d+|pitfall \d+|Appendix [AB]))?"
+)
+
+
+def _anchor(section: str) -> str:
+    """The heading id of a spec section: §3.2 → s3-2, Q6 → q6, pitfall 5 → pitfall-5."""
+    section = section.replace("§", "s").replace(" ", "-").replace(".", "-").lower()
+    return section.replace("s-", "s", 1) if section.startswith("s-") else section
+
+
+def _docs_link(m: re.Match) -> str:
+    page, section = m.group(1), m.group(2)
+    target = f"../{page}.md" + (f"#{_anchor(section)}" if section else "")
+    return f"[{m.group(0)}]({target})"
 
 
 def _raise(name: str) -> None:
@@ -120,12 +149,92 @@ def public_names(module: ModuleType) -> list[str]:
     return names
 
 
-def _summary(obj: object) -> str:
-    """The first paragraph of a docstring, on one line, for the overview tables."""
-    doc = inspect.getdoc(obj) if (inspect.isclass(obj) or callable(obj)) else None
+def _attribute_docs(path: pathlib.Path) -> dict[str, str]:
+    """``{name: docstring}`` of a source file's module-level constants, as griffe reads
+    them: the string literal right after the assignment, else the ``#:`` comment lines
+    right above it."""
+    import ast
+
+    source = path.read_text()
+    lines = source.splitlines()
+    out: dict[str, str] = {}
+    body = ast.parse(source).body
+    for i, node in enumerate(body):
+        if isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            targets = [node.target.id]
+        else:
+            continue
+        doc = ""
+        nxt = body[i + 1] if i + 1 < len(body) else None
+        if (
+            isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            doc = inspect.cleandoc(nxt.value.value)
+        else:
+            comments, j = [], node.lineno - 2
+            while j >= 0 and lines[j].lstrip().startswith("#:"):
+                comments.insert(0, lines[j].lstrip()[2:].strip())
+                j -= 1
+            doc = "\n".join(comments)
+        for target in targets:
+            out.setdefault(target, doc)
+    return out
+
+
+_ATTRIBUTE_DOCS: dict[str, dict[str, str]] = {}
+
+
+def _attribute_doc(module: ModuleType, name: str) -> str:
+    """The docstring of constant ``name`` of ``module``: searched in the module's file and,
+    for a package, in the files of its package folder (where ``__init__`` imports it from)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return ""
+    here = pathlib.Path(file)
+    files = [here] + (sorted(here.parent.glob("*.py")) if here.name == "__init__.py" else [])
+    for path in files:
+        key = str(path)
+        if key not in _ATTRIBUTE_DOCS:
+            try:
+                _ATTRIBUTE_DOCS[key] = _attribute_docs(path)
+            except (OSError, SyntaxError):
+                _ATTRIBUTE_DOCS[key] = {}
+        doc = _ATTRIBUTE_DOCS[key].get(name)
+        if doc:
+            return doc
+    return ""
+
+
+def _summary(obj: object, module: ModuleType | None = None, name: str = "") -> str:
+    """The first paragraph of a docstring, on one line, for the overview tables.
+
+    Classes and functions: their docstring. Constants (and type aliases): the attribute
+    docstring of ``name`` in ``module`` (see :func:`_attribute_docs`)."""
+    if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismethod(obj):
+        doc = inspect.getdoc(obj)
+    elif module is not None and name:
+        doc = _attribute_doc(module, name) or (inspect.getdoc(obj) if callable(obj) else None)
+    else:
+        doc = inspect.getdoc(obj) if callable(obj) else None
     if not doc:
         return ""
     return adapt(doc.strip().split("\n\n")[0]).replace("\n", " ")
+
+
+def missing_summaries(root: str = ROOT) -> list[str]:
+    """Every public name whose entry in the overview tables would have no summary."""
+    missing = []
+    for sections in pages_and_modules(root).values():
+        for module_name, names in sections:
+            module = importlib.import_module(module_name)
+            for name in names:
+                if not _summary(getattr(module, name, None), module, name).strip():
+                    missing.append(f"{module_name}.{name}")
+    return missing
 
 
 def _escape_outside_code(text: str) -> str:
@@ -193,7 +302,7 @@ def _render_page(page: str, sections: list[tuple[str, list[str]]]) -> str:
         ]
         for name in names:
             obj = getattr(module, name, None)
-            summary = _escape_outside_code(_summary(obj))
+            summary = _escape_outside_code(_summary(obj, module, name))
             lines.append(f"| [`{name}`][{module_name}.{name}] | {summary} |")
         lines += ["", "</div>", ""]
         for name in names:

@@ -28,7 +28,19 @@ _SYMBOLS = {
     r"\rbrace": "&#x0007D;",
     r"\arg": "arg",
 }
-_LEFT_TEX = re.compile(r">\\[A-Za-z{}|]+<")
+_LEFT_TEX = re.compile(r">(\\[A-Za-z{}|]+|&amp;|&)<")
+_ALIGNED = re.compile(r"\\begin\{aligned\}(.*?)\\end\{aligned\}", re.S)
+
+
+def _aligned_to_array(tex: str) -> str:
+    """``aligned`` (which latex2mathml does not know) as an ``array`` of r/l columns."""
+
+    def repl(m: re.Match) -> str:
+        body = m.group(1)
+        cols = 1 + max(row.count("&") for row in body.split(r"\\"))
+        return r"\begin{array}{" + ("rl" * cols)[:cols] + "}" + body + r"\end{array}"
+
+    return _ALIGNED.sub(repl, tex)
 
 
 class MathError(ValueError):
@@ -43,7 +55,7 @@ def tex_to_mathml(tex: str, *, display: bool, where: str = "") -> str:
         '<math'
     """
     try:
-        mathml = convert(tex, display="block" if display else "inline")
+        mathml = convert(_aligned_to_array(tex), display="block" if display else "inline")
     except Exception as err:  # latex2mathml raises several exception types
         raise MathError(
             f"{where}: cannot convert the formula {tex!r} to MathML ({err!r}); "

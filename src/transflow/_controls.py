@@ -322,5 +322,15 @@ def num_steps(stacked: LayerControls) -> int:
 
 
 def unstack_controls(stacked: LayerControls) -> list[LayerControls]:
+    """Split stacked controls into one :class:`LayerControls` per time step (the inverse of
+    :func:`stack_controls`).
+
+    Example:
+        >>> import jax
+        >>> from transflow import LayerControls, stack_controls, unstack_controls
+        >>> layers = [LayerControls.random(4, key=jax.random.key(i)) for i in range(3)]
+        >>> len(unstack_controls(stack_controls(layers)))
+        3
+    """
     n = num_steps(stacked)
     return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(n)]

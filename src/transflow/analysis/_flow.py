@@ -33,8 +33,8 @@ __all__ = [
     "model_output",
 ]
 
-# The model types, by name, for error messages (the classes are resolved lazily to avoid
-# import cycles with transflow.control and transflow.vision).
+#: The model types the analysis accepts, by name (used in error messages; the classes are
+#: resolved lazily to avoid import cycles with transflow.control and transflow.vision).
 SUPPORTED_MODELS = (
     "transflow.SplitTransformer (also from_torch / from_hf layers and stacks)",
     "transflow.vision.VisionTransformer (from_hf(ViTModel))",
