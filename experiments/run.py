@@ -216,6 +216,7 @@ def run_job(
     run_dir: str | pathlib.Path,
     task_name: str,
     multirun: bool = False,
+    overrides: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run one composed job: the task ``task_name`` with ``cfg.task`` in ``run_dir``.
 
@@ -232,7 +233,8 @@ def run_job(
     ``record`` it is recorded (``status.json`` has ``claims: FAILED`` and
     ``failed_claims``) and the job completes. ``auto`` is ``record`` when ``multirun`` is
     true (a sweep), else ``enforce``. Exceptions are re-raised after ``status.json`` says
-    FAILED.
+    FAILED. ``overrides`` (the command-line overrides, for the header of ``report.md``)
+    default to Hydra's.
     """
     # Hydra's job logging is at INFO; JAX's backend probing would fill run.log with noise.
     logging.getLogger("jax").setLevel(logging.WARNING)
@@ -250,7 +252,7 @@ def run_job(
     }
     _write_json(run_dir / "status.json", status)
     t0 = time.perf_counter()
-    overrides = _describe_overrides(cfg)
+    overrides = " ".join(overrides) if overrides is not None else _describe_overrides(cfg)
     with RunLog(run_dir) as runlog:
         log = runlog.logger
         log.info(
@@ -375,7 +377,7 @@ def run_in_process(
     (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
     (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     (run_dir / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(list(overrides)))
-    return run_job(cfg, run_dir=run_dir, task_name=task_name), cfg
+    return run_job(cfg, run_dir=run_dir, task_name=task_name, overrides=overrides), cfg
 
 
 def front_page(*, hydra_help: bool = False) -> str:
@@ -439,10 +441,15 @@ def _remove_invalid_run_dir(run_dir: pathlib.Path) -> None:
     names = {p.name for p in run_dir.iterdir()}
     if names <= {".hydra", "run.log"}:
         shutil.rmtree(run_dir, ignore_errors=True)
-        parent = run_dir.parent
-        # A sweep directory left with only Hydra's multirun.yaml: remove it too.
-        if parent.is_dir() and {p.name for p in parent.iterdir()} <= {"multirun.yaml"}:
+        # Then the directories above it that are left empty (outputs/<task>/, a sweep
+        # directory holding only Hydra's multirun.yaml), up to the working directory.
+        cwd = pathlib.Path.cwd().resolve()
+        parent = run_dir.resolve().parent
+        while parent != cwd and cwd in parent.parents and parent.is_dir():
+            if {p.name for p in parent.iterdir()} - {"multirun.yaml"}:
+                break
             shutil.rmtree(parent, ignore_errors=True)
+            parent = parent.parent
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")

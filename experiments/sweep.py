@@ -232,7 +232,13 @@ def plot_sweep(
     return fig
 
 
-class SweepSummary:
+def _callback_base() -> type:
+    from hydra.experimental.callback import Callback
+
+    return Callback
+
+
+class SweepSummary(_callback_base()):
     """Hydra callback writing the sweep summary (:func:`write_sweep_summary`).
 
     Does nothing for single runs. Registered in ``configs/hydra/default.yaml``.
