@@ -78,23 +78,26 @@ def test_every_numeric_task_field_has_a_range():
     assert not missing, f"add a rule to experiments/validate.py RULES for {missing}"
 
 
-@pytest.mark.parametrize(("task", "field", "is_list"), NUMERIC_TASK_FIELDS)
-def test_bad_task_value_is_rejected_naming_the_key(task, field, is_list, tmp_path):
-    """Each numeric task field with a value out of its range stops before compute (and
-    before anything is written) with the key in the message."""
+@pytest.mark.parametrize("task", sorted({t for t, _, _ in NUMERIC_TASK_FIELDS}))
+def test_bad_task_value_is_rejected_naming_the_key(task, tmp_path):
+    """Each numeric field of the task with a value out of its range stops before compute
+    (and before anything is written) with the key in the message."""
+    import copy
+
+    from omegaconf import OmegaConf
     from transflow.experiments.run import compose, run_job
     from transflow.experiments.validate import ConfigValueError, rule_for
 
-    rule = rule_for(task, field.split(".")[-1])
-    bad = rule.violation()
-    ftype = "int" if float(bad).is_integer() else "float"
-    value = int(bad) if ftype == "int" else bad
-    cfg, _ = compose(
-        [f"experiment={task}", f"task.{field}=" + (f"[{value}]" if is_list else f"{value}")]
-    )
-    with pytest.raises(ConfigValueError, match=re.escape(f"task.{field} = ")):
-        run_job(cfg, run_dir=tmp_path / "run", task_name=task)
-    assert not (tmp_path / "run").exists()
+    base, _ = compose([f"experiment={task}"])
+    fields = [(f, is_list) for t, f, is_list in NUMERIC_TASK_FIELDS if t == task]
+    assert fields
+    for field, is_list in fields:
+        bad = rule_for(task, field.split(".")[-1]).violation()
+        cfg = copy.deepcopy(base)
+        OmegaConf.update(cfg, f"task.{field}", [bad] if is_list else bad, merge=False)
+        with pytest.raises(ConfigValueError, match=re.escape(f"task.{field} = ")):
+            run_job(cfg, run_dir=tmp_path / "run", task_name=task)
+        assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(
@@ -159,6 +162,46 @@ def test_cli_piped_training_prints_progress_and_fills_run_log(tmp_path):
 
 
 # --------------------------------------------------------------------------- resume
+def test_resume_from_a_finished_checkpoint_is_said(tmp_path, monkeypatch, capsys):
+    """The training tasks say on the console, in run.log and in report.md when a run only
+    reloaded a finished checkpoint (run_training replaced by one that reports so)."""
+    import types
+
+    from transflow.experiments.context import RunContext, RunLog
+    from transflow.experiments.tasks import train_digits
+
+    import transflow.control
+
+    history = [
+        {"step": 20, "loss": 2.0, "train_accuracy": 0.3},
+        {"step": 40, "loss": 1.0, "train_accuracy": 0.5},
+        {"step": 40, "eval_loss": 1.1, "eval_accuracy": 0.5},
+    ]
+
+    def fake_run_training(task, cfg, **kw):
+        kw["report"](f"## {task.name}\nTest accuracy **0.5000** after 40 steps.")
+        summary = {
+            "steps": 40,
+            "resumed_from": 40,
+            "checkpoint_dir": "ck/train_digits-abc",
+            "test_accuracy": 0.5,
+        }
+        return summary, types.SimpleNamespace(history=history)
+
+    monkeypatch.setattr(transflow.control, "run_training", fake_run_training)
+    ctx = RunContext(tmp_path, smoke=True)
+    with RunLog(tmp_path):
+        train_digits.run(train_digits.Config(), ctx)
+    expected = "resumed from finished checkpoint ck/train_digits-abc (step 40 of 40)"
+    assert expected in capsys.readouterr().out
+    assert expected in (tmp_path / "run.log").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("## Results\n")  # the library's "## train_digits" heading
+    assert "## Resumed\n\nResumed from finished checkpoint ck/train_digits-abc" in report
+    assert "task.resume=false trains again" in report
+
+
+@pytest.mark.slow
 def test_rerun_says_it_resumed_from_a_finished_checkpoint(tmp_path, capsys):
     from transflow.experiments.run import run_in_process
 
@@ -175,7 +218,6 @@ def test_rerun_says_it_resumed_from_a_finished_checkpoint(tmp_path, capsys):
     assert f"resumed from finished checkpoint {ckpt} (step 40 of 40)" in out
     report = (tmp_path / "b" / "report.md").read_text()
     assert "## Resumed" in report and "Resumed from finished checkpoint" in report
-    assert "task.resume=false trains again" in report
     assert "resumed from finished checkpoint" in (tmp_path / "b" / "run.log").read_text()
 
 
