@@ -257,7 +257,21 @@ def test_smoke_run_every_experiment(name, tmp_path_factory):
     assert _status(run_dir)["status"] == "COMPLETED"
     assert (run_dir / "DONE").exists()
     assert set(json.loads((run_dir / "summary.json").read_text())) == set(summary)
-    assert "## Summary" in (run_dir / "report.md").read_text()
+    report = (run_dir / "report.md").read_text()
+    # Uniform reports: '# <task>: <about>', the command, '## Results', '## Summary', ...
+    headings = [ln for ln in report.splitlines() if ln.startswith("#")]
+    assert headings[0].startswith(f"# {name}: "), headings
+    assert "## Results" in headings and "## Summary" in headings, headings
+    assert not [h for h in headings[1:] if not h.startswith("## ")], headings
+    # Markdown tables: every row of a table has as many cells as its header (an unescaped
+    # '|' in a cell would add one).
+    table: list[int] = []
+    for line in [*report.splitlines(), ""]:
+        if line.startswith("|"):
+            table.append(line.replace("\\|", "").count("|"))
+        elif table:
+            assert len(set(table)) == 1, f"ragged markdown table in report.md: {table}"
+            table = []
     assert (run_dir / ".hydra" / "config.yaml").exists()
     assert (run_dir / ".hydra" / "resolved.yaml").exists()
     if name in SMOKE_CLAIMS:
