@@ -234,3 +234,23 @@ def test_report_headings_are_uniform(tmp_path):
     assert re.search(r"t = 4; > 0\.99 from t = [0-9.]+\.|never > 0\.99", report)
     assert not re.search(r"\d\.\d{9,}", report), "unformatted float in report.md"
     assert "Command: `transflow-run experiment=clustering debug=smoke`" in report
+
+
+@pytest.mark.slow
+def test_cli_piped_full_training_prints_a_progress_line_every_10_s(tmp_path):
+    """`transflow-run experiment=train_digits`, piped: progress lines at most 10 s apart
+    while it trains (timestamps of run.log), and they reach the console."""
+    import datetime
+
+    proc = _transflow_run("experiment=train_digits", cwd=tmp_path, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sum("train_digits:" in ln and "ETA" in ln for ln in proc.stdout.splitlines()) >= 3
+    run_dir = next((tmp_path / "outputs" / "train_digits").iterdir())
+    stamps = [
+        datetime.datetime.strptime(ln[1:20], "%Y-%m-%d %H:%M:%S")
+        for ln in (run_dir / "run.log").read_text().splitlines()
+        if re.match(r"^\[[0-9-]+ [0-9:]+\]\[INFO\] train_digits: ", ln)
+    ]
+    assert len(stamps) >= 3
+    gaps = [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:])]
+    assert max(gaps) <= 10, gaps
