@@ -28,6 +28,7 @@ from omegaconf import II, MISSING
 
 __all__ = [
     "Activation",
+    "ClaimsMode",
     "GridConfig",
     "GridKind",
     "ModelConfig",
@@ -46,6 +47,21 @@ class Precision(enum.Enum):
     fp32 = "fp32"
     fp64 = "fp64"
     both = "both"
+
+
+class ClaimsMode(enum.Enum):
+    """What a failing claim check does (top-level ``claims=...``).
+
+    ``enforce``: the job is marked FAILED (no ``DONE``) and ``transflow-run`` exits
+    non-zero. ``record``: the failure is recorded (``summary.json``, ``report.md``,
+    ``status.json`` and the sweep summary say FAILED) but the job completes, so a sweep
+    goes on. ``auto`` (the default): ``enforce`` for a single run, ``record`` in a sweep
+    (``-m``).
+    """
+
+    auto = "auto"
+    enforce = "enforce"
+    record = "record"
 
 
 class GridKind(enum.Enum):
@@ -134,6 +150,7 @@ class RunConfig:
     seed: int = 0
     precision: Precision = Precision.both
     smoke: bool = False  # debug=smoke: the task shrinks itself to run in seconds
+    claims: ClaimsMode = ClaimsMode.auto  # enforce | record | auto (enforce; record in sweeps)
     grid: GridConfig = field(default_factory=GridConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     scheme: SchemeConfig = field(default_factory=SchemeConfig)

@@ -9,8 +9,10 @@ has the same layout::
       metrics.jsonl      one JSON object per ctx.log(...) call
       <name>.npz         ctx.save_arrays(name, ...)
       <name>.png/.pdf    ctx.save_figure(fig, name)
-      report.md          ctx.report(...) text, then the summary table
+      report.md          a header (task, command), ctx.report(...) sections, the summary
+                         table and the claim checks
       summary.json       the dict returned by run(cfg, ctx)
+      run.log            the run's log: what it printed, progress lines, claim verdicts
       DONE               written last, only after a successful run
 
 This module imports neither JAX nor torch.
@@ -20,15 +22,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import pathlib
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from transflow._records import to_jsonable
 
-__all__ = ["RunContext", "to_jsonable"]
+__all__ = [
+    "ClaimsFailed",
+    "RunContext",
+    "RunLog",
+    "claim_line",
+    "claims_markdown",
+    "format_number",
+    "md_cell",
+    "summary_markdown",
+    "to_jsonable",
+]
+
+#: The logger of a run: ``RunLog`` sends it to ``run.log`` and to the console.
+LOGGER = "transflow.run"
 
 
 def _json_dumps(obj: Any) -> str:
@@ -60,6 +77,8 @@ class RunContext:
     seed: int = 0
     precision: str = "both"
     cfg: Any = None
+    #: seconds between two progress lines of :meth:`progress`
+    progress_every: float = 5.0
     claims: list[dict[str, Any]] = dataclasses.field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self):
@@ -112,14 +131,19 @@ class RunContext:
         plt.close(fig)
         return paths
 
-    def progress(self, iterable: Iterable, total: int | None = None, desc: str = "") -> Iterator:
-        """A tqdm progress bar with ETA over ``iterable``; silent when stderr is not a TTY."""
-        from tqdm.auto import tqdm
+    def progress(self, iterable: Iterable, total: int | None = None, desc: str = "") -> "Progress":
+        """Iterate over ``iterable`` reporting progress (see :class:`Progress`).
 
-        quiet = not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
-        return iter(
-            tqdm(iterable, total=total, desc=desc, disable=quiet, file=sys.stderr, leave=False)
-        )
+        Every :attr:`progress_every` seconds a line with the count, the rate and the ETA
+        goes to ``run.log`` and, unless stderr is a terminal, to the console (stdout); on
+        a terminal a tqdm bar shows the progress instead. ``set_postfix(loss=...)`` values
+        are appended to the lines.
+        """
+        return Progress(iterable, total=total, desc=desc, every=self.progress_every)
+
+    def message(self, text: str) -> None:
+        """Say ``text`` on the console and in ``run.log`` (e.g. "resumed from ...")."""
+        logging.getLogger(LOGGER).info("%s", text)
 
     def claim(
         self, name: str, value: Any, bound: Any, *, op: str = "<=", enforce: bool = True
@@ -185,14 +209,68 @@ def _check_name(arg: str, name: str) -> None:
         )
 
 
-def claims_markdown(claims: list[dict[str, Any]]) -> str:
-    """The claim checks as a markdown table (for ``report.md``)."""
+def format_number(v: Any) -> str:
+    """A number for a report: ``6.800000000000001`` → ``6.8``, ``1.5e-15`` → ``1.5e-15``.
+
+    Floats get 4 significant digits (scientific notation below 1e-3 or from 1e5 on);
+    integers, booleans and everything else are shown as they are.
+
+    Example:
+        >>> format_number(6.800000000000001), format_number(1.4803e-4), format_number(0.977716)
+        ('6.8', '1.48e-04', '0.9777')
+    """
+    if isinstance(v, bool) or not isinstance(v, float):
+        return str(v)
+    if math.isnan(v) or math.isinf(v):
+        return str(v)
+    if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
+        return f"{v:.2e}"
+    return f"{v:.4g}"
+
+
+def md_cell(v: Any) -> str:
+    """``v`` as the text of one markdown table cell: ``|`` escaped, no line breaks."""
+    if isinstance(v, float):
+        text = format_number(v)
+    elif isinstance(v, list | dict):
+        text = json.dumps(to_jsonable(v))
+        text = text if len(text) < 80 else text[:77] + "..."
+    else:
+        text = str(v)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _verdict(c: dict[str, Any], mode: str = "enforce") -> str:
+    if c["pass"]:
+        return "PASS"
+    if not c["enforced"]:
+        return "fail (not enforced)"
+    return "FAILED (recorded, claims=record)" if mode == "record" else "FAILED"
+
+
+def claim_line(c: dict[str, Any], mode: str = "enforce") -> str:
+    """One claim as text: ``name: value op bound → PASS``."""
+    return (
+        f"{c['name']}: {format_number(c['value'])} {c['op']} {format_number(c['bound'])} "
+        f"→ {_verdict(c, mode)}"
+    )
+
+
+def claims_markdown(claims: list[dict[str, Any]], mode: str = "enforce") -> str:
+    """The claim checks as a markdown table (for ``report.md``).
+
+    ``|`` in names and values is escaped. A failing enforced claim reads ``FAILED`` (under
+    ``claims=record``: ``FAILED (recorded, claims=record)``); a failing claim that is not
+    enforced at this size reads ``fail (not enforced)``.
+    """
     if not claims:
         return ""
     lines = ["## Claim checks", "", "| claim | value | bound | result |", "|---|---|---|---|"]
     for c in claims:
-        verdict = "PASS" if c["pass"] else ("FAIL" if c["enforced"] else "fail (not enforced)")
-        lines.append(f"| {c['name']} | {c['value']} | {c['op']} {c['bound']} | {verdict} |")
+        lines.append(
+            f"| {md_cell(c['name'])} | {md_cell(c['value'])} | "
+            f"{md_cell(c['op'] + ' ' + format_number(c['bound']))} | {_verdict(c, mode)} |"
+        )
     return "\n".join(lines)
 
 
@@ -203,17 +281,176 @@ class ClaimsFailed(RuntimeError):
 def summary_markdown(summary: dict[str, Any]) -> str:
     """A two-column markdown table of the headline numbers of a run."""
     lines = ["## Summary", "", "| quantity | value |", "|---|---|"]
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.3e}" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5) else f"{v:.6g}"
-        if isinstance(v, list | dict):
-            s = json.dumps(v)
-            return s if len(s) < 80 else s[:77] + "..."
-        return str(v)
-
     for k, v in to_jsonable(summary).items():
-        if isinstance(v, float) and math.isnan(v):
-            v = "nan"
-        lines.append(f"| {k} | {fmt(v)} |")
+        lines.append(f"| {md_cell(k)} | {md_cell(v)} |")
     return "\n".join(lines)
+
+
+def _fmt_seconds(t: float) -> str:
+    t = max(0.0, float(t))
+    if t < 60:
+        return f"{t:.0f} s"
+    m, sec = divmod(int(round(t)), 60)
+    return f"{m} min {sec:02d} s" if m < 60 else f"{m // 60} h {m % 60:02d} min"
+
+
+def _stderr_is_tty() -> bool:
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+class Progress:
+    """An iterable that reports its progress: periodic log lines and, on a terminal, a bar.
+
+    A line ``desc: 120/1500 (8%), 23.5 it/s, elapsed 5 s, ETA 59 s, loss=0.41`` is logged
+    (logger ``transflow.run``: ``run.log`` and the console) at most every ``every``
+    seconds, plus one when the loop starts and one when it ends. When stderr is a
+    terminal, a tqdm bar is drawn on it and the periodic lines go to ``run.log`` only.
+    ``set_postfix(**values)`` adds values to the lines (and to the bar), as with tqdm.
+
+    Example:
+        >>> list(Progress(range(3), total=3, desc="demo"))
+        [0, 1, 2]
+    """
+
+    def __init__(self, iterable: Iterable, total: int | None = None, desc: str = "", every=5.0):
+        self.iterable = iterable
+        self.total = total if total is not None else _len_or_none(iterable)
+        self.desc = desc or "progress"
+        self.every = float(every)
+        self.postfix: dict[str, Any] = {}
+        self.tty = _stderr_is_tty()
+        self._bar = None
+        if self.tty:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=self.total, desc=desc, file=sys.stderr, leave=False)
+        self._log = logging.getLogger(LOGGER)
+
+    def _say(self, text: str) -> None:
+        # On a terminal the bar shows the progress: the lines go to run.log only.
+        self._log.info("%s", text, extra={"console": not self.tty})
+
+    def _line(self, n: int, elapsed: float) -> str:
+        rate = n / elapsed if elapsed > 0 else float("nan")
+        parts = [f"{self.desc}: {n}" + (f"/{self.total}" if self.total else "")]
+        if self.total:
+            parts[0] += f" ({100 * n / self.total:.0f}%)"
+        parts.append(f"{rate:.3g} it/s")
+        parts.append(f"elapsed {_fmt_seconds(elapsed)}")
+        if self.total and rate > 0 and n < self.total:
+            parts.append(f"ETA {_fmt_seconds((self.total - n) / rate)}")
+        parts.extend(f"{k}={v}" for k, v in self.postfix.items())
+        return ", ".join(parts)
+
+    def __iter__(self) -> Iterator:
+        t0 = last = time.perf_counter()
+        n = 0
+        self._say(f"{self.desc}: started" + (f", {self.total} iterations" if self.total else ""))
+        try:
+            for item in self.iterable:
+                yield item
+                n += 1
+                if self._bar is not None:
+                    self._bar.update(1)
+                now = time.perf_counter()
+                if now - last >= self.every and (self.total is None or n < self.total):
+                    last = now
+                    self._say(self._line(n, now - t0))
+        finally:
+            elapsed = time.perf_counter() - t0
+            self._say(self._line(n, elapsed).replace(f"{self.desc}: ", f"{self.desc}: done ", 1))
+            self.close()
+
+    def set_postfix(self, refresh: bool = False, **values: Any) -> None:
+        self.postfix.update({k: str(v) for k, v in values.items()})
+        if self._bar is not None:
+            self._bar.set_postfix(refresh=refresh, **values)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _len_or_none(iterable: Iterable) -> int | None:
+    try:
+        return len(iterable)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+class _ConsoleFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return getattr(record, "console", True) and record.levelno < logging.ERROR
+
+
+class _Tee:
+    """stdout that also writes into ``run.log`` (so what a task prints is in the log)."""
+
+    def __init__(self, stream: Any, path: pathlib.Path):
+        self._stream = stream
+        self._file = path.open("a", buffering=1)
+
+    def write(self, text: str) -> int:
+        self._file.write(text)
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._file.flush()
+        self._stream.flush()
+
+    def close_file(self) -> None:
+        self._file.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class RunLog:
+    """The log of one run (a context manager used by ``transflow-run``).
+
+    Inside the ``with`` block, the logger ``transflow.run`` (:attr:`logger`) writes
+    timestamped lines into ``<run_dir>/run.log`` and ``transflow-run: <message>`` lines to
+    the console (stdout; errors only into the file, the caller reports them), and what
+    is printed to stdout is copied into ``run.log`` too.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> with RunLog(d) as rl:
+        ...     rl.logger.info("hello")
+        transflow-run: hello
+        >>> "hello" in (d / "run.log").read_text()
+        True
+    """
+
+    def __init__(self, run_dir: pathlib.Path):
+        self.path = pathlib.Path(run_dir) / "run.log"
+        self.logger = logging.getLogger(LOGGER)
+
+    def __enter__(self) -> "RunLog":
+        self._old = (self.logger.level, self.logger.propagate, list(self.logger.handlers))
+        self.logger.setLevel(logging.INFO)
+        self.logger.propagate = False
+        self._file = logging.FileHandler(self.path, mode="a", encoding="utf-8")
+        self._file.setFormatter(
+            logging.Formatter("[%(asctime)s][%(levelname)s] %(message)s", "%Y-%m-%d %H:%M:%S")
+        )
+        self._console = logging.StreamHandler(sys.stdout)
+        self._console.setFormatter(logging.Formatter("transflow-run: %(message)s"))
+        self._console.addFilter(_ConsoleFilter())
+        self.logger.handlers = [self._file, self._console]
+        self._stdout = sys.stdout
+        self._tee = _Tee(sys.stdout, self.path)
+        sys.stdout = self._tee
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        sys.stdout = self._stdout
+        self._tee.close_file()
+        self._file.close()
+        level, propagate, handlers = self._old
+        self.logger.setLevel(level)
+        self.logger.propagate = propagate
+        self.logger.handlers = handlers
+        return False

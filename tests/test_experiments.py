@@ -257,7 +257,21 @@ def test_smoke_run_every_experiment(name, tmp_path_factory):
     assert _status(run_dir)["status"] == "COMPLETED"
     assert (run_dir / "DONE").exists()
     assert set(json.loads((run_dir / "summary.json").read_text())) == set(summary)
-    assert "## Summary" in (run_dir / "report.md").read_text()
+    report = (run_dir / "report.md").read_text()
+    # Uniform reports: '# <task>: <about>', the command, '## Results', '## Summary', ...
+    headings = [ln for ln in report.splitlines() if ln.startswith("#")]
+    assert headings[0].startswith(f"# {name}: "), headings
+    assert "## Results" in headings and "## Summary" in headings, headings
+    assert not [h for h in headings[1:] if not h.startswith("## ")], headings
+    # Markdown tables: every row of a table has as many cells as its header (an unescaped
+    # '|' in a cell would add one).
+    table: list[int] = []
+    for line in [*report.splitlines(), ""]:
+        if line.startswith("|"):
+            table.append(line.replace("\\|", "").count("|"))
+        elif table:
+            assert len(set(table)) == 1, f"ragged markdown table in report.md: {table}"
+            table = []
     assert (run_dir / ".hydra" / "config.yaml").exists()
     assert (run_dir / ".hydra" / "resolved.yaml").exists()
     if name in SMOKE_CLAIMS:
@@ -351,7 +365,8 @@ def test_added_task_key_is_rejected_before_compute(tmp_path):
 
     with pytest.raises(ConfigKeyError, match="batchh"):
         run_in_process(["debug=smoke", "+task.batchh=3"], tmp_path)
-    assert _status(tmp_path)["status"] == "FAILED"
+    # Rejected before the job starts: no status.json (no FAILED run), no results.
+    assert not (tmp_path / "status.json").exists()
     assert not (tmp_path / "DONE").exists() and not (tmp_path / "metrics.jsonl").exists()
 
 
@@ -372,8 +387,9 @@ def test_cli_bad_override_exits_nonzero(override, key, tmp_path):
 
 
 def test_cli_multirun_sweep(tmp_path):
-    """`transflow-run -m ... seed=0,1` writes one directory per job, each complete."""
-    sweep = tmp_path / "sweep"
+    """`transflow-run -m ... seed=0,1` from a fresh directory, without setting
+    hydra.sweep.dir: the configured sweep directory resolves (multirun/smoke/<task>/<time>/),
+    one directory per job, each complete, and the sweep summary lists both jobs."""
     proc = _transflow_run(
         "-m",
         "experiment=equivalence",
@@ -382,9 +398,12 @@ def test_cli_multirun_sweep(tmp_path):
         "task.norm_first=[false]",
         "task.activation=[relu]",
         "task.encoder_layers=0",
-        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    sweeps = list((tmp_path / "multirun" / "smoke" / "equivalence").iterdir())
+    assert len(sweeps) == 1, sweeps
+    sweep = sweeps[0]
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert [p.name for p in jobs] == ["0", "1"]
     import yaml
@@ -398,8 +417,19 @@ def test_cli_multirun_sweep(tmp_path):
         rows = [json.loads(s) for s in (job / "metrics.jsonl").read_text().splitlines()]
         assert any(r["kind"] == "agreement" for r in rows)
         assert _status(job)["status"] == "COMPLETED" and (job / "DONE").exists()
+        assert _status(job)["claims_mode"] == "record"  # claims=auto in a sweep
         assert (job / "F2_agreement.png").exists()
+        assert (job / "run.log").stat().st_size > 0
     assert "results in" in proc.stdout
+    summary = json.loads((sweep / "sweep_summary.json").read_text())
+    assert summary["params"] == ["seed"]
+    assert [(r["job"], r["seed"], r["status"], r["claims"]) for r in summary["rows"]] == [
+        (0, "0", "COMPLETED", "PASS"),
+        (1, "1", "COMPLETED", "PASS"),
+    ]
+    assert (sweep / "sweep_summary.md").read_text().count("| COMPLETED | PASS |") == 2
+    assert (sweep / "sweep_summary.csv").read_text().splitlines()[0].startswith("job,seed,status")
+    assert "sweep of 2 jobs finished" in proc.stdout
 
 
 def test_importing_the_entry_point_starts_no_backend_and_no_torch():

@@ -21,16 +21,39 @@ def run_task(name: str, label: str, cfg: Any, ctx: Any, *, claims: dict[str, flo
     from transflow.control import TRAINING_TASKS, curves_from_history, run_training
     from transflow.plotting import plot_training_curves
 
+    task = TRAINING_TASKS[name]
+
+    def report(text: str) -> None:
+        # The library's paragraph starts "## <task name>": this report's section is Results.
+        ctx.report(text.replace(f"## {task.name}\n", "## Results\n", 1))
+
     summary, result = run_training(
-        TRAINING_TASKS[name],
+        task,
         cfg,
         run_dir=ctx.run_dir,
         seed=ctx.seed,
         smoke=ctx.smoke,
         log=ctx.log,
-        report=ctx.report,
+        report=report,
         progress=ctx.progress,
+        message=ctx.message,
     )
+    resumed = summary.get("resumed_from")
+    if resumed is not None:
+        ckpt = summary.get("checkpoint_dir")
+        if resumed >= summary["steps"]:
+            text = (
+                f"resumed from finished checkpoint {ckpt} (step {resumed} of "
+                f"{summary['steps']}): no training in this run; the numbers are those of "
+                "the earlier run with the same config. task.resume=false trains again."
+            )
+        else:
+            text = (
+                f"resumed from checkpoint {ckpt} at step {resumed} of {summary['steps']}; "
+                "trained the remaining steps."
+            )
+        ctx.message(text)
+        ctx.report("## Resumed\n\n" + text[0].upper() + text[1:])
     curves = curves_from_history(result.history)
     ctx.save_arrays("curves", **curves)
     ctx.save_figure(plot_training_curves({label: result.history}, title=f"train_{name}"), "curves")

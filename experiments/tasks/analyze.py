@@ -466,7 +466,7 @@ def run(cfg, ctx) -> dict:
             summary[f"refine_{interp}_accuracy"] = [e["accuracy"] for e in st["evaluate"]]
     ctx.log({"kind": "final", **summary})
     ctx.report(
-        f"## analyze: {info['model']} ({kind})\n\n"
+        f"## Results\n\n{info['model']} ({kind}): "
         f"{n_steps} steps, {summary['n_tokens']} tokens, inputs: {input_kind}. Min pairwise "
         f"cosine {summary['min_cosine_first']:.3f} → {summary['min_cosine_last']:.3f}, "
         f"clusters (cos ≥ {cfg.threshold}) {summary['clusters_first']} → "

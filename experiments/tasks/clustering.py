@@ -49,9 +49,17 @@ def run(cfg, ctx) -> dict:
     ctx.claim("min pairwise cosine at t = 0", initial, 0.0, op="<")
     ctx.claim("min pairwise cosine at t = T", final, 0.99, op=">", enforce=not ctx.smoke)
     ctx.claim("max deviation from S1(0, 1) over the trajectory", res["sphere_error"], 1e-10)
+    from transflow.experiments.context import format_number
+
+    t_cluster = res["t_cluster"]
+    reached = (
+        f"> 0.99 from t = {format_number(float(t_cluster))}"
+        if t_cluster is not None and t_cluster == t_cluster
+        else "never > 0.99"
+    )
     ctx.report(
-        f"min pairwise cosine: {initial:.3f} at t = 0 → {final:.5f} at "
-        f"t = {t1}; > 0.99 from t = {res['t_cluster']}."
+        f"## Results\n\nmin pairwise cosine: {initial:.3f} at t = 0 → {final:.5f} at "
+        f"t = {format_number(float(t1))}; {reached}."
     )
     return {
         "min_cosine_initial": initial,

@@ -109,7 +109,7 @@ def run(cfg, ctx) -> dict:
         lines += [
             f"S2 constraint of ({s}) active on {100 * f:.1f}% of [0, T]." for s, f in fracs.items()
         ]
-    ctx.report("\n".join(lines))
+    ctx.report("## Results\n\n" + "\n".join(lines))
     out = {f"slope_{label(r)}_{r['scheme']}": r["slope"] for r in records}
     out.update({f"active_fraction_{s}": f for s, f in fracs.items()})
     return out

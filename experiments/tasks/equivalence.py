@@ -121,7 +121,7 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         plot_agreement(rows, tol_fp64=cfg.tol_fp64, tol_fp32=cfg.tol_fp32), "F2_agreement"
     )
     ctx.report(
-        "# Equivalence: transflow vs torch.nn.TransformerEncoderLayer\n\n"
+        "## Results\n\ntransflow vs torch.nn.TransformerEncoderLayer: "
         f"{len(rows)} configurations, {n_tokens} tokens, d_model={d_model}; tolerances "
         f"{cfg.tol_fp64:g} (fp64, abs) and {cfg.tol_fp32:g} (fp32, rel). "
         "Figures: F1_substeps.png, F2_agreement.png.\n\n" + _markdown_table(rows)

@@ -270,8 +270,11 @@ def run(cfg, ctx) -> dict:
         if full:
             ctx.save_figure(plotting.plot_slice(st), "F13_slice")
 
+    sections = sorted({k.split("_")[0] for k in summary if k[:1] == "C"})
     ctx.report(
-        "# Expressivity checks (spec maxout-expressivity.md §7)\n\n"
-        + "\n".join(f"- {k}: {v}" for k, v in summary.items())
+        "## Results\n\n"
+        f"Checks {', '.join(sections)} in float64 ({'smoke size' if ctx.smoke else 'full size'}"
+        "); every check is a claim (table below), the numbers are in the summary table and "
+        "metrics.jsonl, the figures (F7, F8, F9, F13) in this directory."
     )
     return summary

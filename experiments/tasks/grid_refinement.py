@@ -47,7 +47,8 @@ def run(cfg, ctx) -> dict:
     for r in records:
         ctx.claim(f"|slope - 2| {r['quantity']}", abs(r["slope"] - 2.0), 0.2, enforce=not ctx.smoke)
     ctx.report(
-        "\n".join(
+        "## Results\n\n"
+        + "\n".join(
             ["| quantity | sizes | errors | slope |", "|---|---|---|---|"]
             + [
                 f"| {r['quantity']} | {r['sizes']} | {', '.join(f'{e:.2e}' for e in r['errors'])} "

@@ -287,7 +287,7 @@ def run(cfg, ctx) -> dict:
     ]
     table = "\n".join(lines)
     print(table)
-    ctx.report("## HuggingFace model zoo vs transflow\n\n" + table + "\n")
+    ctx.report("## Results\n\nHuggingFace model zoo vs transflow.\n\n" + table + "\n")
     err64 = max(r["err_fp64"] for r in rows)
     err32 = max(r["err_fp32"] for r in rows)
     ctx.claim("max_err_fp64", err64, cfg.tol_fp64)

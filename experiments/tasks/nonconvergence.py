@@ -62,7 +62,10 @@ def run(cfg, ctx) -> dict:
                 }
             )
     ctx.save_figure(plot_nonconvergence(results), "F6_nonconvergence")
-    lines = ["| case | Δt | successive diff | sensitivity | |g(u)−u| |", "|---|---|---|---|---|"]
+    lines = [
+        "| case | Δt | successive diff | sensitivity | \\|g(u)−u\\| |",
+        "|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         for i, m in enumerate(r["m"]):
             diff = f"{r['diffs'][i - 1]:.2e}" if i else "–"
@@ -70,7 +73,7 @@ def run(cfg, ctx) -> dict:
                 f"| {name} | 1/{m} | {diff} | {r['sensitivity'][i]:.2e} | "
                 f"{r['fixed_point_residual'][i]:.2e} |"
             )
-    ctx.report("\n".join(lines))
+    ctx.report("## Results\n\n" + "\n".join(lines))
     r0, r1 = results.values()
     full = not ctx.smoke
     ctx.claim(

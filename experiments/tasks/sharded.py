@@ -146,8 +146,8 @@ def run(cfg: Config, ctx) -> dict:
         r["passed"] = r["max_rel_diff_vs_single_device"] <= r["tolerance"]
         ctx.log({"kind": "equivalence", **r})
     ctx.report(
-        f"## Sharded vs single-device evolution ({par.devices} CPU host devices, mesh "
-        f"{dict(zip(par.axis_names, par.mesh))})\n\n"
+        f"## Results\n\nSharded vs single-device evolution ({par.devices} CPU host devices, mesh "
+        f"{dict(zip(par.axis_names, par.mesh))}).\n\n"
         f"batch {opts['batch']}, {opts['n_tokens']} tokens, d = {opts['d_model']}, "
         f"{opts['n_heads']} heads, d_ff = {opts['d_ff']}, {opts['n_layers']} "
         f"{opts['scheme']} steps, grid {opts['grid']}, causal {opts['causal']}.\n\n"

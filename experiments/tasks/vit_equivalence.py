@@ -67,7 +67,9 @@ def run(cfg: Config, ctx) -> dict:
         for r in rows
     ]
     ctx.report(
-        "## HF ViT/CvT/GPT-2 and causal torch layers vs transflow\n\n" + "\n".join(lines) + "\n"
+        "## Results\n\nHF ViT/CvT/GPT-2 and causal torch layers vs transflow.\n\n"
+        + "\n".join(lines)
+        + "\n"
     )
     summary: dict[str, Any] = {
         "n_configs": len(rows),
