@@ -30,7 +30,8 @@ def plot_convergence(records: list[dict], *, title: str = ""):
     import numpy as np
 
     subs = list(dict.fromkeys(r["submodel"] for r in records))
-    fig, axes = new_figure(3.0, 1, len(subs), squeeze=False, sharey=False)
+    n_legend = max(sum(r["submodel"] == s for r in records) for s in subs) + 2
+    fig, axes = new_figure(2.6 + 0.13 * n_legend, 1, len(subs), squeeze=False)
     for ax, sub in zip(axes[0], subs):
         mine = [r for r in records if r["submodel"] == sub]
         for r in mine:
@@ -47,7 +48,7 @@ def plot_convergence(records: list[dict], *, title: str = ""):
         ax.set_title(ttl)
         ax.set_xlabel(r"time step $\Delta t$")
         ax.set_ylabel(r"$\max\,|u(T) - u_{\mathrm{ref}}(T)|$")
-        ax.legend(loc="best")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6.5)
         ax.grid(True, which="both")
         if len(dts) < 3:
             smoke_note(ax, f"smoke size: {len(dts)} time steps")

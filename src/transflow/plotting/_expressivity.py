@@ -69,8 +69,9 @@ def plot_regions(rows, *, title: str = "linear regions of the zigzag transformer
     no rows is a panel saying so; one with a single depth says "smoke size".
     """
     import matplotlib.ticker as mticker
+    from matplotlib.lines import Line2D
 
-    fig, axes = new_figure(3.3, 1, 2)
+    fig, axes = new_figure(3.9, 1, 2)
     for ax, variant in zip(axes, ("A", "B")):
         rr = [r for r in rows if r["variant"] == variant]
         ax.set_title(
@@ -80,38 +81,36 @@ def plot_regions(rows, *, title: str = "linear regions of the zigzag transformer
         if not rr:
             smoke_note(ax, f"Variant {variant}: not run", empty=True)
             continue
+        handles = []
         for i, T in enumerate(sorted({r["T"] for r in rr})):
             s = sorted((r for r in rr if r["T"] == T), key=lambda r: r["D"])
             D = [r["D"] for r in s]
             col = f"C{i}"
-            ax.semilogy(
-                D, [r["regions"] for r in s], "o", color=col, ms=6, label=f"$T = {T}$: counted"
-            )
-            ax.semilogy(
-                D, [r["rc_exact"] for r in s], "-", color=col, lw=1, label=_FORMULA[variant]
-            )
-            ax.semilogy(
-                D,
-                [r["montufar"] for r in s],
-                "--",
-                color=col,
-                lw=0.8,
-                label=r"Montúfar $k^{L-1}k^d$",
-            )
+            ax.semilogy(D, [r["regions"] for r in s], "o", color=col, ms=6)
+            ax.semilogy(D, [r["rc_exact"] for r in s], "-", color=col, lw=1)
+            ax.semilogy(D, [r["montufar"] for r in s], "--", color=col, lw=0.8)
             if variant == "B":  # the summary's formula counts 3 blocks per layer (B layout)
-                ax.semilogy(
-                    D,
-                    [max(r["summary_qd"], 1) for r in s],
-                    ":",
-                    color=col,
-                    lw=1.2,
-                    label=r"$(T-1)^d\,(T-1)^{q(\lfloor D/3\rfloor-1)}$",
-                )
+                ax.semilogy(D, [max(r["summary_qd"], 1) for r in s], ":", color=col, lw=1.2)
+            handles.append(Line2D([], [], color=col, lw=4, label=f"$T = {T}$"))
         ax.set_xlabel("depth $D$ (blocks)")
         ax.set_ylabel("linear regions on [0, 1] ($d = 1$)")
         ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))
         ax.grid(True, which="both")
-        ax.legend(loc="lower right")
+        styles = [
+            Line2D([], [], color="k", marker="o", ls="", label="counted (exact, certified)"),
+            Line2D([], [], color="k", lw=1, label=_FORMULA[variant]),
+            Line2D([], [], color="k", ls="--", lw=0.8, label=r"Montúfar $k^{L-1}k^d$"),
+        ]
+        if variant == "B":
+            summary = r"$(T-1)^d\,(T-1)^{q(\lfloor D/3\rfloor-1)}$"
+            styles.append(Line2D([], [], color="k", ls=":", lw=1.2, label=summary))
+        ax.legend(
+            handles=styles + handles,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.2),
+            ncol=2,
+            fontsize=6.5,
+        )
         depths = sorted({r["D"] for r in rr})
         if len(depths) < 3:
             smoke_note(ax, f"smoke size: depths {', '.join(map(str, depths))} only")
@@ -210,7 +209,7 @@ def plot_slice(study):
         "plane $p_0 + t_1(p_1 - p_0) + t_2(p_2 - p_0)$\n"
         f"{r.linear} linear regions,\n{_cert_label(r)}\n\n"
         f"segment $p_0 \\to p_1$ (black):\n{line['linear']} linear regions, "
-        f"certified {line['certified']};\n"
+        f"{'certified' if line['certified'] else 'NOT certified'};\n"
         f"dense sampling: {line['dense_activation']}",
         transform=ax.transAxes,
         va="top",
