@@ -61,7 +61,7 @@ def make(out_dir: pathlib.Path) -> dict:
         if c is None:
             c, src = _short_run(task, steps)
         curves[label], sources[label] = c, src
-    fig = plot_training_curves(curves, title="F10: training the continuous model (optax AdamW)")
+    fig = plot_training_curves(curves, title="training the continuous model (optax AdamW)")
     save_figure(fig, out_dir, FIGURE["id"], {"curves": curves, "sources": sources})
     return {
         "digits_test_accuracy": curves["digits"]["eval_accuracy"][-1],

@@ -33,8 +33,7 @@ def make(out_dir: pathlib.Path) -> dict:
         rows = substep_rows(cfg.model, int(cfg.grid.n_tokens), seed=int(cfg.seed), dtype="float64")
     fig = plot_substeps(
         rows,
-        title="F1: one Lie step (post-LN layer, float64): transflow "
-        "sub-steps vs torch intermediates",
+        title="one Lie step (post-LN layer, float64): transflow sub-steps vs torch intermediates",
     )
     errs = [r["max_abs"] for r in rows if r["max_abs"] == r["max_abs"]]
     save_figure(fig, out_dir, FIGURE["id"], {"dtype": "float64", "substeps": rows})

@@ -37,8 +37,12 @@ def make(out_dir: pathlib.Path) -> dict:
         rows = agreement_rows(
             task, cfg.model, int(cfg.grid.n_tokens), seed=int(cfg.seed), smoke=smoke
         )
-    fig = plot_agreement(rows, tol_fp64=task.tol_fp64, tol_fp32=task.tol_fp32)
-    fig.suptitle("F2: transflow vs torch.nn.TransformerEncoderLayer (log10 error)")
+    fig = plot_agreement(
+        rows,
+        tol_fp64=task.tol_fp64,
+        tol_fp32=task.tol_fp32,
+        title="transflow vs torch.nn.TransformerEncoderLayer",
+    )
     save_figure(
         fig,
         out_dir,

@@ -45,8 +45,7 @@ def make(out_dir: pathlib.Path) -> dict:
             b_splitting=["tangent", "full"] if task.b_splitting == "both" else task.b_splitting,
         )
     ]
-    fig = plot_convergence(records)
-    fig.suptitle("F3: splitting error vs Δt against diffrax (float64)", y=1.02)
+    fig = plot_convergence(records, title="splitting error vs Δt against diffrax (float64)")
     save_figure(fig, out_dir, FIGURE["id"], {"records": records})
     out = {}
     for r in records:

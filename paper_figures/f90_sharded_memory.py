@@ -48,9 +48,7 @@ def make(out_dir: pathlib.Path) -> dict:
         ),
         timeout=600,
     )
-    fig = plot_sharded_memory(
-        records, title=f"F90: token-sharded evolution, n = {n_tokens}, float32"
-    )
+    fig = plot_sharded_memory(records, title=f"token-sharded evolution, n = {n_tokens}, float32")
     headline = {}
     for m in methods:
         rs = sorted((r for r in records if r["method"] == m), key=lambda r: r["token_devices"])

@@ -17,7 +17,7 @@ import pathlib
 
 FIGURE = {
     "id": "FVIT",
-    "title": "F-ViT: attention kernel of one query patch over the 2-D patch grid, "
+    "title": "Attention kernel of one query patch over the 2-D patch grid, "
     "transflow vs HuggingFace ViTLayer",
     "command": "make figures  (python paper_figures/make_all.py FVIT)",
     "config": "library call: transflow.interop.from_hf(ViTModel) (seed 0)",
@@ -113,8 +113,8 @@ def make(out_dir: pathlib.Path) -> dict:
         rows,
         grid_shape=(gh, gw),
         query_patch=(q_r, q_c),
-        title=f"F-ViT: attention kernel of query patch x* = ({q_r}, {q_c}) (red x) on the "
-        f"{gh}×{gw} patch grid Ω_x",
+        title=f"attention kernel of the query patch $x^*$ = ({q_r}, {q_c}) (red ×) on the "
+        f"{gh} × {gw} patch grid $\\Omega_x$",
     )
     numbers = {
         "grid_shape": [gh, gw],

@@ -1,13 +1,19 @@
 """Plotting: the one home of every figure function, used by tasks and ``paper_figures``.
 
 Each function takes the records a study returns (lists of dicts or dicts of arrays) and
-returns a matplotlib ``Figure``; saving is the caller's job
+returns a matplotlib ``Figure`` in the one figure style of the project (``_style``: the rc
+settings :data:`STYLE` applied by :func:`figure_style`, every figure :data:`FIGURE_WIDTH`
+inches wide with constrained layout, mathtext labels, readable log-axis ticks
+(:class:`LogTicks`), "smoke size" written on a panel whose data are too small);
+:func:`figure_problems` lists what a reader would see wrong in a figure (unlabelled axes,
+overlapping tick labels, empty panels). Saving is the caller's job
 (:meth:`transflow.experiments.context.RunContext.save_figure` in a task,
 :func:`transflow.plotting.save_figure` in a figure script). One private module per area:
 ``_continuous`` (Δt/grid convergence, clustering, non-convergence), ``_equivalence``
 (sub-steps and agreement tables, ViT), ``_training`` (training curves), ``_parallel``
 (sharded memory), ``_benchmarks`` (F-perf), ``_expressivity`` (regions, partitions, softmax
-error), ``_analysis`` (trajectories, budgets, refinement), ``_common`` (saving, smoke mode).
+error), ``_analysis`` (trajectories, budgets, refinement), ``_common`` (saving, smoke mode),
+``_style`` (the style), ``_check`` (the inspection).
 
 matplotlib is imported inside the functions, so importing this package is cheap.
 """
@@ -22,16 +28,26 @@ from ._analysis import (
     plot_token_trajectories as plot_token_trajectories,
 )
 from ._benchmarks import BENCHMARK_PARTS, plot_benchmarks
+from ._check import figure_problems
 from ._common import figure_smoke, save_figure
 from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
 from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
 from ._expressivity import plot_partition, plot_regions, plot_slice, plot_softmax
 from ._parallel import plot_sharded_memory
+from ._style import FIGURE_WIDTH, STYLE, LogTicks, figure_style, new_figure, smoke_note
 from ._training import plot_training_curves
 
 __all__ = [
     "figure_smoke",
     "save_figure",
+    # _style, _check
+    "FIGURE_WIDTH",
+    "STYLE",
+    "LogTicks",
+    "figure_problems",
+    "figure_style",
+    "new_figure",
+    "smoke_note",
     # _continuous
     "plot_convergence",
     "plot_grid",

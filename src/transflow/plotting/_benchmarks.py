@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._common import _pyplot
+from ._style import FIGURE_WIDTH, new_figure, styled
 
 __all__ = ["BENCHMARK_PARTS", "plot_benchmarks"]
 
@@ -21,6 +22,7 @@ def _bar(ax, labels, stats, scale, color):
     return med
 
 
+@styled
 def plot_benchmarks(results: dict[str, Any]):
     """F-perf: three panels from the benchmark results ``{"layer", "compile", "chunked",
     optionally "threads1/layer"}`` (the parsed JSON files).
@@ -31,23 +33,23 @@ def plot_benchmarks(results: dict[str, Any]):
     and the size of a dense score matrix. Without one of :data:`BENCHMARK_PARTS` it draws
     a placeholder saying "run make bench".
     """
-    plt = _pyplot()
-
     if not set(BENCHMARK_PARTS) <= results.keys():
-        fig, ax = plt.subplots(figsize=(6, 2.5))
+        fig, ax = new_figure(2.0)
         ax.axis("off")
         ax.text(
             0.5,
             0.5,
-            "F-perf: no benchmark results yet.\nrun make bench",
+            "no benchmark results yet:\nrun make bench",
             ha="center",
             va="center",
-            fontsize=14,
+            fontsize=12,
         )
         return fig
 
     layer, comp, chunk = results["layer"], results["compile"], results["chunked"]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig = _pyplot().figure(figsize=(FIGURE_WIDTH, 5.4), layout="constrained")
+    mosaic = fig.subplot_mosaic([["a", "a"], ["b", "c"]], height_ratios=[1.0, 1.1])
+    axes = [mosaic["a"], mosaic["b"], mosaic["c"]]
     t = layer["timings_s"]
     shp = layer["shape"]
     labels = ["transflow\n(jit+vmap)", "torch\n(fast path)"]
@@ -61,12 +63,12 @@ def plot_benchmarks(results: dict[str, Any]):
         colors += ["C0", "C1"]
     _bar(axes[0], labels, series, 1e3, colors)
     axes[0].set_ylabel("forward time [ms]")
+    axes[0].set_xlabel("implementation, threads")
     axes[0].set_title(
         f"(a) {shp['layers']}-layer post-LN, B={shp['batch']}, n={shp['tokens']}, "
         f"d={shp['d_model']}\nratio torch/transflow = {layer['ratio_vs_torch']:.2f}, "
         f"flop fraction {layer['flop_fraction']:.2f}"
         + ("" if one is None else f"; 1 thread: ratio {one['ratio_vs_torch']:.2f}"),
-        fontsize=9,
     )
 
     steps = [str(s) for s in comp["steps"]]
@@ -78,8 +80,9 @@ def plot_benchmarks(results: dict[str, Any]):
         ["C2", "C3"],
     )
     axes[1].set_ylabel("trace + lower + compile [s]")
+    axes[1].set_xlabel("depth of evolve")
     axes[1].set_title(
-        f"(b) evolve compile time, ratio {comp['compile_ratio']:.2f} (target ≤ 1.5)", fontsize=9
+        f"(b) compile time of evolve\nratio {comp['compile_ratio']:.2f} (target ≤ 1.5)"
     )
 
     rss_labels = ["JAX runtime\n(baseline)", "chunked\nforward"]
@@ -97,17 +100,15 @@ def plot_benchmarks(results: dict[str, Any]):
         label=f"dense scores alone ({chunk['dense_scores_gib']:.0f} GiB)",
     )
     axes[2].set_ylabel("peak RSS [GiB]")
+    axes[2].set_xlabel("process")
     axes[2].set_title(
-        f"(c) chunked attention, n={chunk['tokens']}, d={chunk['d']}, 1 head, "
-        f"fp32\nrel. error vs dense (n={chunk['agreement_tokens']}): "
-        f"{chunk['agreement_rel_err']:.1e}",
-        fontsize=9,
+        f"(c) chunked attention, n={chunk['tokens']}, d={chunk['d']}, fp32\n"
+        f"rel. error vs dense (n={chunk['agreement_tokens']}): "
+        f"{chunk['agreement_rel_err']:.1e}"
     )
-    axes[2].legend(fontsize=8, loc="center right")
+    axes[2].legend(loc="center right")
     fig.suptitle(
-        f"F-perf (jax {layer['jax_version']}, torch {layer['torch_version']}, "
-        f"{layer['backend']}, {layer['threads']['torch']} threads each)",
-        fontsize=10,
+        f"jax {layer['jax_version']}, torch {layer['torch_version']}, "
+        f"{layer['backend']}, {layer['threads']['torch']} threads each"
     )
-    fig.tight_layout()
     return fig

@@ -37,8 +37,8 @@ def save_figure(
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{fid}.png", out_dir / f"{fid}.pdf", out_dir / f"{fid}.json"]
-    fig.savefig(paths[0], dpi=dpi, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
+    for path in paths[:2]:
+        fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.03)
     plt.close(fig)
     paths[2].write_text(json.dumps(to_jsonable(data), indent=2, allow_nan=True) + "\n")
     return paths

@@ -1,17 +1,24 @@
 """Figures of the continuous-limit studies (:mod:`transflow.continuous`): error vs Δt
 (F3), error vs grid size (F4), token clustering (F5) and the non-convergence of the full
-model (F6). Each takes the records the study returns and returns a matplotlib ``Figure``.
+model (F6). Each takes the records the study returns and returns a matplotlib ``Figure``
+in the style of :mod:`transflow.plotting` (:func:`transflow.plotting.figure_style`).
 """
 
 from __future__ import annotations
 
+from ._style import new_figure, smoke_note, styled
+
 __all__ = ["plot_convergence", "plot_grid", "plot_nonconvergence", "plot_clustering"]
 
+_ORDER_LABEL = {1: r"$O(\Delta t)$", 2: r"$O(\Delta t^2)$"}
 
-def plot_convergence(records: list[dict]):
+
+@styled
+def plot_convergence(records: list[dict], *, title: str = ""):
     """Log–log error vs Δt, one panel per sub-model, with reference slopes 1 and 2.
 
-    ``records``: :meth:`transflow.continuous.ConvergenceResult.record` dicts.
+    ``records``: :meth:`transflow.continuous.ConvergenceResult.record` dicts; ``title``:
+    an optional figure title.
 
     Example:
         >>> from transflow.plotting import plot_convergence
@@ -20,36 +27,39 @@ def plot_convergence(records: list[dict]):
         >>> len(plot_convergence([rec]).axes)
         1
     """
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
     import numpy as np
 
     subs = list(dict.fromkeys(r["submodel"] for r in records))
-    fig, axes = plt.subplots(1, len(subs), figsize=(4.2 * len(subs), 3.8), squeeze=False)
+    n_legend = max(sum(r["submodel"] == s for r in records) for s in subs) + 2
+    fig, axes = new_figure(2.6 + 0.13 * n_legend, 1, len(subs), squeeze=False)
     for ax, sub in zip(axes[0], subs):
-        for r in (r for r in records if r["submodel"] == sub):
+        mine = [r for r in records if r["submodel"] == sub]
+        for r in mine:
             name = r["scheme"] + (f" ({r['b_splitting']} F)" if r.get("b_splitting") else "")
             ax.loglog(r["dts"], r["errors"], "o-", label=f"{name}: slope {r['slope']:.2f}")
-        dts = np.asarray(records[0]["dts"])
-        e0 = min(r["errors"][0] for r in records if r["submodel"] == sub)
+        dts = np.asarray(mine[0]["dts"], float)
+        e0 = min(r["errors"][0] for r in mine)
         for p, ls in ((1, ":"), (2, "--")):
-            ax.loglog(dts, e0 * (dts / dts[0]) ** p, "k" + ls, lw=0.8, label=f"O(Δt^{p})")
-        frac = next((r.get("active_fraction") for r in records if r["submodel"] == sub), None)
-        title = f"sub-model ({sub})"
+            ax.loglog(dts, e0 * (dts / dts[0]) ** p, "k" + ls, lw=0.8, label=_ORDER_LABEL[p])
+        frac = next((r.get("active_fraction") for r in mine), None)
+        ttl = f"sub-model ({sub})"
         if frac is not None:
-            title += f", S2 active {100 * frac:.0f}% of the time"
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("Δt")
-        ax.set_ylabel("max |u(T) − u_ref(T)|")
-        ax.legend(fontsize=7)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    fig.tight_layout()
+            ttl += f", $S_2$ active {100 * frac:.0f}% of $[0, T]$"
+        ax.set_title(ttl)
+        ax.set_xlabel(r"time step $\Delta t$")
+        ax.set_ylabel(r"$\max\,|u(T) - u_{\mathrm{ref}}(T)|$")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6.5)
+        ax.grid(True, which="both")
+        if len(dts) < 3:
+            smoke_note(ax, f"smoke size: {len(dts)} time steps")
+    if title:
+        fig.suptitle(title)
     return fig
 
 
-def plot_grid(records: list[dict]):
-    """Log–log error vs N with the O(N^-2) reference line.
+@styled
+def plot_grid(records: list[dict], *, title: str = "grid refinement, midpoint rule"):
+    """Log–log error vs N with the O(N⁻²) reference line.
 
     ``records``: the output of :func:`transflow.continuous.grid_refinement_study`.
 
@@ -60,24 +70,25 @@ def plot_grid(records: list[dict]):
         >>> len(plot_grid([rec]).axes)
         1
     """
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(4.8, 3.8))
+    fig, ax = new_figure(3.0)
     for r in records:
         ax.loglog(r["sizes"], r["errors"], "o-", label=f"{r['quantity']} (slope {r['slope']:.2f})")
     n = np.asarray(records[0]["sizes"], float)
     e0 = max(r["errors"][0] for r in records)
-    ax.loglog(n, e0 * (n / n[0]) ** -2.0, "k--", lw=0.8, label="O(N^-2)")
-    ax.set_xlabel("N = N_x = N_y")
-    ax.set_ylabel("max error at coarse nodes")
-    ax.set_title("grid refinement, midpoint rule")
-    ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
+    ax.loglog(n, e0 * (n / n[0]) ** -2.0, "k--", lw=0.8, label=r"$O(N^{-2})$")
+    ax.set_xlabel(r"grid size $N = N_x = N_y$")
+    ax.set_ylabel("max error at the coarse nodes")
+    ax.set_title(title)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
+    ax.grid(True, which="both")
+    if len(n) < 3:
+        smoke_note(ax, f"smoke size: {len(n)} grid sizes")
     return fig
 
 
+@styled
 def plot_nonconvergence(results: dict):
     """Successive differences and control sensitivity vs Δt, both cases.
 
@@ -89,27 +100,23 @@ def plot_nonconvergence(results: dict):
         >>> len(plot_nonconvergence({"case": r}).axes)
         2
     """
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.8))
+    fig, (ax, bx) = new_figure(3.0, 1, 2)
     for name, r in results.items():
         ax.loglog(r["dts"][1:], r["diffs"], "o-", label=name)
         bx.loglog(r["dts"], r["sensitivity"], "s-", label=name)
-    ax.set_xlabel("Δt")
-    ax.set_ylabel("max |u_{Δt/2}(T) − u_{Δt}(T)|")
+    ax.set_xlabel(r"time step $\Delta t$")
+    ax.set_ylabel(r"$\max\,|u_{\Delta t/2}(T) - u_{\Delta t}(T)|$")
     ax.set_title("successive refinements")
-    bx.set_xlabel("Δt")
-    bx.set_ylabel("max |u_T(θ) − u_T(θ')|")
+    bx.set_xlabel(r"time step $\Delta t$")
+    bx.set_ylabel(r"$\max\,|u_T(\theta) - u_T(\theta')|$")
     bx.set_title("sensitivity to the last layer's controls")
     for a in (ax, bx):
-        a.grid(True, which="both", alpha=0.3)
-        a.legend(fontsize=7)
-        a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    fig.tight_layout()
+        a.grid(True, which="both")
+        a.legend(loc="best")
     return fig
 
 
+@styled
 def plot_clustering(res: dict):
     """PCA(2) trajectories (start: circles, end: stars) and the min pairwise cosine.
 
@@ -123,25 +130,27 @@ def plot_clustering(res: dict):
         >>> len(plot_clustering(res).axes)
         2
     """
-    import matplotlib.pyplot as plt
     import numpy as np
 
     traj = np.asarray(res["trajectory"])  # (steps+1, n, d)
     flat = traj.reshape(-1, traj.shape[-1])
     _, _, vt = np.linalg.svd(flat - flat.mean(0), full_matrices=False)
     proj = (traj - flat.mean(0)) @ vt[:2].T
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 4))
+    fig, (ax, bx) = new_figure(3.2, 1, 2, width_ratios=[1.0, 1.15])
     for i in range(proj.shape[1]):
         ax.plot(proj[:, i, 0], proj[:, i, 1], lw=0.7, alpha=0.8)
-    ax.scatter(proj[0, :, 0], proj[0, :, 1], s=12, facecolors="none", edgecolors="k", label="t = 0")
-    ax.scatter(proj[-1, :, 0], proj[-1, :, 1], marker="*", s=80, c="r", label="t = T")
-    ax.set_title("tokens on S1(0, 1), first two principal components")
-    ax.legend(fontsize=7)
-    ax.set_aspect("equal")
+    ax.scatter(
+        proj[0, :, 0], proj[0, :, 1], s=12, facecolors="none", edgecolors="k", label="$t = 0$"
+    )
+    ax.scatter(proj[-1, :, 0], proj[-1, :, 1], marker="*", s=70, c="r", label="$t = T$")
+    ax.set_title(r"tokens on $S_1(0, 1)$, two principal components")
+    ax.set_xlabel("principal component 1")
+    ax.set_ylabel("principal component 2")
+    ax.legend(loc="best")
+    ax.set_aspect("equal", adjustable="datalim")
     bx.plot(res["times"], res["min_cosine"])
-    bx.set_xlabel("t")
+    bx.set_xlabel("time $t$")
     bx.set_ylabel("min pairwise cosine")
-    bx.set_title("clustering: min cos → 1")
-    bx.grid(True, alpha=0.3)
-    fig.tight_layout()
+    bx.set_title(r"clustering: min cos $\to$ 1")
+    bx.grid(True)
     return fig

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import _pyplot
+from ._style import FIGURE_WIDTH, new_figure, styled
 
 __all__ = ["plot_agreement", "plot_substeps", "plot_vit_attention"]
 
 
+@styled
 def plot_substeps(rows: list[dict[str, Any]], *, title: str = ""):
     """F1: state statistics through the sub-steps of one step, transflow beside torch.
 
@@ -18,11 +19,9 @@ def plot_substeps(rows: list[dict[str, Any]], *, title: str = ""):
     """
     import numpy as np
 
-    plt = _pyplot()
-
     names = [r["substep"] for r in rows]
     x = np.arange(len(rows))
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    fig, axes = new_figure(3.1, 1, 3)
     ax = axes[0]
     ax.plot(x, [r["fro"] for r in rows], "o-", label="transflow (split scheme)")
     ax.plot(x, [r["torch_fro"] for r in rows], "x", ms=10, mew=2, label="torch layer")
@@ -44,19 +43,22 @@ def plot_substeps(rows: list[dict[str, Any]], *, title: str = ""):
         alpha=0.5,
         capsize=3,
     )
-    ax.set_title("per-token statistics (x: torch)")
+    ax.set_ylabel("per-token mean and std")
+    ax.set_title(r"per-token statistics ($\times$: torch)")
     ax = axes[2]
     errs = np.array([r["max_abs"] for r in rows], dtype=float)
     tiny = np.finfo(np.float64).tiny
     ax.semilogy(x, np.where(np.isnan(errs), np.nan, np.maximum(errs, tiny)), "o-", color="C3")
     ax.axhline(np.finfo(np.float64).eps, color="gray", ls="--", lw=1, label="float64 eps")
-    ax.legend(fontsize=8)
-    ax.set_title(r"max $|$transflow $-$ torch$|$")
+    ax.legend(loc="best")
+    ax.set_ylabel(r"$\max\,|u_{\mathrm{transflow}} - u_{\mathrm{torch}}|$")
+    ax.set_title("difference to torch")
     for a in axes:
         a.set_xticks(x, names, rotation=45, ha="right")
-        a.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    axes[1].legend(fontsize=8)
+        a.set_xlabel("sub-step")
+        a.grid(True)
+    axes[0].legend(loc="best")
+    axes[1].legend(loc="best")
     if title:
         fig.suptitle(title)
     return fig
@@ -80,25 +82,32 @@ def _grid_layout(rows: list[dict[str, Any]]):
     return single, uniq(rkeys), uniq(ckeys), rkeys, ckeys
 
 
-def plot_agreement(rows: list[dict[str, Any]], *, tol_fp64: float = 1e-10, tol_fp32: float = 1e-5):
+@styled
+def plot_agreement(
+    rows: list[dict[str, Any]],
+    *,
+    tol_fp64: float = 1e-10,
+    tol_fp32: float = 1e-5,
+    title: str = "",
+):
     """F2: heat maps of log10 of the errors, configurations × {float64 abs, float32 rel}.
 
     ``rows``: the records of :func:`transflow.interop.agreement_rows` (encoder stacks,
-    ``stack=True``, are left out of the matrix).
+    ``stack=True``, are left out of the matrix); ``title``: an optional figure title.
     """
     import numpy as np
 
-    plt = _pyplot()
-
     single, rk, ck, rkeys, ckeys = _grid_layout(rows)
     panels = [
-        ("max_abs_fp64", "float64: log10 max |Δ|", tol_fp64),
-        ("max_rel_fp32", "float32: log10 max |Δ| / max |torch|", tol_fp32),
+        ("max_abs_fp64", r"float64: $\log_{10}\max|\Delta|$", tol_fp64),
+        (
+            "max_rel_fp32",
+            r"float32: $\log_{10}(\max|\Delta| / \max|u_{\mathrm{torch}}|)$",
+            tol_fp32,
+        ),
     ]
-    fig, axes = plt.subplots(
-        1, 2, figsize=(3.2 + 0.75 * len(ck) * 2, 1.6 + 0.38 * len(rk)), constrained_layout=True
-    )
-    for ax, (key, title, tol) in zip(axes, panels):
+    fig, axes = new_figure(2 * (1.35 + 0.2 * len(rk)), 2, 1)
+    for ax, (key, ttl, tol) in zip(axes, panels):
         m = np.full((len(rk), len(ck)), np.nan)
         for r in single:
             i = rk.index(tuple(r[k] for k in rkeys))
@@ -116,24 +125,29 @@ def plot_agreement(rows: list[dict[str, Any]], *, tol_fp64: float = 1e-10, tol_f
                         f"{lm[i, j]:.0f}",
                         ha="center",
                         va="center",
-                        fontsize=7,
+                        fontsize=6.5,
                         color="w" if lm[i, j] < -9 else "k",
                     )
         ax.set_xticks(
             range(len(ck)),
-            [f"h={h}\nff={'d' if f is None else f}\nε={e:g}" for h, f, e in ck],
-            fontsize=7,
+            [f"h={h}, ff={'d' if f is None else f}\nε={e:g}" for h, f, e in ck],
+            fontsize=6.5,
         )
         ax.set_yticks(
             range(len(rk)),
             [f"{'pre' if nf else 'post'}-LN {a} b={int(b)}" for nf, a, b in rk],
-            fontsize=7,
+            fontsize=6.5,
         )
-        ax.set_title(f"{title}\n(tolerance 1e{np.log10(tol):.0f})", fontsize=9)
-        fig.colorbar(im, ax=ax, shrink=0.8)
+        ax.set_xlabel("heads h, feed-forward width ff (d: default), LayerNorm ε")
+        ax.set_ylabel("LayerNorm, activation,\nbias b")
+        ax.set_title(f"{ttl} (tolerance $10^{{{np.log10(tol):.0f}}}$)")
+        fig.colorbar(im, ax=ax, shrink=0.9, label=r"$\log_{10}$ error")
+    if title:
+        fig.suptitle(title)
     return fig
 
 
+@styled
 def plot_vit_attention(
     heads: list[dict[str, Any]],
     *,
@@ -149,37 +163,36 @@ def plot_vit_attention(
     """
     import numpy as np
 
-    plt = _pyplot()
-
     q_r, q_c = query_patch
-    fig, axes = plt.subplots(len(heads), 3, figsize=(11, 3.2 * len(heads)), squeeze=False)
+    gh, gw = grid_shape
+    panel_h = (FIGURE_WIDTH - 1.6) / 3 * gh / gw
+    fig, axes = new_figure(0.55 + (panel_h + 0.55) * len(heads), len(heads), 3, squeeze=False)
     for row, rec in zip(axes, heads):
         h = rec["head"]
         ours, theirs = np.asarray(rec["transflow"]), np.asarray(rec["hf"])
         diff = np.abs(ours - theirs)
         vmax = float(max(ours.max(), theirs.max()))
-        for j, (arr, name) in enumerate(((ours, "transflow γ(x*, x̃)"), (theirs, "HF ViTLayer"))):
+        for j, (arr, name) in enumerate(((ours, "transflow"), (theirs, "HF ViTLayer"))):
             ax = row[j]
             im = ax.imshow(arr, cmap="viridis", vmin=0, vmax=vmax)
-            ax.plot(q_c, q_r, marker="x", color="red", ms=10, mew=2)
+            ax.plot(q_c, q_r, marker="x", color="red", ms=7, mew=1.8)
             ax.set_title(
-                f"head {h}: {name}\nγ(x*, x_cls) = {rec['cls_weight']:.3f}"
+                f"head {h}, {name}\n"
+                + rf"$\gamma(x^*, x_{{\mathrm{{cls}}}})$ = {rec['cls_weight']:.3f}"
                 if j == 0
-                else f"head {h}: {name}"
+                else f"head {h}, {name}"
             )
-            fig.colorbar(im, ax=ax, fraction=0.035)
+            fig.colorbar(im, ax=ax, shrink=0.9, label=r"$\gamma(x^*, \tilde x)$")
         ax = row[2]
         im = ax.imshow(np.log10(diff + 1e-18), cmap="magma", vmin=-18, vmax=-14)
-        ax.set_title(f"head {h}: log10 |difference| (max {diff.max():.1e})")
-        fig.colorbar(im, ax=ax, fraction=0.035)
+        ax.set_title(f"head {h}, difference\n(max {diff.max():.1e})")
+        fig.colorbar(im, ax=ax, shrink=0.9, label=r"$\log_{10}|\Delta\gamma|$")
         for ax in row:
             ax.set_xlabel("patch column")
             ax.set_ylabel("patch row")
-    gh, gw = grid_shape
     fig.suptitle(
         title
-        or f"attention kernel of query patch x* = ({q_r}, {q_c}) (red x) on the {gh}×{gw} "
-        "patch grid Ω_x"
+        or f"attention kernel of the query patch $x^*$ = ({q_r}, {q_c}) (red ×) on the "
+        f"{gh} × {gw} patch grid $\\Omega_x$"
     )
-    fig.tight_layout()
     return fig

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import _pyplot
+from ._style import new_figure, smoke_note, styled
 
 __all__ = ["plot_sharded_memory"]
 
 
+@styled
 def plot_sharded_memory(records: list[dict[str, Any]], *, title: str = ""):
     """F90: per-device temporaries of the token-sharded evolution against P, log-log.
 
@@ -18,10 +19,8 @@ def plot_sharded_memory(records: list[dict[str, Any]], *, title: str = ""):
     """
     import matplotlib.ticker
 
-    plt = _pyplot()
-
     methods = list(dict.fromkeys(r["method"] for r in records))
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    fig, ax = new_figure(3.0)
     markers = "osd^v<>"
     for i, m in enumerate(methods):
         rs = sorted((r for r in records if r["method"] == m), key=lambda r: r["token_devices"])
@@ -38,7 +37,9 @@ def plot_sharded_memory(records: list[dict[str, Any]], *, title: str = ""):
     ax.set_xlabel("token devices P")
     ax.set_ylabel("per-device temporaries [MiB]")
     if title:
-        ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
+        ax.set_title(title)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
+    ax.grid(True, which="both")
+    if len(ps) < 3:
+        smoke_note(ax, f"smoke size: P = {', '.join(map(str, ps))} only")
     return fig

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import _pyplot
+from ._style import new_figure, smoke_note, styled
 
 __all__ = ["plot_training_curves"]
 
 
+@styled
 def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title: str = "") -> Any:
     """A two-panel matplotlib figure: loss (log scale) and accuracy against steps.
 
@@ -19,12 +20,12 @@ def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title:
 
     from ..control import curves_from_history
 
-    plt = _pyplot()
-
-    fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
+    fig, (ax_l, ax_a) = new_figure(3.0, 1, 2)
+    n_eval = 0
     for i, (label, hist) in enumerate(runs.items()):
         c = hist if isinstance(hist, dict) else curves_from_history(hist)
         color = f"C{i}"
+        n_eval = max(n_eval, len(c["eval_step"]))
         ax_l.plot(c["step"], c["loss"], color=color, lw=0.8, alpha=0.7, label=f"{label} train")
         ax_l.plot(c["eval_step"], c["eval_loss"], "o-", color=color, ms=3, label=f"{label} test")
         ax_a.plot(c["step"], c["train_accuracy"], color=color, lw=0.8, alpha=0.5)
@@ -34,8 +35,12 @@ def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title:
     ax_l.set(xlabel="step", ylabel="cross-entropy", yscale="log", title="loss")
     ax_a.set(xlabel="step", ylabel="accuracy", ylim=(0, 1.02), title="accuracy")
     ax_a.axhline(0.95, color="gray", ls=":", lw=0.8)
-    ax_l.legend(fontsize=7)
-    ax_a.legend(fontsize=7, loc="lower right")
+    ax_l.legend(loc="best")
+    ax_a.legend(loc="lower right")
+    for ax in (ax_l, ax_a):
+        ax.grid(True, which="both")
+        if n_eval < 2:
+            smoke_note(ax, f"smoke size: {n_eval} evaluation")
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(title)
     return fig

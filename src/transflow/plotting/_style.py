@@ -1,0 +1,286 @@
+"""The one figure style of transflow: rc settings, figure sizes, log-axis ticks, smoke notes.
+
+Every figure function of :mod:`transflow.plotting` is decorated with :func:`styled`: it
+draws inside :func:`figure_style` (the rc settings :data:`STYLE`), on a figure
+:data:`FIGURE_WIDTH` inches wide with constrained layout (:func:`new_figure`), and
+:func:`finish` gives every log axis readable ticks (:class:`LogTicks`) before the figure
+leaves the style context (so a caller that saves it later, e.g.
+``RunContext.save_figure``, gets the same figure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "FIGURE_WIDTH",
+    "STYLE",
+    "LogTicks",
+    "figure_style",
+    "finish",
+    "new_figure",
+    "smoke_note",
+    "styled",
+]
+
+#: The width of every figure in inches (the docs gallery shows all figures at one scale).
+FIGURE_WIDTH = 7.0
+
+#: The rc settings of every transflow figure (:func:`figure_style` applies them).
+STYLE: dict[str, Any] = {
+    "figure.figsize": (FIGURE_WIDTH, 3.0),
+    "figure.dpi": 100,
+    "savefig.dpi": 150,
+    "font.size": 8.5,
+    "axes.titlesize": 8.5,
+    "axes.labelsize": 8.5,
+    "xtick.labelsize": 7.5,
+    "ytick.labelsize": 7.5,
+    "legend.fontsize": 7,
+    "legend.title_fontsize": 7,
+    "legend.framealpha": 0.85,
+    "legend.borderaxespad": 0.4,
+    "figure.titlesize": 9.5,
+    "figure.labelsize": 8.5,
+    "mathtext.fontset": "dejavusans",
+    "axes.formatter.use_mathtext": True,
+    "axes.formatter.limits": (-3, 4),
+    "axes.linewidth": 0.8,
+    "axes.titlepad": 4.0,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.6,
+    "lines.linewidth": 1.3,
+    "lines.markersize": 4.5,
+    "xtick.major.size": 3.0,
+    "ytick.major.size": 3.0,
+    "xtick.minor.size": 1.8,
+    "ytick.minor.size": 1.8,
+    "image.cmap": "viridis",
+    "figure.constrained_layout.h_pad": 0.03,
+    "figure.constrained_layout.w_pad": 0.03,
+    "savefig.bbox": "tight",
+    "savefig.pad_inches": 0.03,
+}
+
+
+@contextlib.contextmanager
+def figure_style() -> Iterator[None]:
+    """Context manager: matplotlib's rc settings are :data:`STYLE` inside the block.
+
+    Use it for a figure drawn by hand that should look like transflow's own.
+
+    Example:
+        >>> import matplotlib
+        >>> from transflow.plotting import figure_style
+        >>> with figure_style():
+        ...     matplotlib.rcParams["mathtext.fontset"]
+        'dejavusans'
+    """
+    import matplotlib
+
+    with matplotlib.rc_context(STYLE):
+        yield
+
+
+def new_figure(
+    height: float = 3.0,
+    nrows: int = 1,
+    ncols: int = 1,
+    *,
+    squeeze: bool = True,
+    **subplots_kw: Any,
+):
+    """``(fig, axes)``: a :data:`FIGURE_WIDTH`-wide figure with constrained layout.
+
+    ``height`` in inches; the rest as :func:`matplotlib.pyplot.subplots`.
+
+    Example:
+        >>> from transflow.plotting import FIGURE_WIDTH, new_figure
+        >>> fig, axes = new_figure(2.5, 1, 2)
+        >>> tuple(fig.get_size_inches()) == (FIGURE_WIDTH, 2.5), len(axes)
+        (True, 2)
+    """
+    from ._common import _pyplot
+
+    plt = _pyplot()
+    return plt.subplots(
+        nrows,
+        ncols,
+        figsize=(FIGURE_WIDTH, height),
+        layout="constrained",
+        squeeze=squeeze,
+        **subplots_kw,
+    )
+
+
+def _decade(x: float) -> int:
+    return math.floor(math.log10(x) + 1e-9)
+
+
+class LogTicks:
+    """Tick positions and labels of a log axis that stay readable for any span.
+
+    Two or more decades in view: the decades (thinned to at most ``max_ticks``), labelled
+    ``10^k``. Less: 1–2–5 × 10^k (or 1…9 × 10^k on a very short span), labelled as plain
+    numbers (``0.02``, ``20``) between 10⁻³ and 10⁴ and ``m×10^k`` outside; a span too
+    short for two of those: evenly spaced round numbers. Minor ticks stay, unlabelled.
+
+    Example:
+        >>> from transflow.plotting import LogTicks
+        >>> [float(t) for t in LogTicks.ticks(0.015, 0.26)]
+        [0.02, 0.05, 0.1, 0.2]
+        >>> LogTicks.label(0.05, decades=False), LogTicks.label(1e-5, decades=True)
+        ('0.05', '$10^{-5}$')
+    """
+
+    max_ticks = 7
+
+    @classmethod
+    def ticks(cls, vmin: float, vmax: float) -> np.ndarray:
+        """The labelled tick positions in ``[vmin, vmax]`` (both > 0)."""
+        lo, hi = sorted((float(vmin), float(vmax)))
+        if not (lo > 0 and math.isfinite(hi)):
+            return np.array([])
+        k0, k1 = _decade(lo), _decade(hi) + 1
+        tol = 1e-9
+        inside = lambda ts: [t for t in ts if lo * (1 - tol) <= t <= hi * (1 + tol)]  # noqa: E731
+        for subs in ((1,), (1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
+            ts = inside([m * 10.0**k for k in range(k0, k1 + 1) for m in subs])
+            if len(ts) >= 2:
+                break
+        if subs == (1,) and len(ts) > cls.max_ticks:
+            stride = math.ceil(len(ts) / cls.max_ticks)
+            ts = [t for t in ts if _decade(t) % stride == 0]
+        if len(ts) < 2:  # a very short span: evenly spaced round numbers
+            import matplotlib.ticker as mticker
+
+            ts = inside(mticker.MaxNLocator(4).tick_values(lo, hi))
+        return np.array(ts, dtype=float)
+
+    @staticmethod
+    def label(x: float, *, decades: bool) -> str:
+        """The label of tick ``x``: ``$10^{k}$`` in decade mode, else plain or ``m×10^k``."""
+        if not (x > 0 and math.isfinite(x)):
+            return ""
+        k = _decade(x)
+        m = round(x / 10.0**k, 6)
+        if decades and m == 1:
+            return f"$10^{{{k}}}$"
+        if -3 <= k < 4:
+            return f"{x:.4g}"
+        return f"$10^{{{k}}}$" if m == 1 else f"${m:.3g}\\times10^{{{k}}}$"
+
+    @classmethod
+    def apply(cls, axis) -> None:
+        """Give ``axis`` (an ``XAxis``/``YAxis`` on log scale) these ticks and labels."""
+        import matplotlib.ticker as mticker
+
+        class _Locator(mticker.Locator):
+            def __call__(self):
+                vmin, vmax = self.axis.get_view_interval()
+                return self.tick_values(vmin, vmax)
+
+            def tick_values(self, vmin, vmax):
+                return cls.ticks(vmin, vmax)
+
+        class _Formatter(mticker.Formatter):
+            ticks: list = []
+
+            def set_locs(self, locs):
+                self.ticks = [float(t) for t in locs]
+
+            def __call__(self, x, pos=None):
+                decades = len(self.ticks) >= 2 and all(
+                    round(t / 10.0 ** _decade(t), 6) == 1 for t in self.ticks if t > 0
+                )
+                return cls.label(x, decades=decades)
+
+        axis.set_major_locator(_Locator())
+        axis.set_major_formatter(_Formatter())
+        axis.set_minor_locator(mticker.LogLocator(base=10, subs="auto", numticks=12))
+        axis.set_minor_formatter(mticker.NullFormatter())
+
+
+def _axes_of(fig) -> list:
+    out = []
+    for ax in fig.axes:
+        out.append(ax)
+        out.extend(getattr(ax, "child_axes", []))
+    return out
+
+
+def finish(fig):
+    """Readable log-axis ticks on every axes of ``fig`` (unless the ticks were set by
+    hand); the first tick of every axis is made inside the style (the later ones copy
+    it, so a figure drawn after the style context still carries its fonts). Returns
+    ``fig``."""
+    import matplotlib.ticker as mticker
+
+    for ax in _axes_of(fig):
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() != "log":
+                continue
+            if isinstance(axis.get_major_formatter(), mticker.FixedFormatter):
+                continue  # ticks set by hand (set_xticks with labels)
+            LogTicks.apply(axis)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.get_major_ticks(1)
+            axis.get_minor_ticks(1)
+    return fig
+
+
+def styled(fn: Callable) -> Callable:
+    """Decorator of a figure function: it runs inside :func:`figure_style` and its figure
+    goes through :func:`finish` before it is returned."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any):
+        from ._common import _pyplot
+
+        _pyplot()
+        with figure_style():
+            fig = fn(*args, **kwargs)
+            finish(fig)
+        return fig
+
+    return wrapper
+
+
+def smoke_note(ax, text: str, *, empty: bool = False) -> None:
+    """Say on ``ax`` that its data are too small to show (a smoke-size run).
+
+    ``empty=True``: the panel has nothing to show; its frame is turned off and the note
+    stands in its middle. Otherwise the note sits in the upper left corner of the axes.
+    """
+    if empty:
+        ax.set_axis_off()
+        ax.text(
+            0.5,
+            0.5,
+            text,
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="0.3",
+            wrap=True,
+        )
+        return
+    ax.text(
+        0.02,
+        0.97,
+        text,
+        transform=ax.transAxes,
+        ha="left",
+        va="top",
+        fontsize=7,
+        color="0.3",
+        bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "0.7", "alpha": 0.9},
+        zorder=10,
+    )
