@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._pwl import AbstractPiecewiseLinear
+from ._pwl import AbstractPiecewiseLinear, safe_float
 from ._regions import _components
 
 METHOD = (
@@ -541,7 +541,7 @@ def count_2d_exact(f: AbstractPiecewiseLinear, lo, hi) -> dict:
         default=0,
     )
     poly_f = [np.array([[v[1] / v[0], v[2] / v[0]] for v in p[0]], np.float64) for p in polys]
-    F = np.array([[[float(x) for x in row] for row in m] for m in maps], np.float64)
+    F = np.array([[[safe_float(x) for x in row] for row in m] for m in maps], np.float64)
     return {
         "polygons": poly_f,
         "slopes": F[:, :, 1:],

@@ -56,6 +56,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from ._pwl import safe_float
+
 __all__ = ["IntervalContext", "IntervalAffine", "NotApplicable", "count_1d_layerwise"]
 
 _U = 2.0**-53  # unit round-off of float64
@@ -175,13 +177,16 @@ class IntervalContext:
         aW = np.abs(W)
         g = _g(k + 1)
         hh = _bcast(self.h, x.v.ndim)
-        flat = lambda a: a.reshape(-1, k)
         osh = x.v.shape[:-1] + (q,)
-        v = (flat(xv) @ W).reshape(osh)
-        s = (flat(xs) @ W).reshape(osh)
-        axs = np.abs(xs)
-        e = (flat(xe * _INFL + g * (np.abs(xv) + axs * hh)) @ aW).reshape(osh)
-        es = (flat(xes * _INFL + g * axs) @ aW).reshape(osh)
+        if k == 0 or q == 0:  # a zero map (dead layer, zero read-out): exactly zero
+            v, s, e, es = (np.zeros(osh) for _ in range(4))
+        else:
+            flat = lambda a: a.reshape(-1, k)
+            v = (flat(xv) @ W).reshape(osh)
+            s = (flat(xs) @ W).reshape(osh)
+            axs = np.abs(xs)
+            e = (flat(xe * _INFL + g * (np.abs(xv) + axs * hh)) @ aW).reshape(osh)
+            es = (flat(xes * _INFL + g * axs) @ aW).reshape(osh)
         if sub:
             full = []
             for arr in (v, s, e, es):
@@ -467,6 +472,44 @@ class IntervalContext:
 
 
 # --------------------------------------------------------------------------- driver
+def _exact_whole(f, lo, hi, t0, c0, reason: str) -> dict:
+    """The whole interval by the exact rational walk (when float64 bounds are useless)."""
+    from ._certify import _Exact
+
+    try:
+        ex = _Exact(f)
+    except NotImplementedError as err:
+        raise NotApplicable(f"{reason}; exact fallback unavailable: {err}") from err
+    A, B = Fraction(float(lo)), Fraction(float(hi))
+    sw = ex.walk(A, B)
+    pts = [A] + [s[0] for s in sw] + [B]
+    slopes, icpts = [], []
+    for u, v in zip(pts, pts[1:]):
+        t = (u + v) / 2
+        y0, _, pat = ex.eval(t)
+        y1 = ex.eval(t + 1, pat)[0]
+        slopes.append([safe_float(q) for q in (y1 - y0)])
+        icpts.append([safe_float(q) for q in (y0 - (y1 - y0) * t)])
+    return {
+        "slopes": np.array(slopes, np.float64)[:, :, None],
+        "intercepts": np.array(icpts, np.float64),
+        "breakpoints": np.array([float(s[0]) for s in sw], np.float64),
+        "differ": np.array([bool(s[1]) for s in sw], bool),
+        "certified": True,
+        "certificate": {
+            "method": "exact rational walk over the whole interval",
+            "reason": reason,
+            "junctions": len(sw),
+            "junctions_exact": len(sw),
+            "exact_evaluations": int(ex.n_eval),
+            "failure": None,
+            "seconds_total": round(time.perf_counter() - t0, 3),
+            "cpu_seconds": round(time.process_time() - c0, 3),
+        },
+        "evaluations": int(ex.n_eval),
+    }
+
+
 def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     """Certified exact count on ``[lo, hi]`` (see the module docstring); returns the dict
     of :func:`transflow.expressivity._certify.count_1d_certified` with the maps of every
@@ -478,9 +521,14 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     ctx = IntervalContext(lo, hi)
     try:
-        y = f.interval_forward(ctx, ctx.input())
+        # an overflow (weights near the float64 range) or a NaN makes the float bounds
+        # meaningless: then the whole interval is counted by the exact walk
+        with np.errstate(over="raise", invalid="raise", divide="ignore", under="ignore"):
+            y = f.interval_forward(ctx, ctx.input())
     except NotImplementedError as err:
         raise NotApplicable(str(err)) from err
+    except FloatingPointError as err:
+        return _exact_whole(f, lo, hi, t0, c0, f"float64 overflow ({err})")
     ctx._check(y)
     t_float = time.perf_counter() - t0
     a, b, ca, cb, m = ctx.a, ctx.b, ctx.ca, ctx.cb, ctx.m
@@ -548,8 +596,8 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
         t = (t0_ + t1_) / 2
         y0, _, pat = ex.eval(t)
         y1 = ex.eval(t + 1, pat)[0]
-        slopes.append(np.array([[float(v) for v in (y1 - y0)]]))
-        icpts.append(np.array([[float(v) for v in (y0 - (y1 - y0) * t)]]))
+        slopes.append(np.array([[safe_float(v) for v in (y1 - y0)]]))
+        icpts.append(np.array([[safe_float(v) for v in (y0 - (y1 - y0) * t)]]))
         exact_regions += 1
 
     prev = None  # None (domain start), ("run", r1) or ("hole", number of switches)

@@ -29,6 +29,7 @@ Certified counting (:func:`count_linear_regions`) needs two more methods:
 from __future__ import annotations
 
 import abc
+import math
 from fractions import Fraction
 
 import equinox as eqx
@@ -49,6 +50,15 @@ def gamma(n: int, dtype) -> float:
     bound computation itself."""
     u = unit_roundoff(dtype)
     return 1.01 * n * u / (1.0 - n * u)
+
+
+def safe_float(q) -> float:
+    """``float(q)`` of an exact rational, ``±inf`` where it exceeds the float64 range
+    (``float`` of a huge Fraction raises ``OverflowError``; counts never depend on it)."""
+    try:
+        return float(q)
+    except OverflowError:
+        return math.inf if q > 0 else -math.inf
 
 
 def to_fraction_array(a) -> np.ndarray:
