@@ -122,6 +122,9 @@ class IntervalContext:
         self.interval_layers = 0  # Σ over decision layers of the intervals processed
         self.n_decide = 0
         self._carry = None
+        self._rep = None
+        # a callable returning (exact model, pattern length) for exact tie checks, or None
+        self.exact_model = None
 
     def _geometry(self):
         self.m = 0.5 * (self.ea + self.eb)
@@ -295,14 +298,68 @@ class IntervalContext:
         return self._recentre(x, idx, self._m_old[idx])
 
     # ------------------------------------------------------------------ decisions
-    def decide(self, Z: IntervalAffine, V: IntervalAffine | None = None) -> IntervalAffine:
+    def decide(
+        self, Z: IntervalAffine, V: IntervalAffine | None = None, groups=None
+    ) -> IntervalAffine:
         """One decision layer: ``Z (N, G, K)`` competing logits of G max-groups, ``V (N, G,
         K, P)`` the values each competitor would pass on (``None``: the logits, P = 1).
 
         Splits the intervals at the certified switches (uncertifiable intervals become
         holes), records the winners, and returns the selected values ``(N', G, P)`` on the
         new intervals (see the module docstring for the bounds).
+
+        ``groups``: for a layer with groups that are identical by construction (the same
+        weights applied to the same inputs, so their exact logits are equal), Z holds only
+        the distinct groups and ``groups[g]`` is the distinct group of the layer's group g;
+        the winners and values are expanded to all groups (their switches coincide
+        exactly, which float64 enclosures could not separate).
         """
+        if groups is None:
+            self._rep = None
+            return self._decide(Z, V)
+        groups = np.asarray(groups, np.int64)
+        rep = np.zeros(Z.v.shape[1], np.int64)
+        rep[groups[::-1]] = np.arange(groups.size)[::-1]  # the first full group of each
+        self._rep = rep
+        out = self._decide(Z, V)
+        parent, W = self.records[-1]
+        self.records[-1] = (parent, W[:, groups])
+        return out.map(lambda a: a[:, groups])
+
+    def _exact_ties(self, Z, w0, undecided, float_same, notw, beaten):
+        """Groups that float64 cannot decide because some competitors are float-identical
+        to the winner (equal value and slope, error bounds > 0): decided if those are
+        *exactly* identical affine functions under the interval's frozen earlier pattern
+        (then they tie everywhere and the lowest index, w0, wins). Returns the groups so
+        decided (N, G)."""
+        out = np.zeros_like(undecided)
+        cand = undecided & np.all(~notw | beaten | float_same, axis=-1)
+        if self.exact_model is None or not cand.any():
+            return out
+        try:
+            ex, plen = self.exact_model()
+        except NotApplicable:
+            return out
+        from ._certify import check_budget
+
+        layer = self.n_decide - 1
+        for i in np.unique(np.nonzero(cand)[0]):
+            check_budget("layerwise exact tie check")
+            prefix = self.pattern(int(i)) if self.records else np.zeros(0, np.int64)
+            pat = np.zeros(plen, np.int64)
+            pat[: prefix.size] = prefix
+            t0 = Fraction(float(self.m[i]))
+            L0 = ex.eval(t0, pat)[1][layer]
+            L1 = ex.eval(t0 + 1, pat)[1][layer]
+            for g in np.nonzero(cand[i])[0]:
+                fg = g if self._rep is None else int(self._rep[g])
+                w = int(w0[i, g])
+                same = np.nonzero(float_same[i, g] & notw[i, g])[0]
+                if all(L0[fg, j] == L0[fg, w] and L1[fg, j] == L1[fg, w] for j in same):
+                    out[i, g] = True
+        return out
+
+    def _decide(self, Z: IntervalAffine, V: IntervalAffine | None = None) -> IntervalAffine:
         self._check(Z)
         if V is None:
             V = Z.map(lambda a: a[..., None])
@@ -324,6 +381,11 @@ class IntervalContext:
         beat_a = (lwa > za + ea) | (after & (lwa >= za + ea))
         beat_b = (lwb > zb + eb) | (after & (lwb >= zb + eb))
         decided = np.all(~notw | (beat_a & beat_b), axis=-1)  # (N, G)
+        if not decided.all():
+            w0v = np.take_along_axis(Z.v, w0[..., None], -1)
+            w0s = np.take_along_axis(Z.s, w0[..., None], -1)
+            float_same = (Z.v == w0v) & (Z.s == w0s)
+            decided |= self._exact_ties(Z, w0, ~decided, float_same, notw, beat_a & beat_b)
         self._m_old = m
         if decided.all():
             W = w0
@@ -520,6 +582,25 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
 
     t0, c0 = time.perf_counter(), time.process_time()
     ctx = IntervalContext(lo, hi)
+    ex_model = None
+    plen = []
+
+    def exact():
+        nonlocal ex_model
+        if ex_model is None:
+            try:
+                ex_model = _Exact(f)
+            except NotImplementedError as err:
+                raise NotApplicable(f"exact fallback unavailable: {err}") from err
+        return ex_model
+
+    def exact_and_length():
+        ex = exact()
+        if not plen:
+            plen.append(int(ex.eval(Fraction(float(lo)))[2].size))
+        return ex, plen[0]
+
+    ctx.exact_model = exact_and_length
     try:
         # an overflow (weights near the float64 range) or a NaN makes the float bounds
         # meaningless: then the whole interval is counted by the exact walk
@@ -551,16 +632,6 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
         )
         defect = np.max(np.abs(yl - yr) - tol, axis=1)
     max_defect = float(np.max(defect[touch], initial=-np.inf))
-    ex_model = None
-
-    def exact():
-        nonlocal ex_model
-        if ex_model is None:
-            try:
-                ex_model = _Exact(f)
-            except NotImplementedError as err:
-                raise NotApplicable(f"exact fallback unavailable: {err}") from err
-        return ex_model
 
     # different maps: different slopes, or a proved jump at the switch (for a continuous
     # model the defect is never positive); the rest is compared exactly

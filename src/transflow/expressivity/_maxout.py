@@ -211,11 +211,23 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
         groups are the units, the competitors their pieces."""
         h = x
         for w, b in zip(self.weights, self.biases):
+            w, b = np.asarray(w, np.float64), np.asarray(b, np.float64)
+            # units with identical weights and biases (a duplicated unit) have identical
+            # exact logits: decide the distinct ones, expand the winners to all
+            rows = np.concatenate([w.reshape(w.shape[0], -1), b], axis=1)
+            _, first, groups = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+            groups = groups.reshape(-1)
+            dup = first.size < w.shape[0]
+            if dup:
+                order = np.argsort(first)  # distinct units in their first order
+                rank = np.empty_like(order)
+                rank[order] = np.arange(order.size)
+                w, b, groups = w[first[order]], b[first[order]], rank[groups]
             n, k, n_prev = w.shape
-            W = np.asarray(w, np.float64).reshape(n * k, n_prev).T
-            z = ctx.lin(h, W, np.asarray(b, np.float64).reshape(n * k))
+            W = w.reshape(n * k, n_prev).T
+            z = ctx.lin(h, W, b.reshape(n * k))
             z = z.map(lambda a, n=n, k=k: a.reshape(a.shape[0], n, k))
-            h = ctx.decide(z).map(lambda a: a[..., 0])
+            h = ctx.decide(z, groups=groups if dup else None).map(lambda a: a[..., 0])
         A = np.asarray(self.readout_weight, np.float64)
         return ctx.lin(h, A.T, np.asarray(self.readout_bias, np.float64))
 
