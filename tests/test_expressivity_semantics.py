@@ -208,3 +208,48 @@ def test_zigzag_with_a_duplicated_unit_is_fast():
     assert (r.linear, r.activation, r.certified) == (6561, 6561, True)
     assert r.certificate["holes"] == 0
     assert dt < 10.0, dt
+
+
+# ---------------------------------------------------------------- the time budget
+def test_time_budget_returns_an_uncertified_count_with_the_reason():
+    net = zigzag_maxout(2, 8)
+    r = count_linear_regions(net, 0.0, 1.0, time_budget=1e-9)
+    assert r.certified is False
+    assert "time budget of 1e-09 s exceeded" in r.certificate["failure"]
+    assert r.linear > 1  # the float64 count, not certified
+    ok = count_linear_regions(net, 0.0, 1.0, time_budget=60.0)
+    assert (ok.linear, ok.certified) == (6561, True)
+    # 2-D and the exact 1-D walk of x-dependent models honour it too
+    r2 = count_linear_regions(zigzag_maxout(2, 2, dim=2), 0.0, 1.0, time_budget=1e-9)
+    assert r2.certified is False and "exact 2-D" in r2.certificate["failure"]
+    with pytest.raises(ValueError, match="time_budget"):
+        count_linear_regions(net, 0.0, 1.0, time_budget=0)
+
+
+# ---------------------------------------------------------------- what is certified
+def test_certificate_states_what_it_covers_for_converted_models():
+    """3·leaky(u) − leaky(3u) ≡ 0 in real arithmetic, but from_torch forms the pieces
+    a·W in float64 (fl(0.01·3) ≠ 3·0.01): the converted network has a kink at 0 and 2
+    regions — certified for the converted float64 network, and the certificate says the
+    conversion rounding is outside it."""
+    torch = pytest.importorskip("torch")
+    lin1 = torch.nn.Linear(1, 2, bias=False).double()
+    lin2 = torch.nn.Linear(2, 1, bias=False).double()
+    with torch.no_grad():
+        lin1.weight.copy_(torch.tensor([[1.0], [3.0]], dtype=torch.float64))
+        lin2.weight.copy_(torch.tensor([[3.0, -1.0]], dtype=torch.float64))
+    m = torch.nn.Sequential(lin1, torch.nn.LeakyReLU(0.01), lin2)
+    net = MaxoutNetwork.from_torch(m)
+    assert Fr(0.01 * 3) != 3 * Fr(0.01)  # the rounding that makes the kink
+    r = count_linear_regions(net, -1.0, 1.0)
+    assert (r.linear, r.certified) == (2, True)
+    assert "as stored" in r.certificate["covers"]
+    assert "from_torch" in r.certificate["outside"]
+    assert "outside the certificate" in r.certificate["outside"]
+    assert "float64" in r.certificate["outside"]
+    # a network built directly from its weights has nothing outside
+    r0 = count_linear_regions(RELU, -1.0, 1.0)
+    assert "outside" not in r0.certificate and "float64 parameters" in r0.certificate["covers"]
+    # slices of a converted network carry the note too
+    g = restrict(net, np.zeros(1), np.ones((1, 1)))
+    assert "from_torch" in count_linear_regions(g, -1.0, 1.0).certificate["outside"]

@@ -427,6 +427,7 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     mult = np.ones_like(x)
     rounds = 0
     while x.size:
+        check_budget("point walk")
         rounds += 1
         y = ex + np.maximum(st, min_step) * mult
         alive = (y < xt) & (ex > x) & np.isfinite(ex)

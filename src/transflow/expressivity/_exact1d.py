@@ -706,7 +706,10 @@ def exact_regions_1d(
     differ: list[bool] = []
     jumps: list[bool] = []
     end = QuadraticRoot.rational(hi_q)
+    from ._certify import check_budget
+
     while True:
+        check_budget("exact 1-D walk")
         if ex.float_filter:
             e = _exit(polys, pat, x, polys_f, end)
         else:

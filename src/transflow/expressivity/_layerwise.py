@@ -360,6 +360,9 @@ class IntervalContext:
         return out
 
     def _decide(self, Z: IntervalAffine, V: IntervalAffine | None = None) -> IntervalAffine:
+        from ._certify import check_budget
+
+        check_budget("layerwise interval counter")
         self._check(Z)
         if V is None:
             V = Z.map(lambda a: a[..., None])
