@@ -29,6 +29,7 @@ regions = 1 + number of switches between different affine maps.
 
 from __future__ import annotations
 
+import contextvars
 import time
 from fractions import Fraction
 
@@ -42,6 +43,23 @@ __all__ = ["CertificationError"]
 
 class CertificationError(RuntimeError):
     """A region count could not be certified (and ``strict=True``)."""
+
+
+class BudgetExceeded(Exception):
+    """The user's time budget of :func:`count_linear_regions` ran out (internal)."""
+
+
+# the deadline (time.perf_counter()) of the running count_linear_regions call, if any
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "transflow_region_deadline", default=None
+)
+
+
+def check_budget(where: str) -> None:
+    """Raise :class:`BudgetExceeded` if the user's time budget has run out."""
+    d = _DEADLINE.get()
+    if d is not None and time.perf_counter() > d:
+        raise BudgetExceeded(where)
 
 
 def _structure(f, dtype):
@@ -113,7 +131,9 @@ def _point_kernel(f, xprev, x, xnext, coeffs, shapes, lid, gid, cid):
         L, Ln, Lp = ([v[i] for v in LL] for i in range(3))
         E, En, Ep = ([v[i] for v in EE] for i in range(3))
         g0, e0, m = _gaps(shapes, L, E, p)
-        valid = jnp.all(~m | (g0 - e0 >= 0))
+        # strictly: a point on a kink (a gap of zero) is not certified, it is nudged off
+        # or left to the exact fallback (a sample on a kink must not hide it)
+        valid = jnp.all(~m | (g0 - e0 > 0))
         X = x[0]
         # right side: p valid from x up to its first root in [x, xnext]
         gn, en, _ = _gaps(shapes, Ln, En, p)
@@ -299,6 +319,42 @@ class _Exact:
         roots = [t - gi / ri for gi, ri in zip(g, r) if ri > 0]
         return max(roots) if roots else None
 
+    def right_pattern(self, t):
+        """The pattern on ``(t, t + ε)`` for small ε > 0 (the pattern of the region that
+        starts at t): layer by layer, with the earlier layers frozen to their right-hand
+        winners, every group's winner is the lexicographic argmax of (value at t, slope);
+        equal value and slope (identical competitors) go to the lowest index. At a kink
+        the plain pattern at t (lowest index on ties) may be the left-hand one."""
+        _, L0, pat = self.eval(t)
+        pat = np.array(pat, np.int64)
+        L1 = None  # logits at t + 1 under the current pattern (only needed at ties)
+        off = 0
+        for layer in range(len(L0)):
+            v0 = L0[layer]
+            G, K = v0.shape
+            changed = False
+            for g in range(G):
+                w = int(pat[off + g])
+                if sum(1 for c in range(K) if v0[g, c] == v0[g, w]) == 1:
+                    continue  # no tie: the winner at t wins right of t
+                if L1 is None:
+                    L1 = self.eval(t + 1, pat)[1]
+                v1 = L1[layer]
+                best, key = 0, (v0[g, 0], v1[g, 0] - v0[g, 0])
+                for c in range(1, K):
+                    kc = (v0[g, c], v1[g, c] - v0[g, c])
+                    if kc > key:
+                        best, key = c, kc
+                if best != w:
+                    pat[off + g] = best
+                    changed = True
+            off += G
+            if changed and layer + 1 < len(L0):
+                # the later layers' logits change with this layer's winners
+                _, L0, _ = self.eval(t, pat)
+                L1 = None
+        return pat
+
     def maps_differ(self, p, q, t):
         yp0 = self.eval(t, p)[0]
         yq0 = self.eval(t, q)[0]
@@ -307,17 +363,22 @@ class _Exact:
         return bool(np.any(yp0 != yq0) or np.any(yp1 != yq1))
 
     def walk(self, a: Fraction, b: Fraction):
-        """Exact switches in (a, b): list of (point, maps_differ)."""
+        """Exact switches in the open interval (a, b): list of (point, maps_differ).
+
+        The walk follows right-hand patterns (:meth:`right_pattern`), so a kink at ``a``
+        (or at a probe point) is never taken for a region of zero length, and a switch at
+        ``b`` is not reported (it is no boundary of a region inside [a, b])."""
         x = a
-        pat = self.eval(x)[2]
+        pat = self.right_pattern(x)
         out = []
         for _ in range(100000):
+            check_budget("exact rational walk")
             e = self.exit_right(pat, x)
             if e is None or e >= b:
                 return out
             y = (e + b) / 2
             while True:
-                r = self.eval(y)[2]
+                r = self.right_pattern(y)
                 lr = self.exit_left(r, y)
                 if lr is None or lr <= e:
                     break
@@ -366,6 +427,7 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     mult = np.ones_like(x)
     rounds = 0
     while x.size:
+        check_budget("point walk")
         rounds += 1
         y = ex + np.maximum(st, min_step) * mult
         alive = (y < xt) & (ex > x) & np.isfinite(ex)

@@ -28,8 +28,10 @@ from .._errors import as_input, param_dtype
 from .._operators import attention as _attention_op, attention_scores
 from .._splitting import ffn_branch
 from ._maxout import MaxoutNetwork, ibp_bounds
-from ._pwl import AbstractPiecewiseLinear, exact_argmax, gamma, to_fraction_array
+from ._pwl import AbstractPiecewiseLinear, exact_argmax, gamma, odot, to_fraction_array
 from ._softmax import softmax_deltas, softmax_error_bound
+
+_SCALED: dict[int, tuple] = {}  # id(exact params) -> (params, scaled-integer params)
 
 __all__ = ["MaxoutTransformer", "maxout_to_transformer"]
 
@@ -294,8 +296,98 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
             to_fraction_array(self.readout_bias),
         )
 
+    def _scaled_params(self, params):
+        """The parameters as scaled integers ``(M, e)`` (value ``M·2^e``; cached per
+        ``params``), for the integer path of :meth:`exact_eval`."""
+        hit = _SCALED.get(id(params))
+        if hit is not None and hit[0] is params:
+            return hit[1]
+        from ._hardmax import _scaled_int
+
+        blocks = []
+        for a, f in self.blocks:
+            sa = (
+                None
+                if a is None
+                else tuple(_scaled_int(t) for t in (a.wq, a.bq, a.wk, a.bk, a.wv, a.bv, a.wo, a.bo))
+                + (a.n_heads,)
+            )
+            sf = None if f is None else tuple(_scaled_int(t) for t in (*f.weights, *f.biases))
+            blocks.append((sa, sf))
+        out = (
+            blocks,
+            _scaled_int(self.positional),
+            _scaled_int(self.readout_weight),
+            _scaled_int(self.readout_bias),
+        )
+        if len(_SCALED) > 64:
+            _SCALED.clear()
+        _SCALED[id(params)] = (params, out)
+        return out
+
+    def _exact_eval_int(self, sp, xin, pattern):
+        """:meth:`exact_eval` at a dyadic point in integer arithmetic (every quantity is
+        ``M·2^e`` with an integer array M; no rational normalisation): the same values."""
+        from ._hardmax import _fraction_out, _sadd
+
+        def lin(X, W, b):
+            return _sadd((odot(X[0], W[0]), X[1] + W[1]), b)
+
+        blocks, (PM, pe), A, c = sp
+        T, m = PM.shape
+        (xm, xe) = xin
+        emb = np.zeros((T, m), dtype=object)
+        emb[:, : xm.size] = xm[None, :]
+        X = _sadd((PM, pe), (emb, xe))
+        logits, wins, off = [], [], 0
+        for sa, sf in blocks:
+            if sa is not None:
+                wq, bq, wk, bk, wv, bv, wo, bo, H = sa
+                q = lin((X[0][:1], X[1]), wq, bq)
+                k = lin(X, wk, bk)
+                v = lin(X, wv, bv)
+                qM, kM = q[0].reshape(H, -1), k[0].reshape(T, H, -1)
+                vM = v[0].reshape(T, H, -1)
+                s = np.empty((H, T), dtype=object)
+                for h in range(H):
+                    for t in range(T):
+                        s[h, t] = qM[h].dot(kM[t, h])
+                win = exact_argmax(s) if pattern is None else np.asarray(pattern[off : off + H])
+                off += H
+                logits.append(_fraction_out(s, q[1] + k[1]))
+                wins.append(np.asarray(win, np.int64))
+                o = np.concatenate([vM[win[h], h] for h in range(H)])
+                X = _sadd(X, lin((o[None, :], v[1]), wo, bo))
+            if sf is not None:
+                W1, W2, b1, b2 = sf
+                pre = lin(X, W1, b1)
+                r = pre[0].shape[-1]
+                flat = pre[0].reshape(-1)
+                if pattern is None:
+                    act = np.array([p > 0 for p in flat])
+                else:
+                    act = np.asarray(pattern[off : off + T * r]) == 1
+                off += T * r
+                lg = np.empty((T * r, 2), dtype=object)
+                lg[:, 0] = Fraction(0)
+                lg[:, 1] = _fraction_out(flat, pre[1])
+                logits.append(lg)
+                wins.append(act.astype(np.int64))
+                hid = np.where(act.reshape(T, r), pre[0], 0).astype(object)
+                X = _sadd(X, lin((hid, pre[1]), W2, b2))
+        n = self.n_out_units
+        y = _sadd((odot(X[0][:1, :n], A[0].T)[0], X[1] + A[1]), c)
+        return _fraction_out(*y), logits, np.concatenate(wins)
+
     def exact_eval(self, params, x, pattern=None):
         blocks, P, A, c = params
+        xs = np.asarray(x, dtype=object).reshape(-1)
+        if all(type(v) is Fraction and not (v.denominator & (v.denominator - 1)) for v in xs):
+            from ._hardmax import _scaled_input
+
+            xin = _scaled_input(xs)
+            if xin is not None:
+                return self._exact_eval_int(self._scaled_params(params), xin[0], pattern)
         T, m = P.shape
         X = P.copy()
         for t in range(T):
@@ -305,9 +397,9 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
         for ea, ef in blocks:
             if ea is not None:
                 wq, bq, wk, bk, wv, bv, wo, bo, H = ea
-                q = (X[:1].dot(wq) + bq).reshape(H, -1)
-                k = (X.dot(wk) + bk).reshape(T, H, -1)
-                v = (X.dot(wv) + bv).reshape(T, H, -1)
+                q = (odot(X[:1], wq) + bq).reshape(H, -1)
+                k = (odot(X, wk) + bk).reshape(T, H, -1)
+                v = (odot(X, wv) + bv).reshape(T, H, -1)
                 s = np.empty((H, T), dtype=object)
                 for h in range(H):
                     for t in range(T):
@@ -317,10 +409,10 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
                 logits.append(s)
                 wins.append(np.asarray(win, np.int64))
                 o = np.concatenate([v[win[h], h] for h in range(H)])
-                X = X + (o.dot(wo) + bo)[None, :]
+                X = X + (odot(o[None, :], wo)[0] + bo)[None, :]
             if ef is not None:
                 W1, W2, b1, b2 = ef
-                pre = X.dot(W1) + b1
+                pre = odot(X, W1) + b1
                 r = pre.shape[-1]
                 if pattern is None:
                     act = np.array([[p > 0 for p in row] for row in pre]).reshape(-1)
@@ -333,7 +425,7 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
                 logits.append(lg)
                 wins.append(act.astype(np.int64))
                 hid = np.where(act.reshape(T, r), pre, Fraction(0))
-                X = X + hid.dot(W2) + b2
+                X = X + odot(hid, W2) + b2
         y = A.dot(X[0, : self.n_out_units]) + c
         return y, logits, np.concatenate(wins)
 

@@ -46,7 +46,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._pwl import AbstractPiecewiseLinear
+from ._pwl import AbstractPiecewiseLinear, safe_float
 
 __all__ = ["QuadraticRoot", "exact_regions_1d"]
 
@@ -459,16 +459,19 @@ class _ExactModel:
                 "exact 1-D counting: the frozen output of this model is not affine in the input."
             )
         polys_f = [tuple(_floats(v) for v in abc) for abc in polys]
+        if not all(np.isfinite(v).all() for abc in polys_f for v in abc):
+            polys_f = None  # beyond float64: decide everything exactly
         out = (polys, _fr(y0), _fr(y1), polys_f)
         self.cache[key] = out
         return out
 
 
-_float_of = np.frompyfunc(float, 1, 1)
+_float_of = np.frompyfunc(safe_float, 1, 1)
 
 
 def _floats(v) -> np.ndarray:
-    return np.asarray(_float_of(np.asarray(v, dtype=object)), dtype=np.float64)
+    with np.errstate(over="ignore"):  # beyond float64: ±inf (the float filter is then off)
+        return np.asarray(_float_of(np.asarray(v, dtype=object)), dtype=np.float64)
 
 
 # relative slack of the float filters: covers the conversions (≤ 2⁻⁵² each) and a few
@@ -516,9 +519,10 @@ def _right_pattern(ex: _ExactModel, r: QuadraticRoot, guess: np.ndarray):
     for _ in range(q.size + 2):
         polys, y0, y1, polys_f = ex.frozen(q)
         off, fixed = 0, True
-        for (a, b, c), abc_f in zip(polys, polys_f):
+        for li, (a, b, c) in enumerate(polys):
+            abc_f = None if polys_f is None else polys_f[li]
             G = a.shape[0]
-            w = _lex_argmax(r, a, b, c, abc_f if ex.float_filter else None)
+            w = _lex_argmax(r, a, b, c, abc_f if ex.float_filter and abc_f is not None else None)
             if not np.array_equal(w, q[off : off + G]):
                 q = q.copy()
                 q[off : off + G] = w
@@ -702,7 +706,10 @@ def exact_regions_1d(
     differ: list[bool] = []
     jumps: list[bool] = []
     end = QuadraticRoot.rational(hi_q)
+    from ._certify import check_budget
+
     while True:
+        check_budget("exact 1-D walk")
         if ex.float_filter:
             e = _exit(polys, pat, x, polys_f, end)
         else:
@@ -733,8 +740,8 @@ def exact_regions_1d(
     fl = np.array([float(b) for b in bps], np.float64)
     edges = np.concatenate([[float(lo_q)], fl, [float(hi_q)]])
     widths = np.diff(edges)
-    slopes = np.array([[float(v) for v in s] for s, _ in maps], np.float64)[:, :, None]
-    icpts = np.array([[float(v) for v in i] for _, i in maps], np.float64)
+    slopes = np.array([[safe_float(v) for v in s] for s, _ in maps], np.float64)[:, :, None]
+    icpts = np.array([[safe_float(v) for v in i] for _, i in maps], np.float64)
     return RegionCount(
         linear=int(labels[-1]) + 1,
         activation=n_act,

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._pwl import AbstractPiecewiseLinear
+from ._pwl import AbstractPiecewiseLinear, safe_float
 from ._regions import _components
 
 METHOD = (
@@ -477,6 +477,8 @@ def count_2d_exact(f: AbstractPiecewiseLinear, lo, hi) -> dict:
     Raises :class:`NotExact` (or ``NotImplementedError`` from ``exact_eval``) when the
     model has no exact affine program.
     """
+    from ._certify import check_budget
+
     t0 = time.perf_counter()
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     shapes = jax.eval_shape(f.layer_logits, jnp.zeros((2,), dtype))
@@ -490,6 +492,7 @@ def count_2d_exact(f: AbstractPiecewiseLinear, lo, hi) -> dict:
     for layer in range(prog.n_layers):
         new = []
         for poly, state, prefix in items:
+            check_budget("exact 2-D partition")
             Z, cache = prog.logits(state, layer)
             n_exact += 1
             M = Z.M
@@ -541,7 +544,7 @@ def count_2d_exact(f: AbstractPiecewiseLinear, lo, hi) -> dict:
         default=0,
     )
     poly_f = [np.array([[v[1] / v[0], v[2] / v[0]] for v in p[0]], np.float64) for p in polys]
-    F = np.array([[[float(x) for x in row] for row in m] for m in maps], np.float64)
+    F = np.array([[[safe_float(x) for x in row] for row in m] for m in maps], np.float64)
     return {
         "polygons": poly_f,
         "slopes": F[:, :, 1:],

@@ -56,6 +56,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from ._pwl import safe_float
+
 __all__ = ["IntervalContext", "IntervalAffine", "NotApplicable", "count_1d_layerwise"]
 
 _U = 2.0**-53  # unit round-off of float64
@@ -120,6 +122,9 @@ class IntervalContext:
         self.interval_layers = 0  # Σ over decision layers of the intervals processed
         self.n_decide = 0
         self._carry = None
+        self._rep = None
+        # a callable returning (exact model, pattern length) for exact tie checks, or None
+        self.exact_model = None
 
     def _geometry(self):
         self.m = 0.5 * (self.ea + self.eb)
@@ -175,13 +180,16 @@ class IntervalContext:
         aW = np.abs(W)
         g = _g(k + 1)
         hh = _bcast(self.h, x.v.ndim)
-        flat = lambda a: a.reshape(-1, k)
         osh = x.v.shape[:-1] + (q,)
-        v = (flat(xv) @ W).reshape(osh)
-        s = (flat(xs) @ W).reshape(osh)
-        axs = np.abs(xs)
-        e = (flat(xe * _INFL + g * (np.abs(xv) + axs * hh)) @ aW).reshape(osh)
-        es = (flat(xes * _INFL + g * axs) @ aW).reshape(osh)
+        if k == 0 or q == 0:  # a zero map (dead layer, zero read-out): exactly zero
+            v, s, e, es = (np.zeros(osh) for _ in range(4))
+        else:
+            flat = lambda a: a.reshape(-1, k)
+            v = (flat(xv) @ W).reshape(osh)
+            s = (flat(xs) @ W).reshape(osh)
+            axs = np.abs(xs)
+            e = (flat(xe * _INFL + g * (np.abs(xv) + axs * hh)) @ aW).reshape(osh)
+            es = (flat(xes * _INFL + g * axs) @ aW).reshape(osh)
         if sub:
             full = []
             for arr in (v, s, e, es):
@@ -290,14 +298,71 @@ class IntervalContext:
         return self._recentre(x, idx, self._m_old[idx])
 
     # ------------------------------------------------------------------ decisions
-    def decide(self, Z: IntervalAffine, V: IntervalAffine | None = None) -> IntervalAffine:
+    def decide(
+        self, Z: IntervalAffine, V: IntervalAffine | None = None, groups=None
+    ) -> IntervalAffine:
         """One decision layer: ``Z (N, G, K)`` competing logits of G max-groups, ``V (N, G,
         K, P)`` the values each competitor would pass on (``None``: the logits, P = 1).
 
         Splits the intervals at the certified switches (uncertifiable intervals become
         holes), records the winners, and returns the selected values ``(N', G, P)`` on the
         new intervals (see the module docstring for the bounds).
+
+        ``groups``: for a layer with groups that are identical by construction (the same
+        weights applied to the same inputs, so their exact logits are equal), Z holds only
+        the distinct groups and ``groups[g]`` is the distinct group of the layer's group g;
+        the winners and values are expanded to all groups (their switches coincide
+        exactly, which float64 enclosures could not separate).
         """
+        if groups is None:
+            self._rep = None
+            return self._decide(Z, V)
+        groups = np.asarray(groups, np.int64)
+        rep = np.zeros(Z.v.shape[1], np.int64)
+        rep[groups[::-1]] = np.arange(groups.size)[::-1]  # the first full group of each
+        self._rep = rep
+        out = self._decide(Z, V)
+        parent, W = self.records[-1]
+        self.records[-1] = (parent, W[:, groups])
+        return out.map(lambda a: a[:, groups])
+
+    def _exact_ties(self, Z, w0, undecided, float_same, notw, beaten):
+        """Groups that float64 cannot decide because some competitors are float-identical
+        to the winner (equal value and slope, error bounds > 0): decided if those are
+        *exactly* identical affine functions under the interval's frozen earlier pattern
+        (then they tie everywhere and the lowest index, w0, wins). Returns the groups so
+        decided (N, G)."""
+        out = np.zeros_like(undecided)
+        cand = undecided & np.all(~notw | beaten | float_same, axis=-1)
+        if self.exact_model is None or not cand.any():
+            return out
+        try:
+            ex, plen = self.exact_model()
+        except NotApplicable:
+            return out
+        from ._certify import check_budget
+
+        layer = self.n_decide - 1
+        for i in np.unique(np.nonzero(cand)[0]):
+            check_budget("layerwise exact tie check")
+            prefix = self.pattern(int(i)) if self.records else np.zeros(0, np.int64)
+            pat = np.zeros(plen, np.int64)
+            pat[: prefix.size] = prefix
+            t0 = Fraction(float(self.m[i]))
+            L0 = ex.eval(t0, pat)[1][layer]
+            L1 = ex.eval(t0 + 1, pat)[1][layer]
+            for g in np.nonzero(cand[i])[0]:
+                fg = g if self._rep is None else int(self._rep[g])
+                w = int(w0[i, g])
+                same = np.nonzero(float_same[i, g] & notw[i, g])[0]
+                if all(L0[fg, j] == L0[fg, w] and L1[fg, j] == L1[fg, w] for j in same):
+                    out[i, g] = True
+        return out
+
+    def _decide(self, Z: IntervalAffine, V: IntervalAffine | None = None) -> IntervalAffine:
+        from ._certify import check_budget
+
+        check_budget("layerwise interval counter")
         self._check(Z)
         if V is None:
             V = Z.map(lambda a: a[..., None])
@@ -319,6 +384,11 @@ class IntervalContext:
         beat_a = (lwa > za + ea) | (after & (lwa >= za + ea))
         beat_b = (lwb > zb + eb) | (after & (lwb >= zb + eb))
         decided = np.all(~notw | (beat_a & beat_b), axis=-1)  # (N, G)
+        if not decided.all():
+            w0v = np.take_along_axis(Z.v, w0[..., None], -1)
+            w0s = np.take_along_axis(Z.s, w0[..., None], -1)
+            float_same = (Z.v == w0v) & (Z.s == w0s)
+            decided |= self._exact_ties(Z, w0, ~decided, float_same, notw, beat_a & beat_b)
         self._m_old = m
         if decided.all():
             W = w0
@@ -467,6 +537,44 @@ class IntervalContext:
 
 
 # --------------------------------------------------------------------------- driver
+def _exact_whole(f, lo, hi, t0, c0, reason: str) -> dict:
+    """The whole interval by the exact rational walk (when float64 bounds are useless)."""
+    from ._certify import _Exact
+
+    try:
+        ex = _Exact(f)
+    except NotImplementedError as err:
+        raise NotApplicable(f"{reason}; exact fallback unavailable: {err}") from err
+    A, B = Fraction(float(lo)), Fraction(float(hi))
+    sw = ex.walk(A, B)
+    pts = [A] + [s[0] for s in sw] + [B]
+    slopes, icpts = [], []
+    for u, v in zip(pts, pts[1:]):
+        t = (u + v) / 2
+        y0, _, pat = ex.eval(t)
+        y1 = ex.eval(t + 1, pat)[0]
+        slopes.append([safe_float(q) for q in (y1 - y0)])
+        icpts.append([safe_float(q) for q in (y0 - (y1 - y0) * t)])
+    return {
+        "slopes": np.array(slopes, np.float64)[:, :, None],
+        "intercepts": np.array(icpts, np.float64),
+        "breakpoints": np.array([float(s[0]) for s in sw], np.float64),
+        "differ": np.array([bool(s[1]) for s in sw], bool),
+        "certified": True,
+        "certificate": {
+            "method": "exact rational walk over the whole interval",
+            "reason": reason,
+            "junctions": len(sw),
+            "junctions_exact": len(sw),
+            "exact_evaluations": int(ex.n_eval),
+            "failure": None,
+            "seconds_total": round(time.perf_counter() - t0, 3),
+            "cpu_seconds": round(time.process_time() - c0, 3),
+        },
+        "evaluations": int(ex.n_eval),
+    }
+
+
 def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     """Certified exact count on ``[lo, hi]`` (see the module docstring); returns the dict
     of :func:`transflow.expressivity._certify.count_1d_certified` with the maps of every
@@ -477,10 +585,34 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
 
     t0, c0 = time.perf_counter(), time.process_time()
     ctx = IntervalContext(lo, hi)
+    ex_model = None
+    plen = []
+
+    def exact():
+        nonlocal ex_model
+        if ex_model is None:
+            try:
+                ex_model = _Exact(f)
+            except NotImplementedError as err:
+                raise NotApplicable(f"exact fallback unavailable: {err}") from err
+        return ex_model
+
+    def exact_and_length():
+        ex = exact()
+        if not plen:
+            plen.append(int(ex.eval(Fraction(float(lo)))[2].size))
+        return ex, plen[0]
+
+    ctx.exact_model = exact_and_length
     try:
-        y = f.interval_forward(ctx, ctx.input())
+        # an overflow (weights near the float64 range) or a NaN makes the float bounds
+        # meaningless: then the whole interval is counted by the exact walk
+        with np.errstate(over="raise", invalid="raise", divide="ignore", under="ignore"):
+            y = f.interval_forward(ctx, ctx.input())
     except NotImplementedError as err:
         raise NotApplicable(str(err)) from err
+    except FloatingPointError as err:
+        return _exact_whole(f, lo, hi, t0, c0, f"float64 overflow ({err})")
     ctx._check(y)
     t_float = time.perf_counter() - t0
     a, b, ca, cb, m = ctx.a, ctx.b, ctx.ca, ctx.cb, ctx.m
@@ -503,16 +635,6 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
         )
         defect = np.max(np.abs(yl - yr) - tol, axis=1)
     max_defect = float(np.max(defect[touch], initial=-np.inf))
-    ex_model = None
-
-    def exact():
-        nonlocal ex_model
-        if ex_model is None:
-            try:
-                ex_model = _Exact(f)
-            except NotImplementedError as err:
-                raise NotApplicable(f"exact fallback unavailable: {err}") from err
-        return ex_model
 
     # different maps: different slopes, or a proved jump at the switch (for a continuous
     # model the defect is never positive); the rest is compared exactly
@@ -548,8 +670,8 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
         t = (t0_ + t1_) / 2
         y0, _, pat = ex.eval(t)
         y1 = ex.eval(t + 1, pat)[0]
-        slopes.append(np.array([[float(v) for v in (y1 - y0)]]))
-        icpts.append(np.array([[float(v) for v in (y0 - (y1 - y0) * t)]]))
+        slopes.append(np.array([[safe_float(v) for v in (y1 - y0)]]))
+        icpts.append(np.array([[safe_float(v) for v in (y0 - (y1 - y0) * t)]]))
         exact_regions += 1
 
     prev = None  # None (domain start), ("run", r1) or ("hole", number of switches)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -53,6 +54,7 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
     biases: tuple[Float[Array, "n k"], ...]
     readout_weight: Float[Array, "d_out n_L"]
     readout_bias: Float[Array, " d_out"]
+    provenance: str | None = eqx.field(static=True)
 
     def __init__(
         self,
@@ -62,6 +64,7 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
         readout_bias=None,
         *,
         dtype=None,
+        provenance: str | None = None,
     ):
         ws = [_as_np(f"weights[{i}]", w) for i, w in enumerate(weights)]
         bs = [_as_np(f"biases[{i}]", b) for i, b in enumerate(biases)]
@@ -116,6 +119,9 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
         self.biases = tuple(cast(b) for b in bs)
         self.readout_weight = cast(A)
         self.readout_bias = cast(c)
+        # where the stored weights came from, if they were converted (``from_torch``); a
+        # region certificate covers the stored weights, not the conversion
+        self.provenance = provenance
 
     # ------------------------------------------------------------------ structure
     @property
@@ -211,11 +217,23 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
         groups are the units, the competitors their pieces."""
         h = x
         for w, b in zip(self.weights, self.biases):
+            w, b = np.asarray(w, np.float64), np.asarray(b, np.float64)
+            # units with identical weights and biases (a duplicated unit) have identical
+            # exact logits: decide the distinct ones, expand the winners to all
+            rows = np.concatenate([w.reshape(w.shape[0], -1), b], axis=1)
+            _, first, groups = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+            groups = groups.reshape(-1)
+            dup = first.size < w.shape[0]
+            if dup:
+                order = np.argsort(first)  # distinct units in their first order
+                rank = np.empty_like(order)
+                rank[order] = np.arange(order.size)
+                w, b, groups = w[first[order]], b[first[order]], rank[groups]
             n, k, n_prev = w.shape
-            W = np.asarray(w, np.float64).reshape(n * k, n_prev).T
-            z = ctx.lin(h, W, np.asarray(b, np.float64).reshape(n * k))
+            W = w.reshape(n * k, n_prev).T
+            z = ctx.lin(h, W, b.reshape(n * k))
             z = z.map(lambda a, n=n, k=k: a.reshape(a.shape[0], n, k))
-            h = ctx.decide(z).map(lambda a: a[..., 0])
+            h = ctx.decide(z, groups=groups if dup else None).map(lambda a: a[..., 0])
         A = np.asarray(self.readout_weight, np.float64)
         return ctx.lin(h, A.T, np.asarray(self.readout_bias, np.float64))
 
@@ -319,7 +337,16 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
         if A is None:
             n = ws[-1].shape[0]
             A = (np.eye(n), np.zeros(n))
-        return cls(ws, bs, A[0], A[1], dtype=dtype)
+        src = {str(p.dtype).removeprefix("torch.") for p in module.parameters()} or {
+            "no parameters"
+        }
+        note = (
+            f"converted by MaxoutNetwork.from_torch from a torch.nn.Sequential ({'/'.join(sorted(src))} "
+            "weights): weights cast to float64, LeakyReLU pieces a·W and consecutive Linear "
+            "layers composed in float64; the rounding of this conversion is outside the "
+            "certificate (the certified model is the converted float64 network)"
+        )
+        return cls(ws, bs, A[0], A[1], dtype=dtype, provenance=note)
 
     @classmethod
     def from_relu(cls, weights: Sequence, biases: Sequence, *, dtype=None) -> MaxoutNetwork:

@@ -29,6 +29,8 @@ Certified counting (:func:`count_linear_regions`) needs two more methods:
 from __future__ import annotations
 
 import abc
+import math
+import weakref
 from fractions import Fraction
 
 import equinox as eqx
@@ -49,6 +51,43 @@ def gamma(n: int, dtype) -> float:
     bound computation itself."""
     u = unit_roundoff(dtype)
     return 1.01 * n * u / (1.0 - n * u)
+
+
+def safe_float(q) -> float:
+    """``float(q)`` of an exact rational, ``±inf`` where it exceeds the float64 range
+    (``float`` of a huge Fraction raises ``OverflowError``; counts never depend on it)."""
+    try:
+        return float(q)
+    except OverflowError:
+        return math.inf if q > 0 else -math.inf
+
+
+_SPARSE: dict[int, tuple] = {}
+
+
+def odot(X: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """``X @ W`` of exact object arrays (over the last axis of X), skipping the zero
+    weights: the constructions' matrices are sparse, and every skipped product saves a
+    rational multiplication (the nonzero structure of W is cached while W lives)."""
+    ent = _SPARSE.get(id(W))
+    if ent is None or ent[0]() is not W:
+        if len(_SPARSE) > 4096:
+            _SPARSE.clear()
+        cols = []
+        for j in range(W.shape[1]):
+            rows = [i for i in range(W.shape[0]) if W[i, j] != 0]
+            cols.append((rows, [W[i, j] for i in rows]))
+        ent = (weakref.ref(W), cols)
+        _SPARSE[id(W)] = ent
+    X = np.asarray(X, dtype=object)
+    out = np.empty(X.shape[:-1] + (W.shape[1],), dtype=object)
+    zero = X[..., 0] - X[..., 0]  # zeros of the element type
+    for j, (rows, vals) in enumerate(ent[1]):
+        acc = zero
+        for i, w in zip(rows, vals):
+            acc = acc + X[..., i] * w
+        out[..., j] = acc
+    return out
 
 
 def to_fraction_array(a) -> np.ndarray:

@@ -24,6 +24,7 @@ many points per call.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import equinox as eqx
 import jax
@@ -501,6 +502,7 @@ def count_linear_regions(
     split: str = "affine",
     certify: bool = True,
     strict: bool = True,
+    time_budget: float | None = None,
 ) -> RegionCount:
     """Exact number of linear regions of ``f`` on the box ``[lo, hi]`` (d = 1 or 2; d = 1
     only for input-dependent hardmax attention).
@@ -558,6 +560,11 @@ def count_linear_regions(
             exactly).
         certify: prove the count (default); ``False``: the earlier uncertified bisection.
         strict: raise when the count cannot be certified (default).
+        time_budget: seconds (wall clock) the certified count may take; when they run
+            out, the count is returned with ``certified=False``, the reason in
+            ``certificate["failure"]``, and the uncertified float64 count (bisection in
+            1-D, float polygons in 2-D) as the numbers — also with ``strict=True``.
+            ``None`` (default): no limit.
 
     Returns:
         :class:`RegionCount` (``.linear``, ``.activation``, ``.certified``, maps,
@@ -574,6 +581,79 @@ def count_linear_regions(
         >>> r.linear, r.certified   # 3**3
         (27, True)
     """
+    if time_budget is not None and not (isinstance(time_budget, int | float) and time_budget > 0):
+        raise ValueError(
+            f"`time_budget` must be a number of seconds > 0 or None, got {time_budget!r}."
+        )
+    from ._certify import _DEADLINE, BudgetExceeded
+
+    t0 = time.perf_counter()
+    token = _DEADLINE.set(None if time_budget is None else t0 + float(time_budget))
+    try:
+        r = _count_linear_regions(
+            f,
+            lo,
+            hi,
+            n_seed=n_seed,
+            tol=tol,
+            map_rtol=map_rtol,
+            split=split,
+            certify=certify,
+            strict=strict,
+        )
+    except BudgetExceeded as exc:
+        _DEADLINE.set(None)
+        dtype = _default_dtype()
+        lo_, hi_ = _check_box(f, lo, hi, dtype)
+        if f.in_dim == 1:
+            r = _count_1d(
+                f, lo_, hi_, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype
+            )
+        else:
+            r = _count_2d(f, lo_, hi_, rtol=map_rtol, dtype=dtype)
+        r.certified = False
+        r.certificate = {
+            "method": "float64 (not certified): the time budget ran out",
+            "failure": f"time budget of {time_budget} s exceeded (in the {exc}); the counts "
+            "are the uncertified float64 ones",
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+    finally:
+        _DEADLINE.reset(token)
+    if r.certificate is not None:
+        r.certificate.update(_covers(f))
+    return r
+
+
+def _covers(f) -> dict:
+    """What a certificate is about: the model as stored (and what lies outside)."""
+    out = {
+        "covers": f"the {type(f).__name__} as stored: its float64 parameters read as exact "
+        "(dyadic) rationals, on the box [lo, hi] as float64 numbers; region = maximal "
+        "interval (polygon) of positive length (area) on which f is affine (activation "
+        "region: fixed pattern, ties to the lowest index); a kink at an end of the domain "
+        "is no boundary",
+    }
+    outside, g = [], f
+    for _ in range(4):
+        prov = getattr(g, "provenance", None)
+        if prov:
+            outside.append(prov)
+        if type(g).__name__ == "MaxoutTransformer":
+            outside.append(
+                "that the transformer equals its maxout network: its weights (gating bounds, "
+                "pieces) were built in float64 by maxout_to_transformer; the certificate is "
+                "about the transformer's stored weights"
+            )
+        g = getattr(g, "f", None)
+        if g is None:
+            break
+    if outside:
+        out["outside"] = "; ".join(outside)
+    return out
+
+
+def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, strict):
     if not isinstance(f, AbstractPiecewiseLinear):
         raise TypeError(
             "`f` must be a MaxoutNetwork, a MaxoutTransformer or another "
