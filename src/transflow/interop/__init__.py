@@ -24,11 +24,13 @@ from .._llama_ops import (
     RMSNormParams as RMSNormParams,
     RMSPreNormScheme as RMSPreNormScheme,
     RotaryAttentionParams as RotaryAttentionParams,
+    RotaryScaling as RotaryScaling,
     apply_rotary as apply_rotary,
     gated_ffn as gated_ffn,
     project_sphere as project_sphere,
     random_rms_controls as random_rms_controls,
     rotary_attention as rotary_attention,
+    rotary_frequencies as rotary_frequencies,
 )
 from ._bert import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
 from ._hf import from_hf as from_hf, hf_activation as hf_activation, load_hf as load_hf
@@ -67,6 +69,7 @@ __all__ = [
     "RMSNormParams",
     "RMSPreNormScheme",
     "RotaryAttentionParams",
+    "RotaryScaling",
     "TextEmbedding",
     "TextEncoder",
     "TokenEmbedding",
@@ -81,5 +84,6 @@ __all__ = [
     "project_sphere",
     "random_rms_controls",
     "rotary_attention",
+    "rotary_frequencies",
     "torch_substeps",
 ]
