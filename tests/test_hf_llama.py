@@ -214,7 +214,7 @@ def test_llama_layer_and_substeps_match_hf():
             },
             "rope_type",
         ),
-        ("llama", {"hidden_act": "gelu_fast"}, "hidden_act"),
+        ("llama", {"hidden_act": "laplace"}, "hidden_act"),
         ("llama", {"add_cross_attention": True}, "add_cross_attention"),
     ],
 )

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from ._errors import check_array, check_choice
-from ._operators import wmul
+from ._operators import activation_fn, wmul
 from ._splitting import AbstractScheme
 
 __all__ = [
@@ -61,13 +61,6 @@ __all__ = [
     "RMSDecoder",
     "check_not_hf_mask",
 ]
-
-_GATE_ACTIVATIONS = {
-    "silu": jax.nn.silu,
-    "relu": lambda z: jnp.maximum(z, 0),
-    "gelu": lambda z: jax.nn.gelu(z, approximate=False),
-    "gelu_tanh": lambda z: jax.nn.gelu(z, approximate=True),
-}
 
 
 # ----------------------------------------------------------------------------- RMSNorm
@@ -420,8 +413,8 @@ def rotary_attention(
 class GatedFFNParams(eqx.Module):
     """A gated FFN (SwiGLU): ``(act(z W_gate + b_gate) ⊙ (z W_up + b_up)) W_down + b_down``.
 
-    ``w_gate, w_up: (d, h)``, ``w_down: (h, d)``; ``activation`` one of "silu" (SwiGLU),
-    "relu", "gelu", "gelu_tanh".
+    ``w_gate, w_up: (d, h)``, ``w_down: (h, d)``; ``activation`` the gate's pointwise map,
+    any name of :func:`transflow.activation_fn` ("silu": SwiGLU, "gelu": GeGLU, ...).
     """
 
     w_gate: Float[Array, "d h"]
@@ -433,7 +426,7 @@ class GatedFFNParams(eqx.Module):
     activation: str = eqx.field(static=True, default="silu")
 
     def __check_init__(self):
-        check_choice("activation", self.activation, tuple(_GATE_ACTIVATIONS))
+        activation_fn(self.activation)  # validates the name
         if self.w_gate.shape != self.w_up.shape or self.w_down.shape[-2] != self.w_up.shape[-1]:
             raise ValueError(
                 f"GatedFFNParams: `w_gate` {tuple(self.w_gate.shape)} and `w_up` "
@@ -453,7 +446,7 @@ def gated_ffn(z: Float[Array, "n d"], f: GatedFFNParams, *, record: bool = False
         >>> gated_ffn(jnp.zeros((4, 2)), f).shape
         (4, 2)
     """
-    act = _GATE_ACTIVATIONS[f.activation]
+    act = activation_fn(f.activation)
     hidden = act(wmul(z, f.w_gate) + f.b_gate) * (wmul(z, f.w_up) + f.b_up)
     out = wmul(hidden, f.w_down) + f.b_down
     return (out, hidden) if record else out

@@ -36,35 +36,10 @@ from ..vision._cvt import (
     DepthwiseConv2d,
 )
 from ..vision._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
+from ._acts import hf_activation, torch_activation
 from ._torch import _arr, _check_module, _norm, _resolve_dtype, _torch
 
 __all__ = ["from_hf", "hf_activation", "load_hf"]
-
-# HF activation names with an exact counterpart in transflow.
-_HF_ACTIVATIONS = {
-    "relu": "relu",
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_python_tanh": "gelu_tanh",
-    "linear": "identity",
-}
-
-
-def hf_activation(name: Any, option: str = "hidden_act") -> str:
-    """The transflow activation for a HuggingFace activation name (``ACT2FN`` key).
-
-    "gelu" is exact erf; "gelu_new" and "gelu_pytorch_tanh" are the tanh approximation.
-    Names without an exact counterpart (e.g. "gelu_fast", whose constant is rounded,
-    "quick_gelu", "silu") raise a ``ValueError`` naming ``option``.
-    """
-    if not isinstance(name, str) or name not in _HF_ACTIVATIONS:
-        raise ValueError(
-            f"unsupported `{option}`={name!r}: transflow has exact counterparts only for "
-            f"{sorted(_HF_ACTIVATIONS)}; rebuild the config with one of them."
-        )
-    return _HF_ACTIVATIONS[name]
 
 
 def _linear(lin, dtype, *, conv1d: bool = False):
@@ -86,12 +61,7 @@ def _fold_scale(wq, bq, scaling: float, head_dim: int):
 
 
 def _check_gelu_module(act, where: str) -> str:
-    torch = _torch()
-    if isinstance(act, torch.nn.GELU):
-        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
-    if isinstance(act, torch.nn.ReLU):
-        return "relu"
-    raise ValueError(f"unsupported activation {act!r} in {where}.")
+    return torch_activation(act, where)
 
 
 # ----------------------------------------------------------------------------- ViT
@@ -148,8 +118,6 @@ def _vit_model(model, dtype) -> VisionTransformer:
 
 
 def _pooler_act(name) -> str:
-    if name == "tanh":
-        return "tanh"
     return hf_activation(name, "pooler_act")
 
 

@@ -32,18 +32,8 @@ from .._llama_ops import (
     RotaryScaling,
 )
 from .._model import SplitTransformer
+from ._acts import hf_activation
 from ._torch import _arr
-
-# HF activation names with an exact counterpart as the gate of a gated FFN.
-_GATE_ACTS = {
-    "silu": "silu",
-    "swish": "silu",
-    "relu": "relu",
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-}
 
 
 def _linear(lin, dtype):
@@ -53,13 +43,8 @@ def _linear(lin, dtype):
 
 
 def gate_activation(cfg) -> str:
-    name = getattr(cfg, "hidden_act", None)
-    if not isinstance(name, str) or name not in _GATE_ACTS:
-        raise ValueError(
-            f"unsupported `hidden_act`={name!r}: transflow's gated FFN has exact counterparts "
-            f"for {sorted(_GATE_ACTS)}; rebuild the config with one of them."
-        )
-    return _GATE_ACTS[name]
+    """The gate's activation (HF ``hidden_act``, any pointwise map of :func:`hf_activation`)."""
+    return hf_activation(getattr(cfg, "hidden_act", None), "hidden_act")
 
 
 def _rope_parameters(cfg) -> dict:

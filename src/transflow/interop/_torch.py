@@ -132,19 +132,9 @@ def _resolve_dtype(module, dtype):
 
 
 def _activation(layer) -> str:
-    torch = _torch()
-    act = layer.activation
-    if act is torch.nn.functional.relu or isinstance(act, torch.nn.ReLU):
-        return "relu"
-    if act is torch.nn.functional.gelu:
-        return "gelu"
-    if isinstance(act, torch.nn.GELU):
-        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
-    raise ValueError(
-        f"unsupported activation {act!r} in {type(layer).__name__}: transflow reproduces "
-        "'relu' (the projection onto S2), 'gelu' (exact erf) and nn.GELU(approximate='tanh'). "
-        "Build the layer with activation='relu' or 'gelu'."
-    )
+    from ._acts import torch_activation
+
+    return torch_activation(layer.activation, type(layer).__name__)
 
 
 def _norm(ln, dtype) -> NormParams:
