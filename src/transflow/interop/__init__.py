@@ -33,6 +33,7 @@ from .._llama_ops import (
     rotary_frequencies as rotary_frequencies,
 )
 from ._bert import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
+from ._checkpoint import load_torch_checkpoint as load_torch_checkpoint
 from ._hf import from_hf as from_hf, hf_activation as hf_activation, load_hf as load_hf
 from ._hf_reference import hf_float64_reference as hf_float64_reference
 from ._hf_studies import (
@@ -81,6 +82,7 @@ __all__ = [
     "hf_float64_reference",
     "layer_controls_from_torch",
     "load_hf",
+    "load_torch_checkpoint",
     "project_sphere",
     "random_rms_controls",
     "rotary_attention",
