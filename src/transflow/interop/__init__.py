@@ -17,6 +17,7 @@ from .._causal import (
     CausalScheme as CausalScheme,
     TokenEmbedding as TokenEmbedding,
 )
+from .._errors import CheckpointError as CheckpointError
 from .._llama_ops import (
     GatedFFNParams as GatedFFNParams,
     RMSDecoder as RMSDecoder,
@@ -62,6 +63,7 @@ from ._torch import (
 )
 
 __all__ = [
+    "CheckpointError",
     "CausalDecoder",
     "CausalScheme",
     "GatedFFNParams",

@@ -16,6 +16,8 @@ import json
 import pathlib
 from typing import Any
 
+from .._errors import CheckpointError
+
 __all__ = ["load_torch_checkpoint", "TORCH_ARCHITECTURE_KEYS"]
 
 #: The keys of a sidecar JSON file (all optional; what is missing is inferred from the
@@ -35,8 +37,8 @@ TORCH_ARCHITECTURE_KEYS = (
 )
 
 
-def _untrusted(path, err) -> ValueError:
-    return ValueError(
+def _untrusted(path, err) -> CheckpointError:
+    return CheckpointError(
         f"{str(path)!r} is not a plain state dict: it needs unpickling of arbitrary objects, "
         "which can run code from the file, so it is refused by default "
         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Save the "
@@ -148,9 +150,9 @@ def load_torch_checkpoint(path, *, trust_pickle: bool = False, defaults: dict | 
     except pickle.UnpicklingError as e:
         if not trust_pickle and "weights_only" in str(e).lower().replace(" ", "_"):
             raise _untrusted(p, e) from None
-        raise ValueError(f"torch checkpoint {str(p)!r} cannot be read: {e}") from e
+        raise CheckpointError(f"torch checkpoint {str(p)!r} cannot be read: {e}") from e
     except (RuntimeError, EOFError, OSError) as e:
-        raise ValueError(f"torch checkpoint {str(p)!r} cannot be read: {e}") from e
+        raise CheckpointError(f"torch checkpoint {str(p)!r} cannot be read: {e}") from e
     if isinstance(obj, torch.nn.Module):
         return obj.eval()
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
