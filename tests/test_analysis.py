@@ -485,8 +485,8 @@ def test_analyze_a_save_pretrained_directory(arch, tmp_path):
 
 @pytest.mark.slow
 def test_analyze_a_torch_checkpoint(tmp_path):
-    torch.save(_torch_encoder().float(), tmp_path / "encoder.pt")
-    summary = _run([f"task.model_path={tmp_path}"], tmp_path / "run")
+    torch.save(_torch_encoder().float(), tmp_path / "encoder.pt")  # a whole-module pickle
+    summary = _run([f"task.model_path={tmp_path}", "task.trust_pickle=true"], tmp_path / "run")
     assert summary["source"] == "torch" and summary["model"] == "TransformerEncoder"
     assert summary["n_steps"] == 4
     _check_run(tmp_path / "run", summary)

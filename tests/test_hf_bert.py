@@ -192,8 +192,8 @@ def test_bert_decoder_config_is_causal():
 @pytest.mark.parametrize(
     ("build", "option"),
     [
-        (lambda: BertModel(_bert_config(act="gelu_fast")), "hidden_act"),
-        (lambda: DistilBertModel(_distil_config(act="quick_gelu")), "activation"),
+        (lambda: BertModel(_bert_config(act="laplace")), "hidden_act"),
+        (lambda: DistilBertModel(_distil_config(act="gelu_10")), "activation"),
         (
             lambda: BertModel(_bert_config(is_decoder=True, add_cross_attention=True)),
             "add_cross_attention",

@@ -136,3 +136,85 @@ def test_load_hf_bad_paths_name_the_path(tmp_path):
     save_file(weights, partial / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match="partial.*query"):
         load_hf(partial)
+
+
+# ----------------------------------------------------------------- unreadable checkpoints
+def _saved(tmp_path, name="ok"):
+    cfg = BertConfig(
+        hidden_size=8,
+        num_attention_heads=2,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        vocab_size=VOCAB,
+    )
+    BertModel(cfg).save_pretrained(tmp_path / name)
+    return tmp_path / name
+
+
+def _corrupt(tmp_path, how):
+    import json
+    import shutil
+
+    d = _saved(tmp_path)
+    bad = tmp_path / f"ckpt-{how}"
+    shutil.copytree(d, bad)
+    st = bad / "model.safetensors"
+    data = st.read_bytes()
+    if how == "empty":
+        st.write_bytes(b"")
+    elif how == "truncated":
+        st.write_bytes(data[: len(data) // 2])
+    elif how == "truncated_header":
+        st.write_bytes(data[:20])
+    elif how == "corrupt":
+        st.write_bytes(data[:8] + b"\xff" * 40 + data[48:])
+    elif how == "garbage":
+        st.write_bytes(b"not a safetensors file at all" * 10)
+    elif how == "dtype":
+        from safetensors.torch import load_file, save_file
+
+        w = load_file(st)
+        key = "encoder.layer.0.attention.self.query.weight"
+        w[key] = w[key].to(torch.int32)
+        save_file(w, st, metadata={"format": "pt"})
+    elif how == "shape":
+        cfg = json.loads((bad / "config.json").read_text())
+        cfg["intermediate_size"] = 24
+        (bad / "config.json").write_text(json.dumps(cfg))
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("how", "cause"),
+    [
+        ("empty", r"model\.safetensors' is empty"),
+        ("truncated", r"model\.safetensors' is truncated: its tensors need \d+ bytes"),
+        ("truncated_header", r"model\.safetensors' is truncated or corrupted"),
+        ("corrupt", r"model\.safetensors' is corrupted: its header is not valid JSON"),
+        ("garbage", r"model\.safetensors' is truncated or corrupted"),
+        ("dtype", r"stores 'encoder\.layer\.0\.attention\.self\.query\.weight' as I32"),
+        ("shape", r"do not fit the shapes of its config\.json .*intermediate\.dense"),
+    ],
+)
+def test_load_hf_unreadable_checkpoint_raises_checkpoint_error(tmp_path, how, cause):
+    """Every failure to read the weights is the documented CheckpointError (a ValueError,
+    the type of transflow.control's checkpoints too) naming the path and the cause."""
+    from transflow.control import CheckpointError as ControlCheckpointError
+    from transflow.interop import CheckpointError
+
+    assert CheckpointError is ControlCheckpointError and issubclass(CheckpointError, ValueError)
+    bad = _corrupt(tmp_path, how)
+    with pytest.raises(CheckpointError, match=rf"ckpt-{how}.*{cause}|{cause}.*ckpt-{how}") as info:
+        load_hf(bad)
+    assert str(bad) in str(info.value)
+    assert "SafetensorError" not in str(info.value)
+
+
+def test_load_hf_bfloat16_checkpoint_still_loads(tmp_path):
+    """A float checkpoint in another float dtype is no error (HF casts floats exactly up)."""
+    from safetensors.torch import load_file, save_file
+
+    d = _saved(tmp_path)
+    w = {k: v.to(torch.bfloat16) for k, v in load_file(d / "model.safetensors").items()}
+    save_file(w, d / "model.safetensors", metadata={"format": "pt"})
+    assert load_hf(d)(jnp.array([1, 5, 7])).shape == (3, 8)

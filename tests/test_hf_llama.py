@@ -199,8 +199,22 @@ def test_llama_layer_and_substeps_match_hf():
 @pytest.mark.parametrize(
     ("family", "extra", "option"),
     [
-        ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0}}, "rope_type"),
-        ("llama", {"hidden_act": "gelu_fast"}, "hidden_act"),
+        (
+            "llama",
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "rope_theta": 1e4,
+                    "factor": 2.0,
+                    "short_factor": [1.0] * 4,
+                    "long_factor": [2.0] * 4,
+                    "original_max_position_embeddings": 64,
+                },
+                "max_position_embeddings": 128,
+            },
+            "rope_type",
+        ),
+        ("llama", {"hidden_act": "laplace"}, "hidden_act"),
         ("llama", {"add_cross_attention": True}, "add_cross_attention"),
     ],
 )

@@ -283,7 +283,7 @@ def test_from_torch_rejects_unsupported_activation():
 
     _raises(
         ValueError,
-        lambda: from_torch(_torch_layer(activation=torch.nn.functional.silu)),
+        lambda: from_torch(_torch_layer(activation=torch.nn.functional.softplus)),
         "activation",
     )
 

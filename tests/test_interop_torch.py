@@ -233,7 +233,7 @@ def test_unsupported_modules_and_options():
     with pytest.raises(TypeError, match="TransformerEncoderLayer"):
         from_torch(torch.nn.Linear(4, 4))
     layer = torch.nn.TransformerEncoderLayer(
-        8, 2, 8, dropout=0.0, activation=torch.tanh, dtype=torch.float64
+        8, 2, 8, dropout=0.0, activation=torch.nn.functional.softplus, dtype=torch.float64
     )
     with pytest.raises(ValueError, match="unsupported activation"):
         from_torch(layer)

@@ -5,9 +5,14 @@ The model comes from one of
 
 - ``task.model_path=<path>``: a HuggingFace ``save_pretrained`` directory (``config.json``;
   ViT, GPT-2, BERT, Llama and whatever else :func:`transflow.interop.load_hf` loads), a torch
-  checkpoint (a ``.pt``/``.pth`` file of a whole ``torch.nn.TransformerEncoder(Layer)``,
-  or a directory holding exactly one; loaded with ``weights_only=False``: only for files
-  you trust), or a directory of transflow training checkpoints (``ckpt-*.eqx``, written by
+  checkpoint (a ``.pt``/``.pth`` file, or a directory holding exactly one) of a
+  ``torch.nn.TransformerEncoder(Layer)``, read safely with ``weights_only=True``
+  (:func:`transflow.interop.load_torch_checkpoint`): a state dict
+  (``torch.save(encoder.state_dict(), path)``), its architecture from a sidecar
+  ``<path>.json`` or else from ``task.n_heads`` (the shapes give the rest); a whole pickled
+  module (``torch.save(module, path)``) runs code when unpickled and loads only with
+  ``task.trust_pickle=true``, for files you trust; or a directory of transflow training
+  checkpoints (``ckpt-*.eqx``, written by
   ``experiment=train_digits`` with the ``task.digits`` configuration);
 - ``task.source=digits`` (default): the model of ``experiment=train_digits`` with the
   ``task.digits`` configuration, from its checkpoint directory
@@ -47,6 +52,7 @@ class Config:
 
     source: str = "digits"  # "digits" | "random" (ignored when model_path is set)
     model_path: str = ""  # HF save_pretrained dir, torch .pt/.pth, or a ckpt-*.eqx dir
+    trust_pickle: bool = False  # unpickle a whole torch module (runs the file's code)
     arch: str = "vit"  # source=random: "vit" | "gpt2" | "bert" | "llama" | "torch_encoder"
     n_layers: int = 6  # source=random
     d_model: int = 64
@@ -295,14 +301,11 @@ def run(cfg, ctx) -> dict:
     elif kind == "hf":
         model, info["model"] = _load_hf(path, dtype)
     elif kind == "torch":
-        import torch
+        from transflow.interop import load_torch_checkpoint
 
-        module = torch.load(str(path), weights_only=False)
-        if not isinstance(module, torch.nn.Module):
-            raise ValueError(
-                f"task.model_path={str(path)!r} holds a {type(module).__name__}, not a whole "
-                "torch.nn.Module (save it with torch.save(module, path))."
-            )
+        module = load_torch_checkpoint(
+            path, trust_pickle=bool(cfg.trust_pickle), defaults={"nhead": cfg.n_heads}
+        )
         model, info["model"] = _from_module(module, dtype), type(module).__name__
     else:
         model, info["model"] = _from_module(_random_module(cfg, ctx.seed), dtype), cfg.arch

@@ -28,6 +28,18 @@ import jax.numpy as jnp
 import numpy as np
 
 
+class CheckpointError(ValueError):
+    """A checkpoint cannot be read: the file is empty, truncated or corrupted, a tensor has
+    the wrong dtype, the weights do not fit the configuration, or the file is not a
+    checkpoint of the expected kind. The message names the path and the cause.
+
+    One type for every reader of stored models: :func:`transflow.interop.load_hf`
+    (HuggingFace ``save_pretrained`` directories), :func:`transflow.interop.load_torch_checkpoint`
+    (torch ``.pt`` files) and the training checkpoints of :mod:`transflow.control`. A
+    subclass of ``ValueError``.
+    """
+
+
 def check_array(
     name: str,
     x: Any,

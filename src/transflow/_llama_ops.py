@@ -17,7 +17,10 @@ Continuous readings (docs/models.md):
   R(x) = ⊕_i rot(x ω_i) with ω_i = θ^{-2i/d_k} (rotate-half pairing of HF), so
   ``⟨R(x) Q u(x), R(x̃) K u(x̃)⟩ = ⟨Q u(x), R(x̃ − x) K u(x̃)⟩``: the attention kernel
   γ(x, x̃) depends on the positions only through x̃ − x (translation covariance). On
-  the index grid x_i = i.
+  the index grid x_i = i. Scaled rotary embeddings (:class:`RotaryScaling`: linear,
+  dynamic NTK, yarn, llama3) are the same rotation with rescaled frequencies ω'_i (yarn
+  also scales the rotated vectors by a constant); dynamic NTK's frequencies depend on the
+  length of the position domain.
 - **Grouped-query attention**: H query heads share G ≤ H key/value heads; query head m
   uses key/value head ⌊m G / H⌋ (HF's ``repeat_kv``). It is the multi-head operator of
   eq. (5.7) with tied W_K, W_V blocks.
@@ -30,13 +33,16 @@ operators: ``u¹ = u + Δt 𝒜_rot(P_sph u)``, ``u² = u¹ + Δt ℱ_gated(P_sp
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from ._errors import check_array, check_choice
-from ._operators import wmul
+from ._operators import activation_fn, wmul
 from ._splitting import AbstractScheme
 
 __all__ = [
@@ -47,19 +53,14 @@ __all__ = [
     "RMSPreNormScheme",
     "project_sphere",
     "apply_rotary",
+    "rotary_frequencies",
+    "RotaryScaling",
     "rotary_attention",
     "gated_ffn",
     "random_rms_controls",
     "RMSDecoder",
     "check_not_hf_mask",
 ]
-
-_GATE_ACTIVATIONS = {
-    "silu": jax.nn.silu,
-    "relu": lambda z: jnp.maximum(z, 0),
-    "gelu": lambda z: jax.nn.gelu(z, approximate=False),
-    "gelu_tanh": lambda z: jax.nn.gelu(z, approximate=True),
-}
 
 
 # ----------------------------------------------------------------------------- RMSNorm
@@ -105,20 +106,161 @@ def project_sphere(
 
 
 # ----------------------------------------------------------------------------- rotary
-def rotary_frequencies(head_dim: int, theta: float, dtype) -> Float[Array, " half"]:
-    """ω_i = θ^{-2i/d_k}, i = 0 … d_k/2 − 1 (HF's ``inv_freq``, computed in ``dtype``)."""
+_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+
+
+@dataclasses.dataclass(frozen=True)
+class RotaryScaling:
+    """A scaled rotary embedding: which rescaling of the frequencies ω_i = θ^{-2i/d_k}.
+
+    Every type keeps the reading of the default rotary embedding, a position-dependent
+    rotation R(x) = ⊕_i rot(x ω'_i) of each query/key pair, with rescaled frequencies ω'_i
+    (and, for yarn, a constant magnitude a on the rotated queries and keys, so the scores
+    are multiplied by a²). The attention kernel depends on the positions only through
+    x̃ − x for every type; for ``dynamic`` the frequencies also depend on the length of the
+    position domain (the sequence length L), so the kernel is translation covariant within
+    one domain, not across lengths. Types (HF's ``rope_parameters['rope_type']``):
+
+    - ``"linear"`` (position interpolation): ω'_i = ω_i / s, ``s = factor``; equivalently
+      the positions are rescaled x → x/s (the domain is compressed).
+    - ``"dynamic"`` (NTK-aware): the base is enlarged with the sequence length,
+      θ' = θ · (s L / L₀ − (s − 1))^{d_k/(d_k − 2)} with L = max(n, L₀), n = max position + 1
+      and L₀ = ``max_position_embeddings``; ω'_i = θ'^{-2i/d_k}. For L ≤ L₀ it is the
+      default embedding. (HF keeps the frequencies of the longest sequence seen since
+      the last reset in the module's state; transflow computes them from the current
+      sequence, which equals HF on a freshly built module.)
+    - ``"yarn"``: a per-frequency blend ω'_i = (1 − r_i) ω_i / s + r_i ω_i of the
+      interpolated and the original frequency, with r_i = 1 − clip((i − lo)/(hi − lo), 0, 1)
+      a linear ramp between the dimensions lo, hi at which the wavelength fits
+      ``beta_fast`` and ``beta_slow`` rotations into L₀ = ``original_max_position_embeddings``
+      (high frequencies kept, low ones interpolated); and the magnitude
+      a = ``attention_factor`` (default 0.1 ln s + 1, or the ``mscale``/``mscale_all_dim``
+      ratio).
+    - ``"llama3"``: by wavelength λ_i = 2π/ω_i: ω'_i = ω_i if λ_i < L₀/h (high frequency),
+      ω_i / s if λ_i > L₀/l (low frequency), and in between the blend
+      (1 − t) ω_i / s + t ω_i with t = (L₀/λ_i − l)/(h − l); l = ``low_freq_factor``,
+      h = ``high_freq_factor``, L₀ = ``original_max_position_embeddings``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.interop import RotaryScaling, rotary_frequencies
+        >>> w = rotary_frequencies(4, 100.0, jnp.float32)
+        >>> lin = rotary_frequencies(4, 100.0, jnp.float32, RotaryScaling("linear", 2.0))
+        >>> bool(jnp.allclose(lin, w / 2))
+        True
+    """
+
+    rope_type: str = "default"
+    factor: float = 1.0
+    original_max_position_embeddings: int | None = None
+    max_position_embeddings: int | None = None
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+    def __post_init__(self):
+        check_choice("rope_type", self.rope_type, _ROPE_TYPES)
+        if not (isinstance(self.factor, int | float) and self.factor > 0):
+            raise ValueError(f"RotaryScaling: `factor` must be > 0, got {self.factor!r}.")
+        need = {
+            "dynamic": "max_position_embeddings",
+            "yarn": "original_max_position_embeddings",
+            "llama3": "original_max_position_embeddings",
+        }.get(self.rope_type)
+        if need is not None and getattr(self, need) is None:
+            raise ValueError(f"RotaryScaling({self.rope_type!r}) needs `{need}`.")
+        if self.rope_type == "llama3" and self.high_freq_factor == self.low_freq_factor:
+            raise ValueError(
+                "RotaryScaling('llama3'): `high_freq_factor` must differ from `low_freq_factor`."
+            )
+
+    @property
+    def magnitude(self) -> float:
+        """a: the factor on the rotated queries and keys (scores times a²); 1 but for yarn."""
+        if self.rope_type != "yarn":
+            return 1.0
+        if self.attention_factor is not None:
+            return float(self.attention_factor)
+
+        def get(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if self.mscale and self.mscale_all_dim:
+            return float(get(self.factor, self.mscale) / get(self.factor, self.mscale_all_dim))
+        return get(self.factor)
+
+
+def rotary_frequencies(
+    head_dim: int,
+    theta: float,
+    dtype,
+    scaling: RotaryScaling | None = None,
+    seq_len=None,
+) -> Float[Array, " half"]:
+    """ω'_i, i = 0 … d_k/2 − 1: θ^{-2i/d_k} (HF's ``inv_freq``) rescaled by ``scaling``.
+
+    ``seq_len`` (the length L of the position domain, may be traced) is used by
+    ``"dynamic"`` only; see :class:`RotaryScaling` for the formulas. Computed in ``dtype``.
+    """
     exps = jnp.arange(0, head_dim, 2, dtype=dtype) / jnp.asarray(head_dim, dtype)
-    return 1.0 / (jnp.asarray(theta, dtype) ** exps)
+    base = jnp.asarray(theta, dtype)
+    kind = "default" if scaling is None else scaling.rope_type
+    if kind == "default":
+        return 1.0 / (base**exps)
+    s = scaling.factor
+    if kind == "linear":
+        return 1.0 / (base**exps) / jnp.asarray(s, dtype)
+    if kind == "dynamic":
+        L0 = scaling.max_position_embeddings
+        L = jnp.asarray(L0 if seq_len is None else seq_len, dtype)
+        L = jnp.maximum(L, jnp.asarray(L0, dtype))
+        grown = base * ((s * L / L0) - (s - 1)) ** (head_dim / (head_dim - 2))
+        return 1.0 / (grown**exps)
+    if kind == "yarn":
+        L0 = scaling.original_max_position_embeddings
+
+        def correction_dim(rotations):
+            return (head_dim * math.log(L0 / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+        lo, hi = correction_dim(scaling.beta_fast), correction_dim(scaling.beta_slow)
+        if scaling.truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, head_dim - 1)
+        if lo == hi:
+            hi += 0.001  # HF's guard against a zero-width ramp
+        pos_freqs = base**exps
+        ramp = jnp.clip((jnp.arange(head_dim // 2, dtype=dtype) - lo) / (hi - lo), 0, 1)
+        keep = 1 - ramp  # r_i: the weight of the original frequency
+        return (1.0 / (s * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep
+    # llama3
+    inv = 1.0 / (base**exps)
+    L0 = scaling.original_max_position_embeddings
+    lf, hf = scaling.low_freq_factor, scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv
+    out = jnp.where(wavelen > L0 / lf, inv / s, inv)
+    t = (L0 / wavelen - lf) / (hf - lf)
+    smoothed = (1 - t) * out / s + t * out
+    medium = ~(wavelen < L0 / hf) & ~(wavelen > L0 / lf)
+    return jnp.where(medium, smoothed, out)
 
 
 def apply_rotary(
-    x: Float[Array, "heads n dk"], positions: Float[Array, " n"], theta: float
+    x: Float[Array, "heads n dk"],
+    positions: Float[Array, " n"],
+    theta: float,
+    scaling: RotaryScaling | None = None,
 ) -> Float[Array, "heads n dk"]:
-    """Rotate each head's features by the position angle x·ω_i (rotate-half pairing).
+    """Rotate each head's features by the position angle x·ω'_i (rotate-half pairing).
 
-    Feature i is paired with feature i + d_k/2; the pair is rotated by ``positions · ω_i``
-    (:func:`rotary_frequencies`). Rotations are orthogonal: the norm of every token's
-    query/key is unchanged.
+    Feature i is paired with feature i + d_k/2; the pair is rotated by ``positions · ω'_i``
+    (:func:`rotary_frequencies`, with the rescaling ``scaling``; the domain length of
+    ``"dynamic"`` is max(positions) + 1). Rotations are orthogonal: the norm of every
+    token's query/key is unchanged (for yarn it is multiplied by the magnitude a).
 
     Example:
         >>> import jax.numpy as jnp
@@ -131,9 +273,17 @@ def apply_rotary(
     dk = x.shape[-1]
     if dk % 2:
         raise ValueError(f"rotary embeddings need an even head width, got head_dim={dk}.")
-    freqs = positions.astype(x.dtype)[:, None] * rotary_frequencies(dk, theta, x.dtype)[None, :]
+    pos = positions.astype(x.dtype)
+    seq_len = None
+    if scaling is not None and scaling.rope_type == "dynamic":
+        seq_len = jnp.max(pos) + 1
+    omega = rotary_frequencies(dk, theta, x.dtype, scaling, seq_len)
+    freqs = pos[:, None] * omega[None, :]
     emb = jnp.concatenate([freqs, freqs], axis=-1)
     cos, sin = jnp.cos(emb), jnp.sin(emb)
+    if scaling is not None and scaling.magnitude != 1.0:
+        a = jnp.asarray(scaling.magnitude, x.dtype)
+        cos, sin = cos * a, sin * a
     half = dk // 2
     rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
     return x * cos + rotated * sin
@@ -145,7 +295,8 @@ class RotaryAttentionParams(eqx.Module):
     Shapes: ``wq: (d, H·d_k)``, ``wk: (d, G·d_k)``, ``wv: (d, G·d_v)``,
     ``wo: (H·d_v, d)``, biases of the output sizes; ``n_heads = H`` query heads,
     ``n_kv_heads = G`` key/value heads (G divides H); ``rope_theta`` the rotary base θ
-    (``None``: no rotation). The score scale is ``d_k^{-1/2}``.
+    (``None``: no rotation) and ``rope_scaling`` its rescaling (:class:`RotaryScaling`;
+    ``None``: the default frequencies). The score scale is ``d_k^{-1/2}``.
     """
 
     wq: Float[Array, "d hk"]
@@ -159,6 +310,7 @@ class RotaryAttentionParams(eqx.Module):
     n_heads: int = eqx.field(static=True)
     n_kv_heads: int = eqx.field(static=True)
     rope_theta: float | None = eqx.field(static=True, default=10000.0)
+    rope_scaling: RotaryScaling | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
         H, G = self.n_heads, self.n_kv_heads
@@ -233,8 +385,8 @@ def rotary_attention(
     k = _heads(wmul(u, p.wk) + p.bk, G)
     v = _heads(wmul(u, p.wv) + p.bv, G)
     if p.rope_theta is not None:
-        q = apply_rotary(q, pos, p.rope_theta)
-        k = apply_rotary(k, pos, p.rope_theta)
+        q = apply_rotary(q, pos, p.rope_theta, p.rope_scaling)
+        k = apply_rotary(k, pos, p.rope_theta, p.rope_scaling)
     q = q * jnp.asarray(p.head_dim**-0.5, u.dtype)
     if G != H:  # shared key/value heads: query head m reads key/value head m // (H/G)
         k = jnp.repeat(k, H // G, axis=0)
@@ -261,8 +413,8 @@ def rotary_attention(
 class GatedFFNParams(eqx.Module):
     """A gated FFN (SwiGLU): ``(act(z W_gate + b_gate) ⊙ (z W_up + b_up)) W_down + b_down``.
 
-    ``w_gate, w_up: (d, h)``, ``w_down: (h, d)``; ``activation`` one of "silu" (SwiGLU),
-    "relu", "gelu", "gelu_tanh".
+    ``w_gate, w_up: (d, h)``, ``w_down: (h, d)``; ``activation`` the gate's pointwise map,
+    any name of :func:`transflow.activation_fn` ("silu": SwiGLU, "gelu": GeGLU, ...).
     """
 
     w_gate: Float[Array, "d h"]
@@ -274,7 +426,7 @@ class GatedFFNParams(eqx.Module):
     activation: str = eqx.field(static=True, default="silu")
 
     def __check_init__(self):
-        check_choice("activation", self.activation, tuple(_GATE_ACTIVATIONS))
+        activation_fn(self.activation)  # validates the name
         if self.w_gate.shape != self.w_up.shape or self.w_down.shape[-2] != self.w_up.shape[-1]:
             raise ValueError(
                 f"GatedFFNParams: `w_gate` {tuple(self.w_gate.shape)} and `w_up` "
@@ -294,7 +446,7 @@ def gated_ffn(z: Float[Array, "n d"], f: GatedFFNParams, *, record: bool = False
         >>> gated_ffn(jnp.zeros((4, 2)), f).shape
         (4, 2)
     """
-    act = _GATE_ACTIVATIONS[f.activation]
+    act = activation_fn(f.activation)
     hidden = act(wmul(z, f.w_gate) + f.b_gate) * (wmul(z, f.w_up) + f.b_up)
     out = wmul(hidden, f.w_down) + f.b_down
     return (out, hidden) if record else out

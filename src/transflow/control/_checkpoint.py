@@ -30,6 +30,8 @@ from typing import Any
 
 import equinox as eqx
 
+from .._errors import CheckpointError  # one error type for every checkpoint reader
+
 __all__ = [
     "save_checkpoint",
     "load_latest_checkpoint",
@@ -39,10 +41,6 @@ __all__ = [
 
 _MAGIC = b"TFCKPT1\n"
 _NAME = re.compile(r"^ckpt-(\d{8,})\.eqx$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file is truncated, corrupted or not a transflow checkpoint."""
 
 
 def _say(msg: str) -> None:

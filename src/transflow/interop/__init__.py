@@ -17,6 +17,7 @@ from .._causal import (
     CausalScheme as CausalScheme,
     TokenEmbedding as TokenEmbedding,
 )
+from .._errors import CheckpointError as CheckpointError
 from .._llama_ops import (
     GatedFFNParams as GatedFFNParams,
     RMSDecoder as RMSDecoder,
@@ -24,13 +25,16 @@ from .._llama_ops import (
     RMSNormParams as RMSNormParams,
     RMSPreNormScheme as RMSPreNormScheme,
     RotaryAttentionParams as RotaryAttentionParams,
+    RotaryScaling as RotaryScaling,
     apply_rotary as apply_rotary,
     gated_ffn as gated_ffn,
     project_sphere as project_sphere,
     random_rms_controls as random_rms_controls,
     rotary_attention as rotary_attention,
+    rotary_frequencies as rotary_frequencies,
 )
 from ._bert import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
+from ._checkpoint import load_torch_checkpoint as load_torch_checkpoint
 from ._hf import from_hf as from_hf, hf_activation as hf_activation, load_hf as load_hf
 from ._hf_reference import hf_float64_reference as hf_float64_reference
 from ._hf_studies import (
@@ -59,6 +63,7 @@ from ._torch import (
 )
 
 __all__ = [
+    "CheckpointError",
     "CausalDecoder",
     "CausalScheme",
     "GatedFFNParams",
@@ -67,6 +72,7 @@ __all__ = [
     "RMSNormParams",
     "RMSPreNormScheme",
     "RotaryAttentionParams",
+    "RotaryScaling",
     "TextEmbedding",
     "TextEncoder",
     "TokenEmbedding",
@@ -78,8 +84,10 @@ __all__ = [
     "hf_float64_reference",
     "layer_controls_from_torch",
     "load_hf",
+    "load_torch_checkpoint",
     "project_sphere",
     "random_rms_controls",
     "rotary_attention",
+    "rotary_frequencies",
     "torch_substeps",
 ]

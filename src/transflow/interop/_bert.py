@@ -25,6 +25,7 @@ from .._llama_ops import check_not_hf_mask
 from .._model import SplitTransformer
 from .._operators import project_s1
 from .._splitting import LieScheme
+from ._acts import hf_activation
 from ._torch import _arr, _norm
 
 __all__ = ["TextEmbedding", "TextEncoder"]
@@ -147,8 +148,6 @@ def _fold(wq, bq, scaling: float, head_dim: int):
 
 
 def _check_encoder_config(cfg, act_option: str):
-    from ._hf import hf_activation
-
     if getattr(cfg, "add_cross_attention", False):
         raise ValueError(
             f"unsupported `add_cross_attention`=True in {type(cfg).__name__}: transflow's "

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from .._causal import CausalDecoder, CausalScheme, TokenEmbedding
 from .._controls import AttentionParams, FFNParams, LayerControls, stack_controls
+from .._errors import CheckpointError
 from .._model import SplitTransformer
 from .._splitting import PreNormScheme
 from ..vision._cvt import (
@@ -36,35 +37,10 @@ from ..vision._cvt import (
     DepthwiseConv2d,
 )
 from ..vision._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
+from ._acts import hf_activation, torch_activation
 from ._torch import _arr, _check_module, _norm, _resolve_dtype, _torch
 
 __all__ = ["from_hf", "hf_activation", "load_hf"]
-
-# HF activation names with an exact counterpart in transflow.
-_HF_ACTIVATIONS = {
-    "relu": "relu",
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_python_tanh": "gelu_tanh",
-    "linear": "identity",
-}
-
-
-def hf_activation(name: Any, option: str = "hidden_act") -> str:
-    """The transflow activation for a HuggingFace activation name (``ACT2FN`` key).
-
-    "gelu" is exact erf; "gelu_new" and "gelu_pytorch_tanh" are the tanh approximation.
-    Names without an exact counterpart (e.g. "gelu_fast", whose constant is rounded,
-    "quick_gelu", "silu") raise a ``ValueError`` naming ``option``.
-    """
-    if not isinstance(name, str) or name not in _HF_ACTIVATIONS:
-        raise ValueError(
-            f"unsupported `{option}`={name!r}: transflow has exact counterparts only for "
-            f"{sorted(_HF_ACTIVATIONS)}; rebuild the config with one of them."
-        )
-    return _HF_ACTIVATIONS[name]
 
 
 def _linear(lin, dtype, *, conv1d: bool = False):
@@ -86,12 +62,7 @@ def _fold_scale(wq, bq, scaling: float, head_dim: int):
 
 
 def _check_gelu_module(act, where: str) -> str:
-    torch = _torch()
-    if isinstance(act, torch.nn.GELU):
-        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
-    if isinstance(act, torch.nn.ReLU):
-        return "relu"
-    raise ValueError(f"unsupported activation {act!r} in {where}.")
+    return torch_activation(act, where)
 
 
 # ----------------------------------------------------------------------------- ViT
@@ -148,8 +119,6 @@ def _vit_model(model, dtype) -> VisionTransformer:
 
 
 def _pooler_act(name) -> str:
-    if name == "tanh":
-        return "tanh"
     return hf_activation(name, "pooler_act")
 
 
@@ -456,6 +425,98 @@ _CAUSAL_LM_ARCHITECTURES = (
 )
 
 
+_FLOAT_DTYPES = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}
+
+
+def _safetensors_headers(p) -> dict[str, dict]:
+    """``{file: header}`` of every ``*.safetensors`` file of a checkpoint directory, each
+    file checked (non-empty, a readable header, data covering the header's offsets)."""
+    import json
+    import struct
+
+    out = {}
+    for f in sorted(p.glob("*.safetensors")):
+        size = f.stat().st_size
+        if size == 0:
+            raise CheckpointError(f"load_hf: {str(f)!r} is empty (0 bytes).")
+        with open(f, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise CheckpointError(
+                    f"load_hf: {str(f)!r} is truncated: {size} bytes, shorter than the "
+                    "8-byte header length of a safetensors file."
+                )
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise CheckpointError(
+                    f"load_hf: {str(f)!r} is truncated or corrupted: its header claims {n} "
+                    f"bytes but the file holds {size - 8} after the length field."
+                )
+            raw = fh.read(n)
+        try:
+            header = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CheckpointError(
+                f"load_hf: {str(f)!r} is corrupted: its header is not valid JSON ({e})."
+            ) from None
+        if not isinstance(header, dict):
+            raise CheckpointError(f"load_hf: {str(f)!r} is corrupted: its header is not a table.")
+        end = 0
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            try:
+                end = max(end, int(info["data_offsets"][1]))
+            except (KeyError, TypeError, IndexError, ValueError):
+                raise CheckpointError(
+                    f"load_hf: {str(f)!r} is corrupted: tensor {name!r} has no data offsets."
+                ) from None
+        if 8 + n + end > size:
+            raise CheckpointError(
+                f"load_hf: {str(f)!r} is truncated: its tensors need {8 + n + end} bytes, the "
+                f"file holds {size}."
+            )
+        out[str(f)] = header
+    return out
+
+
+def _check_dtypes(headers: dict[str, dict], model) -> None:
+    """A tensor stored with a non-float dtype where the model has a float parameter."""
+    floats = {k for k, v in model.state_dict().items() if v.is_floating_point()}
+    prefix = getattr(model, "base_model_prefix", "")
+    for f, header in headers.items():
+        for name, info in header.items():
+            if name == "__metadata__" or info.get("dtype") in _FLOAT_DTYPES:
+                continue
+            stripped = name[len(prefix) + 1 :] if prefix and name.startswith(prefix + ".") else name
+            if name in floats or stripped in floats:
+                raise CheckpointError(
+                    f"load_hf: {f!r} stores {name!r} as {info.get('dtype')}, a non-float "
+                    "dtype, where the model has a floating-point parameter (HF would cast it "
+                    "silently); the file is corrupted or was written wrongly."
+                )
+
+
+def _mismatch_cause(p, auto, cfg, headers) -> str:
+    """The tensors whose stored shapes differ from the shapes config.json gives."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            ref = auto.from_config(cfg).state_dict()
+    except Exception:  # noqa: BLE001 - only used to word the message
+        return ""
+    bad = []
+    for header in headers.values():
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            key = name if name in ref else name.split(".", 1)[-1]
+            if key in ref and tuple(ref[key].shape) != tuple(info.get("shape", ())):
+                bad.append(f"{name}: stored {tuple(info['shape'])}, config {tuple(ref[key].shape)}")
+    return "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else "")
+
+
 def load_hf(path, *, dtype=None):
     """Load a HuggingFace checkpoint directory (``save_pretrained``) and convert it.
 
@@ -468,15 +529,22 @@ def load_hf(path, *, dtype=None):
     network), in eval mode, with ``attn_implementation="eager"``, then converted by
     :func:`from_hf`.
 
+    Before HF reads them, the ``*.safetensors`` files are checked: not empty, a readable
+    header, data covering every tensor's offsets, and (after loading) no tensor stored with
+    a non-float dtype where the model has a float parameter (HF would cast it silently).
+
     Args:
         path: a local directory written by ``model.save_pretrained(path)``.
         dtype: float32/float64 of the converted model; default the checkpoint's dtype.
 
     Raises:
         FileNotFoundError: ``path`` does not exist, naming it.
-        ValueError: ``path`` holds no loadable HF checkpoint (no ``config.json``, an
-            unknown ``model_type``, missing weights), naming it; or the model has an
-            option transflow does not model (see :func:`from_hf`).
+        CheckpointError: (``transflow.interop.CheckpointError``, a ``ValueError``)
+            ``path`` holds no loadable HF checkpoint: no ``config.json`` or an
+            unrecognised one, an empty, truncated or corrupted weights file, a tensor
+            with a wrong dtype, weights whose shapes do not fit ``config.json``, missing
+            weights; the message names the path (the file) and the cause.
+        ValueError: the model has an option transflow does not model (see :func:`from_hf`).
         TypeError: the checkpoint's model class is not supported by :func:`from_hf`.
 
     Example:
@@ -495,7 +563,7 @@ def load_hf(path, *, dtype=None):
     if not p.exists():
         raise FileNotFoundError(f"load_hf: `path`={str(p)!r} does not exist.")
     if not p.is_dir() or not (p / "config.json").is_file():
-        raise ValueError(
+        raise CheckpointError(
             f"load_hf: `path`={str(p)!r} holds no HuggingFace checkpoint (expected a directory "
             "with config.json and the weights, as written by `model.save_pretrained(path)`)."
         )
@@ -504,25 +572,36 @@ def load_hf(path, *, dtype=None):
     try:
         cfg = AutoConfig.from_pretrained(p, local_files_only=True)
     except (ValueError, OSError, KeyError) as e:
-        raise ValueError(
+        raise CheckpointError(
             f"load_hf: `path`={str(p)!r}: config.json is not a recognised HuggingFace "
             f"configuration ({e})."
         ) from e
+    headers = _safetensors_headers(p)
     archs = list(getattr(cfg, "architectures", None) or [])
     auto = AutoModelForCausalLM if any(a in _CAUSAL_LM_ARCHITECTURES for a in archs) else AutoModel
     try:
         model, info = auto.from_pretrained(
             p, local_files_only=True, attn_implementation="eager", output_loading_info=True
         )
-    except (ValueError, OSError, KeyError) as e:
-        raise ValueError(
-            f"load_hf: `path`={str(p)!r} holds no loadable {auto.__name__} checkpoint ({e})."
+    except Exception as e:  # noqa: BLE001 - every reader failure becomes one error type
+        text = str(e)
+        if "mismatch" in text.lower():
+            cause = _mismatch_cause(p, auto, cfg, headers)
+            raise CheckpointError(
+                f"load_hf: the weights in `path`={str(p)!r} do not fit the shapes of its "
+                f"config.json ({cause or text.splitlines()[0]})."
+            ) from None
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        raise CheckpointError(
+            f"load_hf: `path`={str(p)!r} holds no loadable {auto.__name__} checkpoint "
+            f"({type(e).__name__}: {first})."
         ) from e
+    _check_dtypes(headers, model)
     missing = sorted(info.get("missing_keys", ()))
     if missing and all(k.startswith("pooler.") for k in missing):
         model.pooler = None  # a checkpoint without pooler (e.g. BertForMaskedLM): drop it
     elif missing:
-        raise ValueError(
+        raise CheckpointError(
             f"load_hf: the checkpoint in `path`={str(p)!r} lacks weights of "
             f"{type(model).__name__} ({missing[:5]}{' ...' if len(missing) > 5 else ''}); "
             "HF would initialise them at random."

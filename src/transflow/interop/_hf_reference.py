@@ -5,7 +5,9 @@ Some HF modules compute in float32 even when the model is float64:
 - the eager attention of ViT and of the Llama family runs its softmax in float32
   (``softmax(..., dtype=torch.float32)``, reference-layers.md pitfall 5);
 - ``LlamaRMSNorm`` (and Mistral's, Qwen2's) casts the hidden state to float32;
-- ``LlamaRotaryEmbedding`` computes ``inv_freq`` and the angles in float32.
+- ``LlamaRotaryEmbedding`` computes ``inv_freq`` and the angles in float32 (also for
+  the scaled rope types linear, dynamic, yarn and llama3, whose initialisers in
+  ``transformers.modeling_rope_utils`` name float32 explicitly).
 
 Their float64 outputs then carry float32 rounding (~1e-7). :func:`hf_float64_reference`
 replaces these functions, for the duration of a ``with`` block, by the same code computed
@@ -44,18 +46,57 @@ def _rms_forward(self, hidden_states):
     return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
 
+class _TorchIn:
+    """``torch`` with ``torch.float``/``torch.float32`` read as ``dtype``: HF's own rope
+    initialisers (which name float32 explicitly) evaluated in the input dtype."""
+
+    def __init__(self, dtype):
+        import torch
+
+        self._torch, self.float, self.float32 = torch, dtype, dtype
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+
+def _inv_freq(self, x, position_ids):
+    """HF's inverse frequencies of this rotary module, computed in ``x.dtype``.
+
+    For rope types other than "default" HF's ``ROPE_INIT_FUNCTIONS`` run with ``torch``
+    replaced by :class:`_TorchIn` (their float32 is the input dtype). "dynamic" is
+    evaluated at the current length max(position_ids) + 1 (HF's module on its first call;
+    HF's module keeps the frequencies of the longest sequence seen since the last reset).
+    """
+    import torch
+    from transformers import modeling_rope_utils as mru
+
+    cfg = self.config
+    if self.rope_type == "default":
+        base = cfg.rope_parameters["rope_theta"]
+        dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        arange = torch.arange(0, dim, 2, dtype=x.dtype, device=x.device)
+        return 1.0 / (base ** (arange / dim)), 1.0
+    if self.rope_type not in ("linear", "dynamic", "yarn", "llama3"):
+        raise ValueError(f"hf_float64_reference: rope_type {self.rope_type!r} is not handled.")
+    kwargs = {}
+    if self.rope_type == "dynamic":
+        kwargs["seq_len"] = int(position_ids.max()) + 1
+    saved = mru.torch
+    mru.torch = _TorchIn(x.dtype)
+    try:
+        inv_freq, scaling = mru.ROPE_INIT_FUNCTIONS[self.rope_type](cfg, x.device, **kwargs)
+    finally:
+        mru.torch = saved
+    return inv_freq.to(x.dtype), scaling
+
+
 def _rotary_forward(self, x, position_ids):
     import torch
 
-    cfg = self.config
-    base = cfg.rope_parameters["rope_theta"]
-    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    if self.rope_type != "default":
-        raise ValueError(f"hf_float64_reference: rope_type {self.rope_type!r} is not handled.")
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=x.dtype, device=x.device) / dim))
+    inv_freq, scaling = _inv_freq(self, x, position_ids)
     freqs = position_ids[..., None].to(x.dtype) * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+    return emb.cos() * scaling, emb.sin() * scaling
 
 
 @contextlib.contextmanager

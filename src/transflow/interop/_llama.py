@@ -7,7 +7,8 @@ RMSNorm, rotary grouped-query attention (Qwen2: with q/k/v biases) and a gated F
 ``transflow._llama_ops`` and docs/models.md for the continuous reading).
 
 Configuration options that change these maps and are not modelled raise a ``ValueError``
-naming the option: a ``rope_parameters['rope_type']`` other than "default", a mix of full
+naming the option: a ``rope_parameters['rope_type']`` other than "default", "linear",
+"dynamic", "yarn" or "llama3" (the scaled types are :class:`RotaryScaling`), a mix of full
 and sliding-window layers (``layer_types``), a ``hidden_act`` without an exact
 counterpart, cross-attention or encoder–decoder flags. A sliding window used by every
 layer (Mistral's ``sliding_window``) is modelled as a band mask of the kernel.
@@ -28,20 +29,11 @@ from .._llama_ops import (
     RMSNormParams,
     RMSPreNormScheme,
     RotaryAttentionParams,
+    RotaryScaling,
 )
 from .._model import SplitTransformer
+from ._acts import hf_activation
 from ._torch import _arr
-
-# HF activation names with an exact counterpart as the gate of a gated FFN.
-_GATE_ACTS = {
-    "silu": "silu",
-    "swish": "silu",
-    "relu": "relu",
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-}
 
 
 def _linear(lin, dtype):
@@ -51,34 +43,82 @@ def _linear(lin, dtype):
 
 
 def gate_activation(cfg) -> str:
-    name = getattr(cfg, "hidden_act", None)
-    if not isinstance(name, str) or name not in _GATE_ACTS:
+    """The gate's activation (HF ``hidden_act``, any pointwise map of :func:`hf_activation`)."""
+    return hf_activation(getattr(cfg, "hidden_act", None), "hidden_act")
+
+
+def _rope_parameters(cfg) -> dict:
+    rope = dict(getattr(cfg, "rope_parameters", None) or {})
+    if "full_attention" in rope and isinstance(rope.get("full_attention"), dict):
         raise ValueError(
-            f"unsupported `hidden_act`={name!r}: transflow's gated FFN has exact counterparts "
-            f"for {sorted(_GATE_ACTS)}; rebuild the config with one of them."
+            "unsupported `rope_parameters` per layer type: transflow models one rotary "
+            "embedding for every layer."
         )
-    return _GATE_ACTS[name]
+    return rope
 
 
 def rope_theta(cfg) -> float:
-    """θ of the default rotary embedding; other rope types raise naming the option."""
-    rope = getattr(cfg, "rope_parameters", None) or {}
-    if "full_attention" in rope and isinstance(rope.get("full_attention"), dict):
-        raise ValueError(
-            "unsupported `rope_parameters` per layer type: transflow models one default "
-            "rotary embedding for every layer."
-        )
-    rtype = rope.get("rope_type", "default")
-    if rtype != "default":
-        raise ValueError(
-            f"unsupported `rope_parameters['rope_type']`={rtype!r}: transflow models the "
-            "default rotary embedding (ω_i = θ^(-2i/d_k)) only; scaled variants (linear, "
-            "dynamic, yarn, longrope, llama3) change the rotation angles."
-        )
+    """θ of the rotary embedding (its scaling: :func:`rope_scaling`)."""
+    rope = _rope_parameters(cfg)
     theta = rope.get("rope_theta", getattr(cfg, "rope_theta", None))
     if theta is None:
         raise ValueError("the config has no `rope_parameters['rope_theta']`.")
     return float(theta)
+
+
+def rope_scaling(cfg) -> RotaryScaling | None:
+    """The rescaling of the rotary frequencies (``None``: the default embedding).
+
+    ``rope_parameters['rope_type']`` (or the older ``rope_scaling={'type': ...}``, which
+    HF moves into ``rope_parameters``) "linear", "dynamic", "yarn" and "llama3" are
+    modelled (:class:`RotaryScaling`); other types (longrope, ...) and a
+    ``partial_rotary_factor`` ≠ 1 raise naming the option.
+    """
+    rope = _rope_parameters(cfg)
+    rtype = rope.get("rope_type", rope.get("type", "default"))
+    if rtype not in ("default", "linear", "dynamic", "yarn", "llama3"):
+        raise ValueError(
+            f"unsupported `rope_parameters['rope_type']`={rtype!r}: transflow models the "
+            "rope types 'default', 'linear', 'dynamic', 'yarn' and 'llama3' (rescaled "
+            "rotation frequencies); rebuild the config with one of them."
+        )
+    partial = rope.get("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", None))
+    if partial not in (None, 1, 1.0):
+        raise ValueError(
+            f"unsupported `partial_rotary_factor`={partial!r}: transflow rotates the whole "
+            "head (partial_rotary_factor = 1)."
+        )
+    if rtype == "default":
+        return None
+    max_pos = getattr(cfg, "max_position_embeddings", None)
+    factor = rope.get("factor")
+    orig = rope.get("original_max_position_embeddings")
+    if rtype in ("yarn", "llama3") and orig is None:
+        orig = max_pos
+    if rtype == "yarn" and factor is None:
+        factor = max_pos / orig
+    if factor is None:
+        raise ValueError(f"`rope_parameters` of rope_type {rtype!r} has no `factor`.")
+    opt = {
+        k: rope[k]
+        for k in ("attention_factor", "mscale", "mscale_all_dim")
+        if rope.get(k) is not None
+    }
+    for k in ("low_freq_factor", "high_freq_factor"):
+        if rope.get(k) is not None:
+            opt[k] = float(rope[k])
+    for k in ("beta_fast", "beta_slow"):
+        if rope.get(k):  # HF: `rope.get(k) or default`
+            opt[k] = float(rope[k])
+    if rtype == "yarn":
+        opt["truncate"] = bool(rope.get("truncate", True))
+    return RotaryScaling(
+        rtype,
+        float(factor),
+        None if orig is None else int(orig),
+        None if max_pos is None else int(max_pos),
+        **opt,
+    )
 
 
 def sliding_window(cfg) -> int | None:
@@ -121,6 +161,7 @@ def check_decoder_config(cfg) -> None:
             )
     gate_activation(cfg)
     rope_theta(cfg)
+    rope_scaling(cfg)
 
 
 def _rms(norm, dtype) -> RMSNormParams:
@@ -143,7 +184,9 @@ def llama_layer_controls(layer, dtype) -> RMSLayerControls:
     wk, bk = _linear(at.k_proj, dtype)
     wv, bv = _linear(at.v_proj, dtype)
     wo, bo = _linear(at.o_proj, dtype)
-    attn = RotaryAttentionParams(wq, wk, wv, wo, bq, bk, bv, bo, H, G, rope_theta(cfg))
+    attn = RotaryAttentionParams(
+        wq, wk, wv, wo, bq, bk, bv, bo, H, G, rope_theta(cfg), rope_scaling(cfg)
+    )
     mlp = layer.mlp
     wg, bg = _linear(mlp.gate_proj, dtype)
     wu, bu = _linear(mlp.up_proj, dtype)

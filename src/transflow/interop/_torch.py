@@ -132,19 +132,9 @@ def _resolve_dtype(module, dtype):
 
 
 def _activation(layer) -> str:
-    torch = _torch()
-    act = layer.activation
-    if act is torch.nn.functional.relu or isinstance(act, torch.nn.ReLU):
-        return "relu"
-    if act is torch.nn.functional.gelu:
-        return "gelu"
-    if isinstance(act, torch.nn.GELU):
-        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
-    raise ValueError(
-        f"unsupported activation {act!r} in {type(layer).__name__}: transflow reproduces "
-        "'relu' (the projection onto S2), 'gelu' (exact erf) and nn.GELU(approximate='tanh'). "
-        "Build the layer with activation='relu' or 'gelu'."
-    )
+    from ._acts import torch_activation
+
+    return torch_activation(layer.activation, type(layer).__name__)
 
 
 def _norm(ln, dtype) -> NormParams:
@@ -266,6 +256,52 @@ def decoder_controls_from_torch(
     )
 
 
+def _layer_options(layer) -> dict[str, Any]:
+    """The torch options of one encoder/decoder layer that fix the controls' structure."""
+    from ._acts import torch_activation
+
+    norms = [getattr(layer, n) for n in ("norm1", "norm2", "norm3") if hasattr(layer, n)]
+    return {
+        "d_model": layer.self_attn.embed_dim,
+        "nhead": layer.self_attn.num_heads,
+        "dim_feedforward": layer.linear1.out_features,
+        "activation": torch_activation(layer.activation, type(layer).__name__),
+        "layer_norm_eps": tuple(float(getattr(n, "eps", 0.0)) for n in norms),
+        "norm_first": bool(layer.norm_first),
+        "bias": layer.linear1.bias is not None,
+        "elementwise_affine": tuple(getattr(n, "weight", None) is not None for n in norms),
+    }
+
+
+def check_homogeneous(layers, kind: str) -> None:
+    """Refuse a stack whose layers differ in an option, naming the layer and the option.
+
+    transflow evolves a stack as one set of controls with a leading time axis (a scan over
+    time), so every step must have the same options. torch allows heterogeneous stacks
+    (``enc.layers[1] = TransformerEncoderLayer(..., dim_feedforward=24)``); such a stack
+    is refused with a ``ValueError`` naming the first differing layer and option. Each
+    layer converts on its own (``from_torch(module.layers[i])``) and the converted layers
+    compose: ``m2(m1(u))``.
+    """
+    if len(layers) < 2:
+        return
+    first = _layer_options(layers[0])
+    for i, layer in enumerate(layers[1:], 1):
+        opts = _layer_options(layer)
+        for name, value in first.items():
+            if opts[name] != value:
+                got, want = opts[name], value
+                if isinstance(got, tuple) and len(set(got)) == len(set(want)) == 1:
+                    got, want = got[0], want[0]  # the same eps in every norm of a layer
+                raise ValueError(
+                    f"layer {i} of the {kind} differs from layer 0 in `{name}`: "
+                    f"{got!r} vs {want!r}. transflow evolves a stack as "
+                    "one set of controls with equal options at every time step; build the "
+                    f"layers with equal `{name}`, or convert the layers one by one "
+                    f"(`from_torch({kind}.layers[{i}])`) and compose them."
+                )
+
+
 def _decoder_from_torch(module, ffn_form, dtype) -> SplitDecoder:
     torch = _torch()
     final_norm = None
@@ -280,9 +316,8 @@ def _decoder_from_torch(module, ffn_form, dtype) -> SplitDecoder:
                     f"{type(module.norm).__name__}."
                 )
             final_norm = _norm(module.norm, _resolve_dtype(module, dtype))
+    check_homogeneous(layers, "decoder")
     norm_first = {bool(layer.norm_first) for layer in layers}
-    if len(norm_first) != 1:
-        raise ValueError("all layers of the decoder must have the same `norm_first`.")
     ctrls = [decoder_controls_from_torch(layer, ffn_form=ffn_form, dtype=dtype) for layer in layers]
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *ctrls)
     return SplitDecoder(stacked, norm_first.pop(), 1.0, final_norm)
@@ -295,7 +330,9 @@ def from_torch(
 
     Accepts ``torch.nn.TransformerEncoderLayer`` and ``torch.nn.TransformerEncoder`` with
     any ``norm_first``, ``activation`` in {"relu", "gelu"} (and ``nn.GELU``),
-    ``nhead``, ``dim_feedforward``, ``bias``, ``layer_norm_eps`` and ``batch_first``. The
+    ``nhead``, ``dim_feedforward``, ``bias``, ``layer_norm_eps`` and ``batch_first``
+    (equal in every layer of a stack: a heterogeneous stack raises a ``ValueError``
+    naming the first differing layer and option, see :func:`check_homogeneous`). The
     model maps one sequence of shape ``(n_tokens, d_model)`` (batch with ``jax.vmap``;
     ``batch_first`` only concerns how torch lays out batches) and computes the layer's
     eval-mode output (dropout is an identity at inference).
@@ -303,9 +340,9 @@ def from_torch(
     What is checked before any weight is read (each a ``ValueError`` naming the part): a
     module in training mode with active dropout is refused (call ``module.eval()``);
     ``norm1``/``norm2``/``norm`` must be ``nn.LayerNorm`` (RMSNorm is refused); the
-    activation must be relu/gelu; every parameter and buffer must be finite; the
-    parameters must share one dtype, and float16/bfloat16 modules need an explicit
-    ``dtype=jnp.float32`` (an exact upcast) instead of a silent one.
+    activation must be pointwise with an exact counterpart; every parameter and buffer
+    must be finite; the parameters must share one dtype, and float16/bfloat16 modules
+    need an explicit ``dtype=jnp.float32`` (an exact upcast) instead of a silent one.
 
     How each torch option reads in the continuous model:
 
@@ -384,9 +421,8 @@ def from_torch(
             f"{type(module).__name__}. HuggingFace layers: "
             "see transflow.interop.from_hf."
         )
+    check_homogeneous(layers, "encoder")
     norm_first = {bool(layer.norm_first) for layer in layers}
-    if len(norm_first) != 1:
-        raise ValueError("all layers of the encoder must have the same `norm_first`.")
     controls = stack_controls(
         [layer_controls_from_torch(layer, ffn_form=ffn_form, dtype=dtype) for layer in layers]
     )

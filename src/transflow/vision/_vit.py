@@ -23,7 +23,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import NormParams
-from .._errors import as_input, check_array, check_choice
+from .._errors import as_input, check_array
 from .._grid import Grid
 from .._model import SplitTransformer
 from .._operators import activation_fn, project_s1
@@ -202,9 +202,6 @@ class PatchEmbedding(eqx.Module):
         )
 
 
-_READOUT_ACTIVATIONS = ("tanh", "identity", "relu", "gelu", "gelu_tanh")
-
-
 class ClassTokenReadout(eqx.Module):
     """Read-out of the class token: ``act(P_S1(u(x_class, ·)) W + b)`` (spec §4.2).
 
@@ -228,7 +225,7 @@ class ClassTokenReadout(eqx.Module):
     token_index: int = eqx.field(static=True, default=0)
 
     def __check_init__(self):
-        check_choice("activation", self.activation, _READOUT_ACTIVATIONS)
+        activation_fn(self.activation)  # validates the name
 
     def __call__(self, u: Float[Array, "n d"]) -> Float[Array, " p"]:
         u = as_input("u", u, ndim=2)
@@ -239,7 +236,7 @@ class ClassTokenReadout(eqx.Module):
             row = row @ self.weight
             if self.bias is not None:
                 row = row + self.bias
-        act = jnp.tanh if self.activation == "tanh" else activation_fn(self.activation)
+        act = activation_fn(self.activation)
         return act(row)[0]
 
 
