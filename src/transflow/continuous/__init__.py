@@ -23,6 +23,15 @@ from ._models import (
     tangent_s1 as tangent_s1,
     y_mean as y_mean,
 )
+from ._paths import (
+    PATH_KINDS as PATH_KINDS,
+    BasisExpansion as BasisExpansion,
+    ControlPath as ControlPath,
+    PiecewiseLinear as PiecewiseLinear,
+    TimeEmbeddingNet as TimeEmbeddingNet,
+    init_path as init_path,
+    stack_leading as stack_leading,
+)
 from ._reference import (
     reference_error_estimate as reference_error_estimate,
     reference_solve as reference_solve,
@@ -69,6 +78,13 @@ __all__ = [
     "KernelLinear",
     "PiecewiseConstant",
     "SmoothPath",
+    "PATH_KINDS",
+    "BasisExpansion",
+    "ControlPath",
+    "PiecewiseLinear",
+    "TimeEmbeddingNet",
+    "init_path",
+    "stack_leading",
     "euler_flow",
     "linear_flow_exact",
     "make_flow",
