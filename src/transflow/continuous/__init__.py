@@ -10,6 +10,14 @@ from ._controls import (
     PiecewiseConstant as PiecewiseConstant,
     SmoothPath as SmoothPath,
 )
+from ._depth import (
+    SOLVERS as SOLVERS,
+    AdaptiveResult as AdaptiveResult,
+    RelaxedLieScheme as RelaxedLieScheme,
+    evolve_path as evolve_path,
+    solve_adaptive as solve_adaptive,
+    vector_field as vector_field,
+)
 from ._flows import (
     euler_flow as euler_flow,
     linear_flow_exact as linear_flow_exact,
@@ -85,6 +93,12 @@ __all__ = [
     "TimeEmbeddingNet",
     "init_path",
     "stack_leading",
+    "SOLVERS",
+    "AdaptiveResult",
+    "RelaxedLieScheme",
+    "evolve_path",
+    "solve_adaptive",
+    "vector_field",
     "euler_flow",
     "linear_flow_exact",
     "make_flow",

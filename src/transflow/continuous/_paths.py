@@ -247,7 +247,7 @@ class PiecewiseLinear(ControlPath):
         xp, dtype = jnp, _float_dtype(self)
         s = jnp.interp(t, jnp.asarray(kn, dtype), jnp.arange(k, dtype=dtype))
         lo = xp.clip(xp.floor(s).astype(xp.int32), 0, k - 2)
-        return lo, lo + 1, s - lo
+        return lo, lo + 1, s - lo.astype(dtype)
 
     def __call__(self, t):
         if not isinstance(t, np.ndarray | float | int):
