@@ -27,7 +27,6 @@ from transflow.continuous import (
     evolve_path,
     init_path,
     solve_adaptive,
-    stack_leading,
     vector_field,
 )
 from transflow.control import (
@@ -124,14 +123,16 @@ def test_refine_is_the_piecewise_path_sampled():
     for interp in ("constant", "linear"):
         path = control_path(c, 1.0, interp)
         assert isinstance(path, PiecewiseConstant if interp == "constant" else PiecewiseLinear)
-        for a, b in zip(jax.tree.leaves(refine_controls(c, 4, interp)),
-                        jax.tree.leaves(path.sample(12))):
+        for a, b in zip(
+            jax.tree.leaves(refine_controls(c, 4, interp)), jax.tree.leaves(path.sample(12))
+        ):
             assert jnp.array_equal(a, b)
     # path(t) at arbitrary (traced) times agrees with sample's NumPy indexing
     lin = control_path(c, 1.0, "linear")
     ts = lin.times(12)
-    for a, b in zip(jax.tree.leaves(jax.vmap(lin)(jnp.asarray(ts))),
-                    jax.tree.leaves(lin.sample(12))):
+    for a, b in zip(
+        jax.tree.leaves(jax.vmap(lin)(jnp.asarray(ts))), jax.tree.leaves(lin.sample(12))
+    ):
         assert jnp.allclose(a, b, atol=1e-14)
 
 
@@ -162,9 +163,7 @@ def test_at_depth_of_a_per_layer_model_is_refine():
     x = jax.random.uniform(jax.random.key(1), (8, 8), jnp.float64)
     assert jnp.allclose(at_depth(m, 2)(x), m(x), atol=1e-13)
     assert jnp.allclose(at_depth(m, 8)(x), refine(m, 4)(x), atol=1e-13)
-    p = make_vit(
-        d=8, n_steps=2, n_heads=1, path="linear", dtype=jnp.float64, key=jax.random.key(0)
-    )
+    p = make_vit(d=8, n_steps=2, n_heads=1, path="linear", dtype=jnp.float64, key=jax.random.key(0))
     assert refine(p, 4).n_steps == 8 and jnp.allclose(refine(p, 4)(x), at_depth(p, 8)(x))
 
 
@@ -213,7 +212,12 @@ def test_vector_field_counts_match_a_python_counter():
         return f(t, u)
 
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs), diffrax.Tsit5(), 0.0, 1.0, 0.25, u0,
+        diffrax.ODETerm(rhs),
+        diffrax.Tsit5(),
+        0.0,
+        1.0,
+        0.25,
+        u0,
         stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-4),
     )
     jax.effects_barrier()
@@ -244,8 +248,8 @@ def test_relaxed_tau_validation():
 def test_relaxed_reading_converges_under_refinement_and_the_paper_does_not():
     """Δt → 0 at fixed τ: the relaxed post-LN scheme's outputs converge at first order;
     the paper's scheme (exact projections) keeps moving by O(1) per refinement."""
-    path, u0 = _rough_path(t1=2.0), _u0()
-    ns = [4, 8, 16, 32, 64]
+    path, u0 = _rough_path(), _u0()
+    ns = [8, 16, 32, 64, 128]
     for scheme, converges in ((RelaxedLieScheme(tau=0.5), True), (LieScheme(), False)):
         outs = [evolve_path(u0, path, scheme, n) for n in ns]
         succ = [float(jnp.linalg.norm(b - a)) for a, b in zip(outs, outs[1:])]
@@ -275,8 +279,15 @@ def test_relaxed_limit_tau_to_zero_approaches_the_constraint():
 # ----------------------------------------------------------------------------- training
 def test_depth_loss_draws_each_depth_and_penalises_roughness():
     m = make_vit(
-        d=8, n_steps=2, n_heads=1, path="linear", path_size=3, scheme=PreNormScheme(),
-        smooth_init=False, dtype=jnp.float64, key=jax.random.key(0),
+        d=8,
+        n_steps=2,
+        n_heads=1,
+        path="linear",
+        path_size=3,
+        scheme=PreNormScheme(),
+        smooth_init=False,
+        dtype=jnp.float64,
+        key=jax.random.key(0),
     )
     x = jax.random.uniform(jax.random.key(1), (4, 8, 8), jnp.float64)
     y = jnp.arange(4, dtype=jnp.int32)
@@ -323,13 +334,17 @@ def test_continuous_adjoint_matches_backprop_through_the_solver():
 
     def loss(pu, adjoint):
         p, u = pu
-        res = solve_adaptive(u, p, PreNormScheme(), rtol=1e-10, atol=1e-10, adjoint=adjoint,
-                             max_steps=20000)
+        res = solve_adaptive(
+            u, p, PreNormScheme(), rtol=1e-10, atol=1e-10, adjoint=adjoint, max_steps=20000
+        )
         return 0.5 * jnp.sum((res.u - target) ** 2)
 
     g = {
-        a: _flat(eqx.filter(eqx.filter_grad(lambda pu, a=a: loss(pu, a))((path, u0)),
-                            eqx.is_inexact_array))
+        a: _flat(
+            eqx.filter(
+                eqx.filter_grad(lambda pu, a=a: loss(pu, a))((path, u0)), eqx.is_inexact_array
+            )
+        )
         for a in ("recursive", "backsolve")
     }
     rel = float(jnp.linalg.norm(g["backsolve"] - g["recursive"]) / jnp.linalg.norm(g["recursive"]))

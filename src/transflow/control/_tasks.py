@@ -91,7 +91,8 @@ class DepthDigitsConfig(DigitsConfig):
     the numbers of steps drawn per batch (:func:`transflow.control.depth_loss`; ``[]``:
     ``n_steps`` only); ``smoothness``: λ of the penalty λ ∫‖θ'(t)‖² dt;
     ``smooth_init``: a path that starts constant in t; ``scheme`` also accepts
-    ``"relaxed"`` (:class:`~transflow.continuous.RelaxedLieScheme` with ``relax_tau``).
+    ``"relaxed"`` (:class:`~transflow.continuous.RelaxedLieScheme` with ``relax_tau``);
+    ``dt``: the step at the training depth (final time T = ``n_steps · dt``).
     """
 
     scheme: str = "prenorm"
@@ -101,6 +102,7 @@ class DepthDigitsConfig(DigitsConfig):
     smoothness: float = 0.0
     smooth_init: bool = True
     relax_tau: float = 1.0
+    dt: float = 1.0  # the step at the training depth: final time T = n_steps · dt
 
 
 @dataclass
@@ -313,11 +315,13 @@ def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
             path=cfg.path,
             path_size=cfg.path_size,
             smooth_init=cfg.smooth_init,
+            dt=cfg.dt,
             dtype=jnp.float32,
             key=key,
         )
     else:
-        model = dc.replace(model, scheme=_scheme(cfg.scheme, cfg.ffn_branch_dt, cfg.relax_tau))
+        scheme = _scheme(cfg.scheme, cfg.ffn_branch_dt, cfg.relax_tau)
+        model = dc.replace(model, scheme=scheme, dt=cfg.dt)
     depths = list(cfg.train_depths) or [cfg.n_steps]
     n_params = sum(x.size for x in jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array)))
     extra = {**base.extra, "n_params": int(n_params), "path": cfg.path}
