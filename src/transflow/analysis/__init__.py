@@ -24,6 +24,7 @@ See ``docs/analysis.md``.
 from ._depth import (
     control_blocks as control_blocks,
     control_increments as control_increments,
+    control_path as control_path,
     depth_scaling as depth_scaling,
     fit_order as fit_order,
     increment_scaling as increment_scaling,
@@ -60,6 +61,7 @@ __all__ = [
     "as_flow",
     "control_blocks",
     "control_increments",
+    "control_path",
     "cosine_matrix",
     "count_clusters",
     "depth_scaling",

@@ -45,6 +45,7 @@ __all__ = [
     "refine",
     "refine_controls",
     "refinement_study",
+    "control_path",
     "fit_order",
 ]
 
@@ -53,7 +54,9 @@ Interpolation = Literal["constant", "linear"]
 
 def _controls_of(model):
     FlowModel, VisionTransformer, CausalDecoder, CvtStageModel = _kinds()
-    if isinstance(model, SplitTransformer | FlowModel | CvtStageModel):
+    if isinstance(model, FlowModel):
+        return model.layer_controls()[0]  # a ControlPath: sampled at its n_steps
+    if isinstance(model, SplitTransformer | CvtStageModel):
         return model.controls
     if isinstance(model, VisionTransformer):
         return model.encoder.controls
@@ -227,8 +230,34 @@ def _check_factor(factor) -> int:
     return int(factor)
 
 
+def control_path(controls, dt: float = 1.0, interpolation: Interpolation = "constant"):
+    """Stacked controls θⁿ of N_t steps of size Δt as a control path θ(t) on [0, N_t Δt].
+
+    ``"constant"``: :class:`~transflow.continuous.PiecewiseConstant` (θⁿ on [tⁿ, tⁿ⁺¹));
+    ``"linear"``: :class:`~transflow.continuous.PiecewiseLinear` through θⁿ at the step
+    midpoints t^{n+½}, constant before the first and after the last midpoint.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow.analysis import control_path
+        >>> p = control_path(jnp.array([0.0, 1.0]), interpolation="linear")
+        >>> p.interval, float(p(1.0)), p.sample(4).tolist()
+        ((0.0, 2.0), 0.5, [0.0, 0.25, 0.75, 1.0])
+    """
+    from ..continuous import PiecewiseConstant, PiecewiseLinear
+
+    if interpolation not in ("constant", "linear"):
+        raise ValueError(f"`interpolation` must be 'constant' or 'linear', got {interpolation!r}.")
+    n = num_steps(controls)
+    if interpolation == "constant":
+        return PiecewiseConstant(controls, tau=float(dt))
+    knots = tuple(float((j + 0.5) * dt) for j in range(n))
+    return PiecewiseLinear(controls, knots, 0.0, float(n * dt))
+
+
 def refine_controls(controls, factor: int, interpolation: Interpolation = "constant"):
-    """Stacked controls θⁿ (N_t steps) → the k·N_t controls of :func:`refine`.
+    """Stacked controls θⁿ (N_t steps) → the k·N_t controls of :func:`refine`: the
+    :func:`control_path` of the controls sampled at the midpoints of k·N_t steps.
 
     Example:
         >>> import jax.numpy as jnp
@@ -239,26 +268,8 @@ def refine_controls(controls, factor: int, interpolation: Interpolation = "const
         [0.0, 0.0, 1.0, 1.0]
     """
     factor = _check_factor(factor)
-    if interpolation not in ("constant", "linear"):
-        raise ValueError(f"`interpolation` must be 'constant' or 'linear', got {interpolation!r}.")
-    n = num_steps(controls)
-    if interpolation == "constant":
-        idx = np.repeat(np.arange(n), factor)
-        return jax.tree.map(lambda a: a[idx], controls)
-    # Linear in t through θⁿ at the cell midpoints t^{n+1/2}; held constant beyond the
-    # first and last midpoints. Fine step m of cell n sits at s = n + (k + 1/2)/factor − 1/2.
-    m = np.arange(n * factor)
-    s = (m + 0.5) / factor - 0.5
-    s = np.clip(s, 0.0, n - 1)
-    lo = np.floor(s).astype(int)
-    hi = np.minimum(lo + 1, n - 1)
-    w = s - lo
-
-    def interp(a):
-        wa = jnp.asarray(w, a.dtype).reshape((-1,) + (1,) * (a.ndim - 1))
-        return a[lo] * (1 - wa) + a[hi] * wa
-
-    return jax.tree.map(interp, controls)
+    path = control_path(controls, 1.0, interpolation)
+    return path.sample(factor * num_steps(controls))
 
 
 def refine(model, factor: int, *, interpolation: Interpolation = "constant"):
@@ -287,6 +298,10 @@ def refine(model, factor: int, *, interpolation: Interpolation = "constant"):
     on Δt, so for them the refinement is not consistent (the ½-relaxation moves the state
     by O(1) per fine step) and the outputs need not converge; pre-LN schemes scale the
     whole FFN update by Δt and refine consistently.
+
+    A :class:`~transflow.control.FlowModel` whose controls are a
+    :class:`~transflow.continuous.ControlPath` is already continuous in t: it is evaluated
+    with factor·``n_steps`` steps (``interpolation`` does not apply).
 
     Args:
         model: a :class:`~transflow.SplitTransformer`, ViT, causal decoder or
@@ -318,6 +333,9 @@ def refine(model, factor: int, *, interpolation: Interpolation = "constant"):
         SplitTransformer | FlowModel | VisionTransformer | CausalDecoder | TextEncoder | RMSDecoder,
     ):
         return model
+
+    if isinstance(model, FlowModel) and model.is_path:  # θ(t) is already a function of t
+        return dataclasses.replace(model, n_steps=factor * model.n_steps)
 
     def fine(obj):
         return dataclasses.replace(

@@ -10,6 +10,14 @@ from ._controls import (
     PiecewiseConstant as PiecewiseConstant,
     SmoothPath as SmoothPath,
 )
+from ._depth import (
+    SOLVERS as SOLVERS,
+    AdaptiveResult as AdaptiveResult,
+    RelaxedLieScheme as RelaxedLieScheme,
+    evolve_path as evolve_path,
+    solve_adaptive as solve_adaptive,
+    vector_field as vector_field,
+)
 from ._flows import (
     euler_flow as euler_flow,
     linear_flow_exact as linear_flow_exact,
@@ -22,6 +30,15 @@ from ._models import (
     full_model_flows as full_model_flows,
     tangent_s1 as tangent_s1,
     y_mean as y_mean,
+)
+from ._paths import (
+    PATH_KINDS as PATH_KINDS,
+    BasisExpansion as BasisExpansion,
+    ControlPath as ControlPath,
+    PiecewiseLinear as PiecewiseLinear,
+    TimeEmbeddingNet as TimeEmbeddingNet,
+    init_path as init_path,
+    stack_leading as stack_leading,
 )
 from ._reference import (
     reference_error_estimate as reference_error_estimate,
@@ -69,6 +86,19 @@ __all__ = [
     "KernelLinear",
     "PiecewiseConstant",
     "SmoothPath",
+    "PATH_KINDS",
+    "BasisExpansion",
+    "ControlPath",
+    "PiecewiseLinear",
+    "TimeEmbeddingNet",
+    "init_path",
+    "stack_leading",
+    "SOLVERS",
+    "AdaptiveResult",
+    "RelaxedLieScheme",
+    "evolve_path",
+    "solve_adaptive",
+    "vector_field",
     "euler_flow",
     "linear_flow_exact",
     "make_flow",

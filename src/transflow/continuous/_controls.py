@@ -20,22 +20,26 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
 from .._controls import AttentionParams, num_steps
 from .._grid import Grid
+from ._paths import ControlPath, Where
 
 __all__ = ["PiecewiseConstant", "SmoothPath", "KernelAttention", "KernelLinear"]
 
 Kernel = Callable[[Array, Array, Array], Array]
 
 
-class PiecewiseConstant(eqx.Module):
+class PiecewiseConstant(ControlPath):
     """Piecewise-constant controls from a stack (leading time axis) of per-layer controls.
 
     ``θ(t) = stacked[n]`` for ``t ∈ [t_start + nτ, t_start + (n+1)τ)``, with ``n`` clipped
     to ``[0, N−1]``. A relative tolerance of ``1e-9`` on the layer index makes the left
     end points of the layers (the times where the paper evaluates θⁿ) robust to round-off.
+    A :class:`~transflow.continuous.ControlPath` on ``[t_start, t_start + Nτ]``:
+    ``sample(k·N)`` is the model refined k times (:func:`transflow.analysis.refine`).
 
     Example:
         >>> import jax
@@ -69,12 +73,35 @@ class PiecewiseConstant(eqx.Module):
         i = self.index(t)
         return jax.tree.map(lambda x: x[i], self.stacked)
 
+    @property
+    def interval(self) -> tuple[float, float]:
+        return float(self.t_start), float(self.t_start + self.n_pieces * self.tau)
 
-class SmoothPath(eqx.Module):
+    def sample(self, n_steps: int, where: Where = "midpoint"):
+        """The layer of every sample time, found in NumPy (static indices; a gather)."""
+        s = (self.times(n_steps, where) - self.t_start) / self.tau
+        idx = np.floor(s + 1e-9 * np.maximum(1.0, np.abs(s))).astype(int)
+        idx = np.clip(idx, 0, self.n_pieces - 1)
+        return jax.tree.map(lambda x: x[idx], self.stacked)
+
+    def smoothness(self, n_quad: int = 16) -> Array:
+        """Σ_n ‖θⁿ⁺¹ − θⁿ‖² / τ: the energy of the piecewise-linear interpolant through
+        the layers (θ' of the step function itself is a sum of Dirac masses)."""
+        del n_quad
+        sq = sum(
+            jnp.sum((x[1:] - x[:-1]) ** 2)
+            for x in jax.tree.leaves(self.stacked)
+            if eqx.is_inexact_array(x)
+        )
+        return sq / self.tau
+
+
+class SmoothPath(ControlPath):
     """``θ(t) = θ_0 + sin(ω t) θ_1`` on every floating leaf (a smooth control path).
 
     ``base`` and ``amplitude`` must be pytrees of the same structure (e.g. two
-    :class:`~transflow.AttentionParams`).
+    :class:`~transflow.AttentionParams`). A :class:`~transflow.continuous.ControlPath` on
+    ``[t0, t1]`` (default ``[0, 1]``; the formula holds for every t).
 
     Example:
         >>> import jax.numpy as jnp
@@ -87,6 +114,12 @@ class SmoothPath(eqx.Module):
     base: Any
     amplitude: Any
     omega: float = 1.0
+    t0: float = eqx.field(static=True, default=0.0)
+    t1: float = eqx.field(static=True, default=1.0)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return float(self.t0), float(self.t1)
 
     def __check_init__(self):
         if jax.tree.structure(self.base) != jax.tree.structure(self.amplitude):

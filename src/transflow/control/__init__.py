@@ -16,6 +16,11 @@
 - Tasks: :func:`run_training` of a :class:`TrainingTask` (:data:`DIGITS`,
   :data:`SEQUENCE`; configs :class:`TrainConfig` → :class:`DigitsConfig`,
   :class:`SequenceConfig`), used by the Hydra tasks and by ``python -m transflow.control``.
+- Continuous depth (issue 26): :func:`at_depth` (any number of steps),
+  :func:`adaptive_logits` and :func:`depth_accuracy` (diffrax adaptive solves),
+  :func:`depth_loss` (random depth per batch, smoothness penalty), :data:`DEPTH_DIGITS`
+  (:class:`DepthDigitsConfig`: digits with controls θ(t) from
+  :mod:`transflow.continuous`).
 - Figures: :func:`transflow.plotting.plot_training_curves` of :func:`curves_from_history`.
 """
 
@@ -37,6 +42,12 @@ from ._data import (
     load_digits_split as load_digits_split,
     sequence_batch as sequence_batch,
 )
+from ._depth import (
+    adaptive_logits as adaptive_logits,
+    at_depth as at_depth,
+    depth_accuracy as depth_accuracy,
+    depth_loss as depth_loss,
+)
 from ._model import (
     FlowModel as FlowModel,
     PatchEmbedding as PatchEmbedding,
@@ -46,9 +57,11 @@ from ._model import (
     patchify as patchify,
 )
 from ._tasks import (
+    DEPTH_DIGITS as DEPTH_DIGITS,
     DIGITS as DIGITS,
     SEQUENCE as SEQUENCE,
     TRAINING_TASKS as TRAINING_TASKS,
+    DepthDigitsConfig as DepthDigitsConfig,
     DigitsConfig as DigitsConfig,
     Problem as Problem,
     SequenceConfig as SequenceConfig,

@@ -11,6 +11,7 @@ final state to logits. Embedding and read-out are part of f and ℓ (spec §5, [
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import equinox as eqx
@@ -23,6 +24,7 @@ from .._controls import LayerControls, stack_controls
 from .._errors import as_input
 from .._grid import Grid
 from .._splitting import AbstractScheme, LieScheme, RematMode, evolve
+from ..continuous._paths import ControlPath, init_path
 from ..vision import patchify as vision_patchify
 
 __all__ = ["PatchEmbedding", "TokenEmbedding", "FlowModel", "patchify", "make_vit", "make_seq"]
@@ -133,6 +135,12 @@ class FlowModel(eqx.Module):
     With the paper's :class:`~transflow.LieScheme` every step ends with the projection
     onto S1 (LayerNorm), so the read-out needs no extra normalisation.
 
+    ``controls`` is either the stacked per-layer :class:`~transflow.LayerControls` (N_t =
+    their number, step ``dt``) or a :class:`~transflow.continuous.ControlPath` θ(t),
+    sampled at the midpoints of ``n_steps`` uniform steps of its interval (``dt`` is then
+    the path's ``step_size(n_steps)``); :func:`transflow.control.at_depth` evaluates either
+    kind with any number of steps.
+
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from transflow.control import make_vit
@@ -142,15 +150,28 @@ class FlowModel(eqx.Module):
     """
 
     embed: PatchEmbedding | TokenEmbedding
-    controls: LayerControls
+    controls: LayerControls | ControlPath
     head_w: Float[Array, "d c"]
     head_b: Float[Array, " c"]
     scheme: AbstractScheme = LieScheme()
     dt: float = eqx.field(static=True, default=1.0)
     pool: Pool = eqx.field(static=True, default="mean")
     remat: RematMode = eqx.field(static=True, default="step")
+    n_steps: int | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
+        if isinstance(self.controls, ControlPath):
+            n = self.n_steps
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(
+                    f"FlowModel: a ControlPath needs `n_steps` (an int >= 1, the time steps "
+                    f"it is evaluated with), got {n!r}."
+                )
+        elif self.n_steps is not None:
+            raise ValueError(
+                "FlowModel: `n_steps` is for ControlPath controls; stacked controls have "
+                f"one step per layer. Got n_steps={self.n_steps!r}; use at_depth() instead."
+            )
         if self.pool not in ("cls", "mean", "tokens"):
             raise ValueError(f"`pool` must be 'cls', 'mean' or 'tokens', got {self.pool!r}.")
         if self.remat not in ("none", "step", "nested"):
@@ -160,15 +181,32 @@ class FlowModel(eqx.Module):
         ):
             raise ValueError("`pool='cls'` needs a PatchEmbedding with a class token.")
 
+    @property
+    def is_path(self) -> bool:
+        """Whether the controls are a :class:`~transflow.continuous.ControlPath`."""
+        return isinstance(self.controls, ControlPath)
+
+    def layer_controls(self) -> tuple[LayerControls, float]:
+        """``(stacked controls, Δt)`` of the steps the model runs."""
+        if self.is_path:
+            return self.controls.sample(self.n_steps), self.controls.step_size(self.n_steps)
+        return self.controls, self.dt
+
+    def discretized(self) -> FlowModel:
+        """The same model with stacked controls (a path sampled at its ``n_steps``)."""
+        if not self.is_path:
+            return self
+        controls, dt = self.layer_controls()
+        return dataclasses.replace(self, controls=controls, dt=dt, n_steps=None)
+
     def features(self, x) -> Float[Array, "n d"]:
         """The final state u(·, ·, T) for one example."""
         u0 = self.embed(x)
-        return evolve(
-            u0, self.controls, self.scheme, remat=self.remat, dt=self.dt, grid=self.embed.grid()
-        )
+        controls, dt = self.layer_controls()
+        return evolve(u0, controls, self.scheme, remat=self.remat, dt=dt, grid=self.embed.grid())
 
-    def __call__(self, x) -> Float[Array, "*n c"]:
-        u = self.features(x)
+    def readout(self, u: Float[Array, "n d"]) -> Float[Array, "*n c"]:
+        """The pooled linear read-out of a final state ``u``."""
         if self.pool == "cls":
             z = u[0]
         elif self.pool == "mean":
@@ -177,6 +215,9 @@ class FlowModel(eqx.Module):
         else:
             z = u
         return z @ self.head_w + self.head_b
+
+    def __call__(self, x) -> Float[Array, "*n c"]:
+        return self.readout(self.features(x))
 
 
 def _controls(d, n_steps, n_heads, d_ff, dtype, key):
@@ -202,6 +243,9 @@ def make_vit(
     scheme: AbstractScheme | None = None,
     dt: float = 1.0,
     remat: RematMode = "step",
+    path: str | None = None,
+    path_size: int | None = None,
+    smooth_init: bool = True,
     dtype=jnp.float32,
     key: PRNGKeyArray,
 ) -> FlowModel:
@@ -210,6 +254,21 @@ def make_vit(
     ``d_ff=None`` uses the paper's square FFN (W_j : Ω_y → Ω_y, residual sub-steps);
     an integer uses lifting maps to a hidden domain of that width (spec Q6 extension).
     ``pool="cls"`` adds a class token; ``"mean"`` averages the final state over Ω_x.
+
+    ``path=None`` gives today's stacked per-layer controls. A name of
+    :data:`~transflow.continuous.PATH_KINDS` gives a
+    :class:`~transflow.continuous.ControlPath` on ``[0, n_steps·dt]`` with ``path_size``
+    = K pieces/knots/basis functions/frequencies (default ``n_steps``), evaluated with
+    ``n_steps`` steps; ``smooth_init`` starts it constant in t (see
+    :func:`~transflow.continuous.init_path`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow.control import make_vit
+        >>> m = make_vit(d=8, n_steps=2, n_heads=1, path="legendre", path_size=3,
+        ...              key=jax.random.key(0))
+        >>> type(m.controls).__name__, m.n_steps, m(jnp.zeros((8, 8))).shape
+        ('BasisExpansion', 2, (10,))
     """
     h, w = image_shape
     n_tok = (h // patch) * (w // patch) + (pool == "cls")
@@ -223,7 +282,18 @@ def make_vit(
         image_shape=(h, w),
         patch=patch,
     )
-    controls = _controls(d, n_steps, n_heads, d_ff, dtype, k4)
+    if path is None:
+        controls = _controls(d, n_steps, n_heads, d_ff, dtype, k4)
+    else:
+        controls = init_path(
+            path,
+            lambda k: _one_layer(d, n_heads, d_ff, dtype, k),
+            n_steps if path_size is None else path_size,
+            key=k4,
+            t0=0.0,
+            t1=n_steps * dt,
+            smooth=smooth_init,
+        )
     head_w = jax.random.normal(k5, (d, n_classes), dtype) / float(np.sqrt(d))
     return FlowModel(
         embed,
@@ -234,7 +304,13 @@ def make_vit(
         dt,
         pool,
         remat,
+        None if path is None else n_steps,
     )
+
+
+def _one_layer(d, n_heads, d_ff, dtype, key):
+    """One layer's controls (as ``_controls`` draws them, without the layer axis)."""
+    return jax.tree.map(lambda a: a[0], _controls(d, 1, n_heads, d_ff, dtype, key))
 
 
 def make_seq(

@@ -30,6 +30,8 @@ from typing import Any
 from ._checkpoint import _say
 
 __all__ = [
+    "DEPTH_DIGITS",
+    "DepthDigitsConfig",
     "DIGITS",
     "SEQUENCE",
     "TRAINING_TASKS",
@@ -81,6 +83,29 @@ class DigitsConfig(TrainConfig):
 
 
 @dataclass
+class DepthDigitsConfig(DigitsConfig):
+    """Digits with controls θ(t) as a function of time (issue 26), or per layer.
+
+    ``path``: ``"none"`` (today's per-layer controls) or a name of
+    :data:`transflow.continuous.PATH_KINDS`, with ``path_size`` = K; ``train_depths``:
+    the numbers of steps drawn per batch (:func:`transflow.control.depth_loss`; ``[]``:
+    ``n_steps`` only); ``smoothness``: λ of the penalty λ ∫‖θ'(t)‖² dt;
+    ``smooth_init``: a path that starts constant in t; ``scheme`` also accepts
+    ``"relaxed"`` (:class:`~transflow.continuous.RelaxedLieScheme` with ``relax_tau``);
+    ``dt``: the step at the training depth (final time T = ``n_steps · dt``).
+    """
+
+    scheme: str = "prenorm"
+    path: str = "legendre"
+    path_size: int = 4
+    train_depths: list = field(default_factory=list)
+    smoothness: float = 0.0
+    smooth_init: bool = True
+    relax_tau: float = 1.0
+    dt: float = 1.0  # the step at the training depth: final time T = n_steps · dt
+
+
+@dataclass
 class SequenceConfig(TrainConfig):
     """Sorting (or reversing) a random sequence: each output token needs attention."""
 
@@ -100,6 +125,7 @@ class Problem:
     eval_fn: Callable[[Any], dict]
     data_state: Callable[[int], tuple[int, int]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # added to the summary
+    loss_fn: Callable | None = None  # (model, x, y, key) -> (loss, aux); None: cross-entropy
 
 
 @dataclass(frozen=True)
@@ -168,14 +194,18 @@ def checkpoint_dir_for(
     return run_dir.resolve().parent.parent / "checkpoints" / f"{name}-{digest}"
 
 
-def _scheme(name: str, ffn_branch_dt: str):
+def _scheme(name: str, ffn_branch_dt: str, relax_tau: float = 1.0):
     from .. import LieScheme, PreNormScheme
 
     if name == "lie":
         return LieScheme(ffn_branch_dt=ffn_branch_dt)
     if name == "prenorm":
         return PreNormScheme()
-    raise ValueError(f"`scheme` must be 'lie' or 'prenorm', got {name!r}.")
+    if name == "relaxed":
+        from ..continuous import RelaxedLieScheme
+
+        return RelaxedLieScheme(ffn_branch_dt=ffn_branch_dt, tau=relax_tau)
+    raise ValueError(f"`scheme` must be 'lie', 'prenorm' or 'relaxed', got {name!r}.")
 
 
 def _prepare_dir(ckpt, resume: bool, message):
@@ -257,6 +287,52 @@ def _setup_digits(cfg: DigitsConfig, seed: int, key) -> Problem:
     )
 
 
+def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
+    import dataclasses as dc
+
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from ..continuous import PATH_KINDS
+    from ._depth import depth_loss
+    from ._model import make_vit
+
+    if cfg.path != "none" and cfg.path not in PATH_KINDS:
+        raise ValueError(f"`path` must be 'none' or one of {PATH_KINDS}, got {cfg.path!r}.")
+    base = _setup_digits(cfg, seed, key)  # data, evaluation and the per-layer model
+    model = base.model
+    if cfg.path != "none":
+        model = make_vit(
+            d=cfg.d,
+            n_steps=cfg.n_steps,
+            n_heads=cfg.n_heads,
+            d_ff=cfg.d_ff or None,
+            patch=cfg.patch,
+            pool=cfg.pool,
+            scheme=_scheme(cfg.scheme, cfg.ffn_branch_dt, cfg.relax_tau),
+            remat=cfg.remat,
+            path=cfg.path,
+            path_size=cfg.path_size,
+            smooth_init=cfg.smooth_init,
+            dt=cfg.dt,
+            dtype=jnp.float32,
+            key=key,
+        )
+    else:
+        scheme = _scheme(cfg.scheme, cfg.ffn_branch_dt, cfg.relax_tau)
+        model = dc.replace(model, scheme=scheme, dt=cfg.dt)
+    depths = list(cfg.train_depths) or [cfg.n_steps]
+    n_params = sum(x.size for x in jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array)))
+    extra = {**base.extra, "n_params": int(n_params), "path": cfg.path}
+    return dc.replace(
+        base,
+        model=model,
+        extra=extra,
+        loss_fn=depth_loss(depths, smoothness=cfg.smoothness),
+    )
+
+
 def _setup_sequence(cfg: SequenceConfig, seed: int, key) -> Problem:
     """Reports the per-token test accuracy and the fraction of test sequences that are
     entirely correct (``eval_sequence_accuracy``)."""
@@ -310,6 +386,14 @@ DIGITS = TrainingTask(
 #: Sorting/reversing (``python -m transflow.control sequence``, ``experiment=train_sequence``).
 SEQUENCE = TrainingTask(
     "train_sequence", SequenceConfig, _setup_sequence, {**_SMOKE_CAPS, "n_test": 200}, _SMOKE_SET
+)
+#: Digits with controls as functions of t (issue 26; ``experiment=depth``).
+DEPTH_DIGITS = TrainingTask(
+    "depth_digits",
+    DepthDigitsConfig,
+    _setup_depth_digits,
+    {**_SMOKE_CAPS, "n_steps": 2},
+    _SMOKE_SET,
 )
 #: The training tasks by their command-line name.
 TRAINING_TASKS: dict[str, TrainingTask] = {"digits": DIGITS, "sequence": SEQUENCE}
@@ -372,6 +456,7 @@ def run_training(
         problem.batch,
         cfg.steps,
         key=k_train,
+        **({} if problem.loss_fn is None else {"loss_fn": problem.loss_fn}),
         checkpoint_dir=ckpt,
         checkpoint_every=cfg.checkpoint_every,
         data_state=problem.data_state,

@@ -1,0 +1,305 @@
+"""Task ``depth``: depth transfer on digits (issue 26): train at one depth, evaluate at many
+depths and adaptively, per-layer and path-controlled models side by side.
+
+Trains (with :func:`transflow.control.run_training` of
+:data:`transflow.control.DEPTH_DIGITS`):
+
+- ``per_layer_lie``: today's digits model (per-layer controls, the paper's post-LN Lie
+  scheme), the model whose accuracy collapses under refinement;
+- ``per_layer_prenorm``: per-layer controls with the pre-LN scheme (the same scheme as the
+  path model, so the difference is the control parameterization alone);
+- ``path``: controls θ(t) as a :class:`~transflow.continuous.ControlPath`
+  (``task.path``, K = ``task.path_size``), smooth initialisation, ``task.train_depths``
+  drawn per batch (:func:`transflow.control.depth_loss`), the pre-LN scheme.
+
+Then, for every model, the test accuracy with N = ``task.depths`` uniform steps
+(:func:`transflow.control.at_depth`; for the per-layer models the piecewise-constant
+reading = ``analysis.refine``) and, for the consistent schemes, with diffrax's Tsit5 and
+a PID controller (rtol = atol = ``task.rtol``); the fitted order of the successive output
+differences of the path model under refinement; ``increment_scaling`` of each model's
+controls sampled at the finest depth; and a float64 continuous-adjoint check
+(``BacksolveAdjoint`` against backpropagation through the adaptive solver).
+
+Writes ``metrics.jsonl`` (kinds ``depth``, ``adaptive``, ``order``, ``scaling``,
+``adjoint``), ``depth.npz``, the figures ``accuracy_vs_depth``, ``convergence``,
+``smoothness``, and the claims (enforced at full size): path accuracy at the training
+depth ≥ ``min_accuracy``; within ``max_drop`` at every depth and adaptively; fitted order
+within 0.2 of 1; β ≥ 0.9; adjoint agreement ≤ 1e-6; the path model's CPU time ≤
+``max_cpu_ratio`` × the per-layer (Lie) model's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from transflow.control import DepthDigitsConfig
+
+__all__ = ["Config", "run"]
+
+
+@dataclass
+class Config:
+    """Depth transfer on digits (``task.<field>=...``)."""
+
+    path: str = "legendre"  # a name of transflow.continuous.PATH_KINDS
+    path_size: int = 4  # K
+    n_steps: int = 4  # the training depth N_t
+    train_depths: list[int] = field(default_factory=lambda: [4, 8, 16])
+    smoothness: float = 0.0  # λ of λ ∫‖θ'(t)‖² dt
+    steps: int = 1500
+    d: int = 32
+    depths: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64])
+    rtol: float = 1e-5  # adaptive solve (atol = rtol)
+    baselines: list[str] = field(default_factory=lambda: ["lie", "prenorm"])  # per-layer
+    min_accuracy: float = 0.96  # claim: path accuracy at n_steps
+    max_drop: float = 0.01  # claim: |acc(N) - acc(n_steps)| at every N and adaptively
+    max_cpu_ratio: float = 2.0  # claim: path CPU time / per-layer (lie) CPU time
+    digits: DepthDigitsConfig = field(default_factory=DepthDigitsConfig)  # other fields
+
+
+def _train(cfg: Config, ctx, name: str, **over):
+    from transflow.control import DEPTH_DIGITS, run_training
+
+    dcfg = dataclasses.replace(
+        cfg.digits,
+        d=cfg.d,
+        n_steps=cfg.n_steps,
+        steps=cfg.steps,
+        checkpoint_dir="run",
+        **over,
+    )
+    if ctx.smoke:
+        dcfg = dataclasses.replace(dcfg, steps=min(dcfg.steps, 30), eval_every=30, warmup_steps=3)
+    summary, result = run_training(
+        DEPTH_DIGITS,
+        dcfg,
+        run_dir=ctx.run_dir / name,
+        seed=ctx.seed,
+        smoke=False,
+        progress=ctx.progress,
+    )
+    ctx.log({"kind": "train", "model": name, **summary})
+    return summary, result.model
+
+
+def run(cfg: Config, ctx) -> dict:
+    import jax
+    import numpy as np
+
+    from transflow.analysis import fit_order, increment_scaling
+    from transflow.control import at_depth, depth_accuracy, load_digits_split
+
+    depths = [int(n) for n in cfg.depths]
+    if ctx.smoke:
+        depths = [n for n in depths if n <= 16] or depths[:2]
+    models = {}
+    summaries = {}
+    for base in cfg.baselines:
+        name = f"per_layer_{base}"
+        summaries[name], models[name] = _train(cfg, ctx, name, path="none", scheme=base)
+    summaries["path"], models["path"] = _train(
+        cfg,
+        ctx,
+        "path",
+        path=cfg.path,
+        path_size=cfg.path_size,
+        scheme="prenorm",
+        train_depths=list(cfg.train_depths),
+        smoothness=cfg.smoothness,
+    )
+    _, _, xte, yte = load_digits_split(cfg.digits.test_fraction, seed=ctx.seed)
+    if ctx.smoke:
+        xte, yte = xte[:64], yte[:64]
+
+    results = {}
+    for name, m in models.items():
+        consistent = m.scheme.__class__.__name__ != "LieScheme"
+        r = depth_accuracy(m, xte, yte, depths, rtol=cfg.rtol if consistent else None)
+        results[name] = r
+        for n, acc in zip(r["depths"], r["accuracy"]):
+            ctx.log({"kind": "depth", "model": name, "n_steps": n, "accuracy": acc})
+        if "adaptive_accuracy" in r:
+            ctx.log(
+                {
+                    "kind": "adaptive",
+                    "model": name,
+                    "rtol": cfg.rtol,
+                    "accuracy": r["adaptive_accuracy"],
+                    "nfev_mean": r["adaptive_nfev_mean"],
+                    "nfev_max": r["adaptive_nfev_max"],
+                }
+            )
+
+    # Convergence of the path model's outputs (logits) under refinement.
+    outs = results["path"]["outputs"]
+    ref = np.linalg.norm(outs[0])
+    succ = [float(np.linalg.norm(b - a) / ref) for a, b in zip(outs, outs[1:])]
+    order = fit_order(depths[:-1], succ)
+    ctx.log(
+        {"kind": "order", "model": "path", "depths": depths, "successive": succ, "order": order}
+    )
+
+    # Smoothness of the controls sampled at the finest depth.
+    fine = max(depths)
+    scaling = {}
+    for name, m in models.items():
+        s = increment_scaling(at_depth(m, fine), [1, 2, 4, 8] if fine > 8 else None)
+        scaling[name] = s
+        ctx.log(
+            {
+                "kind": "scaling",
+                "model": name,
+                "n_steps": fine,
+                **{k: s[k] for k in ("strides", "max_increment", "beta")},
+            }
+        )
+
+    adjoint_rel = _adjoint_check()
+    ctx.log({"kind": "adjoint", "relative_difference": adjoint_rel})
+
+    _figures(ctx, depths, results, succ, order, scaling)
+    ctx.save_arrays(
+        "depth",
+        depths=np.asarray(depths),
+        **{f"accuracy_{k}": np.asarray(v["accuracy"]) for k, v in results.items()},
+        successive=np.asarray(succ),
+    )
+
+    path_acc = results["path"]["accuracy"]
+    a0 = path_acc[depths.index(cfg.n_steps)] if cfg.n_steps in depths else path_acc[0]
+    drops = [abs(a - a0) for a in path_acc] + [abs(results["path"]["adaptive_accuracy"] - a0)]
+    full = not ctx.smoke
+    ref_cpu = summaries.get("per_layer_lie", next(iter(summaries.values())))["cpu_seconds"]
+    cpu_ratio = summaries["path"]["cpu_seconds"] / ref_cpu
+    ctx.claim("path_accuracy_at_training_depth", a0, cfg.min_accuracy, op=">=", enforce=full)
+    ctx.claim("path_max_accuracy_drop", max(drops), cfg.max_drop, op="<=", enforce=full)
+    ctx.claim("path_order_minus_1", abs(order - 1.0), 0.2, op="<=", enforce=full)
+    ctx.claim("path_beta", scaling["path"]["beta"], 0.9, op=">=", enforce=full)
+    ctx.claim("adjoint_relative_difference", adjoint_rel, 1e-6, op="<=")
+    ctx.claim("cpu_ratio_path_over_per_layer", cpu_ratio, cfg.max_cpu_ratio, op="<=", enforce=full)
+
+    rows = "\n".join(
+        f"| {name} | "
+        + " | ".join(f"{a:.4f}" for a in r["accuracy"])
+        + f" | {r.get('adaptive_accuracy', float('nan')):.4f} | "
+        f"{r.get('adaptive_nfev_mean', float('nan')):.0f} | {scaling[name]['beta']:.2f} | "
+        f"{summaries[name]['cpu_seconds']:.1f} |"
+        for name, r in results.items()
+    )
+    ctx.report(
+        "## Depth transfer (digits test accuracy)\n\n"
+        f"| model | {' | '.join(f'N={n}' for n in depths)} | adaptive (rtol {cfg.rtol:g}) "
+        "| mean nfev | β | CPU s |\n"
+        f"|---|{'---|' * len(depths)}---|---|---|---|\n{rows}\n\n"
+        f"Path model output differences under refinement: {', '.join(f'{s:.3g}' for s in succ)}, "
+        f"fitted order **{order:.3f}**. Continuous adjoint vs backprop through the solver "
+        f"(float64): relative difference {adjoint_rel:.2e}."
+    )
+    return {
+        "depths": depths,
+        **{f"accuracy_{k}": v["accuracy"] for k, v in results.items()},
+        **{
+            f"adaptive_accuracy_{k}": v["adaptive_accuracy"]
+            for k, v in results.items()
+            if "adaptive_accuracy" in v
+        },
+        **{
+            f"adaptive_nfev_{k}": v["adaptive_nfev_mean"]
+            for k, v in results.items()
+            if "adaptive_accuracy" in v
+        },
+        "path_order": order,
+        "path_successive": succ,
+        **{f"beta_{k}": v["beta"] for k, v in scaling.items()},
+        **{f"cpu_seconds_{k}": v["cpu_seconds"] for k, v in summaries.items()},
+        "cpu_ratio": cpu_ratio,
+        "adjoint_relative_difference": adjoint_rel,
+        "jax_devices": str(jax.devices()),
+    }
+
+
+def _adjoint_check() -> float:
+    """BacksolveAdjoint vs RecursiveCheckpointAdjoint gradients of a loss of an adaptive
+    pre-LN solve with a Legendre path (d = 4, float64, rtol = atol = 1e-10)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import enable_x64
+
+    from transflow import LayerControls, PreNormScheme
+    from transflow.continuous import init_path, solve_adaptive
+
+    with enable_x64():
+        path = init_path(
+            "legendre",
+            lambda k: LayerControls.random(4, dtype=jnp.float64, key=k),
+            2,
+            key=jax.random.key(3),
+            smooth=False,
+        )
+        u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
+
+        def loss(pu, adjoint):
+            res = solve_adaptive(
+                pu[1],
+                pu[0],
+                PreNormScheme(),
+                rtol=1e-10,
+                atol=1e-10,
+                adjoint=adjoint,
+                max_steps=20000,
+            )
+            return 0.5 * jnp.sum((res.u - 1.0) ** 2)
+
+        def flat(a):
+            g = eqx.filter_grad(lambda pu: loss(pu, a))((path, u0))
+            return jnp.concatenate(
+                [jnp.ravel(x) for x in jax.tree.leaves(eqx.filter(g, eqx.is_inexact_array))]
+            )
+
+        g_rec, g_back = flat("recursive"), flat("backsolve")
+        return float(jnp.linalg.norm(g_back - g_rec) / jnp.linalg.norm(g_rec))
+
+
+def _figures(ctx, depths, results, succ, order, scaling) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for name, r in results.items():
+        (line,) = ax.plot(depths, r["accuracy"], "o-", label=name)
+        if "adaptive_accuracy" in r:
+            ax.axhline(
+                r["adaptive_accuracy"],
+                color=line.get_color(),
+                ls=":",
+                lw=1,
+                label=f"{name}, adaptive",
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("evaluation depth N_t (same T, Δt = T/N_t)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("digits: accuracy vs evaluation depth")
+    ax.legend(fontsize=7)
+    ctx.save_figure(fig, "accuracy_vs_depth")
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    n = np.asarray(depths[:-1], float)
+    ax.loglog(n, succ, "o-", label=f"path model, fitted order {order:.2f}")
+    ax.loglog(n, succ[0] * n[0] / n, "k--", lw=1, label="slope −1")
+    ax.set_xlabel("N_t")
+    ax.set_ylabel("‖out(2N) − out(N)‖ / ‖out(N₀)‖")
+    ax.legend(fontsize=8)
+    ctx.save_figure(fig, "convergence")
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name, s in scaling.items():
+        ax.loglog(s["strides"], s["max_increment"], "o-", label=f"{name}: β = {s['beta']:.2f}")
+    ax.set_xlabel("stride s (of the controls sampled at the finest depth)")
+    ax.set_ylabel("max ‖θ(t+sΔt) − θ(t)‖ / rms ‖θ‖")
+    ax.legend(fontsize=8)
+    ctx.save_figure(fig, "smoothness")

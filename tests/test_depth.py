@@ -1,0 +1,352 @@
+"""Continuous depth (issue 26): control paths θ(t), evaluation at any depth, adaptive solves,
+the relaxed post-LN reading, random-depth training and the continuous adjoint.
+
+Fast tier: float64 verification on tiny models (d = 4 … 8). The digits training runs that
+measure accuracy against depth are in tests/test_depth_slow.py (``slow``).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transflow import LayerControls, LieScheme, PreNormScheme, stack_controls
+from transflow.analysis import control_path, fit_order, increment_scaling, refine_controls
+from transflow.continuous import (
+    PATH_KINDS,
+    BasisExpansion,
+    ControlPath,
+    PiecewiseConstant,
+    PiecewiseLinear,
+    RelaxedLieScheme,
+    SmoothPath,
+    TimeEmbeddingNet,
+    evolve_path,
+    init_path,
+    solve_adaptive,
+    vector_field,
+)
+from transflow.control import (
+    DEPTH_DIGITS,
+    DepthDigitsConfig,
+    at_depth,
+    depth_accuracy,
+    depth_loss,
+    make_vit,
+)
+
+
+def _draw(d=4):
+    return lambda key: LayerControls.random(d, key=key)
+
+
+def _u0(n=3, d=4, seed=1):
+    return jax.random.normal(jax.random.key(seed), (n, d))
+
+
+def _flat(tree):
+    return jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(tree)])
+
+
+# ----------------------------------------------------------------------------- paths
+@pytest.mark.parametrize("kind", PATH_KINDS)
+def test_every_kind_is_a_control_path_with_a_smooth_init(kind):
+    p = init_path(kind, _draw(), 3, key=jax.random.key(0), t1=2.0)
+    assert isinstance(p, ControlPath) and p.interval == (0.0, 2.0)
+    s = p.sample(5)
+    assert jax.tree.structure(s) == jax.tree.structure(stack_controls([_draw()(jax.random.key(0))]))
+    assert s.attn.wq.shape == (5, 4, 4)
+    # smooth init: constant in t, zero smoothness energy
+    assert float(jnp.max(jnp.abs(s.attn.wq - s.attn.wq[0]))) <= 1e-15  # a(1-w) + aw
+    assert float(p.smoothness()) == 0.0
+    rough = init_path(kind, _draw(), 3, key=jax.random.key(0), t1=2.0, smooth=False)
+    assert float(rough.smoothness()) > 0.0
+
+
+def test_bad_names_and_k_raise_naming_the_option():
+    with pytest.raises(ValueError, match="`path` must be one of"):
+        init_path("spline", _draw(), 3, key=jax.random.key(0))
+    for k in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="K must be an integer >= 1"):
+            init_path("legendre", _draw(), k, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="`basis` must be"):
+        BasisExpansion(jnp.zeros((2, 3)), basis="hermite")
+    with pytest.raises(ValueError, match="t0 < t1"):
+        PiecewiseLinear(jnp.zeros((2, 3)), t0=1.0, t1=1.0)
+    with pytest.raises(ValueError, match="`n_steps` must be an integer >= 1"):
+        PiecewiseLinear(jnp.zeros((2, 3))).sample(0)
+    with pytest.raises(ValueError, match="FlowModel: a ControlPath needs `n_steps`"):
+        m = make_vit(d=8, n_steps=2, n_heads=1, path="linear", key=jax.random.key(0))
+        type(m)(m.embed, m.controls, m.head_w, m.head_b)
+
+
+def test_basis_values_and_exact_smoothness():
+    # Legendre P0..P3 and Chebyshev T0..T3 at x = 2t - 1
+    t = jnp.array([0.0, 0.3, 1.0])
+    x = 2 * t - 1
+    leg = BasisExpansion(jnp.eye(4), "legendre")
+    want = jnp.stack([jnp.ones_like(x), x, (3 * x**2 - 1) / 2, (5 * x**3 - 3 * x) / 2], -1)
+    assert jnp.allclose(jax.vmap(leg)(t), want, atol=1e-14)
+    cheb = BasisExpansion(jnp.eye(4), "chebyshev")
+    want = jnp.stack([jnp.ones_like(x), x, 2 * x**2 - 1, 4 * x**3 - 3 * x], -1)
+    assert jnp.allclose(jax.vmap(cheb)(t), want, atol=1e-14)
+    # θ(t) = c P1(2t/T - 1) on [0, T]: θ' = 2c/T, ∫ |θ'|² = 4 c² / T
+    p = BasisExpansion(jnp.array([[0.0], [3.0]]), "legendre", 0.0, 2.0)
+    assert abs(float(p.smoothness()) - 4 * 9 / 2) < 1e-12
+    # fourier sin(2πt): ∫_0^1 (2π cos 2πt)² dt = 2π²
+    f = BasisExpansion(jnp.array([[0.0], [1.0]]), "fourier")
+    assert abs(float(f.smoothness(32)) - 2 * np.pi**2) < 1e-10
+    # piecewise linear: exact Σ |Δθ|²/h; piecewise constant: the same for the interpolant
+    lin = PiecewiseLinear(jnp.array([0.0, 1.0, 3.0]), t1=2.0)
+    assert abs(float(lin.smoothness()) - (1.0 + 4.0)) < 1e-14
+    pc = PiecewiseConstant(jnp.array([0.0, 1.0, 3.0]), tau=0.5)
+    assert abs(float(pc.smoothness()) - (1.0 + 4.0) / 0.5) < 1e-14
+
+
+def test_generic_smoothness_matches_the_closed_form():
+    """The quadrature of ControlPath.smoothness on a TimeEmbeddingNet against a fine
+    trapezoid rule of finite differences of θ(t)."""
+    base = LayerControls.random(4, key=jax.random.key(0))
+    p = TimeEmbeddingNet.init(base, n_freq=2, hidden=3, smooth=False, key=jax.random.key(2))
+    ts = np.linspace(0, 1, 4001)
+    th = jax.vmap(lambda t: _flat(p(t)))(jnp.asarray(ts))
+    d = np.diff(np.asarray(th), axis=0) / np.diff(ts)[:, None]
+    fd = float(np.sum(np.sum(d**2, 1) * np.diff(ts)))
+    assert abs(float(p.smoothness(64)) - fd) / fd < 1e-5
+
+
+def test_refine_is_the_piecewise_path_sampled():
+    c = stack_controls([LayerControls.random(4, key=jax.random.key(i)) for i in range(3)])
+    for interp in ("constant", "linear"):
+        path = control_path(c, 1.0, interp)
+        assert isinstance(path, PiecewiseConstant if interp == "constant" else PiecewiseLinear)
+        for a, b in zip(
+            jax.tree.leaves(refine_controls(c, 4, interp)), jax.tree.leaves(path.sample(12))
+        ):
+            assert jnp.array_equal(a, b)
+    # path(t) at arbitrary (traced) times agrees with sample's NumPy indexing
+    lin = control_path(c, 1.0, "linear")
+    ts = lin.times(12)
+    for a, b in zip(
+        jax.tree.leaves(jax.vmap(lin)(jnp.asarray(ts))), jax.tree.leaves(lin.sample(12))
+    ):
+        assert jnp.allclose(a, b, atol=1e-14)
+
+
+def test_smooth_path_is_a_control_path():
+    p = SmoothPath(jnp.zeros(2), jnp.ones(2), omega=jnp.pi / 2)
+    assert isinstance(p, ControlPath) and p.interval == (0.0, 1.0)
+    assert jnp.allclose(p.sample(2), jnp.sin(jnp.pi / 2 * jnp.array([0.25, 0.75]))[:, None])
+
+
+def test_path_increments_scale_like_a_smooth_control():
+    """increment_scaling of a smooth path sampled at 64 steps gives β ≈ 1; the per-layer
+    (piecewise-constant) reading of independent layers gives β ≈ 0."""
+    from transflow import SplitTransformer
+
+    smooth = init_path("legendre", _draw(), 4, key=jax.random.key(0), smooth=False)
+    beta = increment_scaling(SplitTransformer(smooth.sample(64)))["beta"]
+    assert beta >= 0.9, beta
+    rough = init_path("per_layer", _draw(), 4, key=jax.random.key(0), smooth=False)
+    beta = increment_scaling(SplitTransformer(rough.sample(64)), [1, 2, 4, 8])["beta"]
+    assert abs(beta) < 0.1, beta
+
+
+# ----------------------------------------------------------------------------- depth
+def test_at_depth_of_a_per_layer_model_is_refine():
+    from transflow.analysis import refine
+
+    m = make_vit(d=8, n_steps=2, n_heads=1, dtype=jnp.float64, key=jax.random.key(0))
+    x = jax.random.uniform(jax.random.key(1), (8, 8), jnp.float64)
+    assert jnp.allclose(at_depth(m, 2)(x), m(x), atol=1e-13)
+    assert jnp.allclose(at_depth(m, 8)(x), refine(m, 4)(x), atol=1e-13)
+    p = make_vit(d=8, n_steps=2, n_heads=1, path="linear", dtype=jnp.float64, key=jax.random.key(0))
+    assert refine(p, 4).n_steps == 8 and jnp.allclose(refine(p, 4)(x), at_depth(p, 8)(x))
+
+
+def _rough_path(kind="legendre", k=3, d=4, t1=1.0):
+    return init_path(kind, _draw(d), k, key=jax.random.key(3), t1=t1, smooth=False)
+
+
+@pytest.mark.parametrize("scheme", [PreNormScheme(), RelaxedLieScheme(tau=0.5)])
+def test_fixed_steps_converge_to_the_adaptive_solve_at_first_order(scheme):
+    path, u0 = _rough_path(), _u0()
+    ref = solve_adaptive(u0, path, scheme, rtol=1e-11, atol=1e-11, max_steps=20000).u
+    ns = [8, 16, 32, 64]
+    errs = [float(jnp.linalg.norm(evolve_path(u0, path, scheme, n) - ref)) for n in ns]
+    order = fit_order(ns, errs)
+    print(type(scheme).__name__, errs, order)
+    assert abs(order - 1.0) <= 0.2, (errs, order)
+
+
+def test_adaptive_solve_counts_and_tolerances():
+    path, u0 = _rough_path(), _u0()
+    loose = solve_adaptive(u0, path, PreNormScheme(), rtol=1e-3, atol=1e-3)
+    tight = solve_adaptive(u0, path, PreNormScheme(), rtol=1e-8, atol=1e-8, solver="dopri5")
+    assert int(loose.nfev) == 1 + 6 * int(loose.num_steps)
+    assert int(tight.num_steps) > int(loose.num_steps)
+    assert int(tight.num_steps) == int(tight.num_accepted_steps) + int(tight.num_rejected_steps)
+    for name, bad in (("rtol", 0.0), ("atol", -1e-6), ("rtol", True)):
+        with pytest.raises(ValueError, match=f"`{name}` must be a positive number"):
+            solve_adaptive(u0, path, PreNormScheme(), **{name: bad})
+    with pytest.raises(TypeError, match="not consistent"):
+        solve_adaptive(u0, path, LieScheme())
+    with pytest.raises(ValueError, match="`solver` must be one of"):
+        solve_adaptive(u0, path, PreNormScheme(), solver="euler")
+    with pytest.raises(ValueError, match="`adjoint` must be"):
+        solve_adaptive(u0, path, PreNormScheme(), adjoint="magic")
+
+
+def test_vector_field_counts_match_a_python_counter():
+    """nfev = 1 + 6·num_steps is what the solver really evaluates (counted on the host)."""
+    path, u0 = _rough_path(), _u0()
+    count = []
+    f = vector_field(PreNormScheme(), path)
+    import diffrax
+
+    def rhs(t, u, args):
+        jax.debug.callback(lambda: count.append(1))
+        return f(t, u)
+
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(rhs),
+        diffrax.Tsit5(),
+        0.0,
+        1.0,
+        0.25,
+        u0,
+        stepsize_controller=diffrax.PIDController(rtol=1e-4, atol=1e-4),
+    )
+    jax.effects_barrier()
+    res = solve_adaptive(u0, path, PreNormScheme(), rtol=1e-4, atol=1e-4)
+    assert int(sol.stats["num_steps"]) == int(res.num_steps)
+    assert len(count) == int(res.nfev), (len(count), int(res.nfev))
+
+
+# ----------------------------------------------------------------------------- relaxed
+def test_relaxed_scheme_with_tau_equal_dt_is_the_paper_layer():
+    theta = LayerControls.random(4, key=jax.random.key(0))
+    u = _u0()
+    for dt, fb in ((1.0, "dt"), (0.25, "dt"), (0.5, "2dt")):
+        a = RelaxedLieScheme(tau=dt, ffn_branch_dt=fb).step(u, theta, dt)
+        b = LieScheme(ffn_branch_dt=fb).step(u, theta, dt)
+        assert float(jnp.max(jnp.abs(a - b))) <= 1e-13
+
+
+def test_relaxed_tau_validation():
+    for bad in (0.0, -1.0, True, "1"):
+        with pytest.raises(ValueError, match="`tau`"):
+            RelaxedLieScheme(tau=bad)
+    lifted = LayerControls.random(4, d_ff=8, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="residual FFN sub-steps"):
+        RelaxedLieScheme(tau=1.0).step(_u0(), lifted, 0.5)
+
+
+def test_relaxed_reading_converges_under_refinement_and_the_paper_does_not():
+    """Δt → 0 at fixed τ: the relaxed post-LN scheme's outputs converge at first order;
+    the paper's scheme (exact projections) keeps moving by O(1) per refinement."""
+    path, u0 = _rough_path(), _u0()
+    ns = [8, 16, 32, 64, 128]
+    for scheme, converges in ((RelaxedLieScheme(tau=0.5), True), (LieScheme(), False)):
+        outs = [evolve_path(u0, path, scheme, n) for n in ns]
+        succ = [float(jnp.linalg.norm(b - a)) for a, b in zip(outs, outs[1:])]
+        order = fit_order(ns[:-1], succ)
+        print(type(scheme).__name__, succ, order)
+        if converges:
+            assert abs(order - 1.0) <= 0.2, (succ, order)
+        else:
+            assert succ[-1] > 0.3 * succ[0], succ
+
+
+def test_relaxed_limit_tau_to_zero_approaches_the_constraint():
+    """τ → 0 (Δt ≤ τ, fine steps): the relaxed solution approaches the set S1 (its
+    distance to P_S1 shrinks with τ), the formal limit being the projected dynamics."""
+    from transflow import project_s1
+
+    path, u0 = _rough_path(t1=1.0), _u0()
+    dists = []
+    for tau in (0.4, 0.1, 0.025):
+        u = evolve_path(u0, path, RelaxedLieScheme(tau=tau), int(round(8 / tau)))
+        dists.append(float(jnp.linalg.norm(u - project_s1(u, 0.0, 1.0))))
+    print(dists)
+    assert dists[0] > dists[1] > dists[2]
+    assert dists[2] < 0.25 * dists[0]
+
+
+# ----------------------------------------------------------------------------- training
+def test_depth_loss_draws_each_depth_and_penalises_roughness():
+    m = make_vit(
+        d=8,
+        n_steps=2,
+        n_heads=1,
+        path="linear",
+        path_size=3,
+        scheme=PreNormScheme(),
+        smooth_init=False,
+        dtype=jnp.float64,
+        key=jax.random.key(0),
+    )
+    x = jax.random.uniform(jax.random.key(1), (4, 8, 8), jnp.float64)
+    y = jnp.arange(4, dtype=jnp.int32)
+    from transflow.control import cross_entropy_loss
+
+    want = {n: float(cross_entropy_loss(at_depth(m, n), x, y)[0]) for n in (2, 8)}
+    got = {float(depth_loss([2, 8])(m, x, y, jax.random.key(s))[0]) for s in range(12)}
+    assert all(any(abs(g - w) < 1e-12 for g in got) for w in want.values()), (got, want)
+    lam = 0.3
+    pen = float(depth_loss([2], smoothness=lam)(m, x, y)[0]) - want[2]
+    assert abs(pen - lam * float(m.controls.smoothness())) < 1e-10
+    with pytest.raises(ValueError, match="`depths`"):
+        depth_loss([])
+    g = eqx.filter_grad(lambda mm: depth_loss([2, 8])(mm, x, y, jax.random.key(0))[0])(m)
+    assert float(jnp.linalg.norm(_flat(eqx.filter(g.controls, eqx.is_inexact_array)))) > 0
+
+
+def test_depth_accuracy_and_the_smoke_task(tmp_path):
+    summary, result = __import__("transflow.control", fromlist=["run_training"]).run_training(
+        DEPTH_DIGITS,
+        DepthDigitsConfig(path="linear", path_size=2, train_depths=[2, 4], checkpoint_dir="none"),
+        run_dir=tmp_path,
+        smoke=True,
+        progress=None,
+    )
+    assert summary["path"] == "linear" and summary["steps"] == 40
+    m = result.model
+    x = np.random.default_rng(0).uniform(size=(5, 8, 8)).astype(np.float32)
+    r = depth_accuracy(m, x, np.zeros(5, np.int32), (2, 4), rtol=1e-3)
+    assert r["depths"] == [2, 4] and 0 <= r["adaptive_accuracy"] <= 1
+    assert r["adaptive_nfev_max"] >= 7
+    with pytest.raises(ValueError, match="`path` must be 'none' or one of"):
+        DEPTH_DIGITS.setup(DepthDigitsConfig(path="spline"), 0, jax.random.key(0))
+
+
+# ----------------------------------------------------------------------------- adjoint
+def test_continuous_adjoint_matches_backprop_through_the_solver():
+    """float64, tight tolerances: the gradient of a loss of the adaptive solve with respect
+    to every path coefficient and u0, by BacksolveAdjoint (the adjoint ODE solved
+    backwards) and by RecursiveCheckpointAdjoint (backpropagation through the solver's
+    steps), agree to ≤ 1e-6 relative."""
+    path, u0 = _rough_path(k=2), _u0()
+    target = jnp.ones_like(u0)
+
+    def loss(pu, adjoint):
+        p, u = pu
+        res = solve_adaptive(
+            u, p, PreNormScheme(), rtol=1e-10, atol=1e-10, adjoint=adjoint, max_steps=20000
+        )
+        return 0.5 * jnp.sum((res.u - target) ** 2)
+
+    g = {
+        a: _flat(
+            eqx.filter(
+                eqx.filter_grad(lambda pu, a=a: loss(pu, a))((path, u0)), eqx.is_inexact_array
+            )
+        )
+        for a in ("recursive", "backsolve")
+    }
+    rel = float(jnp.linalg.norm(g["backsolve"] - g["recursive"]) / jnp.linalg.norm(g["recursive"]))
+    print("adjoint relative difference", rel)
+    assert rel <= 1e-6, rel
