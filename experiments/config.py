@@ -137,7 +137,8 @@ class SchemeConfig:
 
     name: str = "lie"
     dt: float = 1.0
-    ffn_branch_dt: str = "dt"  # LieScheme: "dt" (paper-literal) or "2dt" (spec Q10)
+    # LieScheme: "dt" (paper-literal) or "2dt" (docs/spec/continuous-model.md Q10)
+    ffn_branch_dt: str = "dt"
     hardmax: bool = False
     temperature: float = 1.0
     options: dict[str, Any] = field(default_factory=dict)

@@ -1,5 +1,5 @@
 """F10: training curves (loss and accuracy) of the continuous model trained as an
-optimal-control problem (spec §5): the digits ViT and the sorting task.
+optimal-control problem (docs/spec/continuous-model.md §5): the digits ViT and the sorting task.
 
 Reads the newest completed run directories ``outputs/train_digits/*/`` and
 ``outputs/train_sequence/*/`` (their ``curves.npz``, complete even for resumed runs) if

@@ -1,5 +1,5 @@
-"""F6: the expected negative (spec Q9). The full model's Lie scheme with σ1 = 0
-(S1 ∩ S2 = ∅) under Δt refinement: successive differences are erratic, then the state
+"""F6: the expected negative (docs/spec/continuous-model.md Q9). The full model's Lie scheme with σ1
+= 0 (S1 ∩ S2 = ∅) under Δt refinement: successive differences are erratic, then the state
 collapses onto a fixed point of g(u) = P_S1(½(u + ReLU u)) and its sensitivity to the
 last layer's controls vanishes like Δt: the "limit" forgets the dynamics. Contrast:
 σ1 = 1, σ2 = 0.3 (S1 ∩ S2 ≠ ∅) converges at first order with O(1) sensitivity.

@@ -5,7 +5,7 @@ One rank-T maxout unit (pieces x, 0, …, 0 on [−1, 1]) is realized by the Var
 transformer with softmax attention at scale λ (transflow's own attention operator,
 ``temperature=λ``). For T = 2, 3, 4, 8 the sup of |max − transformer| · λ over a dense grid
 of gaps ≈ 1/λ equals ``W((T−1)/e)`` = 0.27846, 0.46306, 0.60355, 0.97314 for every λ
-(spec ``maxout-expressivity.md`` §3.6, check C5); the max over 2000 random points
+(docs/spec/maxout-expressivity.md §3.6, check C5); the max over 2000 random points
 underestimates it at large λ. Library call, same code as ``experiment=expressivity``.
 """
 

@@ -1,5 +1,5 @@
 """F8: linear regions of the zigzag transformers against depth (log scale), Variants A
-and B, with the candidate lower bounds of spec ``maxout-expressivity.md`` §3.5 / C12.
+and B, with the candidate lower bounds of docs/spec/maxout-expressivity.md §3.5 / C12.
 
 Counts are exact and certified (the 1-D counter of
 ``transflow.expressivity.count_linear_regions`` on the hardmax transformers built by

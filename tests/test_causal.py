@@ -1,5 +1,6 @@
-"""Causal attention (spec §4.4): torch with a causal mask, HF ``GPT2Block``/``GPT2Model``,
-and prefix dependence. float64: max |Δ| ≤ 1e-10; float32: relative error ≤ 1e-5."""
+"""Causal attention (docs/spec/continuous-model.md §4.4): torch with a causal mask, HF
+``GPT2Block``/``GPT2Model``, and prefix dependence. float64: max |Δ| ≤ 1e-10; float32: relative
+error ≤ 1e-5."""
 
 from __future__ import annotations
 

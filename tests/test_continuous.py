@@ -1,5 +1,5 @@
 """The continuous-time limit: schemes as data, orders of convergence, grid refinement,
-the paper's Lie scheme at Δt = 1, and the expected negative (spec Q9).
+the paper's Lie scheme at Δt = 1, and the expected negative (docs/spec/continuous-model.md Q9).
 
 Tolerances: order tests fit the log–log slope over Δt = 1/4 … 1/64 in float64 and accept
 the declared order ± 0.2 (as diffrax's ``test_ode_order``); the diffrax reference must be
@@ -187,7 +187,8 @@ def test_grid_refinement_midpoint_order_slow(quantity):
 
 @pytest.mark.parametrize("dx", [1.0, 0.37, 1e-3])
 def test_dx_cancels_in_softmax(getkey, dx):
-    """On a uniform token grid the quadrature weight Δx cancels in γ (spec §3.4)."""
+    """On a uniform token grid the quadrature weight Δx cancels in γ (docs/spec/continuous-model.md
+    §3.4)."""
     p = AttentionParams.random(6, n_heads=2, key=getkey())
     u = jax.random.normal(getkey(), (7, 6))
     grid = Grid.uniform(7, 6, dx=dx, dy=1.0)

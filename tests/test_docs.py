@@ -305,3 +305,96 @@ def test_docs_paths_in_docstrings_become_links():
     assert adapt("docs/spec/continuous-model.md Q6") == (
         "[docs/spec/continuous-model.md Q6](../spec/continuous-model.md#q6)"
     )
+
+
+# --- the specification lives in the repository ------------------------------------------
+
+_TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".cff", ".css", ""}
+_SECTION = r"(§\d+(?:\.\d+)*|Q\d+|C\d+|B\d+|pitfall \d+|Appendix [AB])"
+
+
+def _repository_text_files() -> list[pathlib.Path]:
+    """Tracked (and untracked, not ignored) text files; every file when git is missing."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") and (ROOT / ".git").exists():
+        out = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
+        paths = [ROOT / p for p in out if p]
+    else:
+        skip = {".git", ".venv", "site", "outputs", "multirun", "__pycache__"}
+        paths = [p for p in ROOT.rglob("*") if not skip & set(p.relative_to(ROOT).parts)]
+    return [
+        p
+        for p in paths
+        if p.is_file() and p.suffix in _TEXT_SUFFIXES and "egg-info" not in p.as_posix()
+    ]
+
+
+def _spec_anchors() -> dict[str, set[str]]:
+    """{page: heading ids} of docs/spec/*.md (explicit `{#id}` attributes)."""
+    return {
+        p.stem: set(re.findall(r"^#+ .*\{#([\w-]+)\}\s*$", p.read_text(), re.M))
+        for p in (DOCS / "spec").glob("*.md")
+    }
+
+
+def _anchor(section: str) -> str:
+    if section.startswith("§"):
+        return "s" + section[1:].replace(".", "-")
+    return section.lower().replace(" ", "-")
+
+
+def test_no_file_refers_to_specification_files_outside_the_repository():
+    outside = ("../" + "shared", "shared" + "/papers")
+    found = [
+        f"{p.relative_to(ROOT)}: {needle}"
+        for p in _repository_text_files()
+        for needle in outside
+        if needle in p.read_text(errors="replace")
+    ]
+    assert not found, f"references to files outside the repository: {found}"
+
+
+def test_spec_references_name_existing_sections():
+    anchors = _spec_anchors()
+    assert set(anchors) == {"continuous-model", "maxout-expressivity", "reference-layers"}
+    assert {"s3-2", "q6", "s8-10"} <= anchors["continuous-model"]
+    text_ref = re.compile(r"docs/spec/([a-z-]+)\.md(?:[ \u00a0]" + _SECTION + ")?")
+    link_ref = re.compile(r"\]\((?:\.\./)*(?:spec/)?([a-z-]+)\.md#([\w-]+)\)")
+    bad, checked = [], 0
+    for path in _repository_text_files():
+        text = path.read_text(errors="replace")
+        for m in text_ref.finditer(text):
+            page, section = m.group(1), m.group(2)
+            checked += 1
+            if page not in anchors or (section and _anchor(section) not in anchors[page]):
+                bad.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
+        if path.suffix == ".md" and DOCS in path.parents:
+            for m in link_ref.finditer(text):
+                if m.group(1) in anchors:
+                    checked += 1
+                    if m.group(2) not in anchors[m.group(1)]:
+                        bad.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
+    assert not bad, f"references to sections the spec pages do not have: {bad}"
+    assert checked > 150  # the code cites the spec well over a hundred times
+
+
+def test_no_bare_spec_references_are_left():
+    """The word "spec" followed by a section and no page: write "docs/spec/<page>.md"
+    before the section instead (a link to the page in docs pages)."""
+    bare = re.compile(r"(?<![\w/.-])spec[ -](?:§|Q\d|C\d|B\d)")
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in _repository_text_files()
+        if p.suffix in {".py", ".md", ".yaml"}
+        for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert not found, f"references that do not name the spec page: {found}"

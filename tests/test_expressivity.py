@@ -1,5 +1,5 @@
 """Transformers realizing maxout / ReLU / CPWL functions: checks C1–C4, C7, C9, C11 of
-spec ``maxout-expressivity.md`` §7, and bad input.
+docs/spec/maxout-expressivity.md §7, and bad input.
 
 Tolerances: float64 — the hardmax construction equals the target to ≤ 1e-12 relative to
 max|y| on the sample (spec reference: ~1e-14 absolute); float32 — ≤ 1e-4 relative on a
@@ -46,7 +46,8 @@ def rel_err(a, b):
     return float(np.abs(a - b).max() / max(1.0, np.abs(b).max()))
 
 
-# ---------------------------------------------------------------- spec Appendix A (numpy)
+# ---------------------------------------------------------------- docs/spec/maxout-expressivity.md
+# Appendix A (numpy)
 def _ref_build_rc(Ws, bs, lo, hi, margin):
     """The spec's verified numpy reference builder (Appendix A), Variant A."""
     L, d = len(Ws), Ws[0].shape[2]
@@ -183,7 +184,7 @@ def test_parameter_counts_c9(example_net):
     dense = sum(4 * m * H + 2 * m * r + r + m for H, r in zip(heads, ffn))
     assert (pc["maxout"], pc["nnz"], pc["dense"]) == (P_N, nnz, dense)
     assert (pc["tokens"], pc["width"], pc["depth"]) == (T, m, net.depth + 1)
-    # the worked example of spec §4 (reference values)
+    # the worked example of docs/spec/maxout-expressivity.md §4 (reference values)
     assert (P_N, nnz, dense, m) == (181, 341, 2144, 15)
     # Variant B non-zeros: Σ_ℓ [k n (n_{ℓ−1} + 11) + 8 n]
     pcb = maxout_to_transformer(net, -1.0, 1.0, variant="B").param_counts()

@@ -1,4 +1,4 @@
-"""Exact linear-region counting: checks C6–C8 of spec ``maxout-expressivity.md`` §7 and the
+"""Exact linear-region counting: checks C6–C8 of docs/spec/maxout-expressivity.md §7 and the
 agreement of the exact counters with brute-force grid pattern hashing (float64)."""
 
 import jax
@@ -115,7 +115,7 @@ def test_zigzag_transformer_regions_2d_larger(T, D):
 # ---------------------------------------------------------------- C8: RC vs maxout net
 @pytest.fixture(scope="module")
 def c8_net():
-    """Random 1-6-6-6-1 maxout net of rank 3 on [−3, 3] (spec C8)."""
+    """Random 1-6-6-6-1 maxout net of rank 3 on [−3, 3] (docs/spec/maxout-expressivity.md C8)."""
     rng = np.random.default_rng(11)
     Ws = [rng.normal(size=(6, 3, 1)), rng.normal(size=(6, 3, 6)), rng.normal(size=(6, 3, 6))]
     bs = [rng.normal(size=(6, 3)) for _ in range(3)]

@@ -1,4 +1,4 @@
-"""Softmax attention at scale λ: check C5 of spec ``maxout-expressivity.md`` §7 (float64).
+"""Softmax attention at scale λ: check C5 of docs/spec/maxout-expressivity.md §7 (float64).
 
 One max-unit: the sup error over a dense grid of gaps equals ``c_T/λ`` with
 ``c_T = W((T−1)/e)`` (to 1e-6 relative: grid resolution); multi-layer nets: the error stays
@@ -32,7 +32,7 @@ def test_lambert_w_and_constants():
     for z in (0.0, 1e-3, 0.5, 1.0, math.e, 10.0, 1e3):
         w = lambert_w(z)
         assert abs(w * math.exp(w) - z) <= 1e-14 * max(1.0, z)
-    # reference values of spec §3.6 / C5
+    # reference values of docs/spec/maxout-expressivity.md §3.6 / C5
     ref = {2: 0.27846, 3: 0.46306, 4: 0.60355, 8: 0.97314}
     for T, c in ref.items():
         assert abs(softmax_max_constant(T) - c) < 1e-5

@@ -1,6 +1,6 @@
 """BERT-family encoders: transflow reproduces HF ``BertLayer``, ``BertModel`` (token types,
 positions, pooler), ``RobertaModel`` (padding-aware position ids) and ``DistilBertModel``.
-Their layers are post-LN: exactly the paper's Lie scheme (spec §3.5).
+Their layers are post-LN: exactly the paper's Lie scheme (docs/spec/continuous-model.md §3.5).
 
 float64: max |Δ| ≤ 1e-10 · max(1, |y|) (HF's BERT family computes its softmax in the input
 dtype, so no patch is needed); float32: max |Δ| / max |y| ≤ 1e-5.

@@ -1,4 +1,5 @@
-"""CvT: transflow reproduces HuggingFace ``CvtLayer`` and ``CvtStage`` (spec §4.3).
+"""CvT: transflow reproduces HuggingFace ``CvtLayer`` and ``CvtStage``
+(docs/spec/continuous-model.md §4.3).
 
 Convolutional projections over the 2-D token grid (depthwise conv + BatchNorm in eval mode
 + pointwise), strided keys/values, the class token split off and re-attached, and the

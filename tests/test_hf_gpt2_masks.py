@@ -1,5 +1,6 @@
 """GPT-2 with padding masks: HF ``attention_mask`` (1 = keep) → transflow
-``key_padding_mask = (mask == 0)``, combined with the causal mask (spec §4.4).
+``key_padding_mask = (mask == 0)``, combined with the causal mask (docs/spec/continuous-model.md
+§4.4).
 
 float64: max |Δ| ≤ 1e-10 · max(1, |y|) on the kept tokens; float32 ≤ 1e-5 relative.
 """

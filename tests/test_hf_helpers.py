@@ -1,7 +1,7 @@
 """Shared helpers for the HuggingFace/PyTorch equivalence tests (and checks of the helpers).
 
 HF's eager ViT attention computes the softmax in float32 even for float64 inputs
-(``softmax(..., dtype=torch.float32).to(query.dtype)``, reference-layers.md pitfall 5), so
+(``softmax(..., dtype=torch.float32).to(query.dtype)``, docs/spec/reference-layers.md pitfall 5), so
 its float64 output carries float32 rounding (~1e-8). For the float64 checks at 1e-10 the
 tests replace the module-level ``eager_attention_forward`` of ``modeling_vit`` by
 :func:`eager_attention_fp64`: the same code with the softmax in the input dtype. The test

@@ -1,4 +1,5 @@
-"""ViT: transflow reproduces HuggingFace ``ViTLayer`` and ``ViTModel`` (spec §4.2).
+"""ViT: transflow reproduces HuggingFace ``ViTLayer`` and ``ViTModel``
+(docs/spec/continuous-model.md §4.2).
 
 float64 (x64 on): max |Δ| ≤ 1e-10 at unit-scale outputs, with HF's eager attention using a
 float64 softmax (``fp64_eager``, see ``test_hf_helpers``); float32: relative error ≤ 1e-5.

@@ -29,7 +29,8 @@ EXAMPLES = 60
 def layer_configs(draw):
     nhead = draw(st.sampled_from([1, 2, 3, 4, 6]))
     # d_model = 1 is left out: LayerNorm over one feature is degenerate (variance 0), where
-    # torch returns NaN at ε = 0 and transflow returns σ1 by design (spec Q2).
+    # torch returns NaN at ε = 0 and transflow returns σ1 by design (docs/spec/continuous-model.md
+    # Q2).
     head_dim = draw(st.integers(2 if nhead == 1 else 1, 6))
     d = nhead * head_dim
     return {

@@ -2,7 +2,7 @@
 
 Tolerances: float64 max |Δ| ≤ 1e-10 on outputs of unit scale (LayerNorm outputs);
 float32 max |Δ| / max |y| ≤ 1e-5. torch runs on its slow path (fast path disabled), as
-`papers/reference-layers.md` B1 recommends for golden references.
+docs/spec/reference-layers.md B1 recommends for golden references.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Properties of the operators: projections (Theorem 3.1, ReLU) and attention (spec §8.1-3, §8.11).
+"""Properties of the operators: projections (Theorem 3.1, ReLU) and attention
+(docs/spec/continuous-model.md §8.1-3, §8.11).
 
 float64 throughout (conftest); tolerances are round-off multiples stated per test.
 """
@@ -67,7 +68,8 @@ def test_project_s1_invariant_under_positive_affine_maps(v, s1, s2, c, a):
 @settings(max_examples=20, deadline=None)
 @given(_rows(min_d=3), sig1, sig2, st.integers(0, 2**31 - 1))
 def test_project_s1_is_closest_point(v, s1, s2, seed):
-    """No random point of S1 is closer; the distance has the closed form of spec §8.1."""
+    """No random point of S1 is closer; the distance has the closed form of
+    docs/spec/continuous-model.md §8.1."""
     assume(_nondegenerate(v))
     p = np.asarray(project_s1(jnp.asarray(v), s1, s2))
     d = v.shape[-1]
@@ -200,7 +202,8 @@ def test_token_spacing_cancels_and_weights_give_weighted_softmax():
 
 
 def test_feature_quadrature_scale_index_grid_and_dy():
-    """|Ω_y|^{-1/2}⟨Q,K⟩ = QKᵀ/√d with Δy = 1 and = √(Δy/d)·QKᵀ for uniform Δy (spec §8.5)."""
+    """|Ω_y|^{-1/2}⟨Q,K⟩ = QKᵀ/√d with Δy = 1 and = √(Δy/d)·QKᵀ for uniform Δy
+    (docs/spec/continuous-model.md §8.5)."""
     rng = np.random.default_rng(6)
     p = AttentionParams.paper(*(rng.standard_normal((8, 8)) for _ in range(3)))
     u = jnp.asarray(rng.standard_normal((4, 8)))

@@ -37,7 +37,8 @@ def _paper_controls(d, key, s1=0.0, s2=1.0, J=2):
 
 
 def _numpy_reference_step(U, c):
-    """An independent NumPy transcription of spec §3.8 (Lean `splitStep`) at Δt = 1."""
+    """An independent NumPy transcription of docs/spec/continuous-model.md §3.8 (Lean `splitStep`)
+    at Δt = 1."""
     U = np.asarray(U)
     wq, wk, wv = (np.asarray(x) for x in (c.attn.wq, c.attn.wk, c.attn.wv))
     d = U.shape[-1]
@@ -75,7 +76,8 @@ def test_substep_count_is_4_plus_J(getkey, J):
 
 @pytest.mark.parametrize("dt", [0.1, 0.5, 3.0])
 def test_dt_reparametrization_invariance(getkey, dt):
-    """split_step(Δt; W_V, W_j, b_j) == split_step(1; ΔtW_V, ΔtW_j, Δtb_j) (spec §8.9)."""
+    """split_step(Δt; W_V, W_j, b_j) == split_step(1; ΔtW_V, ΔtW_j, Δtb_j)
+    (docs/spec/continuous-model.md §8.9)."""
     c = _paper_controls(10, getkey(), s1=0.1, s2=0.9)
     u = jax.random.normal(getkey(), (7, 10))
     scaled = LayerControls(

@@ -1,6 +1,6 @@
 """transflow.vision: the ViT front end (initial condition on a 2-D token grid), the
 class-token read-out, CvT's convolutions over the token grid and the literal
-y-convolution reading of spec §4.3 (Q7)."""
+y-convolution reading of docs/spec/continuous-model.md §4.3 (Q7)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Task ``convergence`` (F3): error vs Δt of splitting schemes on the well-posed
-sub-models (spec §8.10), against diffrax references, with fitted log–log slopes.
+sub-models (docs/spec/continuous-model.md §8.10), against diffrax references, with fitted log–log
+slopes.
 
 The study is :func:`transflow.continuous.convergence_study`: for every sub-model in
 ``submodels`` (``a``: attention + linear; ``b``: + S1 as the tangent-space projected ODE;
@@ -15,8 +16,8 @@ Claims (``summary.json``): each fitted slope within ±0.2 of the order expected 
 (:func:`transflow.continuous.expected_order`: Lie 1; Strang 2 on a, b-tangent and
 c_invariant, 1 on b-full and on c), the reference error ≤ 1e-3 × the smallest error, the
 S2 constraint of c active on ≥ 50% of the horizon, and the paper-literal ``hybrid-dt``
-stalling on a and c_invariant (spec Q10). Slope claims are not enforced at smoke size
-(two step sizes).
+stalling on a and c_invariant (docs/spec/continuous-model.md Q10). Slope claims are not enforced at
+smoke size (two step sizes).
 """
 
 from __future__ import annotations

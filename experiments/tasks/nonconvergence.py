@@ -1,5 +1,5 @@
-"""Task ``nonconvergence`` (F6): the expected negative of spec Q9. The full model with
-σ1 = 0 (S1 ∩ S2 = ∅) has no solution; its Lie discretization applies the O(1) map
+"""Task ``nonconvergence`` (F6): the expected negative of docs/spec/continuous-model.md Q9. The full
+model with σ1 = 0 (S1 ∩ S2 = ∅) has no solution; its Lie discretization applies the O(1) map
 g(u) = P_S1(½(u + ReLU u)) at every step, whatever Δt.
 
 The study is :func:`transflow.continuous.nonconvergence_study`: the paper's Lie scheme

@@ -1,9 +1,9 @@
 """Task ``train_digits``: the scikit-learn handwritten digits (8×8) with a small
 continuous ViT (patches on a 2-D token grid).
 
-Training as optimal control (spec §5) of the continuous model (patch embedding +
-position embedding → N_t steps of the split scheme → mean-pool/class-token read-out), with
-:func:`transflow.control.run_training` of ``TRAINING_TASKS["digits"]`` (the same code as
+Training as optimal control (docs/spec/continuous-model.md §5) of the continuous model (patch
+embedding + position embedding → N_t steps of the split scheme → mean-pool/class-token read-out),
+with :func:`transflow.control.run_training` of ``TRAINING_TASKS["digits"]`` (the same code as
 ``python -m transflow.control digits``).
 Checkpoints are written every ``checkpoint_every`` steps (atomic, checksummed); with
 ``checkpoint_dir=auto`` they live in ``outputs/checkpoints/train_digits-<config hash>/``, so

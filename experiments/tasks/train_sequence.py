@@ -1,8 +1,8 @@
 """Task ``train_sequence``: sorting (or reversing) a short random sequence, a
 synthetic task where every output token needs attention over all tokens.
 
-Training as optimal control (spec §5) of the continuous model (token + position
-embedding on a 1-D token grid → N_t steps of the split scheme → per-token read-out), with
+Training as optimal control (docs/spec/continuous-model.md §5) of the continuous model (token +
+position embedding on a 1-D token grid → N_t steps of the split scheme → per-token read-out), with
 :func:`transflow.control.run_training` of ``TRAINING_TASKS["sequence"]`` (the same code as
 ``python -m transflow.control sequence``).
 Checkpoints are written every ``checkpoint_every`` steps (atomic, checksummed); with

@@ -1,4 +1,4 @@
-"""Causal (decoder) variants: the restricted token integral of spec §4.4.
+"""Causal (decoder) variants: the restricted token integral of docs/spec/continuous-model.md §4.4.
 
 Causal attention restricts the token integral to x̃ ≤ x in both the numerator and the
 denominator of γ,
@@ -12,7 +12,8 @@ at tokens x̃ ≤ x (prefix dependence). Every scheme takes ``causal=True``; a
 
 A decoder's initial condition is f(x_i, ·) = E[token_i] + P[i] (token and position
 embeddings, :class:`TokenEmbedding`), and its read-out the logits ⟨u_T(x_i, ·), E[v]⟩
-(tied unembedding) inside the loss ℓ (spec §5); :class:`CausalDecoder` assembles them.
+(tied unembedding) inside the loss ℓ (docs/spec/continuous-model.md §5); :class:`CausalDecoder`
+assembles them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ __all__ = ["CausalScheme", "TokenEmbedding", "CausalDecoder"]
 
 
 class CausalScheme(AbstractScheme):
-    """A scheme whose attention is always causal (x̃ ≤ x), spec §4.4.
+    """A scheme whose attention is always causal (x̃ ≤ x), docs/spec/continuous-model.md §4.4.
 
     Example:
         >>> import jax, jax.numpy as jnp

@@ -1,7 +1,7 @@
 """Controls θⁿ of one time step (one layer), as equinox modules.
 
-The controls are piecewise constant in time, one set per layer (spec §2.6). A stack over
-time is the *same* pytree with a leading axis (:func:`stack_controls`), so
+The controls are piecewise constant in time, one set per layer (docs/spec/continuous-model.md §2.6).
+A stack over time is the *same* pytree with a leading axis (:func:`stack_controls`), so
 :func:`transflow.evolve` runs the steps with ``lax.scan`` and its compile time does not
 grow with depth.
 
@@ -40,7 +40,7 @@ class AttentionParams(eqx.Module):
     Shapes: ``wq, wk: (d, H·d_k)``, ``wv: (d, H·d_v)``, ``wo: (H·d_v, d)`` and biases of the
     matching output sizes. Head m uses the m-th contiguous block of d_k (d_v) columns, as
     ``torch.nn.MultiheadAttention`` does. The continuous single-head model has no output
-    kernel (W_O = I, spec §2.2); for several heads W_O is folded per head,
+    kernel (W_O = I, docs/spec/continuous-model.md §2.2); for several heads W_O is folded per head,
     ``V_m = u W_V^{(m)} W_O^{(m)}`` (eq. 5.7).
     """
 
@@ -88,7 +88,8 @@ class AttentionParams(eqx.Module):
 
     @classmethod
     def paper(cls, wq, wk, wv) -> AttentionParams:
-        """The paper's single-head kernels: no biases, ``W_O = I`` (spec §2.2)."""
+        """The paper's single-head kernels: no biases, ``W_O = I`` (docs/spec/continuous-model.md
+        §2.2)."""
         wq, wk, wv = map(jnp.asarray, (wq, wk, wv))
         d = wq.shape[0]
         z = jnp.zeros((wq.shape[1],), wq.dtype)
@@ -150,13 +151,14 @@ class FFNParams(eqx.Module):
 
     - ``residual[j] = True`` (the paper's form, square W_j): the explicit Euler step of
       the linear integral operator, ``Z ← Z + Δt (Z W_j + b_j)``; at Δt = 1 this is the
-      standard layer with weight ``I + W_j`` (spec §3.5).
-    - ``residual[j] = False`` (extension for d_ff ≠ d, spec Q6): a lifting map into (or
+      standard layer with weight ``I + W_j`` (docs/spec/continuous-model.md §3.5).
+    - ``residual[j] = False`` (extension for d_ff ≠ d, docs/spec/continuous-model.md Q6): a lifting
+        map into (or
       out of) a hidden domain Ω_z, ``Z ← Z W_j + b_j``; it has no identity part.
 
     followed by the activation for all but the last sub-step (``activation_on_last``
-    puts it after the last too, spec Q5). ``activation="relu"`` is the projection onto
-    S2 (an implicit, Δt-independent step); ``"gelu"``/``"gelu_tanh"`` are explicit
+    puts it after the last too, docs/spec/continuous-model.md Q5). ``activation="relu"`` is the
+    projection onto S2 (an implicit, Δt-independent step); ``"gelu"``/``"gelu_tanh"`` are explicit
     pointwise maps (extension, not a projection).
     """
 
@@ -218,8 +220,8 @@ class NormParams(eqx.Module):
 
     ``bias`` = σ1 (target mean) and ``gain`` = σ2 (target standard deviation). The paper's
     σ1, σ2 are scalars (shape ``()``, or constant vectors); per-feature vectors of shape
-    ``(d,)`` are the extension of spec Q3. ``eps`` is PyTorch's ``layer_norm_eps`` (0 in
-    the paper's Theorem 3.1).
+    ``(d,)`` are the extension of docs/spec/continuous-model.md Q3. ``eps`` is PyTorch's
+    ``layer_norm_eps`` (0 in the paper's Theorem 3.1).
     """
 
     gain: Float[Array, "*d"]

@@ -2,8 +2,8 @@
 
 The continuous model lives on Ω_x × Ω_y. A :class:`Grid` holds the quadrature nodes and
 weights of both domains. Discrete weight matrices are quadrature of continuous kernels
-(spec §3.4): ``W[k, l] = w^y_k · W(y_k, y_l)``, so one continuous kernel can be sampled on
-any grid (:meth:`Grid.sample_kernel`).
+(docs/spec/continuous-model.md §3.4): ``W[k, l] = w^y_k · W(y_k, y_l)``, so one continuous kernel
+can be sampled on any grid (:meth:`Grid.sample_kernel`).
 
 The paper's convention is the *index grid*: Δx = Δy = 1, |Ω_y| = d. On it every operator
 of transflow reduces to the standard Transformer formula (softmax, 1/√d_k, population-

@@ -11,8 +11,8 @@ Continuous readings (docs/models.md):
   the one with the positive sign is the closest. As for S1 the set is non-convex (the
   projection is unique except at v = 0, where every point is equally close; transflow
   returns 0 there, the ε → 0 limit of the regularised map). The per-feature gain γ is
-  the diagonal affine map after the projection (spec Q3); ε > 0 is the regularised
-  projection ``v / sqrt(mean v² + ε)`` (an extension, as for LayerNorm).
+  the diagonal affine map after the projection (docs/spec/continuous-model.md Q3); ε > 0 is the
+  regularised projection ``v / sqrt(mean v² + ε)`` (an extension, as for LayerNorm).
 - **Rotary positions** (:func:`apply_rotary`): queries and keys of head m are rotated by
   R(x) = ⊕_i rot(x ω_i) with ω_i = θ^{-2i/d_k} (rotate-half pairing of HF), so
   ``⟨R(x) Q u(x), R(x̃) K u(x̃)⟩ = ⟨Q u(x), R(x̃ − x) K u(x̃)⟩``: the attention kernel
@@ -27,7 +27,8 @@ Continuous readings (docs/models.md):
 - **SwiGLU** (:func:`gated_ffn`): ``W_down (act(W_gate z) ⊙ W_up z)``: an explicit step
   of a gated, non-monotone operator (the product of two lifted fields), not a projection.
 
-The scheme (:class:`RMSPreNormScheme`) is the pre-norm extension of spec §4.2 with these
+The scheme (:class:`RMSPreNormScheme`) is the pre-norm extension of docs/spec/continuous-model.md
+§4.2 with these
 operators: ``u¹ = u + Δt 𝒜_rot(P_sph u)``, ``u² = u¹ + Δt ℱ_gated(P_sph u¹)``.
 """
 

@@ -1,4 +1,4 @@
-"""Attention masks as restrictions of the attention integral (papers/reference-layers.md C1).
+"""Attention masks as restrictions of the attention integral (docs/spec/reference-layers.md C1).
 
 The attention kernel of the continuous model is a weighted softmax over the token grid,
 

@@ -5,7 +5,8 @@ token x_i, column = feature y_k. Batch with :func:`jax.vmap`.
 
 - :func:`attention`: the non-local integral operator
   ``(𝒜u)(x, y) = ∫_{Ω_x} γ(x, x̃; u) V(x̃, y; u) dx̃`` with
-  ``γ = softmax_x̃(|Ω_η|^{-1/2} ⟨Q(x,·), K(x̃,·)⟩)`` (spec §2.2), multi-head as eq. (5.7).
+  ``γ = softmax_x̃(|Ω_η|^{-1/2} ⟨Q(x,·), K(x̃,·)⟩)`` (docs/spec/continuous-model.md §2.2),
+  multi-head as eq. (5.7).
 - :func:`project_s1`: the projection onto S1(σ1, σ2) (Theorem 3.1: LayerNorm).
 - :func:`project_s2`: the projection onto S2 = {u ≥ 0} (ReLU).
 - :func:`linear_y`: a linear integral operator in y, ``∫ W(ξ, y) u(x, ξ) dξ + b(y)``.
@@ -479,11 +480,11 @@ def project_s1(
 
     Extensions (not a projection, documented for interop): ``eps > 0`` gives
     ``σ2 (v − α)/√(β + ε) + σ1`` (PyTorch's LayerNorm); vector ``sigma1``/``sigma2`` of
-    shape ``(d,)`` give per-feature bias and gain (spec Q3: P_{S1(0,1)} followed by a
-    diagonal affine map).
+    shape ``(d,)`` give per-feature bias and gain (docs/spec/continuous-model.md Q3: P_{S1(0,1)}
+    followed by a diagonal affine map).
 
-    Degenerate tokens (spec Q2): if β = 0 every point of S1 is equally close and the
-    projection is not unique. transflow returns σ1 for such tokens (the limit of the
+    Degenerate tokens (docs/spec/continuous-model.md Q2): if β = 0 every point of S1 is equally
+    close and the projection is not unique. transflow returns σ1 for such tokens (the limit of the
     ε-regularized LayerNorm as ε → 0), without NaN in the value or the gradient. With
     ``eps == 0`` a token counts as constant when ``β ≤ (d·ε_mach)² · mean(v²)``, i.e. it is
     constant up to the round-off of computing its mean.

@@ -1,10 +1,11 @@
 """Operator-splitting schemes: one time step of the continuous model = one layer.
 
-The continuous model (spec §2.5, sign convention of the toolkit)
+The continuous model (docs/spec/continuous-model.md §2.5, sign convention of the toolkit)
 
     0 ∈ u_t − 𝒜(t; u) − Σ_j (𝒲_j(t) u + b_j(t)) + N_{S1(σ1, σ2)}(u) + N_{S2}(u)
 
-is split into M = 4 + J sub-problems per time step (spec §3.2, :class:`LieScheme`):
+is split into M = 4 + J sub-problems per time step (docs/spec/continuous-model.md §3.2,
+:class:`LieScheme`):
 
 1. attention, explicit Euler:       u¹ = u⁰ + Δt 𝒜(u⁰)
 2. projection onto S1:              u² = P_{S1}(u¹)           (implicit; Δt-independent)
@@ -12,10 +13,11 @@ is split into M = 4 + J sub-problems per time step (spec §3.2, :class:`LieSchem
 3+J. relaxation (skip connection):  u^{3+J} = ½ (u^{2+J} + u²)
 4+J. projection onto S1:            u^{n+1} = P_{S1}(u^{3+J})
 
-With Δt = 1 this is exactly one post-LN Transformer encoder layer (spec §3.5).
+With Δt = 1 this is exactly one post-LN Transformer encoder layer (docs/spec/continuous-model.md
+§3.5).
 
 A scheme is a small immutable object with a ``step`` method; schemes carry options (such
-as the FFN branch time step of spec §3.2) but no state.
+as the FFN branch time step of docs/spec/continuous-model.md §3.2) but no state.
 """
 
 from __future__ import annotations
@@ -138,12 +140,13 @@ class AbstractScheme(eqx.Module):
 
 
 class LieScheme(AbstractScheme):
-    """The paper's sequential (Lie) splitting, M = 4 + J sub-steps (spec §3.2).
+    """The paper's sequential (Lie) splitting, M = 4 + J sub-steps (docs/spec/continuous-model.md
+    §3.2).
 
     Options:
         ffn_branch_dt: ``"dt"`` (paper-literal: the FFN sub-steps use Δt) or ``"2dt"``
-            (the consistent parallel reading of the ½ relaxation, spec §3.2 / Q10: the
-            FFN branch of a K = 2 parallel splitting runs with 2Δt). Irrelevant for
+            (the consistent parallel reading of the ½ relaxation, docs/spec/continuous-model.md §3.2
+            / Q10: the FFN branch of a K = 2 parallel splitting runs with 2Δt). Irrelevant for
             lifting sub-steps, which have no Δt.
         hardmax, temperature: attention kernel options (see :func:`attention_weights`).
         implementation: how the attention operator is evaluated, ``"auto"`` (default),
@@ -151,8 +154,9 @@ class LieScheme(AbstractScheme):
             :func:`transflow.attention`. The same operator up to round-off.
 
     The closing projection uses ``ε/4`` when the layer's ``eps = ε > 0``: by LN's scale
-    invariance LN_ε(w) = LN_{ε/4}(½ w) (spec §8.7), so the scheme reproduces PyTorch's
-    post-LN layer for every ε. With ε = 0 (the paper) both are the same projection.
+    invariance LN_ε(w) = LN_{ε/4}(½ w) (docs/spec/continuous-model.md §8.7), so the scheme
+    reproduces PyTorch's post-LN layer for every ε. With ε = 0 (the paper) both are the same
+    projection.
 
     Sub-step names (``return_substeps=True``): ``attention``, ``ln1``, ``ffn1`` …
     ``ffnJ``, ``relax``, ``ln2``.
@@ -235,7 +239,7 @@ class LieScheme(AbstractScheme):
 class PreNormScheme(AbstractScheme):
     """Pre-LN layers (ViT, GPT-2, ``norm_first=True``): an extension, not paper-exact.
 
-    Explicit Euler on the composite operators (spec §4.2):
+    Explicit Euler on the composite operators (docs/spec/continuous-model.md §4.2):
 
         u¹ = u⁰ + Δt 𝒜(P_{S1}(u⁰)),     u^{n+1} = u¹ + Δt ℱ(P_{S1'}(u¹)),
 

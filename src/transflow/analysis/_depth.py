@@ -287,9 +287,9 @@ def refine(model, factor: int, *, interpolation: Interpolation = "constant"):
       control itself into a continuous one, the reading in which the network
       discretizes a smooth θ(t) (Sander et al.); the limit differs from the constant one.
 
-    What it does to the identification (spec §3.5–3.6): one step at Δt is one layer with
-    weights I + Δt·W_j (FFN), attention residual x + Δt·SA(x) (Δt·W_V), biases Δt·b_j;
-    the projections (LayerNorm, ReLU) do not depend on Δt. The refined model is a
+    What it does to the identification (docs/spec/continuous-model.md §3.5–3.6): one step at Δt is
+    one layer with weights I + Δt·W_j (FFN), attention residual x + Δt·SA(x) (Δt·W_V), biases
+    Δt·b_j; the projections (LayerNorm, ReLU) do not depend on Δt. The refined model is a
     transformer with factor·N_t layers whose FFN weights are I + (Δt/factor)·W_j, whose
     attention output is scaled by Δt/factor and whose LayerNorms are repeated unchanged;
     with ``"constant"`` factor consecutive layers share θⁿ. It is *not* the trained

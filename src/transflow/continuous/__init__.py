@@ -1,7 +1,7 @@
 """The continuous-time limit: splitting schemes as data, continuous controls and kernels,
 diffrax reference solves of the well-posed sub-models, and convergence studies.
 
-See ``docs/continuous.md`` and spec ``continuous-model.md`` §3, §7 (Q9, Q10), §8.4, §8.10.
+See ``docs/continuous.md`` and docs/spec/continuous-model.md §3, §7 (Q9, Q10), §8.4, §8.10.
 """
 
 from ._controls import (

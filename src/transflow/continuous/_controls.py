@@ -1,12 +1,13 @@
 """Continuous controls θ(t) and kernels W(ξ, y) as functions.
 
 - :class:`PiecewiseConstant`: the paper's controls, one set per layer, constant on
-  ``[t_start + n τ, t_start + (n+1) τ)`` (spec §2.6); τ = 1 is "one layer per unit time".
+  ``[t_start + n τ, t_start + (n+1) τ)`` (docs/spec/continuous-model.md §2.6); τ = 1 is "one layer
+  per unit time".
 - :class:`SmoothPath`: ``θ(t) = θ_0 + sin(ω t) θ_1`` leaf by leaf, a smooth control for
   convergence studies in Δt.
 - :class:`KernelAttention`, :class:`KernelLinear`: continuous kernels ``W(ξ, y, t)`` that any
   :class:`~transflow.Grid` samples by quadrature (``W[k, l] = w_k W(y_k, y_l, t)``,
-  spec §3.4), so one model can be evaluated at any (N_x, N_y, Δt).
+  docs/spec/continuous-model.md §3.4), so one model can be evaluated at any (N_x, N_y, Δt).
 
 Each is a callable ``θ(t)`` returning a pytree of arrays (e.g. an
 :class:`~transflow.AttentionParams` or a ``(W, b)`` pair).
@@ -136,7 +137,8 @@ class SmoothPath(ControlPath):
 
 
 class KernelAttention(eqx.Module):
-    """Single-head attention kernels W^Q, W^K, W^V(ξ, y, t) (spec §2.2) as functions.
+    """Single-head attention kernels W^Q, W^K, W^V(ξ, y, t) (docs/spec/continuous-model.md §2.2) as
+    functions.
 
     ``sample(grid)`` returns the control path ``t ↦ AttentionParams`` with the quadrature
     matrices ``w_k W(y_k, y_l, t)`` of ``grid``; the score scale |Ω_y|^{-1/2} and the

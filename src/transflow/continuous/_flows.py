@@ -1,8 +1,8 @@
 """Sub-flows: how one operator of a splitting is solved over a sub-interval.
 
 A flow has the signature ``flow(t0, t1, u, speed) -> u`` and approximates the solution at
-``t1`` of ``v_t = speed · f(t, v)``, ``v(t0) = u`` (spec §3.7: explicit, implicit/closed
-form, or exact).
+``t1`` of ``v_t = speed · f(t, v)``, ``v(t0) = u`` (docs/spec/continuous-model.md §3.7: explicit,
+implicit/closed form, or exact).
 
 - :func:`euler_flow`: one explicit Euler step (the paper's attention and FFN sub-steps);
   first order, so a scheme built from it is at most first order.
@@ -10,7 +10,8 @@ form, or exact).
   for Strang's order 2.
 - :func:`linear_flow_exact`: ``u ↦ u · expm(speed (t1 − t0) A)`` for a constant matrix.
 - :func:`projection_flow`: the flow of a normal-cone operator N_S for any positive time
-  is the projection onto S (its resolvent, spec §3.3 / §8.3); ``project(t1, u)``.
+  is the projection onto S (its resolvent, docs/spec/continuous-model.md §3.3 / §8.3);
+  ``project(t1, u)``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Vector fields and sub-flows of the well-posed sub-models and of the full model.
 
-The well-posed sub-models of spec §8.10, on a fixed grid (a finite system of ODEs in
+The well-posed sub-models of docs/spec/continuous-model.md §8.10, on a fixed grid (a finite system
+of ODEs in
 ``u ∈ ℝ^{n × d}``), with F(t, u) = 𝒜(t) u (+ Σ_j 𝒲_j(t) u + b_j(t)):
 
 - ``"a"``: ``u_t = F(t, u)`` (no constraint);
@@ -65,7 +66,7 @@ def tangent_s1(u: Float[Array, "n d"], f: Float[Array, "n d"], grid: Grid | None
 
 
 class SubModel(eqx.Module):
-    """A well-posed sub-model of spec §8.10 on a fixed grid.
+    """A well-posed sub-model of docs/spec/continuous-model.md §8.10 on a fixed grid.
 
     Attributes:
         kind: ``"a"`` (attention + linear), ``"b"`` (+ S1 constraint), ``"c"`` (+ S2).

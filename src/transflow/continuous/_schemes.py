@@ -1,22 +1,24 @@
 """Splitting schemes as data, each with its declared order.
 
-A model is split into named sub-problems ("operators") ``u_t + A_k(t; u) ∋ 0`` (spec §3.1).
-Each operator comes with a *flow* ``flow(t0, t1, u, speed) -> u``: an (exact or
-approximate) solution of ``v_t = speed · f_k(t, v)`` from ``t0`` to ``t1`` starting at
-``u`` (see :mod:`transflow.continuous._flows`). A scheme is pure data: an ordered tuple of
-:class:`Stage`\\ s, each running its operators over a sub-interval ``[t + a Δt, t + b Δt]``
+A model is split into named sub-problems ("operators") ``u_t + A_k(t; u) ∋ 0``
+(docs/spec/continuous-model.md §3.1). Each operator comes with a *flow*
+``flow(t0, t1, u, speed) -> u``: an (exact or approximate) solution of ``v_t = speed · f_k(t, v)``
+from ``t0`` to ``t1`` starting at ``u`` (see :mod:`transflow.continuous._flows`). A scheme is pure
+data: an ordered tuple of :class:`Stage`\\ s, each running its operators over a sub-interval
+    ``[t + a Δt, t + b Δt]``
 of the step.
 
 - :func:`lie`: sequential splitting, every operator over the full step; order 1.
 - :func:`strang`: symmetric splitting ``A_1(Δt/2) … A_{K-1}(Δt/2) A_K(Δt) A_{K-1}(Δt/2) …
   A_1(Δt/2)``; order 2 when every sub-flow is at least second-order accurate.
 - :func:`parallel`: all operators from the same state with ``v_t = K f_k(t, v)`` and the
-  average of the K results (spec §3.1); order 1.
+  average of the K results (docs/spec/continuous-model.md §3.1); order 1.
 - :func:`hybrid`: sequential stages, some of which are parallel groups. With
   ``ffn_branch_dt="2dt"`` a parallel group of K branches runs each branch at speed K
   (the consistent parallel splitting); ``"dt"`` runs them at speed 1 (paper-literal, spec
   §3.2 / Q10), which converges to the model with the group's operators scaled by 1/K.
-- :func:`paper_lie`: the paper's M = 4 + J Lie scheme of the full model (spec §3.2) as
+- :func:`paper_lie`: the paper's M = 4 + J Lie scheme of the full model
+    (docs/spec/continuous-model.md §3.2) as
   data: attention, P_S1, the FFN branch (FFN sub-steps and P_S2) averaged with the zero
   operator, P_S1.
 """
@@ -170,7 +172,8 @@ def strang(operators: Sequence[str]) -> SplittingScheme:
 
 
 def parallel(operators: Sequence[str]) -> SplittingScheme:
-    """Parallel splitting (spec §3.1): ``v_k' = K f_k(t, v_k)``, average the K results."""
+    """Parallel splitting (docs/spec/continuous-model.md §3.1): ``v_k' = K f_k(t, v_k)``, average
+    the K results."""
     ops = _names(operators)
     return SplittingScheme("parallel", 1, (Stage(tuple((op,) for op in ops)),))
 
@@ -188,7 +191,7 @@ def hybrid(
             a tuple of names applied in order.
         ffn_branch_dt: ``"2dt"`` runs a K-branch group at speed K (consistent, spec
             §3.1); ``"dt"`` at speed 1 (paper-literal; the group's operators then enter
-            the limit scaled by 1/K, spec Q10).
+            the limit scaled by 1/K, docs/spec/continuous-model.md Q10).
 
     Example:
         >>> from transflow.continuous import hybrid
@@ -218,7 +221,8 @@ def hybrid(
 def paper_lie(
     n_ffn: int = 2, *, ffn_branch_dt: Literal["dt", "2dt"] = "dt", relu_on_last: bool = False
 ) -> SplittingScheme:
-    """The paper's Lie scheme of the full model, M = 4 + J sub-steps (spec §3.2), as data.
+    """The paper's Lie scheme of the full model, M = 4 + J sub-steps (docs/spec/continuous-model.md
+    §3.2), as data.
 
     Operators: ``attention`` (explicit Euler), ``ln1`` (P_S1), the FFN branch ``ffn1``,
     ``relu``, ``ffn2``, …, ``ffnJ`` averaged with the zero operator (the ½ relaxation),

@@ -11,7 +11,7 @@ is built from its term (:func:`flows_from_terms`), like diffrax's own ``SemiImpl
 - a :class:`diffrax.ODETerm` ``f`` is solved by ``sub_solver`` (``"rk4"``: ``n_sub``
   classical Runge–Kutta steps, order 4; ``"euler"``: one explicit Euler step, order 1);
 - a :class:`ProjectionTerm` (the normal cone N_S of a closed set S) is solved exactly by
-  the projection onto S (its flow for any positive time, spec §3.3 / §8.3).
+  the projection onto S (its flow for any positive time, docs/spec/continuous-model.md §3.3 / §8.3).
 
 The solver's :meth:`~SplittingSolver.order` is the order of what it runs: the scheme's
 declared order capped by the order of its sub-flows (an Euler sub-flow makes Strang first

@@ -1,5 +1,6 @@
 """Convergence studies: in Δt against diffrax references, in the grid (N_x, N_y), the
-non-convergence of the full model (spec Q9), and long-time token trajectories.
+non-convergence of the full model (docs/spec/continuous-model.md Q9), and long-time token
+trajectories.
 
 Each study returns plain numbers (floats, lists) so experiments and figures can log them.
 """
@@ -105,7 +106,8 @@ def default_submodel(
     constraint_active: bool = True,
     dtype=None,
 ) -> tuple[SubModel, jax.Array]:
-    """A sub-model of spec §8.10 with smooth random controls, and a consistent u0.
+    """A sub-model of docs/spec/continuous-model.md §8.10 with smooth random controls, and a
+    consistent u0.
 
     - ``"a"``: attention + linear, ``θ(t) = θ_0 + sin(ωt) θ_1``;
     - ``"b"``: (a) + S1 with σ1(t) = 0.2 + 0.1 sin t, σ2(t) = 1 + 0.2 cos 2t; u0 ∈ S1(σ(0));
@@ -469,8 +471,9 @@ def full_model_refinement(
     - ``fixed_point_residual[i] = max|g(u_T) − u_T|`` for the Δt-independent part of one
       step, g(u) = P_S1(½(u + ReLU u)) (σ1, σ2 of the model).
 
-    With σ1 ≤ 0 < σ2 (S1 ∩ S2 = ∅, spec Q9) each step applies g, an O(1) map, whatever Δt:
-    the refinements collapse onto a fixed point of g and the sensitivity vanishes like Δt.
+    With σ1 ≤ 0 < σ2 (S1 ∩ S2 = ∅, docs/spec/continuous-model.md Q9) each step applies g, an O(1)
+    map, whatever Δt: the refinements collapse onto a fixed point of g and the sensitivity vanishes
+    like Δt.
     """
     theta = full_model_controls(n_layers, d, sigma1=sigma1, sigma2=sigma2, seed=seed)
     other = full_model_controls(n_layers, d, sigma1=sigma1, sigma2=sigma2, seed=seed + 5)
@@ -508,8 +511,8 @@ NONCONVERGENCE_CASES = {
     "sigma1=1, sigma2=0.3 (S1∩S2≠∅)": (1.0, 0.3),
 }
 """The two cases of :func:`nonconvergence_study`: ``(σ1, σ2)``. The first is the default
-LayerNorm (S1 ∩ S2 = ∅, spec Q9); the second a well-posed contrast (S1(1, 0.3) ⊂ S2 in
-d = 4)."""
+LayerNorm (S1 ∩ S2 = ∅, docs/spec/continuous-model.md Q9); the second a well-posed contrast (S1(1,
+0.3) ⊂ S2 in d = 4)."""
 
 
 def nonconvergence_study(
@@ -524,8 +527,8 @@ def nonconvergence_study(
     """:func:`full_model_refinement` for both :data:`NONCONVERGENCE_CASES`:
     ``{case name: result}`` (without the states), each result with ``sigma1``/``sigma2``.
 
-    The criterion of the expected negative (spec Q9), as numbers: for σ1 = 0,
-    ``max(ratios[:5])`` (> 2: erratic for Δt ≥ 1/32), ``fixed_point_residual[-1]``
+    The criterion of the expected negative (docs/spec/continuous-model.md Q9), as numbers: for σ1 =
+    0, ``max(ratios[:5])`` (> 2: erratic for Δt ≥ 1/32), ``fixed_point_residual[-1]``
     (collapse onto a fixed point of g) and ``sensitivity[-1]/sensitivity[0]`` (the limit
     forgets the controls); for the contrast case ``ratios[-4:]`` (→ ½, first order) and
     ``sensitivity[-1]`` (stays O(1)).

@@ -1,4 +1,5 @@
-"""Training as optimal control (spec §5): models, exact gradients, checkpoints, resume.
+"""Training as optimal control (docs/spec/continuous-model.md §5): models, exact gradients,
+checkpoints, resume.
 
 - Models: :class:`FlowModel` (embedding → split-scheme evolution → read-out),
   :class:`PatchEmbedding` (ViT-style, 2-D token grid), :class:`TokenEmbedding`,

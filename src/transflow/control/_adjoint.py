@@ -1,6 +1,7 @@
 """Continuous-time gradients: diffrax adjoints on the attention + linear sub-model.
 
-The attention + linear sub-model (no projections, so it is a well-posed ODE, spec Q9)
+The attention + linear sub-model (no projections, so it is a well-posed ODE,
+docs/spec/continuous-model.md Q9)
 
     u_t = 𝒜(u; W_Q, W_K, W_V) + u W + b,     u(0) = u0,     ℓ = ½ ‖u(T) − v‖²,
 

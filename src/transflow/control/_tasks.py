@@ -58,7 +58,8 @@ class TrainConfig:
     n_heads: int = 2
     d_ff: int = 0  # 0: the paper's square FFN (W_j: Ω_y → Ω_y); >0: lifted hidden width
     scheme: str = "lie"  # "lie" (paper, post-LN) or "prenorm" (extension)
-    ffn_branch_dt: str = "dt"  # LieScheme option (spec §3.2): "dt" or "2dt"
+    # LieScheme option (docs/spec/continuous-model.md §3.2): "dt" or "2dt"
+    ffn_branch_dt: str = "dt"
     remat: str = "step"  # "none" | "step" (jax.checkpoint per step) | "nested" (√N_t)
     batch_size: int = 64
     steps: int = 1500

@@ -2,8 +2,8 @@
 
 Inverse of :func:`transflow.interop.from_torch` for the derivative: a gradient with respect
 to the stored controls is the gradient with respect to torch's parameters, transposed to
-torch's ``(out, in)`` layout. The paper form stores W_j = W̃_j − I (spec §3.5); the
-identity is a constant, so ∂ℓ/∂W_j = ∂ℓ/∂W̃_j.
+torch's ``(out, in)`` layout. The paper form stores W_j = W̃_j − I (docs/spec/continuous-model.md
+§3.5); the identity is a constant, so ∂ℓ/∂W_j = ∂ℓ/∂W̃_j.
 """
 
 from __future__ import annotations

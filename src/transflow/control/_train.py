@@ -1,7 +1,7 @@
 """Training as optimal control: loss, exact gradients, optax updates, resumable loops.
 
-The discrete optimal-control problem (spec §5) is solved by first-order methods on the
-controls θ = (embedding, per-step controls θⁿ, read-out). The gradient is the exact
+The discrete optimal-control problem (docs/spec/continuous-model.md §5) is solved by first-order
+methods on the controls θ = (embedding, per-step controls θⁿ, read-out). The gradient is the exact
 discrete adjoint of the split scheme, computed by reverse-mode AD through
 :func:`transflow.evolve` (optionally rematerialised). Equinox/optax style: one jitted
 :func:`make_step` returns the new model and optimizer state; nothing is hidden.

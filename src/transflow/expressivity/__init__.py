@@ -1,5 +1,5 @@
 """Expressivity: transformers that realize maxout networks and CPWL functions, and exact
-linear-region counting (spec ``maxout-expressivity.md``).
+linear-region counting (docs/spec/maxout-expressivity.md).
 
 Public API:
 

@@ -1,5 +1,5 @@
-"""Transformers that realize maxout networks: the reference construction (RC) of spec
-``maxout-expressivity.md`` §2.2–§3.2, §4, built from transflow's own operators.
+"""Transformers that realize maxout networks: the reference construction (RC) of
+docs/spec/maxout-expressivity.md §2.2–§3.2, §4, built from transflow's own operators.
 
 Every block is ``X ↦ FF(Attn(X))`` with residuals and **no LayerNorm** (RC §2.2):
 
@@ -439,14 +439,15 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
             x,
             ~self.in_box(x),
             "MaxoutTransformer: input `x` lies outside the box [lo, hi] used for the gating "
-            "bounds B; the construction is only exact inside it (spec §2.4). Rebuild with "
-            "a larger box.",
+            "bounds B; the construction is only exact inside it "
+            "(docs/spec/maxout-expressivity.md §2.4). Rebuild with a larger box.",
         )
         return self(x)
 
     # ------------------------------------------------------------------ accounting
     def param_counts(self) -> dict[str, int]:
-        """Parameter counts of the construction beside the maxout network's (spec §4).
+        """Parameter counts of the construction beside the maxout network's
+        (docs/spec/maxout-expressivity.md §4).
 
         - ``nnz``: non-zero entries of all attention (W_Q, W_K, W_V, W_O and biases) and
           FFN (W_1, b_1, W_2, b_2) arrays; not the fixed embedding nor the shared read-out.
@@ -508,8 +509,9 @@ def maxout_to_transformer(
 ) -> MaxoutTransformer:
     """The reference-construction transformer realizing ``net`` on the box ``[lo, hi]``.
 
-    Token layout (spec §2.3): ``x_t = [h ∈ R^{n_h}; (Z ∈ R^{max k n}, Variant B); s ∈ R^{n_s};
-    e_t ∈ R^T; 1]`` with ``n_h = max(d, n_ℓ)``, ``n_s = max n_ℓ``.
+    Token layout (docs/spec/maxout-expressivity.md §2.3):
+    ``x_t = [h ∈ R^{n_h}; (Z ∈ R^{max k n}, Variant B); s ∈ R^{n_s}; e_t ∈ R^T; 1]`` with
+    ``n_h = max(d, n_ℓ)``, ``n_s = max n_ℓ``.
 
     - **Token-wise shift** (§2.4): FFN hidden unit (j, i) has pre-activation
       ``z^ℓ_{ij} − B_ℓ + 2B_ℓ (e_t)_j``, so ``ReLU(·) = (z^ℓ_{ij} + B_ℓ)[t = j]``: token j
@@ -522,20 +524,21 @@ def maxout_to_transformer(
     Args:
         net: the maxout network (use :meth:`MaxoutNetwork.from_relu` for ReLU nets).
         lo, hi: the compact input box K = [lo, hi] (scalars broadcast to ``(d,)``).
-        variant: ``"A"`` (spec §3.2, fused: ``D = L+1`` blocks, ``T = max k_ℓ`` tokens,
-            blocks ``(∅, F_1), (A_ℓ, F_{ℓ+1} ⊕ C_ℓ), (A_L, ∅)``) or ``"B"`` (3 blocks per
-            layer — token-wise affine, shift-and-select, max — and one reserved token,
+        variant: ``"A"`` (docs/spec/maxout-expressivity.md §3.2, fused: ``D = L+1`` blocks,
+            ``T = max k_ℓ`` tokens, blocks ``(∅, F_1), (A_ℓ, F_{ℓ+1} ⊕ C_ℓ), (A_L, ∅)``) or ``"B"``
+            (3 blocks per layer — token-wise affine, shift-and-select, max — and one reserved token,
             ``T = max k_ℓ + 1``; the layout matching the summary's "L = 3", "T − 1" and
-            "⌊D/3⌋", spec §5.4).
+            "⌊D/3⌋", docs/spec/maxout-expressivity.md §5.4).
         attention: ``"hardmax"`` (exact; Yun et al.'s tie averaging, irrelevant here) or a
             float λ > 0: softmax of λ·scores (``temperature=λ``), error ≤ c_T/λ per unit
-            (spec §3.6, :meth:`MaxoutTransformer.softmax_error_bound`).
-        margin: μ ≥ 0 added to every IBP bound, ``B_ℓ = B_ℓ^{IBP} + μ`` (spec App. A; keeps
-            every ReLU strictly on one side inside the box; needed for softmax).
+            (docs/spec/maxout-expressivity.md §3.6, :meth:`MaxoutTransformer.softmax_error_bound`).
+        margin: μ ≥ 0 added to every IBP bound, ``B_ℓ = B_ℓ^{IBP} + μ``
+            (docs/spec/maxout-expressivity.md Appendix A; keeps every ReLU strictly on one side
+            inside the box; needed for softmax).
         bounds: explicit gating bounds ``(B_1, …, B_L)`` instead of IBP + margin (each must
             be ≥ the IBP bound of its layer, else the construction may fail in the box).
         dtype: dtype of the transformer's arrays (default: JAX's default float; use
-            float64 for verification, spec C10).
+            float64 for verification, docs/spec/maxout-expressivity.md C10).
 
     Returns:
         A :class:`MaxoutTransformer`.

@@ -1,5 +1,5 @@
 """CPWL functions as maxout networks (hence transformers): the lattice (max–min) route and
-the hinging-hyperplane (Wang–Sun) route of spec ``maxout-expressivity.md`` §3.4.
+the hinging-hyperplane (Wang–Sun) route of docs/spec/maxout-expressivity.md §3.4.
 
 Under hardmax on a compact box both routes are exact; :func:`maxout_to_transformer` turns
 the returned :class:`MaxoutNetwork` into a transformer.
@@ -30,7 +30,7 @@ def lattice_cpwl(slopes, intercepts, sets: Sequence[Sequence[int]], *, dtype=Non
     """``f(x) = max_{i ≤ N} min_{j ∈ S_i} ℓ_j(x)`` with ``ℓ_j(x) = slopes[j]·x + intercepts[j]``.
 
     The lattice representation (Tarela–Martínez 1999, Ovchinnikov 2002) of a CPWL function
-    with affine components ℓ_1..ℓ_q, as two maxout layers (spec §3.4.1):
+    with affine components ℓ_1..ℓ_q, as two maxout layers (docs/spec/maxout-expressivity.md §3.4.1):
     ``u_i = max_{j ∈ S_i} (−ℓ_j)`` (width N, rank ``max |S_i|``; shorter sets are padded
     by repeating a member, which leaves the max unchanged) and ``v = max_i (−u_i)``
     (width 1, rank N). Variant A transformer: ``T = max(max|S_i|, N)`` tokens, 3 blocks.
@@ -122,7 +122,8 @@ def hinging_cpwl(slopes, intercepts, signs, *, dtype=None) -> MaxoutNetwork:
 
     The generalized hinging-hyperplane form of Wang & Sun (2005), with ``K = d + 1`` pieces
     per term for a general CPWL function on R^d (any K ≥ 1 is accepted): one maxout layer of
-    width P and rank K and the read-out ``(s_1, …, s_P)`` (spec §3.4.2). Variant A
+    width P and rank K and the read-out ``(s_1, …, s_P)`` (docs/spec/maxout-expressivity.md §3.4.2).
+    Variant A
     transformer: ``T = K`` tokens, 2 blocks, P heads.
 
     Args:

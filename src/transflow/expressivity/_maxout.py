@@ -1,5 +1,5 @@
 """Deep maxout networks, ReLU networks as rank-2 maxout networks, the zigzag family and
-interval-bound propagation (spec ``maxout-expressivity.md`` §2.1, §3.5, Appendix A/B).
+interval-bound propagation (docs/spec/maxout-expressivity.md §2.1, §3.5, Appendix A/B).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
 
     ``h⁰ = x ∈ R^d``; layer ℓ = 1..L has width n_ℓ and rank k_ℓ, pieces
     ``z^ℓ_{ij} = w^ℓ_{ij}·h^{ℓ−1} + b^ℓ_{ij}`` and output ``h^ℓ_i = max_j z^ℓ_{ij}``; the
-    network returns ``y = A h^L + c``. Parameters (spec §2.1):
+    network returns ``y = A h^L + c``. Parameters (docs/spec/maxout-expressivity.md §2.1):
     ``P_N = Σ_ℓ k_ℓ n_ℓ (n_{ℓ−1} + 1)`` (+ ``d_out (n_L + 1)`` for the read-out).
 
     Args:
@@ -402,7 +402,8 @@ def ibp_bounds(
 
     With ``W = W⁺ + W⁻`` (positive/negative parts) the pieces of layer ℓ lie in
     ``[W⁺ l + W⁻ u + b, W⁺ u + W⁻ l + b]`` when ``h^{ℓ−1} ∈ [l, u]``, and the unit outputs
-    in ``[max_j lower, max_j upper]`` (spec Appendix A). Computed in float64 numpy.
+    in ``[max_j lower, max_j upper]`` (docs/spec/maxout-expressivity.md Appendix A). Computed in
+    float64 numpy.
 
     Example:
         >>> import numpy as np
@@ -432,8 +433,8 @@ def zigzag_maxout(rank: int, depth: int, dim: int = 1, *, dtype=None) -> MaxoutN
     With ``m = 2k − 1`` (``k = rank``) the zigzag ``Z_m: [0,1] → [0,1]`` (breakpoints i/m,
     slopes ±m) is a difference of two convex functions with k pieces each,
     ``Z_m = C_1 − C_2``, ``C_1(u) = m u + 2m Σ_{i even, 0<i<m} ReLU(u − i/m)``,
-    ``C_2(u) = 2m Σ_{i odd} ReLU(u − i/m)`` (spec §3.5, Appendix B). Layer ℓ has the two
-    rank-k units ``C_1(u_ℓ), C_2(u_ℓ)`` per coordinate (width ``2·dim``), with
+    ``C_2(u) = 2m Σ_{i odd} ReLU(u − i/m)`` (docs/spec/maxout-expressivity.md §3.5, Appendix B).
+    Layer ℓ has the two rank-k units ``C_1(u_ℓ), C_2(u_ℓ)`` per coordinate (width ``2·dim``), with
     ``u_1 = x_c`` and ``u_ℓ = h^{ℓ−1}_1 − h^{ℓ−1}_2``; the read-out ``(1, −1, 1, −1, …)``
     gives ``Σ_c Z_m^{∘L}(x_c)``.
 

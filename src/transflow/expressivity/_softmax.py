@@ -1,5 +1,5 @@
 """Softmax attention as an approximate max: the sharp constant and the propagated bound
-(spec ``maxout-expressivity.md`` §3.6)."""
+(docs/spec/maxout-expressivity.md §3.6)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def softmax_max_constant(n_tokens: int) -> float:
 
     For scores ``s_1 ≥ … `` with values equal to the scores,
     ``max_t s_t − Σ_t softmax(λ s)_t s_t ≤ c_T / λ``, attained when the T−1 other
-    scores sit at the common gap ``Δ = (1 + W((T−1)/e))/λ`` (spec §3.6).
+    scores sit at the common gap ``Δ = (1 + W((T−1)/e))/λ`` (docs/spec/maxout-expressivity.md §3.6).
     """
     if not isinstance(n_tokens, int | np.integer) or n_tokens < 1:
         raise ValueError(f"softmax_max_constant: `n_tokens` must be an int >= 1, got {n_tokens!r}.")
@@ -58,7 +58,8 @@ def softmax_gap_error(gap, lam: float, n_tokens: int):
 
 
 def softmax_error_bound(net: MaxoutNetwork, lam: float, n_tokens: int) -> float:
-    """Sup-norm bound on ``|y − ỹ|`` for the softmax transformer at scale λ (spec §3.6).
+    """Sup-norm bound on ``|y − ỹ|`` for the softmax transformer at scale λ
+    (docs/spec/maxout-expressivity.md §3.6).
 
     ``δ_ℓ ≤ Lip_ℓ δ_{ℓ−1} + c_T/λ`` with ``δ_0 = 0`` and ``Lip_ℓ = max_{i,j} ||w^ℓ_{ij}||_1``,
     then ``|y − ỹ|_∞ ≤ ||A||_∞ δ_L``. Valid when the gating bounds cover the perturbed

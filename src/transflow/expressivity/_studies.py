@@ -1,9 +1,9 @@
 """The numerical studies of ``experiment=expressivity`` and of the paper figures F7–F9 and
-F13, as library functions that return records (spec ``maxout-expressivity.md`` §7).
+F13, as library functions that return records (docs/spec/maxout-expressivity.md §7).
 
 Each function returns plain records (lists of dicts, dicts, :class:`RegionCount`); the
 task writes them and states its claims, :mod:`transflow.plotting` draws them. Call with
-``jax_enable_x64`` on (float64, spec C10).
+``jax_enable_x64`` on (float64, docs/spec/maxout-expressivity.md C10).
 """
 
 from __future__ import annotations
@@ -141,9 +141,9 @@ def _depths(T, variant, max_regions):
 def region_rows(tokens_a, tokens_b, max_regions, d=1, *, large=None, n_seed=1024) -> list[dict]:
     """F8 / C6 / C7 / C12: certified exact 1-D region counts of the zigzag transformers vs
     depth D, for every depth whose count is ≤ ``max_regions`` and the deepest one whose
-    count is ≤ ``large`` (if given), with the candidate bounds of spec §3.5: the RC-exact
-    formula, Montúfar's ``k^{L−1} k^d`` and the summary's ``(T−1)^d (T−1)^{q(⌊D/3⌋−1)}``
-    for q ∈ {1, d}."""
+    count is ≤ ``large`` (if given), with the candidate bounds of docs/spec/maxout-expressivity.md
+    §3.5: the RC-exact formula, Montúfar's ``k^{L−1} k^d`` and the summary's
+    ``(T−1)^d (T−1)^{q(⌊D/3⌋−1)}`` for q ∈ {1, d}."""
     rows = []
     for variant, tokens in (("A", tokens_a), ("B", tokens_b)):
         for T in tokens:

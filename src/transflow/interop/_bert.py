@@ -1,11 +1,11 @@
 """HuggingFace BERT-family encoders (BERT, RoBERTa, DistilBERT) → transflow.
 
 These are post-LN encoders: each layer is ``a = LN₁(h + 𝒜h)``, ``out = LN₂(a + ℱa)``,
-exactly the paper's Lie scheme (:class:`~transflow.LieScheme`, spec §3.2/§3.5, with the
-lifting FFN of spec Q6 and GELU), as for ``torch.nn.TransformerEncoderLayer``'s post-LN
-default. The embeddings build the initial condition f (word + position [+ token type],
-then LayerNorm: a projection onto S1 of the embedded field); the pooler is the class-token
-read-out ``tanh(W u_T(x_0) + b)``.
+exactly the paper's Lie scheme (:class:`~transflow.LieScheme`, docs/spec/continuous-model.md
+§3.2/§3.5, with the lifting FFN of docs/spec/continuous-model.md Q6 and GELU), as for
+``torch.nn.TransformerEncoderLayer``'s post-LN default. The embeddings build the initial condition f
+(word + position [+ token type], then LayerNorm: a projection onto S1 of the embedded field); the
+pooler is the class-token read-out ``tanh(W u_T(x_0) + b)``.
 
 RoBERTa's position ids start after ``padding_idx`` and skip padding tokens:
 ``pos_i = padding_idx + cumsum_{j ≤ i}[ids_j ≠ pad] · [ids_i ≠ pad]`` (padding tokens

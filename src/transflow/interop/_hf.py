@@ -5,10 +5,12 @@ torch and transformers are imported inside the functions only.
 How each HuggingFace layer reads in the continuous model:
 
 - ``ViTLayer``, ``GPT2Block``, ``CvtLayer`` are pre-LN + GELU blocks: the
-  :class:`~transflow.PreNormScheme` extension of spec §4.2 (explicit Euler on
-  𝒜(P_{S1} u), additive FFN branch, no closing projection); the FFN is the lifting form
-  (``d_ff ≠ d``, spec Q6) with activation "gelu" (exact erf) or "gelu_tanh".
-- GPT-2 is causal: the restricted token integral of spec §4.4 (:class:`CausalScheme`).
+  :class:`~transflow.PreNormScheme` extension of docs/spec/continuous-model.md §4.2 (explicit Euler
+  on 𝒜(P_{S1} u), additive FFN branch, no closing projection); the FFN is the lifting form
+  (``d_ff ≠ d``, docs/spec/continuous-model.md Q6) with activation "gelu" (exact erf) or
+  "gelu_tanh".
+- GPT-2 is causal: the restricted token integral of docs/spec/continuous-model.md §4.4
+    (:class:`CausalScheme`).
 - ViT's patch embedding, class token and position embedding build the initial condition f
   on a 2-D token grid (:class:`~transflow.vision.PatchEmbedding`); the final LayerNorm is
   the encoder's closing projection and the pooler the class-token read-out.

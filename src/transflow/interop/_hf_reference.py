@@ -3,7 +3,7 @@
 Some HF modules compute in float32 even when the model is float64:
 
 - the eager attention of ViT and of the Llama family runs its softmax in float32
-  (``softmax(..., dtype=torch.float32)``, reference-layers.md pitfall 5);
+  (``softmax(..., dtype=torch.float32)``, docs/spec/reference-layers.md pitfall 5);
 - ``LlamaRMSNorm`` (and Mistral's, Qwen2's) casts the hidden state to float32;
 - ``LlamaRotaryEmbedding`` computes ``inv_freq`` and the angles in float32 (also for
   the scaled rope types linear, dynamic, yarn and llama3, whose initialisers in

@@ -9,7 +9,7 @@ Families (:data:`HF_FAMILIES`):
 - ``cvt_layer``: ``CvtLayer`` (depthwise conv + BatchNorm(eval) + pointwise projections,
   strided K/V, class token, ``embed_dim**-0.5`` scale);
 - ``cvt_stage``: a ``CvtStage`` (conv embedding + 2 layers);
-- ``gpt2_block``: ``GPT2Block`` with the causal mask (spec §4.4);
+- ``gpt2_block``: ``GPT2Block`` with the causal mask (docs/spec/continuous-model.md §4.4);
 - ``torch_causal``: ``torch.nn.TransformerEncoderLayer`` with a causal mask.
 
 :func:`hf_equivalence_rows` returns one record per configuration with ``max_abs_fp64 =

@@ -223,8 +223,8 @@ def _ffn_params(layer, act, d, ffn_form, dtype) -> FFNParams:
     if ffn_form == "paper" and not square:
         raise ValueError(
             f"ffn_form='paper' needs dim_feedforward == d_model (the paper's W_j map Ω_y to "
-            f"Ω_y, spec Q6); got dim_feedforward={w1.shape[1]}, d_model={d}. Use "
-            "ffn_form='lifted' or 'auto'."
+            f"Ω_y, docs/spec/continuous-model.md Q6); got dim_feedforward={w1.shape[1]}, "
+            f"d_model={d}. Use ffn_form='lifted' or 'auto'."
         )
     if ffn_form == "paper" or (ffn_form == "auto" and square):
         eye = jnp.eye(d, dtype=dtype)
@@ -349,13 +349,15 @@ def from_torch(
     - ``norm_first=False`` (post-LN): the paper's :class:`LieScheme` at Δt = 1.
       ``norm_first=True`` (pre-LN): :class:`PreNormScheme` (extension).
     - FFN weights, ``ffn_form``: ``"paper"`` stores the increments W_j = W̃_j − I of
-      square FFN weights (residual sub-steps ``Z + Δt(ZW_j + b_j)``, spec §3.5);
-      ``"lifted"`` stores W̃_j as lifting maps to a hidden domain Ω_z (needed when
-      ``dim_feedforward ≠ d_model``, spec Q6); ``"auto"`` picks ``"paper"`` when square.
+      square FFN weights (residual sub-steps ``Z + Δt(ZW_j + b_j)``, docs/spec/continuous-model.md
+      §3.5); ``"lifted"`` stores W̃_j as lifting maps to a hidden domain Ω_z (needed when
+      ``dim_feedforward ≠ d_model``, docs/spec/continuous-model.md Q6); ``"auto"`` picks ``"paper"``
+      when square.
     - ``activation="relu"``: the projection onto S2; ``"gelu"``: an explicit pointwise map.
-    - LayerNorm weight/bias: σ2/σ1 of S1 (per-feature vectors are the spec-Q3 extension);
+    - LayerNorm weight/bias: σ2/σ1 of S1 (per-feature vectors are the docs/spec/continuous-model.md
+        Q3 extension);
       ``layer_norm_eps = ε``: the ε-regularized projection, with ε/4 in the closing
-      projection of the post-LN scheme (spec §8.7).
+      projection of the post-LN scheme (docs/spec/continuous-model.md §8.7).
     - q/k/v/out biases and ``out_proj``: kept as :class:`AttentionParams` (W_O folded per
       head in eq. 5.7; W_O = I and no biases in the paper).
     - ``TransformerEncoder.norm``: a final projection after the last step.

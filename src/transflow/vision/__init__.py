@@ -1,4 +1,5 @@
-"""Vision variants of the continuous model: ViT front end/read-out and CvT (spec §4.2–4.3).
+"""Vision variants of the continuous model: ViT front end/read-out and CvT
+(docs/spec/continuous-model.md §4.2–4.3).
 
 - :class:`PatchEmbedding`, :func:`patchify`: the initial condition f on a 2-D token grid;
   :class:`ClassTokenReadout`; :class:`VisionTransformer` (embedding → evolution → read-out).

@@ -1,9 +1,10 @@
-"""CvT: attention with convolutional projections over the 2-D token grid (spec §4.3).
+"""CvT: attention with convolutional projections over the 2-D token grid
+(docs/spec/continuous-model.md §4.3).
 
 Real CvT (Wu et al. 2021; HF ``CvtSelfAttention``) forms the queries, keys and values by a
 depthwise convolution over the 2-D token grid Ω_x, a BatchNorm in eval mode (a per-feature
 affine map) and a pointwise linear map, with K/V evaluated on a coarser sub-grid
-(``stride_kv``). In the continuous model (spec §4.3 [R]):
+(``stride_kv``). In the continuous model (docs/spec/continuous-model.md §4.3 [R]):
 
     Q(x, y) = ∫_{Ω_y} W^Q_pw(η, y) [ a_η ∫_{Ω_x} κ^Q(x − x̃, η) u(x̃, η) dx̃ + c_η ] dη + b^Q(y),
 
@@ -145,7 +146,8 @@ class DepthwiseConv2d(eqx.Module):
 
 
 class FeatureConv(eqx.Module):
-    """The literal y-convolution of spec §4.3 / Q7: ``Q(x, y) = Σ_ξ κ(ξ) u(x, y − ξ)``.
+    """The literal y-convolution of docs/spec/continuous-model.md §4.3 / Q7:
+    ``Q(x, y) = Σ_ξ κ(ξ) u(x, y − ξ)``.
 
     ``kernel[m]`` is κ at offset ξ = m − ``origin`` (default: the centre, ``k // 2``).
     ``boundary="circular"`` treats Ω_y as periodic; ``"zero"`` extends u by 0. On the
@@ -244,7 +246,8 @@ def conv_attention(
     temperature: float = 1.0,
     return_weights: bool = False,
 ):
-    """Attention with convolutional Q/K/V projections (no residual), spec §4.3.
+    """Attention with convolutional Q/K/V projections (no residual), docs/spec/continuous-model.md
+    §4.3.
 
     ``Q = conv_q(u) W^Q + b^Q`` on the query grid, ``K, V`` likewise on the (possibly
     strided, coarser) key grid; the kernel is ``γ = attention_weights(scale · Q Kᵀ)`` of
@@ -317,7 +320,8 @@ def _project(v, norm: NormParams):
 
 
 class ConvPreNormScheme(AbstractScheme):
-    """Pre-LN step with convolutional attention (CvT), extension of spec §4.2/§4.3.
+    """Pre-LN step with convolutional attention (CvT), extension of docs/spec/continuous-model.md
+    §4.2/§4.3.
 
         u¹ = u⁰ + Δt 𝒜_conv(P_{S1}(u⁰)),     u^{n+1} = u¹ + Δt ℱ(P_{S1'}(u¹)),
 
@@ -369,7 +373,7 @@ class ConvEmbedding(eqx.Module):
 
     ``kernel`` has torch's layout ``(D, C, k_h, k_w)``. Maps a feature map ``(C, H, W)`` to
     tokens ``(h·w, D)`` (row-major) on the next, coarser token grid: a change of
-    discretization between stages (spec §4.3 [R]).
+    discretization between stages (docs/spec/continuous-model.md §4.3 [R]).
     """
 
     kernel: Float[Array, "d c kh kw"]

@@ -11,7 +11,7 @@ with the patch embedding E ∈ ℝ^{(C·P_h·P_w) × D} (a strided convolution i
 optional learnable class token x_class (one extra node of Ω_x) and learnable position
 embeddings E_pos ∈ ℝ^{(N+1) × D}. The read-out is the projection onto S1 of the class-token
 row (the final LayerNorm) followed by a linear map and a pointwise activation (HF's
-``ViTPooler``: dense + tanh), inside the loss ℓ of spec §5.
+``ViTPooler``: dense + tanh), inside the loss ℓ of docs/spec/continuous-model.md §5.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def patchify(
 class PatchEmbedding(eqx.Module):
     """The ViT embedding: image ``(C, H, W)`` → initial condition f on the token grid.
 
-    ``f = [x_class ; patchify(image) @ kernel + bias] + pos_embedding`` (spec §4.2).
+    ``f = [x_class ; patchify(image) @ kernel + bias] + pos_embedding``
+    (docs/spec/continuous-model.md §4.2).
 
     Attributes:
         kernel: E, shape ``(C·P_h·P_w, D)``, rows in (channel, row, column) order.
@@ -203,7 +204,8 @@ class PatchEmbedding(eqx.Module):
 
 
 class ClassTokenReadout(eqx.Module):
-    """Read-out of the class token: ``act(P_S1(u(x_class, ·)) W + b)`` (spec §4.2).
+    """Read-out of the class token: ``act(P_S1(u(x_class, ·)) W + b)``
+    (docs/spec/continuous-model.md §4.2).
 
     ``norm=None`` skips the projection (when the encoder already ends with it, as HF's
     ``ViTModel`` does: its pooler acts on the normalized ``last_hidden_state``).
