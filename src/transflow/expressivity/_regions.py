@@ -507,9 +507,14 @@ def count_linear_regions(
     """Exact number of linear regions of ``f`` on the box ``[lo, hi]`` (d = 1 or 2; d = 1
     only for input-dependent hardmax attention).
 
-    A *linear region* is a maximal connected set on which f is affine; an *activation
-    region* is a set of fixed full activation pattern (argmax per head and block, ReLU sign
-    per FFN unit and token, argmax per maxout unit). Activation regions are convex, and
+    A *linear region* is a maximal connected set **of positive length (area)** on which f
+    is affine; an *activation region* is a maximal connected set of positive length (area)
+    of fixed full activation pattern (argmax per head and block, ReLU sign per FFN unit and
+    token, argmax per maxout unit; ties go to the lowest index). A kink at an end of the
+    domain bounds no region inside it and is not counted (``relu(t)`` on ``[0, 1]``: 1
+    region); an affine f has 1 linear region. The certificate is about the model as
+    stored — its float64 parameters read as exact rationals — (``certificate["covers"]``);
+    ``certificate["outside"]`` names conversions it does not cover (``from_torch``). Activation regions are convex, and
     the linear regions are the connected unions of adjacent activation regions with equal
     affine maps (spec §2.5). Affine maps are those of the **pattern-frozen** model, never
     finite differences (the pitfall of spec §7).
