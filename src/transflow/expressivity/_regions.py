@@ -514,10 +514,10 @@ def count_linear_regions(
     domain bounds no region inside it and is not counted (``relu(t)`` on ``[0, 1]``: 1
     region); an affine f has 1 linear region. The certificate is about the model as
     stored — its float64 parameters read as exact rationals — (``certificate["covers"]``);
-    ``certificate["outside"]`` names conversions it does not cover (``from_torch``). Activation regions are convex, and
-    the linear regions are the connected unions of adjacent activation regions with equal
-    affine maps (spec §2.5). Affine maps are those of the **pattern-frozen** model, never
-    finite differences (the pitfall of spec §7).
+    ``certificate["outside"]`` names conversions it does not cover (``from_torch``).
+    Activation regions are convex, and the linear regions are the connected unions of
+    adjacent activation regions with equal affine maps (spec §2.5). Affine maps are those
+    of the **pattern-frozen** model, never finite differences (the pitfall of spec §7).
 
     **Certificate** (``certify=True``, the default). In 1-D, models with
     ``interval_forward`` (:class:`MaxoutNetwork`, :class:`MaxoutTransformer`, their slices)
