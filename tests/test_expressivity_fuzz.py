@@ -7,7 +7,8 @@ kinks (a duplicated or scaled unit), dead units (all pieces equal), ties (a dupl
 piece), a zero read-out. A count with ``certified=False`` is allowed; a certified count
 must equal the reference (activation and linear regions, and in 1-D the breakpoints).
 
-Fast tier: 60 networks in all (seconds). Slow tier (``-m slow``): 500 in 1-D, 100 in 2-D.
+Fast tier: 62 networks in all (about 20 s, most of it one JAX compilation). Slow tier
+(``-m slow``): 500 in 1-D, 100 in 2-D.
 """
 
 from __future__ import annotations
@@ -110,18 +111,17 @@ def _check_1d(r, ref, span, name):
     return True
 
 
-def _paths_1d(f: MaxoutNetwork, lo: float, hi: float, n_seed: int, transformer: bool):
+def _paths_1d(f: MaxoutNetwork, lo: float, hi: float, n_seed: int, transformer: bool, walk):
     """(name, (activation, linear, breakpoints, certified)) of every 1-D production path."""
     r = count_linear_regions(f, lo, hi)
     yield "layerwise", (r.activation, r.linear, r.breakpoints, r.certified)
-    ev = _Evaluator(f, np.float64)
-    w = count_1d_certified(
-        f, lo, hi, n_seed=n_seed, dtype=np.float64, coeffs=ev.coeffs, strict=False
-    )
-    yield (
-        f"point walk (n_seed={n_seed})",
-        (w["breakpoints"].size + 1, 1 + int(w["differ"].sum()), w["breakpoints"], w["certified"]),
-    )
+    if walk:
+        ev = _Evaluator(f, np.float64)
+        w = count_1d_certified(
+            f, lo, hi, n_seed=n_seed, dtype=np.float64, coeffs=ev.coeffs, strict=False
+        )
+        counts = (w["breakpoints"].size + 1, 1 + int(w["differ"].sum()))
+        yield f"point walk (n_seed={n_seed})", (*counts, w["breakpoints"], w["certified"])
     e = exact_regions_1d(f, lo, hi)
     yield "exact_regions_1d", (e.activation, e.linear, e.breakpoints, e.certified)
     if transformer:
@@ -131,11 +131,14 @@ def _paths_1d(f: MaxoutNetwork, lo: float, hi: float, n_seed: int, transformer: 
         yield "transformer A", (None, t.linear, None, t.certified)
 
 
-def _run_1d(case, n_seed, transformer):
+def _run_1d(case, n_seed, transformer, walk_shapes=None):
+    """Every path on one case; the point walk (one JAX compilation per network shape, ~3 s)
+    only for the shapes in ``walk_shapes`` (None: all)."""
     net, lo, hi, tags = case
     ref = reference_1d(net, lo, hi)
     f = _model(net)
-    for name, r in _paths_1d(f, float(lo), float(hi), n_seed, transformer):
+    walk = walk_shapes is None or (f.widths, f.ranks) in walk_shapes
+    for name, r in _paths_1d(f, float(lo), float(hi), n_seed, transformer, walk):
         label = f"{name} on {tags} [{lo}, {hi}]: {r[:2]} vs {ref}"
         if r[0] is None:
             if r[3]:
@@ -180,13 +183,13 @@ _FAST = settings(
 @_FAST
 @given(case=networks(1), n_seed=st.sampled_from([1, 2, 3, 4, 8]))
 def test_fuzz_1d_fast(case, n_seed):
-    _run_1d(case, n_seed, transformer=False)
+    _run_1d(case, n_seed, transformer=False, walk_shapes=[_SHAPES_1D[1]])
 
 
 @settings(_FAST, max_examples=10)
 @given(case=networks(1))
 def test_fuzz_1d_transformer_fast(case):
-    _run_1d(case, 2, transformer=True)
+    _run_1d(case, 2, transformer=True, walk_shapes=[_SHAPES_1D[1]])
 
 
 @settings(_FAST, max_examples=12)

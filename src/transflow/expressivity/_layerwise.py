@@ -326,16 +326,24 @@ class IntervalContext:
         self.records[-1] = (parent, W[:, groups])
         return out.map(lambda a: a[:, groups])
 
-    def _exact_ties(self, Z, w0, undecided, float_same, notw, beaten):
+    def _exact_ties(self, Z, w0, decided, notw, beaten):
         """Groups that float64 cannot decide because some competitors are float-identical
         to the winner (equal value and slope, error bounds > 0): decided if those are
         *exactly* identical affine functions under the interval's frozen earlier pattern
         (then they tie everywhere and the lowest index, w0, wins). Returns the groups so
         decided (N, G)."""
-        out = np.zeros_like(undecided)
-        cand = undecided & np.all(~notw | beaten | float_same, axis=-1)
-        if self.exact_model is None or not cand.any():
+        out = np.zeros_like(decided)
+        un, ug = np.nonzero(~decided)
+        wu = w0[un, ug][:, None]
+        vu, su = Z.v[un, ug], Z.s[un, ug]  # (U, K)
+        same_u = (vu == np.take_along_axis(vu, wu, -1)) & (su == np.take_along_axis(su, wu, -1))
+        ok = np.all(~notw[un, ug] | beaten[un, ug] | same_u, axis=-1)
+        if not ok.any():
             return out
+        float_same = np.zeros(notw.shape, bool)
+        float_same[un, ug] = same_u
+        cand = np.zeros_like(decided)
+        cand[un[ok], ug[ok]] = True
         try:
             ex, plen = self.exact_model()
         except NotApplicable:
@@ -384,11 +392,8 @@ class IntervalContext:
         beat_a = (lwa > za + ea) | (after & (lwa >= za + ea))
         beat_b = (lwb > zb + eb) | (after & (lwb >= zb + eb))
         decided = np.all(~notw | (beat_a & beat_b), axis=-1)  # (N, G)
-        if not decided.all():
-            w0v = np.take_along_axis(Z.v, w0[..., None], -1)
-            w0s = np.take_along_axis(Z.s, w0[..., None], -1)
-            float_same = (Z.v == w0v) & (Z.s == w0s)
-            decided |= self._exact_ties(Z, w0, ~decided, float_same, notw, beat_a & beat_b)
+        if self.exact_model is not None and not decided.all():
+            decided |= self._exact_ties(Z, w0, decided, notw, beat_a & beat_b)
         self._m_old = m
         if decided.all():
             W = w0

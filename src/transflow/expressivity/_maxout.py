@@ -340,8 +340,9 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
         src = {str(p.dtype).removeprefix("torch.") for p in module.parameters()} or {
             "no parameters"
         }
+        kinds = "/".join(sorted(src))
         note = (
-            f"converted by MaxoutNetwork.from_torch from a torch.nn.Sequential ({'/'.join(sorted(src))} "
+            f"converted by MaxoutNetwork.from_torch from a torch.nn.Sequential ({kinds} "
             "weights): weights cast to float64, LeakyReLU pieces a·W and consecutive Linear "
             "layers composed in float64; the rounding of this conversion is outside the "
             "certificate (the certified model is the converted float64 network)"

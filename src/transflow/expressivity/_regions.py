@@ -2,8 +2,7 @@
 
 - **1-D certified** (the default): the layerwise interval counter of ``_layerwise`` for
   models with ``interval_forward``, else the point walk of ``_certify``.
-- **1-D** uncertified (``certify=False``; docs/spec/maxout-expressivity.md §7, "exact 1-D region
-    counter"): pattern
+- **1-D** uncertified (``certify=False``; spec §7, "exact 1-D region counter"): pattern
   bisection from a seed grid until the endpoints of every interval share the full activation
   pattern (or the interval is shorter than ``tol``); consecutive patterns are the activation
   regions; the affine map of each region comes from the model with its pattern frozen
@@ -508,13 +507,17 @@ def count_linear_regions(
     """Exact number of linear regions of ``f`` on the box ``[lo, hi]`` (d = 1 or 2; d = 1
     only for input-dependent hardmax attention).
 
-    A *linear region* is a maximal connected set on which f is affine; an *activation
-    region* is a set of fixed full activation pattern (argmax per head and block, ReLU sign
-    per FFN unit and token, argmax per maxout unit). Activation regions are convex, and
-    the linear regions are the connected unions of adjacent activation regions with equal
-    affine maps (docs/spec/maxout-expressivity.md §2.5). Affine maps are those of the
-    **pattern-frozen** model, never finite differences (the pitfall of
-    docs/spec/maxout-expressivity.md §7).
+    A *linear region* is a maximal connected set **of positive length (area)** on which f
+    is affine; an *activation region* is a maximal connected set of positive length (area)
+    of fixed full activation pattern (argmax per head and block, ReLU sign per FFN unit and
+    token, argmax per maxout unit; ties go to the lowest index). A kink at an end of the
+    domain bounds no region inside it and is not counted (``relu(t)`` on ``[0, 1]``: 1
+    region); an affine f has 1 linear region. The certificate is about the model as
+    stored — its float64 parameters read as exact rationals — (``certificate["covers"]``);
+    ``certificate["outside"]`` names conversions it does not cover (``from_torch``).
+    Activation regions are convex, and the linear regions are the connected unions of
+    adjacent activation regions with equal affine maps (spec §2.5). Affine maps are those
+    of the **pattern-frozen** model, never finite differences (the pitfall of spec §7).
 
     **Certificate** (``certify=True``, the default). In 1-D, models with
     ``interval_forward`` (:class:`MaxoutNetwork`, :class:`MaxoutTransformer`, their slices)
@@ -573,7 +576,7 @@ def count_linear_regions(
         breakpoints/polygons).
 
     Use float64 (``jax.config.update("jax_enable_x64", True)``) for deep or steep models
-    (docs/spec/maxout-expressivity.md C10).
+    (spec C10).
 
     Example:
         >>> import jax
