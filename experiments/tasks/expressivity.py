@@ -1,6 +1,6 @@
 """Task ``expressivity`` (issues #6, #14; F7, F8, F9, F13): transformers that realize
 maxout networks and CPWL functions, softmax error, and certified exact linear-region counts
-(spec ``maxout-expressivity.md`` §7, checks C1–C12).
+(docs/spec/maxout-expressivity.md §7, checks C1–C12).
 
 The studies are library functions of :mod:`transflow.expressivity` that return records;
 this task only wires the config to them, writes the records (``metrics.jsonl``, key

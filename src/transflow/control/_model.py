@@ -1,12 +1,13 @@
 """A small continuous model for training: embedding f → split-scheme evolution → read-out.
 
-Training is the optimal-control problem of spec §5,
+Training is the optimal-control problem of docs/spec/continuous-model.md §5,
 
     min_θ (1/B) Σ_i ℓ(R(u_i(T)), v_i)   s.t.   u_i(T) = evolution of f(u_i) over [0, T],
 
 where the embedding f produces the initial condition u(x, y, 0) on the token grid, the
 controls θ(t) are the stacked :class:`~transflow.LayerControls`, and the read-out R maps the
-final state to logits. Embedding and read-out are part of f and ℓ (spec §5, [R]).
+final state to logits. Embedding and read-out are part of f and ℓ (docs/spec/continuous-model.md §5,
+[R]).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def patchify(image: Float[Array, "h w"], patch: int) -> Float[Array, "n p2"]:
 
 
 class PatchEmbedding(eqx.Module):
-    """ViT-style initial condition f for images (spec §4.2, [R]).
+    """ViT-style initial condition f for images (docs/spec/continuous-model.md §4.2, [R]).
 
     ``f = [x_cls ; P E + b] + E_pos``: the image is cut into patches on a 2-D token grid
     (row-major), each patch is mapped linearly to d features, an optional learned class
@@ -252,8 +253,8 @@ def make_vit(
     """A small ViT-style continuous classifier for (8×8) images.
 
     ``d_ff=None`` uses the paper's square FFN (W_j : Ω_y → Ω_y, residual sub-steps);
-    an integer uses lifting maps to a hidden domain of that width (spec Q6 extension).
-    ``pool="cls"`` adds a class token; ``"mean"`` averages the final state over Ω_x.
+    an integer uses lifting maps to a hidden domain of that width (docs/spec/continuous-model.md Q6
+    extension). ``pool="cls"`` adds a class token; ``"mean"`` averages the final state over Ω_x.
 
     ``path=None`` gives today's stacked per-layer controls. A name of
     :data:`~transflow.continuous.PATH_KINDS` gives a

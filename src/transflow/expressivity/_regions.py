@@ -2,7 +2,8 @@
 
 - **1-D certified** (the default): the layerwise interval counter of ``_layerwise`` for
   models with ``interval_forward``, else the point walk of ``_certify``.
-- **1-D** uncertified (``certify=False``; spec §7, "exact 1-D region counter"): pattern
+- **1-D** uncertified (``certify=False``; docs/spec/maxout-expressivity.md §7, "exact 1-D region
+    counter"): pattern
   bisection from a seed grid until the endpoints of every interval share the full activation
   pattern (or the interval is shorter than ``tol``); consecutive patterns are the activation
   regions; the affine map of each region comes from the model with its pattern frozen
@@ -516,8 +517,9 @@ def count_linear_regions(
     stored — its float64 parameters read as exact rationals — (``certificate["covers"]``);
     ``certificate["outside"]`` names conversions it does not cover (``from_torch``).
     Activation regions are convex, and the linear regions are the connected unions of
-    adjacent activation regions with equal affine maps (spec §2.5). Affine maps are those
-    of the **pattern-frozen** model, never finite differences (the pitfall of spec §7).
+    adjacent activation regions with equal affine maps (docs/spec/maxout-expressivity.md §2.5).
+    Affine maps are those of the **pattern-frozen** model, never finite differences (the pitfall of
+    docs/spec/maxout-expressivity.md §7).
 
     **Certificate** (``certify=True``, the default). In 1-D, models with
     ``interval_forward`` (:class:`MaxoutNetwork`, :class:`MaxoutTransformer`, their slices)
@@ -576,7 +578,7 @@ def count_linear_regions(
         breakpoints/polygons).
 
     Use float64 (``jax.config.update("jax_enable_x64", True)``) for deep or steep models
-    (spec C10).
+    (docs/spec/maxout-expressivity.md C10).
 
     Example:
         >>> import jax
