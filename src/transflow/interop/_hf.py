@@ -272,7 +272,7 @@ def from_hf(
       token, layers); ``stage(x)`` returns ``(hidden (D, h, w), cls_token or None)``.
       ``CvtModel`` → :class:`~transflow.vision.CvtModel` (all stages in turn):
       ``model(image)`` is ``(last_hidden_state, cls_token_value)``.
-    - Task heads → :class:`~transflow._heads.HeadModel` (``model(ids, ...)`` = HF's
+    - Task heads → :class:`~transflow.interop.HeadModel` (``model(ids, ...)`` = HF's
       ``logits``; ``model.base`` the base model): ``{Bert,Roberta,DistilBert}ForMaskedLM``
       (per-token logits), ``{Bert,Roberta,DistilBert}ForSequenceClassification`` (first
       token), ``GPT2ForSequenceClassification`` and
@@ -542,7 +542,7 @@ def load_hf(path, *, dtype=None):
     ``AutoModelForCausalLM`` (the result has ``.logits``); one saved from a supported task
     model (``{Bert,Roberta,DistilBert}ForMaskedLM``, ``*ForSequenceClassification`` of
     BERT, RoBERTa, DistilBERT, GPT-2 and the Llama family) loads with that class and
-    converts to a :class:`~transflow._heads.HeadModel` (``model(ids)`` are the logits,
+    converts to a :class:`~transflow.interop.HeadModel` (``model(ids)`` are the logits,
     ``model.base`` the base model); every other checkpoint loads with ``AutoModel`` (the
     base model; other task heads are dropped, and a pooler the checkpoint does not hold is
     left out rather than drawn at random; any other missing weight raises). The model is
