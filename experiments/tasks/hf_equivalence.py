@@ -151,7 +151,9 @@ def configurations(family: str, n: int, seed: int) -> list[dict[str, Any]]:
                 else:
                     c |= {"base": kind[0], "act": kind[1]}
                 heads = int(rng.choice([2, 4]))
-                c |= {"d": 8 * heads, "heads": heads, "kv_heads": c.get("kv_heads", heads)}
+                c |= {"d": 8 * heads, "heads": heads}
+                if c["base"] == "llama":  # the Llama family's key/value heads
+                    c["kv_heads"] = c.get("kv_heads", heads)
                 c |= {"inter": int(rng.choice([24, 40])), "n_tokens": int(rng.integers(6, 10))}
                 out.append(c)
         return out
@@ -271,7 +273,7 @@ def _head_model(c: dict[str, Any], tr):
         )  # fmt: skip
     elif name.startswith("Llama"):
         cfg = tr.LlamaConfig(
-            hidden_size=d, num_attention_heads=h, num_key_value_heads=1,
+            hidden_size=d, num_attention_heads=h, num_key_value_heads=1,  # multi-query
             intermediate_size=inter, num_hidden_layers=2, vocab_size=VOCAB, pad_token_id=0,
             **kw,
         )  # fmt: skip
