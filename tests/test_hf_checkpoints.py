@@ -100,10 +100,12 @@ def test_load_hf_causal_lm_and_base_model(tmp_path):
     bert.save_pretrained(tmp_path / "bert")
     with torch.no_grad():
         ref = to_np(bert.bert(ids).last_hidden_state[0])
-    model = load_hf(tmp_path / "bert")
-    assert _err(model(jnp.asarray(to_np(ids[0]))), ref) <= 1e-10
-    # the checkpoint holds no pooler: it is left out, not drawn at random as HF does
-    assert model.pooler is None
+        logits = to_np(bert(ids).logits[0])
+    model = load_hf(tmp_path / "bert")  # loads with its masked-LM head
+    assert _err(model.base(jnp.asarray(to_np(ids[0]))), ref) <= 1e-10
+    assert _err(model(jnp.asarray(to_np(ids[0]))), logits) <= 1e-10
+    # the checkpoint holds no pooler: the base model has none, none is drawn at random
+    assert model.base.pooler is None
     assert AutoModel.from_pretrained(tmp_path / "bert", local_files_only=True).pooler is not None
 
 

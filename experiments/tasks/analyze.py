@@ -156,7 +156,9 @@ def _load_hf(path: pathlib.Path, dtype):
     from transflow.interop import load_hf
 
     model_type = json.loads((path / "config.json").read_text()).get("model_type", "?")
-    return load_hf(path, dtype=dtype), model_type
+    model = load_hf(path, dtype=dtype)
+    # a task-head checkpoint (e.g. BertForMaskedLM): the flow is the base model's
+    return getattr(model, "base", model), model_type
 
 
 def _random_module(cfg, seed: int):

@@ -11,7 +11,15 @@ Families (``task.families``):
 - ``distilbert``: a 2-layer ``DistilBertModel``;
 - ``llama``: a 2-layer ``LlamaForCausalLM`` (logits; GQA, q/k/v/o and MLP biases);
 - ``mistral``: a 2-layer ``MistralModel`` (GQA; sliding window wider than the sequence);
-- ``qwen2``: a 2-layer ``Qwen2ForCausalLM`` (logits; q/k/v biases, GQA).
+- ``qwen2``: a 2-layer ``Qwen2ForCausalLM`` (logits; q/k/v biases, GQA);
+- ``rope``: ``LlamaForCausalLM`` with each scaled rotary embedding (rope_type linear via
+  the legacy ``rope_scaling`` keyword, dynamic NTK with the sequence longer than
+  ``max_position_embeddings``, yarn, llama3 with Llama 3.2's parameters);
+- ``heads``: the task heads (``{Bert,Roberta,DistilBert}ForMaskedLM`` token logits,
+  ``{Bert,Roberta,DistilBert,GPT2,Llama}ForSequenceClassification`` logits);
+- ``activations``: BERT, RoBERTa, DistilBERT, GPT-2 and Llama with each pointwise
+  activation beyond gelu/relu (silu, swish, quick_gelu, gelu_fast, gelu_pytorch_tanh,
+  tanh, leaky_relu, relu6, mish).
 
 Each configuration draws random sizes and unit-scale weights. ``mask=padded`` runs a
 batch of two sequences, the second padded (right padding for encoders and GPT-2, left
@@ -27,14 +35,91 @@ exact path) and ``err_fp32 = max |Δ| / max |HF|`` (claim ≤ ``tol_fp32``).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Config", "run", "compare", "configurations", "FAMILIES"]
 
-FAMILIES = ("vit", "cvt", "gpt2", "bert", "roberta", "distilbert", "llama", "mistral", "qwen2")
-MASKABLE = ("gpt2", "bert", "roberta", "distilbert", "llama", "mistral", "qwen2")
-SMOKE_FAMILIES = ("bert", "llama")
+FAMILIES = (
+    "vit",
+    "cvt",
+    "gpt2",
+    "bert",
+    "roberta",
+    "distilbert",
+    "llama",
+    "mistral",
+    "qwen2",
+    "rope",
+    "heads",
+    "activations",
+)
+MASKABLE = (
+    "gpt2",
+    "bert",
+    "roberta",
+    "distilbert",
+    "llama",
+    "mistral",
+    "qwen2",
+    "rope",
+    "heads",
+    "activations",
+)
+SMOKE_FAMILIES = ("bert", "llama", "rope", "heads")  # smoke: one row of rope and heads
+
+# the scaled rotary embeddings (HF rope_parameters / the legacy rope_scaling keyword)
+ROPES = {
+    "llama3": {  # Llama 3.2
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
+        "max_position_embeddings": 131072,
+    },
+    "yarn": {
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "rope_theta": 10000.0,
+            "original_max_position_embeddings": 4,
+        },
+        "max_position_embeddings": 16,
+    },
+    "linear": {"rope_scaling": {"type": "linear", "factor": 2.0}},
+    "dynamic": {  # 6-9 tokens > L₀ = 4: the base grows with the length
+        "rope_parameters": {"rope_type": "dynamic", "factor": 3.0, "rope_theta": 10000.0},
+        "max_position_embeddings": 4,
+    },
+}
+HEADS = (
+    "BertForMaskedLM",
+    "BertForSequenceClassification",
+    "RobertaForMaskedLM",
+    "RobertaForSequenceClassification",
+    "DistilBertForMaskedLM",
+    "DistilBertForSequenceClassification",
+    "GPT2ForSequenceClassification",
+    "LlamaForSequenceClassification",
+)
+ACTIVATIONS = (
+    ("bert", "silu"),
+    ("bert", "quick_gelu"),
+    ("bert", "tanh"),
+    ("bert", "mish"),
+    ("roberta", "leaky_relu"),
+    ("roberta", "relu6"),
+    ("distilbert", "silu"),
+    ("gpt2", "gelu_fast"),
+    ("gpt2", "swish"),
+    ("llama", "gelu_fast"),
+    ("llama", "gelu_pytorch_tanh"),
+)
 
 
 @dataclass
@@ -54,6 +139,24 @@ def configurations(family: str, n: int, seed: int) -> list[dict[str, Any]]:
 
     rng = np.random.default_rng([seed, FAMILIES.index(family), 7])
     out = []
+    if family in ("rope", "heads", "activations"):
+        kinds = {"rope": list(ROPES), "heads": list(HEADS), "activations": list(ACTIVATIONS)}
+        for i in range(n):
+            for j, kind in enumerate(kinds[family]):
+                c = {"family": family, "seed": seed * 1000 + 100 * i + j}
+                if family == "rope":
+                    c |= {"base": "llama", "rope": kind, "kv_heads": 1}
+                elif family == "heads":
+                    c |= {"base": "head", "head": kind}
+                else:
+                    c |= {"base": kind[0], "act": kind[1]}
+                heads = int(rng.choice([2, 4]))
+                c |= {"d": 8 * heads, "heads": heads}
+                if c["base"] == "llama":  # the Llama family's key/value heads
+                    c["kv_heads"] = c.get("kv_heads", heads)
+                c |= {"inter": int(rng.choice([24, 40])), "n_tokens": int(rng.integers(6, 10))}
+                out.append(c)
+        return out
     for i in range(n):
         c: dict[str, Any] = {"family": family, "seed": seed * 1000 + i}
         if family in ("llama", "mistral", "qwen2"):
@@ -83,11 +186,17 @@ def _hf_model(c: dict[str, Any], torch_dtype):
 
     from transflow.interop import randomize_
 
-    fam, seed = c["family"], c["seed"]
+    fam, seed = c.get("base", c["family"]), c["seed"]
     common = {"attn_implementation": "eager"}
-    if fam in ("llama", "mistral", "qwen2"):
+    if fam == "head":
+        model = _head_model(c, tr)
+    elif fam in ("llama", "mistral", "qwen2"):
         cfg_cls = {"llama": tr.LlamaConfig, "mistral": tr.MistralConfig, "qwen2": tr.Qwen2Config}
         extra = {"llama": {"attention_bias": True, "mlp_bias": True}, "mistral": {}}
+        if "rope" in c:
+            common |= copy.deepcopy(ROPES[c["rope"]])
+        if "act" in c:
+            common["hidden_act"] = c["act"]
         cfg = cfg_cls[fam](
             hidden_size=c["d"],
             num_attention_heads=c["heads"],
@@ -108,7 +217,7 @@ def _hf_model(c: dict[str, Any], torch_dtype):
             n_layer=2,
             vocab_size=VOCAB,
             n_positions=16,
-            activation_function={"gelu": "gelu", "gelu_new": "gelu_new", "relu": "relu"}[c["act"]],
+            activation_function=c["act"],
             **common,
         )
         model = tr.GPT2LMHeadModel(cfg)
@@ -147,12 +256,42 @@ def _hf_model(c: dict[str, Any], torch_dtype):
     return model
 
 
+def _head_model(c: dict[str, Any], tr):
+    """The random HF task model of a ``heads`` configuration (3 labels, pad id 0)."""
+    name = c["head"]
+    kw = {"num_labels": 3, "attn_implementation": "eager"}
+    d, h, inter = c["d"], c["heads"], c["inter"]
+    if name.startswith("DistilBert"):
+        cfg = tr.DistilBertConfig(
+            dim=d, n_heads=h, hidden_dim=inter, n_layers=2, vocab_size=VOCAB,
+            max_position_embeddings=16, **kw,
+        )  # fmt: skip
+    elif name.startswith("GPT2"):
+        cfg = tr.GPT2Config(
+            n_embd=d, n_head=h, n_inner=inter, n_layer=2, vocab_size=VOCAB, n_positions=16,
+            pad_token_id=0, bos_token_id=1, eos_token_id=1, **kw,
+        )  # fmt: skip
+    elif name.startswith("Llama"):
+        cfg = tr.LlamaConfig(
+            hidden_size=d, num_attention_heads=h, num_key_value_heads=1,  # multi-query
+            intermediate_size=inter, num_hidden_layers=2, vocab_size=VOCAB, pad_token_id=0,
+            **kw,
+        )  # fmt: skip
+    else:
+        cls = tr.RobertaConfig if name.startswith("Roberta") else tr.BertConfig
+        cfg = cls(
+            hidden_size=d, num_attention_heads=h, intermediate_size=inter,
+            num_hidden_layers=2, vocab_size=VOCAB, max_position_embeddings=20, **kw,
+        )  # fmt: skip
+    return getattr(tr, name)(cfg)
+
+
 def _inputs(c: dict[str, Any], masked: bool):
     """Token ids (B, n), HF attention mask (B, n) (1 = keep) and token types or None."""
     import torch
 
     g = torch.Generator().manual_seed(c["seed"] + 2)
-    n, fam = c["n_tokens"], c["family"]
+    n, fam = c["n_tokens"], c.get("base", c["family"])
     B = 2 if masked else 1
     ids = torch.randint(2, VOCAB, (B, n), generator=g)
     keep = torch.ones(B, n, dtype=torch.long)
@@ -162,8 +301,10 @@ def _inputs(c: dict[str, Any], masked: bool):
             keep[1, :pad] = 0  # left padding, as decoder tokenizers do
         else:
             keep[1, n - pad :] = 0  # right padding
-        if fam == "roberta":
+        if fam == "roberta" or c.get("head", "").startswith("Roberta"):
             ids[keep == 0] = 1  # RoBERTa's padding_idx: positions skip the pads
+        elif fam == "head":
+            ids[keep == 0] = 0  # the pad id: sequence classification reads the last non-pad
     types = None
     if fam == "bert":
         types = (torch.arange(n)[None, :] >= n // 2).long().expand(B, n).clone()
@@ -188,7 +329,7 @@ def _run_pair(c: dict[str, Any], torch_dtype, masked: bool):
         o = hf(ids, **kw)
     ref = (o.logits if hasattr(o, "logits") else o.last_hidden_state).numpy()
     model = from_hf(hf)
-    lm = hasattr(o, "logits")
+    lm = hasattr(o, "logits") and hasattr(model, "logits")
     ji = jnp.asarray(ids.numpy())
     kpm = jnp.asarray(keep.numpy() == 0)
     jt = None if types is None else jnp.asarray(types.numpy())
@@ -202,7 +343,10 @@ def _run_pair(c: dict[str, Any], torch_dtype, masked: bool):
         out = jax.vmap(lambda i, p: one(i, p, None))(ji, kpm)
     else:
         out = jax.vmap(one)(ji, kpm, jt)
-    return ref, np.asarray(out), keep.numpy().astype(bool)
+    kept = keep.numpy().astype(bool)
+    if ref.ndim == 2:  # sequence classification: one row of logits per sequence
+        kept = np.ones(ref.shape[:1], bool)
+    return ref, np.asarray(out), kept
 
 
 def compare(c: dict[str, Any], masked: bool) -> dict[str, float]:
@@ -254,7 +398,10 @@ def run(cfg, ctx) -> dict:
     n = 1 if ctx.smoke else int(cfg.n_configs)
     todo = []
     for fam in families:
-        for i, c in enumerate(configurations(fam, n, ctx.seed)):
+        configs = configurations(fam, n, ctx.seed)
+        if ctx.smoke:
+            configs = configs[:1]
+        for i, c in enumerate(configs):
             masks = (False, True) if (cfg.masks and fam in MASKABLE) else (False,)
             for masked in masks[-1:] if ctx.smoke else masks:  # smoke: the masked row
                 todo.append((fam, i, c, masked))

@@ -18,6 +18,7 @@ from .._causal import (
     TokenEmbedding as TokenEmbedding,
 )
 from .._errors import CheckpointError as CheckpointError
+from .._heads import DenseHead as DenseHead, HeadModel as HeadModel
 from .._llama_ops import (
     GatedFFNParams as GatedFFNParams,
     RMSDecoder as RMSDecoder,
@@ -64,6 +65,8 @@ from ._torch import (
 
 __all__ = [
     "CheckpointError",
+    "DenseHead",
+    "HeadModel",
     "CausalDecoder",
     "CausalScheme",
     "GatedFFNParams",

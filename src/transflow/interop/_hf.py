@@ -35,6 +35,7 @@ from ..vision._cvt import (
     ConvEmbedding,
     ConvLayerControls,
     ConvPreNormScheme,
+    CvtModel,
     CvtStageModel,
     DepthwiseConv2d,
 )
@@ -271,6 +272,13 @@ def from_hf(
       width at call time), the class token split off if ``with_cls_token``.
     - ``CvtStage`` → :class:`~transflow.vision.CvtStageModel` (conv embedding, class
       token, layers); ``stage(x)`` returns ``(hidden (D, h, w), cls_token or None)``.
+      ``CvtModel`` → :class:`~transflow.vision.CvtModel` (all stages in turn):
+      ``model(image)`` is ``(last_hidden_state, cls_token_value)``.
+    - Task heads → :class:`~transflow.interop.HeadModel` (``model(ids, ...)`` = HF's
+      ``logits``; ``model.base`` the base model): ``{Bert,Roberta,DistilBert}ForMaskedLM``
+      (per-token logits), ``{Bert,Roberta,DistilBert}ForSequenceClassification`` (first
+      token), ``GPT2ForSequenceClassification`` and
+      ``{Llama,Mistral,Qwen2}ForSequenceClassification`` (last non-padding token).
     - ``BertLayer``/``RobertaLayer``/DistilBERT ``TransformerBlock`` (or ModuleLists) →
       ``SplitTransformer`` with the paper's :class:`~transflow.LieScheme` (post-LN);
       ``BertModel``/``RobertaModel``/``DistilBertModel`` → :class:`TextEncoder`:
@@ -324,6 +332,13 @@ def from_hf(
     zoo = _zoo(module, dtype)
     if zoo is not None:
         return zoo
+    from . import _hf_heads
+
+    headed = _hf_heads.convert_head(module, dtype, from_hf)
+    if headed is not None:
+        return headed
+    if isinstance(module, cvt.CvtModel):
+        return CvtModel(tuple(_cvt_stage(s, dtype) for s in module.encoder.stages))
     if isinstance(module, torch.nn.ModuleList):
         kinds = {type(m) for m in module}
         if kinds == {vit.ViTLayer}:
@@ -368,7 +383,9 @@ def from_hf(
         return _cvt_stage(module, dtype)
     raise TypeError(
         "from_hf supports ViTLayer, ViTModel, GPT2Block, GPT2Model, GPT2LMHeadModel, CvtLayer, "
-        "CvtStage, BertLayer, BertModel, RobertaLayer, RobertaModel, DistilBERT "
+        "CvtStage, CvtModel, {Bert,Roberta,DistilBert}ForMaskedLM, "
+        "*ForSequenceClassification (BERT, RoBERTa, DistilBERT, GPT-2, Llama family), "
+        "BertLayer, BertModel, RobertaLayer, RobertaModel, DistilBERT "
         "TransformerBlock, DistilBertModel, {Llama,Mistral,Qwen2}DecoderLayer, "
         "{Llama,Mistral,Qwen2}Model, {Llama,Mistral,Qwen2}ForCausalLM and ModuleLists of "
         f"layers; got {type(module).__name__}. torch.nn.TransformerEncoder"
@@ -524,12 +541,15 @@ def load_hf(path, *, dtype=None):
 
     The directory's ``config.json`` decides the class: a checkpoint saved from
     ``GPT2LMHeadModel`` or ``{Llama,Mistral,Qwen2}ForCausalLM`` loads with
-    ``AutoModelForCausalLM`` (the result has ``.logits``); every other checkpoint loads
-    with ``AutoModel`` (the base model; task heads such as ``BertForMaskedLM``'s are
-    dropped, and a pooler the checkpoint does not hold is left out rather than drawn at
-    random; any other missing weight raises). The model is loaded locally only (no
-    network), in eval mode, with ``attn_implementation="eager"``, then converted by
-    :func:`from_hf`.
+    ``AutoModelForCausalLM`` (the result has ``.logits``); one saved from a supported task
+    model (``{Bert,Roberta,DistilBert}ForMaskedLM``, ``*ForSequenceClassification`` of
+    BERT, RoBERTa, DistilBERT, GPT-2 and the Llama family) loads with that class and
+    converts to a :class:`~transflow.interop.HeadModel` (``model(ids)`` are the logits,
+    ``model.base`` the base model); every other checkpoint loads with ``AutoModel`` (the
+    base model; other task heads are dropped, and a pooler the checkpoint does not hold is
+    left out rather than drawn at random; any other missing weight raises). The model is
+    loaded locally only (no network), in eval mode, with ``attn_implementation="eager"``,
+    then converted by :func:`from_hf`.
 
     Before HF reads them, the ``*.safetensors`` files are checked: not empty, a readable
     header, data covering every tensor's offsets, and (after loading) no tensor stored with
@@ -580,7 +600,17 @@ def load_hf(path, *, dtype=None):
         ) from e
     headers = _safetensors_headers(p)
     archs = list(getattr(cfg, "architectures", None) or [])
-    auto = AutoModelForCausalLM if any(a in _CAUSAL_LM_ARCHITECTURES for a in archs) else AutoModel
+    from ._hf_heads import HEAD_ARCHITECTURES
+
+    heads = [a for a in archs if a in HEAD_ARCHITECTURES]
+    if heads:
+        import transformers
+
+        auto = getattr(transformers, heads[0])
+    elif any(a in _CAUSAL_LM_ARCHITECTURES for a in archs):
+        auto = AutoModelForCausalLM
+    else:
+        auto = AutoModel
     try:
         model, info = auto.from_pretrained(
             p, local_files_only=True, attn_implementation="eager", output_loading_info=True

@@ -6,7 +6,7 @@
 - CvT: :class:`DepthwiseConv2d` (x-convolution over the token grid + BN eval),
   :class:`FeatureConv` (the literal y-convolution reading, Q7), :class:`ConvAttentionParams`,
   :func:`conv_attention`, :class:`ConvLayerControls`, :class:`ConvPreNormScheme`,
-  :class:`ConvEmbedding`, :class:`CvtStageModel`.
+  :class:`ConvEmbedding`, :class:`CvtStageModel`, :class:`CvtModel` (all stages).
 """
 
 from ._cvt import (
@@ -14,6 +14,7 @@ from ._cvt import (
     ConvEmbedding as ConvEmbedding,
     ConvLayerControls as ConvLayerControls,
     ConvPreNormScheme as ConvPreNormScheme,
+    CvtModel as CvtModel,
     CvtStageModel as CvtStageModel,
     DepthwiseConv2d as DepthwiseConv2d,
     FeatureConv as FeatureConv,

@@ -45,6 +45,7 @@ __all__ = [
     "ConvPreNormScheme",
     "ConvEmbedding",
     "CvtStageModel",
+    "CvtModel",
     "conv_attention",
     "conv_output_size",
 ]
@@ -446,3 +447,24 @@ class CvtStageModel(eqx.Module):
         n0 = 0 if self.cls_token is None else 1
         hidden = u[n0:].T.reshape(-1, h, w)
         return hidden, (u[0] if n0 else None)
+
+
+class CvtModel(eqx.Module):
+    """A whole CvT (HF ``CvtModel``): its stages in turn, each a :class:`CvtStageModel`.
+
+    ``model(x)`` maps an image ``(C, H, W)`` to ``(last_hidden_state (D, h, w),
+    cls_token_value (D,) or None)``: stage s maps the feature map of stage s − 1 (pixels
+    for stage 0), as HF's ``CvtEncoder``; the class token is the last stage's.
+    """
+
+    stages: tuple[CvtStageModel, ...]
+
+    def __check_init__(self):
+        if not self.stages:
+            raise ValueError("CvtModel: need at least one stage.")
+
+    def __call__(self, x: Float[Array, "c h w"]):
+        cls = None
+        for stage in self.stages:
+            x, cls = stage(x)
+        return x, cls
