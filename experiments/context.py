@@ -302,8 +302,9 @@ class Progress:
     """An iterable that reports its progress: periodic log lines and, on a terminal, a bar.
 
     A line ``desc: 120/1500 (8%), 23.5 it/s, elapsed 5 s, ETA 59 s, loss=0.41`` is logged
-    (logger ``transflow.run``: ``run.log`` and the console) at most every ``every``
-    seconds, plus one when the loop starts and one when it ends. When stderr is a
+    (logger ``transflow.run``: ``run.log`` and the console) every ``every`` seconds, also
+    while a single iteration takes longer (a background thread), plus one when the loop
+    starts and one when it ends. When stderr is a
     terminal, a tqdm bar is drawn on it and the periodic lines go to ``run.log`` only.
     ``set_postfix(**values)`` adds values to the lines (and to the bar), as with tqdm.
 
@@ -343,22 +344,43 @@ class Progress:
         return ", ".join(parts)
 
     def __iter__(self) -> Iterator:
-        t0 = last = time.perf_counter()
-        n = 0
+        import threading
+
+        t0 = time.perf_counter()
+        state = {"n": 0, "last": t0}
         self._say(f"{self.desc}: started" + (f", {self.total} iterations" if self.total else ""))
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            # A line also while one iteration takes long (a compilation, a slow step).
+            while not stop.wait(self.every):
+                now = time.perf_counter()
+                if now - state["last"] >= self.every:
+                    state["last"] = now
+                    self._say(self._line(state["n"], now - t0))
+
+        beat = None
+        if self.every > 0:
+            beat = threading.Thread(target=heartbeat, name="transflow-progress", daemon=True)
+            beat.start()
         try:
             for item in self.iterable:
                 yield item
-                n += 1
+                state["n"] += 1
                 if self._bar is not None:
                     self._bar.update(1)
                 now = time.perf_counter()
-                if now - last >= self.every and (self.total is None or n < self.total):
-                    last = now
+                n = state["n"]
+                if now - state["last"] >= self.every and (self.total is None or n < self.total):
+                    state["last"] = now
                     self._say(self._line(n, now - t0))
         finally:
+            stop.set()
+            if beat is not None:
+                beat.join()
             elapsed = time.perf_counter() - t0
-            self._say(self._line(n, elapsed).replace(f"{self.desc}: ", f"{self.desc}: done ", 1))
+            line = self._line(state["n"], elapsed)
+            self._say(line.replace(f"{self.desc}: ", f"{self.desc}: done ", 1))
             self.close()
 
     def set_postfix(self, refresh: bool = False, **values: Any) -> None:
