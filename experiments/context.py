@@ -46,6 +46,8 @@ __all__ = [
 
 #: The logger of a run: ``RunLog`` sends it to ``run.log`` and to the console.
 LOGGER = "transflow.run"
+#: When the last progress line was logged (``time.perf_counter()``), for RunLog's heartbeat.
+_LAST_LINE = [0.0]
 
 
 def _json_dumps(obj: Any) -> str:
@@ -330,6 +332,7 @@ class Progress:
     def _say(self, text: str) -> None:
         # On a terminal the bar shows the progress: the lines go to run.log only.
         self._log.info("%s", text, extra={"console": not self.tty})
+        _LAST_LINE[0] = time.perf_counter()
 
     def _line(self, n: int, elapsed: float) -> str:
         rate = n / elapsed if elapsed > 0 else float("nan")
@@ -434,7 +437,9 @@ class RunLog:
     Inside the ``with`` block, the logger ``transflow.run`` (:attr:`logger`) writes
     timestamped lines into ``<run_dir>/run.log`` and ``transflow-run: <message>`` lines to
     the console (stdout; errors only into the file, the caller reports them), and what
-    is printed to stdout is copied into ``run.log`` too.
+    is printed to stdout is copied into ``run.log`` too. With ``heartbeat`` > 0 a line
+    ``'<task>' running, elapsed ...`` is logged whenever no progress line
+    (:class:`Progress`) came for that many seconds.
 
     Example:
         >>> import tempfile, pathlib
@@ -446,9 +451,22 @@ class RunLog:
         True
     """
 
-    def __init__(self, run_dir: pathlib.Path):
+    def __init__(self, run_dir: pathlib.Path, *, task: str = "", heartbeat: float = 0.0):
         self.path = pathlib.Path(run_dir) / "run.log"
         self.logger = logging.getLogger(LOGGER)
+        self.task = task
+        self.heartbeat = float(heartbeat)
+
+    def _beat(self, stop: Any) -> None:
+        # A "still running" line when no progress line came for `heartbeat` seconds (tasks
+        # whose long steps are not a ctx.progress loop).
+        t0 = time.perf_counter()
+        _LAST_LINE[0] = t0
+        while not stop.wait(min(self.heartbeat, 5.0)):
+            now = time.perf_counter()
+            if now - _LAST_LINE[0] >= self.heartbeat:
+                _LAST_LINE[0] = now
+                self.logger.info("'%s' running, elapsed %s", self.task, _fmt_seconds(now - t0))
 
     def __enter__(self) -> "RunLog":
         self._old = (self.logger.level, self.logger.propagate, list(self.logger.handlers))
@@ -465,9 +483,21 @@ class RunLog:
         self._stdout = sys.stdout
         self._tee = _Tee(sys.stdout, self.path)
         sys.stdout = self._tee
+        self._stop = self._thread = None
+        if self.heartbeat > 0:
+            import threading
+
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._beat, args=(self._stop,), name="transflow-heartbeat", daemon=True
+            )
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> bool:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
         sys.stdout = self._stdout
         self._tee.close_file()
         self._file.close()
