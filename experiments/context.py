@@ -46,6 +46,8 @@ __all__ = [
 
 #: The logger of a run: ``RunLog`` sends it to ``run.log`` and to the console.
 LOGGER = "transflow.run"
+#: When the last progress line was logged (``time.perf_counter()``), for RunLog's heartbeat.
+_LAST_LINE = [0.0]
 
 
 def _json_dumps(obj: Any) -> str:
@@ -302,8 +304,9 @@ class Progress:
     """An iterable that reports its progress: periodic log lines and, on a terminal, a bar.
 
     A line ``desc: 120/1500 (8%), 23.5 it/s, elapsed 5 s, ETA 59 s, loss=0.41`` is logged
-    (logger ``transflow.run``: ``run.log`` and the console) at most every ``every``
-    seconds, plus one when the loop starts and one when it ends. When stderr is a
+    (logger ``transflow.run``: ``run.log`` and the console) every ``every`` seconds, also
+    while a single iteration takes longer (a background thread), plus one when the loop
+    starts and one when it ends. When stderr is a
     terminal, a tqdm bar is drawn on it and the periodic lines go to ``run.log`` only.
     ``set_postfix(**values)`` adds values to the lines (and to the bar), as with tqdm.
 
@@ -329,6 +332,7 @@ class Progress:
     def _say(self, text: str) -> None:
         # On a terminal the bar shows the progress: the lines go to run.log only.
         self._log.info("%s", text, extra={"console": not self.tty})
+        _LAST_LINE[0] = time.perf_counter()
 
     def _line(self, n: int, elapsed: float) -> str:
         rate = n / elapsed if elapsed > 0 else float("nan")
@@ -343,22 +347,43 @@ class Progress:
         return ", ".join(parts)
 
     def __iter__(self) -> Iterator:
-        t0 = last = time.perf_counter()
-        n = 0
+        import threading
+
+        t0 = time.perf_counter()
+        state = {"n": 0, "last": t0}
         self._say(f"{self.desc}: started" + (f", {self.total} iterations" if self.total else ""))
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            # A line also while one iteration takes long (a compilation, a slow step).
+            while not stop.wait(self.every):
+                now = time.perf_counter()
+                if now - state["last"] >= self.every:
+                    state["last"] = now
+                    self._say(self._line(state["n"], now - t0))
+
+        beat = None
+        if self.every > 0:
+            beat = threading.Thread(target=heartbeat, name="transflow-progress", daemon=True)
+            beat.start()
         try:
             for item in self.iterable:
                 yield item
-                n += 1
+                state["n"] += 1
                 if self._bar is not None:
                     self._bar.update(1)
                 now = time.perf_counter()
-                if now - last >= self.every and (self.total is None or n < self.total):
-                    last = now
+                n = state["n"]
+                if now - state["last"] >= self.every and (self.total is None or n < self.total):
+                    state["last"] = now
                     self._say(self._line(n, now - t0))
         finally:
+            stop.set()
+            if beat is not None:
+                beat.join()
             elapsed = time.perf_counter() - t0
-            self._say(self._line(n, elapsed).replace(f"{self.desc}: ", f"{self.desc}: done ", 1))
+            line = self._line(state["n"], elapsed)
+            self._say(line.replace(f"{self.desc}: ", f"{self.desc}: done ", 1))
             self.close()
 
     def set_postfix(self, refresh: bool = False, **values: Any) -> None:
@@ -412,7 +437,9 @@ class RunLog:
     Inside the ``with`` block, the logger ``transflow.run`` (:attr:`logger`) writes
     timestamped lines into ``<run_dir>/run.log`` and ``transflow-run: <message>`` lines to
     the console (stdout; errors only into the file, the caller reports them), and what
-    is printed to stdout is copied into ``run.log`` too.
+    is printed to stdout is copied into ``run.log`` too. With ``heartbeat`` > 0 a line
+    ``'<task>' running, elapsed ...`` is logged whenever no progress line
+    (:class:`Progress`) came for that many seconds.
 
     Example:
         >>> import tempfile, pathlib
@@ -424,9 +451,22 @@ class RunLog:
         True
     """
 
-    def __init__(self, run_dir: pathlib.Path):
+    def __init__(self, run_dir: pathlib.Path, *, task: str = "", heartbeat: float = 0.0):
         self.path = pathlib.Path(run_dir) / "run.log"
         self.logger = logging.getLogger(LOGGER)
+        self.task = task
+        self.heartbeat = float(heartbeat)
+
+    def _beat(self, stop: Any) -> None:
+        # A "still running" line when no progress line came for `heartbeat` seconds (tasks
+        # whose long steps are not a ctx.progress loop).
+        t0 = time.perf_counter()
+        _LAST_LINE[0] = t0
+        while not stop.wait(min(self.heartbeat, 5.0)):
+            now = time.perf_counter()
+            if now - _LAST_LINE[0] >= self.heartbeat:
+                _LAST_LINE[0] = now
+                self.logger.info("'%s' running, elapsed %s", self.task, _fmt_seconds(now - t0))
 
     def __enter__(self) -> "RunLog":
         self._old = (self.logger.level, self.logger.propagate, list(self.logger.handlers))
@@ -443,9 +483,21 @@ class RunLog:
         self._stdout = sys.stdout
         self._tee = _Tee(sys.stdout, self.path)
         sys.stdout = self._tee
+        self._stop = self._thread = None
+        if self.heartbeat > 0:
+            import threading
+
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._beat, args=(self._stop,), name="transflow-heartbeat", daemon=True
+            )
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> bool:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
         sys.stdout = self._stdout
         self._tee.close_file()
         self._file.close()

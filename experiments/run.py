@@ -75,6 +75,10 @@ CONFIG_DIR = _config_dir()
 
 _REGISTERED = False
 
+#: Seconds without a progress line after which run.log and the console get a
+#: "'<task>' running, elapsed ..." line.
+HEARTBEAT_S = 10.0
+
 
 def describe(config_dir: str | pathlib.Path = CONFIG_DIR) -> dict[str, str]:
     """Experiment name → its one-line description (the ``# About:`` comment line of
@@ -253,7 +257,7 @@ def run_job(
     _write_json(run_dir / "status.json", status)
     t0 = time.perf_counter()
     overrides = " ".join(overrides) if overrides is not None else _describe_overrides(cfg)
-    with RunLog(run_dir) as runlog:
+    with RunLog(run_dir, task=task_name, heartbeat=HEARTBEAT_S) as runlog:
         log = runlog.logger
         log.info(
             "task '%s' in %s%s (claims=%s)",

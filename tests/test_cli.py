@@ -150,6 +150,32 @@ def test_progress_lines_when_piped(tmp_path, capsys):
     assert logging.getLogger("transflow.run").handlers == []  # RunLog cleaned up
 
 
+def test_progress_lines_while_one_iteration_takes_long(tmp_path, capsys):
+    """A line every `every` seconds also while one iteration runs (a compilation)."""
+    import time
+
+    from transflow.experiments.context import Progress, RunLog
+
+    with RunLog(tmp_path):
+        for _ in Progress(range(1), total=1, desc="compile", every=0.1):
+            time.sleep(0.65)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "compile: 0/1 (0%)" in ln]
+    assert len(lines) >= 3, lines  # ~6 expected; 3 leaves room for a loaded machine
+
+
+def test_run_log_heartbeat_without_progress_loop(tmp_path, capsys):
+    """A task with no progress loop still says it is running (RunLog's heartbeat)."""
+    import time
+
+    from transflow.experiments.context import RunLog
+
+    with RunLog(tmp_path, task="probe", heartbeat=0.1):
+        time.sleep(0.65)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "'probe' running" in ln]
+    assert len(lines) >= 3, lines
+    assert (tmp_path / "run.log").read_text().count("'probe' running, elapsed") == len(lines)
+
+
 def test_cli_piped_training_prints_progress_and_fills_run_log(tmp_path):
     proc = _transflow_run("experiment=train_digits", "debug=smoke", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

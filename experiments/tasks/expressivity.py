@@ -270,7 +270,10 @@ def run(cfg, ctx) -> dict:
         if full:
             ctx.save_figure(plotting.plot_slice(st), "F13_slice")
 
-    sections = sorted({k.split("_")[0] for k in summary if k[:1] == "C"})
+    sections = sorted(
+        {k.split("_")[0] for k in summary if k[:1] == "C" and k.split("_")[0][1:].isdigit()},
+        key=lambda c: int(c[1:]),
+    )
     ctx.report(
         "## Results\n\n"
         f"Checks {', '.join(sections)} in float64 ({'smoke size' if ctx.smoke else 'full size'}"
