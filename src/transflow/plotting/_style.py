@@ -227,6 +227,7 @@ def finish(fig):
             if axis.get_scale() != "log":
                 continue
             if isinstance(axis.get_major_locator(), mticker.FixedLocator):
+                axis.set_minor_formatter(mticker.NullFormatter())
                 continue  # ticks set by hand (set_xticks)
             LogTicks.apply(axis)
         for axis in (ax.xaxis, ax.yaxis):
