@@ -224,7 +224,7 @@ def plot_refinement(studies: dict[str, dict[str, Any]], *, title: str = "depth r
     ax.set_ylabel("relative difference of the final state")
     ax.set_title(title)
     ax.grid(True, which="both")
-    ax.legend(loc="best")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=6.5)
     nk = max(len(s["factors"]) for s in studies.values())
     if nk < 3:
         smoke_note(ax, f"smoke size: {nk} factors")
@@ -239,6 +239,9 @@ def plot_refinement(studies: dict[str, dict[str, Any]], *, title: str = "depth r
         bx.set_title("accuracy of the refined classifier")
         bx.grid(True, which="both")
         bx.legend(loc="best")
+    factors = sorted({int(k) for s in studies.values() for k in s["factors"]})
+    for a in axes[0]:
+        a.set_xticks(factors, [str(k) for k in factors])
     return fig
 
 

@@ -30,8 +30,9 @@ def plot_benchmarks(results: dict[str, Any]):
     (a) encoder forward time, transflow vs torch's fused fast path (median, min–max; with
     ``threads1/layer`` also one thread each); (b) trace+lower+compile time of ``evolve``
     at 1 and 48 steps; (c) peak RSS of the chunked attention against the JAX-runtime floor
-    and the size of a dense score matrix. Without one of :data:`BENCHMARK_PARTS` it draws
-    a placeholder saying "run make bench".
+    and the size of a dense score matrix; (a) spans the top row, (b) and (c) share the
+    bottom one. Without one of :data:`BENCHMARK_PARTS` it draws a placeholder saying
+    "run make bench".
     """
     if not set(BENCHMARK_PARTS) <= results.keys():
         fig, ax = new_figure(2.0)

@@ -13,6 +13,14 @@ __all__ = ["plot_convergence", "plot_grid", "plot_nonconvergence", "plot_cluster
 _ORDER_LABEL = {1: r"$O(\Delta t)$", 2: r"$O(\Delta t^2)$"}
 
 
+def _math_names(text: str) -> str:
+    """``sigma1=0 (S1∩S2=∅)`` → ``$\\sigma_1$=0 ($S_1$∩$S_2$=∅)`` (the study's case names)."""
+    import re
+
+    text = re.sub(r"\bsigma(\d)", r"$\\sigma_\1$", text)
+    return re.sub(r"\bS(\d)\b", r"$S_\1$", text)
+
+
 @styled
 def plot_convergence(records: list[dict], *, title: str = ""):
     """Log–log error vs Δt, one panel per sub-model, with reference slopes 1 and 2.
@@ -102,8 +110,8 @@ def plot_nonconvergence(results: dict):
     """
     fig, (ax, bx) = new_figure(3.0, 1, 2)
     for name, r in results.items():
-        ax.loglog(r["dts"][1:], r["diffs"], "o-", label=name)
-        bx.loglog(r["dts"], r["sensitivity"], "s-", label=name)
+        ax.loglog(r["dts"][1:], r["diffs"], "o-", label=_math_names(name))
+        bx.loglog(r["dts"], r["sensitivity"], "s-", label=_math_names(name))
     ax.set_xlabel(r"time step $\Delta t$")
     ax.set_ylabel(r"$\max\,|u_{\Delta t/2}(T) - u_{\Delta t}(T)|$")
     ax.set_title("successive refinements")

@@ -31,10 +31,10 @@ def plot_sharded_memory(records: list[dict[str, Any]], *, title: str = ""):
     base = "gspmd" if "gspmd" in methods else methods[0]
     g = sorted((r for r in records if r["method"] == base), key=lambda r: r["token_devices"])
     ps = [r["token_devices"] for r in g]
-    ax.loglog(ps, [g[0]["temp"] / 2**20 * ps[0] / p for p in ps], "k--", lw=1, label="1/P")
+    ax.loglog(ps, [g[0]["temp"] / 2**20 * ps[0] / p for p in ps], "k--", lw=1, label="$1/P$")
     ax.set_xticks(ps, [str(p) for p in ps])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlabel("token devices P")
+    ax.set_xlabel("token devices $P$")
     ax.set_ylabel("per-device temporaries [MiB]")
     if title:
         ax.set_title(title)

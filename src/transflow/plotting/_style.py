@@ -226,8 +226,9 @@ def finish(fig):
         for axis in (ax.xaxis, ax.yaxis):
             if axis.get_scale() != "log":
                 continue
-            if isinstance(axis.get_major_formatter(), mticker.FixedFormatter):
-                continue  # ticks set by hand (set_xticks with labels)
+            if isinstance(axis.get_major_locator(), mticker.FixedLocator):
+                axis.set_minor_formatter(mticker.NullFormatter())
+                continue  # ticks set by hand (set_xticks)
             LogTicks.apply(axis)
         for axis in (ax.xaxis, ax.yaxis):
             axis.get_major_ticks(1)
