@@ -10,7 +10,8 @@ Trains (with :func:`transflow.control.run_training` of
   path model, so the difference is the control parameterization alone);
 - ``path``: controls θ(t) as a :class:`~transflow.continuous.ControlPath`
   (``task.path``, K = ``task.path_size``), smooth initialisation, ``task.train_depths``
-  drawn per batch (:func:`transflow.control.depth_loss`), the pre-LN scheme.
+  drawn per batch (:func:`transflow.control.depth_loss`), the pre-LN scheme, final time
+  T = ``n_steps · path_dt`` (the per-layer models keep Δt = 1).
 
 Then, for every model, the test accuracy with N = ``task.depths`` uniform steps
 (:func:`transflow.control.at_depth`; for the per-layer models the piecewise-constant
@@ -47,6 +48,7 @@ class Config:
     n_steps: int = 4  # the training depth N_t
     train_depths: list[int] = field(default_factory=lambda: [4, 8, 16])
     smoothness: float = 0.0  # λ of λ ∫‖θ'(t)‖² dt
+    path_dt: float = 0.25  # the path model's step at n_steps (T = n_steps · path_dt)
     steps: int = 1500
     d: int = 32
     depths: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64])
@@ -69,8 +71,18 @@ def _train(cfg: Config, ctx, name: str, **over):
         checkpoint_dir="run",
         **over,
     )
-    if ctx.smoke:
-        dcfg = dataclasses.replace(dcfg, steps=min(dcfg.steps, 30), eval_every=30, warmup_steps=3)
+    if ctx.smoke:  # a wiring check: tiny model, a few steps, depths 2 and 4
+        dcfg = dataclasses.replace(
+            dcfg,
+            d=8,
+            n_heads=1,
+            n_steps=2,
+            steps=min(dcfg.steps, 10),
+            eval_every=10,
+            log_every=5,
+            warmup_steps=2,
+            train_depths=[2, 4] if over.get("train_depths") else [],
+        )
     summary, result = run_training(
         DEPTH_DIGITS,
         dcfg,
@@ -91,13 +103,14 @@ def run(cfg: Config, ctx) -> dict:
     from transflow.control import at_depth, depth_accuracy, load_digits_split
 
     depths = [int(n) for n in cfg.depths]
+    n_train = cfg.n_steps
     if ctx.smoke:
-        depths = [n for n in depths if n <= 16] or depths[:2]
+        depths, n_train = [2, 4, 8], 2
     models = {}
     summaries = {}
     for base in cfg.baselines:
         name = f"per_layer_{base}"
-        summaries[name], models[name] = _train(cfg, ctx, name, path="none", scheme=base)
+        summaries[name], models[name] = _train(cfg, ctx, name, path="none", scheme=base, dt=1.0)
     summaries["path"], models["path"] = _train(
         cfg,
         ctx,
@@ -107,6 +120,7 @@ def run(cfg: Config, ctx) -> dict:
         scheme="prenorm",
         train_depths=list(cfg.train_depths),
         smoothness=cfg.smoothness,
+        dt=cfg.path_dt,
     )
     _, _, xte, yte = load_digits_split(cfg.digits.test_fraction, seed=ctx.seed)
     if ctx.smoke:
@@ -167,7 +181,7 @@ def run(cfg: Config, ctx) -> dict:
     )
 
     path_acc = results["path"]["accuracy"]
-    a0 = path_acc[depths.index(cfg.n_steps)] if cfg.n_steps in depths else path_acc[0]
+    a0 = path_acc[depths.index(n_train)] if n_train in depths else path_acc[0]
     drops = [abs(a - a0) for a in path_acc] + [abs(results["path"]["adaptive_accuracy"] - a0)]
     full = not ctx.smoke
     ref_cpu = summaries.get("per_layer_lie", next(iter(summaries.values())))["cpu_seconds"]
