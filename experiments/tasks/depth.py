@@ -48,7 +48,7 @@ class Config:
     n_steps: int = 4  # the training depth N_t
     train_depths: list[int] = field(default_factory=lambda: [4, 8, 16])
     smoothness: float = 0.0  # λ of λ ∫‖θ'(t)‖² dt
-    path_dt: float = 0.25  # the path model's step at n_steps (T = n_steps · path_dt)
+    path_dt: float = 0.05  # the path model's step at n_steps (T = n_steps · path_dt)
     steps: int = 1500
     d: int = 32
     depths: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64])
