@@ -158,7 +158,7 @@ def run(cfg: Config, ctx) -> dict:
     fine = max(depths)
     scaling = {}
     for name, m in models.items():
-        s = increment_scaling(at_depth(m, fine), [1, 2, 4, 8] if fine > 8 else None)
+        s = increment_scaling(at_depth(m, fine), [1, 2, 4] if fine > 4 else None)
         scaling[name] = s
         ctx.log(
             {
@@ -239,12 +239,11 @@ def _adjoint_check() -> float:
     import equinox as eqx
     import jax
     import jax.numpy as jnp
-    from jax.experimental import enable_x64
 
     from transflow import LayerControls, PreNormScheme
     from transflow.continuous import init_path, solve_adaptive
 
-    with enable_x64():
+    with jax.enable_x64(True):
         path = init_path(
             "legendre",
             lambda k: LayerControls.random(4, dtype=jnp.float64, key=k),
