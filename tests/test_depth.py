@@ -148,7 +148,7 @@ def test_path_increments_scale_like_a_smooth_control():
     from transflow import SplitTransformer
 
     smooth = init_path("legendre", _draw(), 4, key=jax.random.key(0), smooth=False)
-    beta = increment_scaling(SplitTransformer(smooth.sample(64)))["beta"]
+    beta = increment_scaling(SplitTransformer(smooth.sample(64)), [1, 2, 4])["beta"]
     assert beta >= 0.9, beta
     rough = init_path("per_layer", _draw(), 4, key=jax.random.key(0), smooth=False)
     beta = increment_scaling(SplitTransformer(rough.sample(64)), [1, 2, 4, 8])["beta"]
