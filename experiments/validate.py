@@ -155,6 +155,18 @@ RULES: dict[str, Rule] = {
     "length": POSITIVE,
     "vocab": POSITIVE,
     "n_test": POSITIVE,
+    # continuous depth (experiment=depth)
+    "path_size": POSITIVE,
+    "train_depths": POSITIVE,
+    "smoothness": NON_NEGATIVE,
+    "path_dt": POSITIVE,
+    "depths": POSITIVE,
+    "rtol": POSITIVE,
+    "atol": POSITIVE,
+    "relax_tau": POSITIVE,
+    "min_accuracy": UNIT_CLOSED,
+    "max_drop": UNIT_CLOSED,
+    "max_cpu_ratio": POSITIVE,
 }
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.

@@ -273,20 +273,7 @@ def test_styles_wrap_code_blocks_and_table_cells():
 _KNOWN_WITHOUT_SUMMARY = {
     "transflow.experiments.run.CONFIG_DIR",
     "transflow.experiments.tasks.TASKS_DIR",
-    "transflow.experiments.tasks.analyze.run",
-    "transflow.experiments.tasks.clustering.run",
-    "transflow.experiments.tasks.convergence.run",
-    "transflow.experiments.tasks.grid_refinement.run",
-    "transflow.experiments.tasks.hf_equivalence.run",
     "transflow.experiments.tasks.hf_equivalence.FAMILIES",
-    "transflow.experiments.tasks.nonconvergence.run",
-    "transflow.experiments.tasks.sharded.run",
-    "transflow.experiments.tasks.train_digits.run",
-    "transflow.experiments.tasks.train_sequence.run",
-    "transflow.experiments.tasks.vit_equivalence.run",
-    "transflow.plotting.plot_partition",
-    "transflow.plotting.plot_regions",
-    "transflow.plotting.plot_softmax",
 }
 
 

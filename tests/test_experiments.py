@@ -29,6 +29,12 @@ PRIMARY_GROUPS = {
     if line.strip().startswith("- ") and ":" in line
 }
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
+#: Experiments whose smoke run trains several models (minutes on 2 cores): their smoke
+#: run is in the slow tier.
+SLOW_SMOKE = {"depth"}
+SMOKE_PARAMS = [
+    pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SMOKE else n for n in EXPERIMENTS
+]
 
 
 def _env():
@@ -245,7 +251,7 @@ SMOKE_CLAIMS = {
 }
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("name", SMOKE_PARAMS)
 def test_smoke_run_every_experiment(name, tmp_path_factory):
     """Every experiment runs in debug=smoke mode and leaves a complete run directory."""
     import jax

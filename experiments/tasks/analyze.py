@@ -264,6 +264,11 @@ def _inputs(model, cfg, seed: int, n: int, dtype):
 
 # ----------------------------------------------------------------------------- run
 def run(cfg, ctx) -> dict:
+    """Run the ``analyze`` experiment.
+
+    Dynamical-systems analysis of a trained or HF model: trajectories, clustering,
+    refinement in depth.
+    """
     if cfg.interpolation not in ("constant", "linear", "both"):
         raise ValueError(
             f"task.interpolation must be 'constant', 'linear' or 'both', got {cfg.interpolation!r}."

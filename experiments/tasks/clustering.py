@@ -31,6 +31,10 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
+    """Run the ``clustering`` experiment.
+
+    F5: tokens on the sphere S1(0, 1) collapse into one cluster over a long horizon.
+    """
     from transflow.continuous import clustering_trajectory
     from transflow.plotting import plot_clustering
 

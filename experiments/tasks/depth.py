@@ -96,6 +96,11 @@ def _train(cfg: Config, ctx, name: str, **over):
 
 
 def run(cfg: Config, ctx) -> dict:
+    """Run the ``depth`` experiment.
+
+    Continuous depth: per-layer vs path-controlled digits models evaluated at N_t = 4..64
+    and adaptively.
+    """
     import jax
     import numpy as np
 
@@ -202,7 +207,7 @@ def run(cfg: Config, ctx) -> dict:
         for name, r in results.items()
     )
     ctx.report(
-        "## Depth transfer (digits test accuracy)\n\n"
+        "## Results\n\nDepth transfer (digits test accuracy):\n\n"
         f"| model | {' | '.join(f'N={n}' for n in depths)} | adaptive (rtol {cfg.rtol:g}) "
         "| mean nfev | β | CPU s |\n"
         f"|---|{'---|' * len(depths)}---|---|---|---|\n{rows}\n\n"

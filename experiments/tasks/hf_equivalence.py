@@ -384,6 +384,11 @@ def _label(c):
 
 
 def run(cfg, ctx) -> dict:
+    """Run the ``hf_equivalence`` experiment.
+
+    Transflow = HF ViT, CvT, GPT-2, BERT, RoBERTa, DistilBERT, Llama, Mistral, Qwen2 (random
+    configs).
+    """
     import jax
 
     jax.config.update("jax_enable_x64", True)

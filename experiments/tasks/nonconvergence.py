@@ -35,6 +35,11 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
+    """Run the ``nonconvergence`` experiment.
+
+    F6: with sigma1 = 0 the full model has no meaningful dt -> 0 limit (it forgets the
+    controls).
+    """
     from transflow.continuous import nonconvergence_study
     from transflow.plotting import plot_nonconvergence
 

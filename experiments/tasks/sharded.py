@@ -93,6 +93,11 @@ def _table(records, tol) -> str:
 
 
 def run(cfg: Config, ctx) -> dict:
+    """Run the ``sharded`` experiment.
+
+    Sharded evolution on 8 CPU host devices = single device; per-device memory vs token
+    devices.
+    """
     from omegaconf import OmegaConf
 
     from transflow.parallel._selftest import run_subprocess

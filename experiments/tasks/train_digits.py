@@ -39,6 +39,11 @@ class Config(DigitsConfig):
 
 
 def run(cfg: Config, ctx) -> dict:
+    """Run the ``train_digits`` experiment.
+
+    F10: train a small continuous ViT on the scikit-learn 8x8 digits (resumable
+    checkpoints).
+    """
     return run_task(
         "digits",
         "digits",

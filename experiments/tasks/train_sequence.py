@@ -41,6 +41,10 @@ class Config(SequenceConfig):
 
 
 def run(cfg: Config, ctx) -> dict:
+    """Run the ``train_sequence`` experiment.
+
+    Train a continuous transformer to sort (or reverse) length-8 sequences.
+    """
     return run_task(
         "sequence",
         "sort",

@@ -40,6 +40,11 @@ class Config:
 
 
 def run(cfg: Config, ctx) -> dict:
+    """Run the ``vit_equivalence`` experiment.
+
+    Transflow = HF ViTLayer/ViTModel, CvT, GPT2Block and causal torch layers (random
+    configs).
+    """
     import jax
 
     from transflow.interop import hf_equivalence_rows
