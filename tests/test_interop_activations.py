@@ -1,7 +1,8 @@
 """Every pointwise HF/torch activation as a function option of the FFN sub-step.
 
 Pointwise: transflow's map equals HF's ``ACT2FN`` / torch's function or module to
-≤ 1e-14 · max(1, |y|) in float64 on [−30, 30] (torch and XLA evaluate tanh, exp differently in the last bits). Models (float64, ≤ 1e-10 · max(1, |y|)):
+≤ 1e-14 · max(1, |y|) in float64 on [−30, 30] (torch and XLA evaluate tanh, exp
+differently in the last bits). Models (float64, ≤ 1e-10 · max(1, |y|)):
 torch ``nn.TransformerEncoderLayer``/``DecoderLayer``, BERT, RoBERTa, DistilBERT, GPT-2
 and Llama (the gate of the gated FFN) with these activations, with a padding mask.
 """

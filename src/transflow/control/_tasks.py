@@ -251,7 +251,8 @@ def _finish(name, result, extra, *, report, log, ckpt) -> dict:
     return summary
 
 
-def _setup_digits(cfg: DigitsConfig, seed: int, key) -> Problem:
+def _setup_digits(cfg: DigitsConfig, seed: int, key, **model_kw) -> Problem:
+    """Data, evaluation and the model of the digits task (``model_kw``: ``make_vit``'s)."""
     import jax
     import jax.numpy as jnp
 
@@ -267,10 +268,13 @@ def _setup_digits(cfg: DigitsConfig, seed: int, key) -> Problem:
         d_ff=cfg.d_ff or None,
         patch=cfg.patch,
         pool=cfg.pool,
-        scheme=_scheme(cfg.scheme, cfg.ffn_branch_dt),
-        remat=cfg.remat,
-        dtype=jnp.float32,
-        key=key,
+        **{
+            "scheme": _scheme(cfg.scheme, cfg.ffn_branch_dt),
+            "remat": cfg.remat,
+            "dtype": jnp.float32,
+            "key": key,
+            **model_kw,
+        },
     )
     order = EpochOrder(len(xtr), cfg.batch_size, seed)
 
@@ -293,36 +297,20 @@ def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
 
     import equinox as eqx
     import jax
-    import jax.numpy as jnp
 
     from ..continuous import PATH_KINDS
     from ._depth import depth_loss
-    from ._model import make_vit
 
     if cfg.path != "none" and cfg.path not in PATH_KINDS:
         raise ValueError(f"`path` must be 'none' or one of {PATH_KINDS}, got {cfg.path!r}.")
-    base = _setup_digits(cfg, seed, key)  # data, evaluation and the per-layer model
+    scheme = _scheme(cfg.scheme, cfg.ffn_branch_dt, cfg.relax_tau)
+    path_kw = (
+        {}
+        if cfg.path == "none"
+        else {"path": cfg.path, "path_size": cfg.path_size, "smooth_init": cfg.smooth_init}
+    )
+    base = _setup_digits(cfg, seed, key, scheme=scheme, dt=cfg.dt, **path_kw)
     model = base.model
-    if cfg.path != "none":
-        model = make_vit(
-            d=cfg.d,
-            n_steps=cfg.n_steps,
-            n_heads=cfg.n_heads,
-            d_ff=cfg.d_ff or None,
-            patch=cfg.patch,
-            pool=cfg.pool,
-            scheme=_scheme(cfg.scheme, cfg.ffn_branch_dt, cfg.relax_tau),
-            remat=cfg.remat,
-            path=cfg.path,
-            path_size=cfg.path_size,
-            smooth_init=cfg.smooth_init,
-            dt=cfg.dt,
-            dtype=jnp.float32,
-            key=key,
-        )
-    else:
-        scheme = _scheme(cfg.scheme, cfg.ffn_branch_dt, cfg.relax_tau)
-        model = dc.replace(model, scheme=scheme, dt=cfg.dt)
     depths = list(cfg.train_depths) or [cfg.n_steps]
     n_params = sum(x.size for x in jax.tree.leaves(eqx.filter(model, eqx.is_inexact_array)))
     extra = {**base.extra, "n_params": int(n_params), "path": cfg.path}
