@@ -55,18 +55,8 @@ FAMILIES = (
     "heads",
     "activations",
 )
-MASKABLE = (
-    "gpt2",
-    "bert",
-    "roberta",
-    "distilbert",
-    "llama",
-    "mistral",
-    "qwen2",
-    "rope",
-    "heads",
-    "activations",
-)
+# every family but the vision ones takes a padding mask
+MASKABLE = tuple(f for f in FAMILIES if f not in ("vit", "cvt"))
 SMOKE_FAMILIES = ("bert", "llama", "rope", "heads")  # smoke: one row of rope and heads
 
 # the scaled rotary embeddings (HF rope_parameters / the legacy rope_scaling keyword)
