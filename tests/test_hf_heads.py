@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch", reason="the HF equivalence tests need PyTor
 transformers = pytest.importorskip("transformers", reason="the HF tests need transformers")
 
 from test_hf_helpers import randomize_, to_np  # noqa: E402
-from transflow._heads import HeadModel  # noqa: E402
 from transflow.interop import from_hf, hf_float64_reference, load_hf  # noqa: E402
+from transflow.models import HeadModel  # noqa: E402
 
 VOCAB, N = 29, 9
 t = transformers

@@ -25,12 +25,11 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._causal import CausalDecoder, CausalScheme, TokenEmbedding
 from .._controls import AttentionParams, FFNParams, LayerControls, stack_controls
 from .._errors import CheckpointError
-from .._model import SplitTransformer
 from .._splitting import PreNormScheme
-from ..vision._cvt import (
+from ..models._causal import CausalDecoder, CausalScheme, TokenEmbedding
+from ..models._cvt import (
     ConvAttentionParams,
     ConvEmbedding,
     ConvLayerControls,
@@ -39,7 +38,9 @@ from ..vision._cvt import (
     CvtStageModel,
     DepthwiseConv2d,
 )
-from ..vision._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
+from ..models._encoder import SplitTransformer
+from ..models._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
+from . import _bert, _hf_heads, _llama
 from ._acts import hf_activation, torch_activation
 from ._torch import _arr, _check_module, _norm, _resolve_dtype, _torch
 
@@ -332,7 +333,6 @@ def from_hf(
     zoo = _zoo(module, dtype)
     if zoo is not None:
         return zoo
-    from . import _hf_heads
 
     headed = _hf_heads.convert_head(module, dtype, from_hf)
     if headed is not None:
@@ -396,8 +396,6 @@ def from_hf(
 def _zoo(module, dtype):
     """The BERT- and Llama-family conversions (``None`` if ``module`` is neither)."""
     import torch
-
-    from . import _bert, _llama
 
     bert, roberta, distil = _bert.bert_classes()
     lc = _llama.llama_classes()
@@ -600,9 +598,7 @@ def load_hf(path, *, dtype=None):
         ) from e
     headers = _safetensors_headers(p)
     archs = list(getattr(cfg, "architectures", None) or [])
-    from ._hf_heads import HEAD_ARCHITECTURES
-
-    heads = [a for a in archs if a in HEAD_ARCHITECTURES]
+    heads = [a for a in archs if a in _hf_heads.HEAD_ARCHITECTURES]
     if heads:
         import transformers
 
