@@ -78,6 +78,8 @@ def test_models_holds_the_architectures():
         "HeadModel",
         "DenseHead",
         "FlowModel",
+        "T5Encoder",
+        "T5EncoderDecoder",
     ):
         assert name in names
         assert getattr(transflow.models, name).__module__.startswith("transflow.models.")

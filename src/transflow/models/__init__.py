@@ -12,6 +12,8 @@ into these classes; this package imports nothing from it.
 - Causal decoders: :class:`CausalDecoder` (GPT-2: :class:`TokenEmbedding` →
   :class:`CausalScheme` steps), :class:`RMSDecoder` (Llama, Mistral, Qwen2).
 - Text encoders: :class:`TextEncoder` (BERT, RoBERTa, DistilBERT; :class:`TextEmbedding`).
+- T5: :class:`T5Encoder`, :class:`T5EncoderDecoder` (stacks :class:`T5Stack` of
+  :class:`T5LayerControls` sharing one :class:`RelativePositionBias`).
 - Task heads: :class:`HeadModel` (a base model, then a :class:`DenseHead` read-out).
 - Vision: :class:`VisionTransformer` (:class:`PatchEmbedding`,
   :class:`ClassTokenReadout`), :class:`CvtStageModel`, :class:`CvtModel`.
@@ -42,6 +44,14 @@ from ._encoder import SplitTransformer as SplitTransformer
 from ._flow import FlowModel as FlowModel, make_seq as make_seq, make_vit as make_vit
 from ._heads import DenseHead as DenseHead, HeadModel as HeadModel
 from ._rms import RMSDecoder as RMSDecoder
+from ._t5 import (
+    RelativePositionBias as RelativePositionBias,
+    T5Encoder as T5Encoder,
+    T5EncoderDecoder as T5EncoderDecoder,
+    T5LayerControls as T5LayerControls,
+    T5Stack as T5Stack,
+    relative_position_buckets as relative_position_buckets,
+)
 from ._text import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
 from ._vit import (
     ClassTokenReadout as ClassTokenReadout,
@@ -64,10 +74,16 @@ __all__ = [
     "SplitDecoder",
     "SplitEncoderDecoder",
     "SplitTransformer",
+    "RelativePositionBias",
+    "T5Encoder",
+    "T5EncoderDecoder",
+    "T5LayerControls",
+    "T5Stack",
     "TextEmbedding",
     "TextEncoder",
     "TokenEmbedding",
     "VisionTransformer",
     "make_seq",
     "make_vit",
+    "relative_position_buckets",
 ]
