@@ -61,14 +61,15 @@ def relative_position_buckets(
     """T5's bucket of each relative position ``x̃ − x`` (integers, numpy).
 
     HF's ``T5Attention._relative_position_bucket`` (Mesh TensorFlow's), computed as HF
-    computes it (the logarithm in float32), so the buckets are HF's exactly.
+    computes it (the logarithm in float32), so the buckets are HF's exactly. Below, 8
+    buckets (4 per direction): offsets 0 and ±1 are exact, ±2 and ±3 share a log bin.
 
     Example:
         >>> import numpy as np
         >>> from transflow.models import relative_position_buckets
         >>> relative_position_buckets(np.arange(-3, 4), bidirectional=True, num_buckets=8,
         ...                           max_distance=16).tolist()
-        [3, 2, 1, 0, 5, 6, 7]
+        [2, 2, 1, 0, 5, 6, 6]
     """
     r = np.asarray(relative_position, np.int64)
     out = np.zeros_like(r)
