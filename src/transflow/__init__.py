@@ -18,6 +18,9 @@ Public API (re-exported from private modules, equinox style):
   :class:`DecoderLayerControls` (``torch.nn.TransformerDecoder``/``Transformer``).
 - Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`,
   :class:`CausalScheme` (decoders), :func:`evolve`, :class:`SplitTransformer`.
+- Layers designed by numerical analysis (docs/schemes.md): :class:`StrangScheme`
+  (Macaron), :class:`RungeKuttaScheme` (ODE Transformer), :class:`IMEXScheme`,
+  :func:`make_scheme`, :func:`stability_function`, :func:`stage_controls`.
 - Subpackages: :mod:`transflow.interop` (PyTorch/HuggingFace), :mod:`transflow.continuous`
   (Δt and grid limits), :mod:`transflow.vision` (ViT/CvT), :mod:`transflow.expressivity`
   (maxout/CPWL constructions, linear regions), :mod:`transflow.control` (training),
@@ -44,6 +47,20 @@ from ._decoder import (
     SplitEncoderDecoder as SplitEncoderDecoder,
 )
 from ._grid import Grid as Grid
+from ._layer_schemes import (
+    SCHEME_NAMES as SCHEME_NAMES,
+    TABLEAUS as TABLEAUS,
+    ButcherTableau as ButcherTableau,
+    IMEXScheme as IMEXScheme,
+    RungeKuttaScheme as RungeKuttaScheme,
+    StrangScheme as StrangScheme,
+    amplification_factor as amplification_factor,
+    declared_order as declared_order,
+    linear_step_matrix as linear_step_matrix,
+    make_scheme as make_scheme,
+    stability_function as stability_function,
+    stage_controls as stage_controls,
+)
 from ._masks import (
     causal_mask as causal_mask,
     mask_from_hf as mask_from_hf,
