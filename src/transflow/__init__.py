@@ -58,6 +58,7 @@ from ._layer_schemes import (
     declared_order as declared_order,
     linear_step_matrix as linear_step_matrix,
     make_scheme as make_scheme,
+    reference_solution as reference_solution,
     stability_function as stability_function,
     stage_controls as stage_controls,
 )

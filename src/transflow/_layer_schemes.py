@@ -15,7 +15,8 @@ sub-steps, as in :class:`~transflow.PreNormScheme`, whose step is the Lie splitt
   2019: half FFN, attention, half FFN). With Euler sub-flows (``substep="euler"``, the
   published layer) the local error is O(Δt²) but the global order is 1; with Heun sub-flows
   (``substep="heun"``) it is Strang splitting proper, order 2. ``form="postnorm"`` puts the
-  paper's projection after every sub-flow instead of before it (post-LN Macaron).
+  paper's projection after every sub-flow instead of before it (post-LN Macaron); its
+  projections limit it to order 1.
 - :class:`RungeKuttaScheme`: an explicit Runge–Kutta method (Butcher tableau as data:
   Heun, midpoint, classical RK4) with the layer's weights shared by all stages (ODE
   Transformer, Li et al. 2022). ``field="parallel"`` uses f = a + g (order 2 / 4);
@@ -67,6 +68,7 @@ __all__ = [
     "stability_function",
     "amplification_factor",
     "linear_step_matrix",
+    "reference_solution",
 ]
 
 Field = Callable[[Array], Array]
@@ -214,10 +216,14 @@ class StrangScheme(_ExplicitBase):
     weights (one vector field split in two; Macaron-Net trains two FFNs).
 
     ``substep="euler"``: Φ^X_h(u) = u + h X(u) (Macaron-Net's layer; global order 1);
-    ``"heun"``: Φ^X_h(u) = u + h/2 (X(u) + X(u + h X(u))) (order 2, Strang proper). In the
-    post-norm form the order holds on S1 when ``norm1`` and ``norm2`` are the same set and
-    the state starts on it (a projection after a sub-flow keeps its order). θ is frozen at
-    the step's midpoint (``nodes = (0.5,)``), which keeps order 2.
+    ``"heun"``: Φ^X_h(u) = u + h/2 (X(u) + X(u + h X(u))) (order 2, Strang proper). θ is
+    frozen at the step's midpoint (``nodes = (0.5,)``), which keeps order 2.
+
+    The post-norm form is consistent (on S1, with ``norm1`` and ``norm2`` the same fixed
+    set) with the projected field u' = Π_{T_u S1}(𝒜(u) + ℱ(u)), but its projections limit
+    it to order 1 whatever the sub-flow: P(u + h v) = u + h Π v + O(h²), and the O(h²)
+    curvature term of every projection is a local error of the step. ``order`` says so
+    (1 for ``form="postnorm"``); ``tests/test_layer_schemes.py`` measures it.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -245,7 +251,7 @@ class StrangScheme(_ExplicitBase):
 
     @property
     def order(self) -> int:
-        return 2 if self.substep == "heun" else 1
+        return 2 if (self.substep == "heun" and self.form == "prenorm") else 1
 
     @property
     def nodes(self) -> tuple[float, ...]:
@@ -566,7 +572,8 @@ def make_scheme(name: str, **options: Any) -> AbstractScheme:
     ``lie``: the paper's post-LN layer; ``prenorm``: pre-LN (Lie splitting, Euler
     sub-flows); ``relaxed``: :class:`~transflow.continuous.RelaxedLieScheme`;
     ``macaron``/``macaron_post``: :class:`StrangScheme` with Euler sub-flows (Macaron-Net;
-    pre-/post-norm); ``strang``/``strang_post``: with Heun sub-flows (order 2);
+    pre-/post-norm); ``strang``/``strang_post``: with Heun sub-flows (order 2 in pre-norm
+    form, 1 in post-norm form);
     ``heun``/``midpoint``/``rk4``: :class:`RungeKuttaScheme` on f = a + g; ``ode_rk2``: the
     ODE Transformer's RK2 block (Heun on the pre-LN block's increment); ``imex``:
     :class:`IMEXScheme`.
@@ -749,3 +756,51 @@ def amplification_factor(scheme: AbstractScheme, z_attention, z_ffn) -> Complex[
     zg = jnp.asarray(z_ffn) + 0j
     s = linear_step_matrix(scheme, _rot(za), _rot(zg), 1.0)
     return s[0, 0] + 1j * s[0, 1]
+
+
+def reference_solution(
+    u0: Float[Array, "n d"],
+    path,
+    scheme: AbstractScheme,
+    *,
+    rtol: float = 1e-12,
+    atol: float = 1e-12,
+    grid=None,
+    max_steps: int = 100_000,
+) -> Float[Array, "n d"]:
+    """u(T) of the scheme's continuous limit u' = f(t, u) by diffrax's Dopri8 (order 8, PID
+    step control), for order studies in float64. ``f`` is
+    :func:`transflow.continuous.vector_field` of ``scheme`` along ``path``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import LayerControls, StrangScheme, reference_solution, stage_controls, evolve
+        >>> from transflow.continuous import init_path
+        >>> with jax.enable_x64(True):
+        ...     path = init_path("legendre", lambda k: LayerControls.random(
+        ...         4, dtype=jnp.float64, key=k), 2, key=jax.random.key(0), smooth=False)
+        ...     u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
+        ...     ref = reference_solution(u0, path, StrangScheme())
+        ...     err = [float(jnp.max(jnp.abs(evolve(u0, stage_controls(path, StrangScheme(), n),
+        ...            StrangScheme(), dt=path.step_size(n)) - ref))) for n in (8, 16)]
+        >>> round(err[0] / err[1])  # second order: halving Δt divides the error by 4
+        4
+    """
+    import diffrax
+
+    from .continuous import vector_field
+
+    f = vector_field(scheme, path, grid=grid)
+    t0, t1 = path.interval
+    dtype = jnp.result_type(u0)
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, u, _: f(t, u)),
+        diffrax.Dopri8(),
+        t0=jnp.asarray(t0, dtype),
+        t1=jnp.asarray(t1, dtype),
+        dt0=jnp.asarray((t1 - t0) / 8, dtype),
+        y0=u0,
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        max_steps=max_steps,
+    )
+    return sol.ys[-1]
