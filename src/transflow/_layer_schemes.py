@@ -774,15 +774,15 @@ def reference_solution(
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from transflow import LayerControls, StrangScheme, reference_solution, stage_controls, evolve
+        >>> from transflow import LayerControls, StrangScheme, evolve, reference_solution
         >>> from transflow.continuous import init_path
         >>> with jax.enable_x64(True):
         ...     path = init_path("legendre", lambda k: LayerControls.random(
         ...         4, dtype=jnp.float64, key=k), 2, key=jax.random.key(0), smooth=False)
         ...     u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
         ...     ref = reference_solution(u0, path, StrangScheme())
-        ...     err = [float(jnp.max(jnp.abs(evolve(u0, stage_controls(path, StrangScheme(), n),
-        ...            StrangScheme(), dt=path.step_size(n)) - ref))) for n in (8, 16)]
+        ...     err = [float(jnp.max(jnp.abs(evolve(u0, path.sample(n), StrangScheme(),
+        ...            dt=path.step_size(n)) - ref))) for n in (8, 16)]
         >>> round(err[0] / err[1])  # second order: halving Δt divides the error by 4
         4
     """
