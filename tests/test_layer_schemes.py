@@ -279,3 +279,136 @@ def test_orders_on_a_sinusoidal_smooth_path(name):
     p = declared_order(make_scheme(name))
     slope, errs = _observed_order(name, path, u0, ref, _GRIDS[p])
     assert abs(slope - p) <= 0.2, (name, slope, errs)
+
+
+# ----------------------------------------------------------------------- step 3: references
+def _torch_layer(theta):
+    """PyTorch (float64) attention, FFN and LayerNorm written from the standard equations
+    (Vaswani et al.): the building blocks of the papers' layers, from θ's arrays."""
+    torch = pytest.importorskip("torch")
+    t = {
+        k: torch.tensor(np.asarray(v), dtype=torch.float64)
+        for k, v in {
+            "wq": theta.attn.wq,
+            "wk": theta.attn.wk,
+            "wv": theta.attn.wv,
+            "wo": theta.attn.wo,
+            "bq": theta.attn.bq,
+            "bk": theta.attn.bk,
+            "bv": theta.attn.bv,
+            "bo": theta.attn.bo,
+            "w1": theta.ffn.weights[0],
+            "b1": theta.ffn.biases[0],
+            "w2": theta.ffn.weights[1],
+            "b2": theta.ffn.biases[1],
+            "g1": theta.norm1.gain,
+            "c1": theta.norm1.bias,
+            "g2": theta.norm2.gain,
+            "c2": theta.norm2.bias,
+        }.items()
+    }
+    H = theta.attn.n_heads
+
+    def att(x):  # MultiHead(Q, K, V) = Concat(head_1..H) W_O, head = softmax(QKᵀ/√d_k) V
+        n, _ = x.shape
+        q, k, v = x @ t["wq"] + t["bq"], x @ t["wk"] + t["bk"], x @ t["wv"] + t["bv"]
+        dk = q.shape[1] // H
+        q, k, v = (z.reshape(n, H, dk).transpose(0, 1) for z in (q, k, v))
+        w = torch.softmax(q @ k.transpose(1, 2) / dk**0.5, dim=-1)
+        return (w @ v).transpose(0, 1).reshape(n, H * dk) @ t["wo"] + t["bo"]
+
+    def ffn(x):  # FFN(x) = max(0, x W1 + b1) W2 + b2
+        return torch.relu(x @ t["w1"] + t["b1"]) @ t["w2"] + t["b2"]
+
+    def ln(x, i):  # LayerNorm without ε (the paper's projection onto S1)
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var) * t[f"g{i}"] + t[f"c{i}"]
+
+    return torch, att, ffn, ln
+
+
+def _ref_controls():
+    """One layer with biases, two heads, a lifted ReLU FFN (d_ff = 16) and per-feature
+    LayerNorm gains and biases, float64."""
+    k1, k2, k3 = jax.random.split(jax.random.key(11), 3)
+    th = LayerControls.random(D, n_heads=2, d_ff=16, bias=True, dtype=jnp.float64, key=k1)
+    from transflow import NormParams
+
+    g = 1.0 + 0.1 * jax.random.normal(k2, (2, D), jnp.float64)
+    b = 0.1 * jax.random.normal(k3, (2, D), jnp.float64)
+    return type(th)(th.attn, NormParams(g[0], b[0]), th.ffn, NormParams(g[1], b[1]))
+
+
+def _compare_with_torch(scheme, torch_layer):
+    torch = pytest.importorskip("torch")
+    th = _ref_controls()
+    x = jax.random.normal(jax.random.key(4), (6, D), jnp.float64)
+    r = jax.random.normal(jax.random.key(5), (6, D), jnp.float64)
+    y = scheme.step(x, th, 1.0)
+    gx = jax.grad(lambda v: jnp.sum(scheme.step(v, th, 1.0) * r))(x)
+    xt = torch.tensor(np.asarray(x), requires_grad=True)
+    yt = torch_layer(xt)
+    (yt * torch.tensor(np.asarray(r))).sum().backward()
+    np.testing.assert_allclose(np.asarray(y), yt.detach().numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(gx), xt.grad.numpy(), rtol=0, atol=1e-12)
+
+
+def test_macaron_post_ln_layer_matches_pytorch():
+    """Macaron-Net (Lu et al. 2019, post-LN): x̃ = LN(x + ½FFN(x)), x̂ = LN(x̃ + Att(x̃)),
+    y = LN(x̂ + ½FFN(x̂)) is the post-norm Strang scheme with Euler sub-flows at Δt = 1
+    (the two half FFNs share weights), values and input gradients to 1e-12."""
+    _, att, ffn, ln = _torch_layer(_ref_controls())
+
+    def macaron(x):
+        x1 = ln(x + 0.5 * ffn(x), 2)
+        x2 = ln(x1 + att(x1), 1)
+        return ln(x2 + 0.5 * ffn(x2), 2)
+
+    _compare_with_torch(make_scheme("macaron_post"), macaron)
+
+
+def test_macaron_pre_ln_layer_matches_pytorch():
+    """The pre-LN Macaron layer (Conformer's arrangement): x̃ = x + ½FFN(LN₂x),
+    x̂ = x̃ + Att(LN₁x̃), y = x̂ + ½FFN(LN₂x̂) is the pre-norm Strang scheme with Euler
+    sub-flows at Δt = 1."""
+    _, att, ffn, ln = _torch_layer(_ref_controls())
+
+    def macaron(x):
+        x1 = x + 0.5 * ffn(ln(x, 2))
+        x2 = x1 + att(ln(x1, 1))
+        return x2 + 0.5 * ffn(ln(x2, 2))
+
+    _compare_with_torch(make_scheme("macaron"), macaron)
+
+
+def test_ode_transformer_rk2_block_matches_pytorch():
+    """ODE Transformer (Li et al., ACL 2022), RK2 block with shared weights: F(y) = the
+    pre-LN layer's output minus its input, F₁ = F(yₜ), F₂ = F(yₜ + F₁),
+    yₜ₊₁ = yₜ + ½(F₁ + F₂); our RungeKuttaScheme("heun", field="layer") at Δt = 1."""
+    _, att, ffn, ln = _torch_layer(_ref_controls())
+
+    def big_f(y):
+        y1 = y + att(ln(y, 1))
+        return y1 + ffn(ln(y1, 2)) - y
+
+    def rk2(y):
+        f1 = big_f(y)
+        f2 = big_f(y + f1)
+        return y + 0.5 * (f1 + f2)
+
+    _compare_with_torch(make_scheme("ode_rk2"), rk2)
+
+
+def test_parallel_heun_block_matches_pytorch():
+    """The order-2 variant: Heun on the parallel block f(y) = Att(LN₁y) + FFN(LN₂y)."""
+    _, att, ffn, ln = _torch_layer(_ref_controls())
+
+    def f(y):
+        return att(ln(y, 1)) + ffn(ln(y, 2))
+
+    def heun(y):
+        f1 = f(y)
+        return y + 0.5 * (f1 + f(y + f1))
+
+    _compare_with_torch(make_scheme("heun"), heun)
