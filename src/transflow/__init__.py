@@ -56,11 +56,17 @@ from ._layer_schemes import (
     StrangScheme as StrangScheme,
     amplification_factor as amplification_factor,
     declared_order as declared_order,
+    largest_stable_dt as largest_stable_dt,
+    linear_run_growth as linear_run_growth,
     linear_step_matrix as linear_step_matrix,
+    linearised_stability as linearised_stability,
     make_scheme as make_scheme,
+    perturbation_growth as perturbation_growth,
     reference_solution as reference_solution,
+    spectral_radius as spectral_radius,
     stability_function as stability_function,
     stage_controls as stage_controls,
+    sub_field_jacobians as sub_field_jacobians,
 )
 from ._masks import (
     causal_mask as causal_mask,

@@ -69,6 +69,12 @@ __all__ = [
     "amplification_factor",
     "linear_step_matrix",
     "reference_solution",
+    "sub_field_jacobians",
+    "spectral_radius",
+    "largest_stable_dt",
+    "linearised_stability",
+    "linear_run_growth",
+    "perturbation_growth",
 ]
 
 Field = Callable[[Array], Array]
@@ -661,7 +667,11 @@ def stage_controls(path, scheme: AbstractScheme, n_steps: int):
 
 # ----------------------------------------------------------------------- linear stability
 def _poly(coef, z):
-    return sum(c * z**k for k, c in enumerate(coef))
+    return sum(float(c) * z**k for k, c in enumerate(coef))
+
+
+def _complex(z):
+    return jnp.asarray(z).astype(jnp.result_type(1j))
 
 
 def stability_function(scheme: AbstractScheme, z_attention, z_ffn):
@@ -683,8 +693,8 @@ def stability_function(scheme: AbstractScheme, z_attention, z_ffn):
         >>> complex(stability_function(RungeKuttaScheme("heun"), -1.0, 0.0))
         (0.5+0j)
     """
-    za = jnp.asarray(z_attention) + 0j
-    zg = jnp.asarray(z_ffn) + 0j
+    za = _complex(z_attention)
+    zg = _complex(z_ffn)
     if isinstance(scheme, StrangScheme):
         rs = (lambda z: 1 + z) if scheme.substep == "euler" else (lambda z: 1 + z + z * z / 2)
         return rs(zg / 2) * rs(za) * rs(zg / 2)
@@ -752,10 +762,10 @@ def amplification_factor(scheme: AbstractScheme, z_attention, z_ffn) -> Complex[
         >>> abs(complex(amplification_factor(s, *z)) - complex(stability_function(s, *z))) < 1e-6
         True
     """
-    za = jnp.asarray(z_attention) + 0j
-    zg = jnp.asarray(z_ffn) + 0j
+    za = _complex(z_attention)
+    zg = _complex(z_ffn)
     s = linear_step_matrix(scheme, _rot(za), _rot(zg), 1.0)
-    return s[0, 0] + 1j * s[0, 1]
+    return jax.lax.complex(s[0, 0], s[0, 1])
 
 
 def reference_solution(
@@ -804,3 +814,152 @@ def reference_solution(
         max_steps=max_steps,
     )
     return sol.ys[-1]
+
+
+# ------------------------------------------------------- stability of a layer's linearisation
+def sub_field_jacobians(
+    controls: LayerControls, u: Float[Array, "n d"], *, grid=None
+) -> tuple[Float[Array, "m m"], Float[Array, "m m"]]:
+    """Jacobians (m = n·d, row convention: δa = δu J_a) of the pre-norm sub-fields
+    a(u) = 𝒜(P_{S1}u) and g(u) = ℱ(P_{S1'}u) at ``u``: the linearised dynamics
+    δu' = δu (J_a + J_g) of the layer around ``u``."""
+    ops = StrangScheme()._ops(controls, grid, False, {}, "prenorm")
+    shape = u.shape
+
+    def jac(fn):
+        jc = jax.jacfwd(lambda v: fn(v.reshape(shape)).reshape(-1))(u.reshape(-1))
+        return jc.T
+
+    return jac(ops.attn), jac(ops.ffn)
+
+
+def spectral_radius(m: Float[Array, "m m"]) -> float:
+    """max |eigenvalue| (NumPy, float64)."""
+    return float(np.max(np.abs(np.linalg.eigvals(np.asarray(m, np.float64)))))
+
+
+def largest_stable_dt(
+    scheme: AbstractScheme,
+    j_attention: Float[Array, "m m"],
+    j_ffn: Float[Array, "m m"],
+    *,
+    dt_max: float = 64.0,
+    n_grid: int = 400,
+    rtol: float = 1e-6,
+) -> float:
+    """The largest Δt of the first interval (0, Δt*] on which the scheme's step matrix on
+    the linear dynamics u' = u (J_a + J_g) has spectral radius ≤ 1.
+
+    ρ(S(Δt)) is evaluated (:func:`linear_step_matrix`, the scheme's own step code) on a
+    geometric grid of ``n_grid`` steps in [dt_max·1e-6, dt_max]; the first crossing of 1
+    is refined by bisection to relative width ``rtol``. Returns ``inf`` if none is found
+    (e.g. an IMEX step on a dissipative linear part) and 0 if the smallest grid step is
+    already unstable (dynamics with a growing mode: shift it first, see
+    :func:`linearised_stability`).
+    """
+    ja, jg = np.asarray(j_attention, np.float64), np.asarray(j_ffn, np.float64)
+
+    def rho(h):
+        with jax.enable_x64(True):
+            return spectral_radius(linear_step_matrix(scheme, jnp.asarray(ja), jnp.asarray(jg), h))
+
+    grid = dt_max * np.geomspace(1e-6, 1.0, n_grid)
+    prev = None
+    for h in grid:
+        if rho(h) > 1.0 + 1e-12:
+            if prev is None:
+                return 0.0
+            lo, hi = prev, float(h)
+            while hi - lo > rtol * lo:
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if rho(mid) <= 1.0 + 1e-12 else (lo, mid)
+            return lo
+        prev = float(h)
+    return float("inf")
+
+
+def linearised_stability(
+    scheme: AbstractScheme,
+    controls: LayerControls,
+    trajectory: Float[Array, "k n d"],
+    *,
+    margin: float = 0.05,
+    grid=None,
+    **kwargs: Any,
+) -> dict:
+    """The largest stable Δt of ``scheme`` on a layer's linearised dynamics along a trajectory.
+
+    At every state u_k the sub-field Jacobians J_a, J_g (:func:`sub_field_jacobians`) are
+    shifted by −σ/2 each, σ = max Re λ(J_a + J_g) + ``margin`` · ρ(J_a + J_g): the
+    linearised dynamics in the frame of its least stable mode, whose exact solution decays
+    (a random layer has growing modes; without the shift no Δt would be stable, and the
+    scheme's error in them is not an instability). Δt*_k = :func:`largest_stable_dt`;
+    the result is the smallest over the trajectory with its index, the eigenvalues of the
+    shifted J_a + J_g there and the shifted Jacobians (to confirm by a run).
+    """
+    best: dict = {"dt": float("inf")}
+    for k, u in enumerate(trajectory):
+        ja, jg = sub_field_jacobians(controls, u, grid=grid)
+        ja, jg = np.asarray(ja, np.float64), np.asarray(jg, np.float64)
+        lam = np.linalg.eigvals(ja + jg)
+        sigma = float(np.max(lam.real)) + margin * float(np.max(np.abs(lam)))
+        eye = np.eye(ja.shape[0])
+        ja_s, jg_s = ja - 0.5 * sigma * eye, jg - 0.5 * sigma * eye
+        dt = largest_stable_dt(scheme, ja_s, jg_s, **kwargs)
+        if dt < best["dt"]:
+            best = {
+                "dt": dt,
+                "index": k,
+                "shift": sigma,
+                "eigenvalues": lam - sigma,
+                "j_attention": ja_s,
+                "j_ffn": jg_s,
+            }
+    return best
+
+
+def linear_run_growth(
+    scheme: AbstractScheme, j_attention, j_ffn, dt: float, n_steps: int, *, seed: int = 0
+) -> float:
+    """‖u_N‖ / ‖u_0‖ after ``n_steps`` steps of the scheme on u' = u (J_a + J_g) from a
+    random u_0 (the run that confirms a stable Δt: bounded below it, growing above)."""
+    with jax.enable_x64(True):
+        s = linear_step_matrix(scheme, jnp.asarray(j_attention), jnp.asarray(j_ffn), dt)
+        u0 = jax.random.normal(jax.random.key(seed), (1, s.shape[0]), jnp.float64)
+
+        def body(u, _):
+            u = u @ s
+            nrm = jnp.linalg.norm(u)
+            return u / nrm, jnp.log(nrm)
+
+        _, logs = jax.lax.scan(body, u0 / jnp.linalg.norm(u0), None, length=n_steps)
+        return float(jnp.exp(jnp.sum(logs)))
+
+
+def perturbation_growth(
+    fn: Callable[[Array], Array], x: Array, *, key, n_iter: int = 20
+) -> Float[Array, ""]:
+    """The largest singular value of the Jacobian of ``fn`` at ``x`` (power iteration on
+    JᵀJ with one JVP and one VJP per iteration): the worst-case growth ‖δy‖/‖δx‖ of a small
+    input perturbation. ``log(growth)/T`` is the finite-time Lyapunov exponent of a flow
+    over time T (the sensitivity measure of Tong et al.).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import perturbation_growth
+        >>> a = jnp.diag(jnp.array([3.0, 1.0, 0.5]))
+        >>> g = perturbation_growth(lambda v: a @ v, jnp.ones(3), key=jax.random.key(0))
+        >>> round(float(g), 4)
+        3.0
+    """
+    v = jax.random.normal(key, jnp.shape(x), jnp.result_type(x))
+    v = v / jnp.linalg.norm(v)
+    _, vjp = jax.vjp(fn, x)
+
+    def body(v, _):
+        jv = jax.jvp(fn, (x,), (v,))[1]
+        w = vjp(jv)[0]
+        return w / jnp.linalg.norm(w), None
+
+    v, _ = jax.lax.scan(body, v, None, length=n_iter)
+    return jnp.linalg.norm(jax.jvp(fn, (x,), (v,))[1])
