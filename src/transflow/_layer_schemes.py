@@ -844,7 +844,7 @@ def largest_stable_dt(
     j_ffn: Float[Array, "m m"],
     *,
     dt_max: float = 64.0,
-    n_grid: int = 400,
+    n_grid: int = 200,
     rtol: float = 1e-6,
 ) -> float:
     """The largest Δt of the first interval (0, Δt*] on which the scheme's step matrix on
@@ -858,10 +858,13 @@ def largest_stable_dt(
     :func:`linearised_stability`).
     """
     ja, jg = np.asarray(j_attention, np.float64), np.asarray(j_ffn, np.float64)
+    with jax.enable_x64(True):
+        step_matrix = jax.jit(lambda a, g, h: linear_step_matrix(scheme, a, g, h))
+        ja_j, jg_j = jnp.asarray(ja), jnp.asarray(jg)
 
     def rho(h):
         with jax.enable_x64(True):
-            return spectral_radius(linear_step_matrix(scheme, jnp.asarray(ja), jnp.asarray(jg), h))
+            return spectral_radius(step_matrix(ja_j, jg_j, jnp.asarray(h, jnp.float64)))
 
     grid = dt_max * np.geomspace(1e-6, 1.0, n_grid)
     prev = None
