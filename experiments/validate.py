@@ -167,6 +167,11 @@ RULES: dict[str, Rule] = {
     "min_accuracy": UNIT_CLOSED,
     "max_drop": UNIT_CLOSED,
     "max_cpu_ratio": POSITIVE,
+    # layers designed by numerical analysis (experiment=schemes)
+    "seeds": NON_NEGATIVE,
+    "sequence_n_steps": POSITIVE,
+    "n_sensitivity": POSITIVE,
+    "order_tol": POSITIVE,
 }
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.

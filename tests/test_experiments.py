@@ -31,7 +31,7 @@ PRIMARY_GROUPS = {
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 #: Experiments whose smoke run trains several models (minutes on 2 cores): their smoke
 #: run is in the slow tier.
-SLOW_SMOKE = {"depth"}
+SLOW_SMOKE = {"depth", "schemes"}
 SMOKE_PARAMS = [
     pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SMOKE else n for n in EXPERIMENTS
 ]

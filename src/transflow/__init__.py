@@ -18,6 +18,9 @@ Public API (re-exported from private modules, equinox style):
   :class:`DecoderLayerControls` (``torch.nn.TransformerDecoder``/``Transformer``).
 - Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`,
   :class:`CausalScheme` (decoders), :func:`evolve`, :class:`SplitTransformer`.
+- Layers designed by numerical analysis (docs/schemes.md): :class:`StrangScheme`
+  (Macaron), :class:`RungeKuttaScheme` (ODE Transformer), :class:`IMEXScheme`,
+  :func:`make_scheme`, :func:`stability_function`, :func:`stage_controls`.
 - Subpackages: :mod:`transflow.models` (every architecture; docs/architectures.md),
   :mod:`transflow.interop` (PyTorch/HuggingFace → models), :mod:`transflow.continuous`
   (Δt and grid limits), :mod:`transflow.vision` (ViT/CvT), :mod:`transflow.expressivity`
@@ -42,6 +45,27 @@ from ._controls import (
     unstack_controls as unstack_controls,
 )
 from ._grid import Grid as Grid
+from ._layer_schemes import (
+    SCHEME_NAMES as SCHEME_NAMES,
+    TABLEAUS as TABLEAUS,
+    ButcherTableau as ButcherTableau,
+    IMEXScheme as IMEXScheme,
+    RungeKuttaScheme as RungeKuttaScheme,
+    StrangScheme as StrangScheme,
+    amplification_factor as amplification_factor,
+    declared_order as declared_order,
+    largest_stable_dt as largest_stable_dt,
+    linear_run_growth as linear_run_growth,
+    linear_step_matrix as linear_step_matrix,
+    linearised_stability as linearised_stability,
+    make_scheme as make_scheme,
+    perturbation_growth as perturbation_growth,
+    reference_solution as reference_solution,
+    spectral_radius as spectral_radius,
+    stability_function as stability_function,
+    stage_controls as stage_controls,
+    sub_field_jacobians as sub_field_jacobians,
+)
 from ._masks import (
     causal_mask as causal_mask,
     mask_from_hf as mask_from_hf,

@@ -57,7 +57,7 @@ class TrainConfig:
     n_steps: int = 4  # time steps N_t (layers)
     n_heads: int = 2
     d_ff: int = 0  # 0: the paper's square FFN (W_j: Ω_y → Ω_y); >0: lifted hidden width
-    scheme: str = "lie"  # "lie" (paper, post-LN) or "prenorm" (extension)
+    scheme: str = "lie"  # "lie" (paper, post-LN), "prenorm", or a name of SCHEME_NAMES
     # LieScheme option (docs/spec/continuous-model.md §3.2): "dt" or "2dt"
     ffn_branch_dt: str = "dt"
     remat: str = "step"  # "none" | "step" (jax.checkpoint per step) | "nested" (√N_t)
@@ -206,7 +206,15 @@ def _scheme(name: str, ffn_branch_dt: str, relax_tau: float = 1.0):
         from ..continuous import RelaxedLieScheme
 
         return RelaxedLieScheme(ffn_branch_dt=ffn_branch_dt, tau=relax_tau)
-    raise ValueError(f"`scheme` must be 'lie', 'prenorm' or 'relaxed', got {name!r}.")
+    if name == "imex":
+        from .. import IMEXScheme
+
+        return IMEXScheme(ffn_branch_dt=ffn_branch_dt, tau=relax_tau)
+    from .. import SCHEME_NAMES, make_scheme
+
+    if name in SCHEME_NAMES:  # the layers of issue 27 (docs/schemes.md)
+        return make_scheme(name)
+    raise ValueError(f"`scheme` must be one of {', '.join(SCHEME_NAMES)}; got {name!r}.")
 
 
 def _prepare_dir(ckpt, resume: bool, message):

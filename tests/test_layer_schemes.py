@@ -1,0 +1,527 @@
+"""Layers designed by numerical analysis (issue 27): Strang (Macaron), Runge–Kutta (ODE
+Transformer) and IMEX schemes as layers; their options, orders, reference forms and
+linear stability."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transflow import (
+    SCHEME_NAMES,
+    IMEXScheme,
+    LayerControls,
+    RungeKuttaScheme,
+    StrangScheme,
+    declared_order,
+    evolve,
+    make_scheme,
+    stack_controls,
+)
+
+D = 8
+
+
+def _theta(n=3, d=D, dtype=jnp.float64, **kw):
+    keys = jax.random.split(jax.random.key(0), n)
+    layers = [
+        LayerControls.random(d, n_heads=2, activation="gelu", dtype=dtype, key=k, **kw)
+        for k in keys
+    ]
+    return jax.tree.map(lambda x: x.astype(dtype), stack_controls(layers))
+
+
+# ----------------------------------------------------------------------- step 1: the layers
+@pytest.mark.parametrize("name", SCHEME_NAMES)
+def test_every_scheme_runs_with_evolve_and_masks(name):
+    s = make_scheme(name)
+    theta = _theta(2)
+    u0 = jax.random.normal(jax.random.key(1), (5, D))
+    pad = jnp.array([False, False, False, True, True])
+    out = evolve(u0, theta, s, dt=0.3)
+    assert out.shape == (5, D) and bool(jnp.all(jnp.isfinite(out)))
+    # padded tokens never influence the kept ones
+    masked = evolve(u0, theta, s, dt=0.3, key_padding_mask=pad)
+    np.testing.assert_allclose(masked[:3], evolve(u0[:3], theta, s, dt=0.3), atol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["strang_post", "rk4", "imex"])
+def test_the_chunked_operator_is_supported(name):
+    """Every scheme takes the chunked (online-softmax) attention: the same operator up to
+    round-off (no scheme needs to refuse it; the implicit part is in the FFN)."""
+    s = make_scheme(name)
+    theta = _theta(2)
+    u0 = jax.random.normal(jax.random.key(1), (5, D))
+    chunked = evolve(u0, theta, s, dt=0.3, attention_implementation="chunked")
+    np.testing.assert_allclose(chunked, evolve(u0, theta, s, dt=0.3), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["strang", "strang_post", "rk4", "ode_rk2", "imex"])
+def test_float32_agrees_with_float64(name):
+    s = make_scheme(name)
+    u0 = jax.random.normal(jax.random.key(1), (5, D))
+    ref = evolve(u0, _theta(), s, dt=0.3)
+    th32 = jax.tree.map(lambda x: x.astype(jnp.float32), _theta())
+    out = evolve(u0.astype(jnp.float32), th32, s, dt=0.3)
+    assert out.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out, np.float64), ref, atol=2e-5, rtol=2e-5)
+
+
+def test_declared_orders():
+    want = {
+        "lie": None,
+        "prenorm": 1,
+        "relaxed": 1,
+        "macaron": 1,
+        "strang": 2,
+        "macaron_post": 1,
+        "strang_post": 1,  # the projections' curvature limits it (test_post_norm_order)
+        "heun": 2,
+        "midpoint": 2,
+        "rk4": 4,
+        "ode_rk2": 1,
+        "imex": 1,
+    }
+    assert set(want) == set(SCHEME_NAMES)
+    assert {n: declared_order(make_scheme(n)) for n in SCHEME_NAMES} == want
+
+
+def test_bad_names_and_incompatible_options_name_the_option():
+    with pytest.raises(ValueError, match="`scheme` must be one of"):
+        make_scheme("rk5")
+    with pytest.raises(ValueError, match="method"):
+        RungeKuttaScheme("rk3")
+    with pytest.raises(ValueError, match="field"):
+        RungeKuttaScheme("heun", field="serial")
+    with pytest.raises(ValueError, match="substep"):
+        StrangScheme(substep="rk4")
+    with pytest.raises(ValueError, match="form"):
+        StrangScheme(form="sandwich")
+    with pytest.raises(ValueError, match="implementation"):
+        StrangScheme(implementation="flash")
+    with pytest.raises(ValueError, match="tau"):
+        IMEXScheme(tau=0.0)
+    with pytest.raises(TypeError, match="'heun'"):
+        make_scheme("heun", tau=1.0)
+    # the implicit FFN step needs square residual sub-steps: a lifted FFN (d_ff) is refused
+    lifted = LayerControls.random(D, d_ff=16, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="d_ff"):
+        IMEXScheme().step(jnp.ones((3, D)), lifted, 0.1)
+    # staged controls of the wrong number of nodes
+    staged = stack_controls([lifted, lifted])
+    with pytest.raises(ValueError, match="node"):
+        RungeKuttaScheme("rk4").step(jnp.ones((3, D)), staged, 0.1)
+    with pytest.raises(ValueError, match="stage axis"):
+        StrangScheme().step(jnp.ones((3, D)), staged, 0.1)
+
+
+def test_all_pre_norm_schemes_share_one_vector_field():
+    """Every explicit pre-norm scheme is consistent with u' = 𝒜(P₁u) + ℱ(P₂u); the IMEX
+    scheme with the relaxed post-LN reading's field."""
+    from transflow.continuous import PiecewiseConstant, stack_leading, vector_field
+
+    th = jax.tree.map(lambda x: x[0], _theta(1))
+    path = PiecewiseConstant(stack_leading([th]))
+    u = jax.random.normal(jax.random.key(1), (5, D))
+    ref = vector_field(make_scheme("prenorm"), path)(0.5, u)
+    for name in ["macaron", "strang", "heun", "midpoint", "rk4", "ode_rk2"]:
+        f = vector_field(make_scheme(name), path)(0.5, u)
+        np.testing.assert_allclose(f, ref, atol=1e-13, err_msg=name)
+    relaxed = vector_field(make_scheme("relaxed"), path)(0.5, u)
+    np.testing.assert_allclose(vector_field(IMEXScheme(), path)(0.5, u), relaxed, atol=1e-13)
+
+
+def test_imex_takes_a_real_linear_solve_per_step():
+    """The implicit FFN sub-step is a solve of (I − sW)ᵀxᵀ = (z + sb)ᵀ, traced as an LU
+    factorisation inside the step (not an inverse formed once), and satisfies its equation."""
+    th = jax.tree.map(lambda x: x[0], _theta(1))
+    u = jax.random.normal(jax.random.key(2), (5, D))
+    jaxpr = str(jax.make_jaxpr(lambda v: IMEXScheme().step(v, th, 0.5))(u))
+    assert "lu" in jaxpr and "triangular_solve" in jaxpr
+    w, b = th.ffn.weights[0], th.ffn.biases[0]
+    x = IMEXScheme.implicit_substep(u, w, b, 0.5)
+    np.testing.assert_allclose(x - 0.5 * (x @ w + b), u, atol=1e-13)  # x = u + s(xW + b)
+
+
+# ----------------------------------------------------------------------- step 2: orders
+def _smooth_path(d=4, scale=0.5, seed=3):
+    """A Legendre path θ(t) on [0, 1] (K = 3, random coefficients, smooth GELU FFN) whose
+    constraint sets S1 are fixed in t (the norms' higher coefficients zero), so that a
+    post-norm projection onto them is a projection onto one manifold."""
+    from transflow.continuous import BasisExpansion, init_path
+
+    def draw(k):
+        return LayerControls.random(
+            d, n_heads=2, activation="gelu", scale=scale, dtype=jnp.float64, key=k
+        )
+
+    c = init_path("legendre", draw, 3, key=jax.random.key(seed), smooth=False).coeffs
+
+    def fixed(n):
+        return type(n)(n.gain.at[1:].set(0.0), n.bias.at[1:].set(0.0), n.eps)
+
+    return BasisExpansion(type(c)(c.attn, fixed(c.norm1), c.ffn, fixed(c.norm2)), "legendre")
+
+
+def _observed_order(name, path, u0, ref, ns):
+    from transflow import stage_controls
+    from transflow.continuous import fit_slope
+
+    s = make_scheme(name)
+    errs = []
+    for n in ns:
+        out = evolve(u0, stage_controls(path, s, n), s, dt=path.step_size(n))
+        errs.append(float(jnp.max(jnp.abs(out - ref))))
+    return fit_slope([1.0 / n for n in ns], errs), errs
+
+
+#: Step counts per scheme: in the asymptotic range of the path of _smooth_path, above
+#: round-off of the Dopri8 reference (rtol = atol = 1e-12).
+_GRIDS = {1: (16, 32, 64), 2: (8, 16, 32), 4: (8, 16, 32)}
+
+
+@pytest.fixture(scope="module")
+def prenorm_reference():
+    from transflow import reference_solution
+
+    path = _smooth_path()
+    u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
+    return path, u0, reference_solution(u0, path, make_scheme("prenorm"))
+
+
+@pytest.mark.parametrize("name", ["prenorm", "macaron", "strang", "heun", "midpoint", "rk4"])
+def test_order_against_a_dopri8_reference(name, prenorm_reference):
+    """Fitted log-log slope of the error at T = 1 against a diffrax Dopri8 solve (rtol =
+    atol = 1e-12, float64) of the shared pre-norm field: within 0.2 of the declared order
+    (Euler/Lie 1, Macaron with Euler sub-flows 1, Strang with Heun sub-flows 2, RK2 2,
+    RK4 with θ at its three nodes 4)."""
+    path, u0, ref = prenorm_reference
+    p = declared_order(make_scheme(name))
+    slope, errs = _observed_order(name, path, u0, ref, _GRIDS[p])
+    assert abs(slope - p) <= 0.2, (name, slope, errs)
+
+
+def test_the_ode_transformer_block_is_first_order(prenorm_reference):
+    """Li et al.'s RK2 block applies Heun to the whole pre-LN block's increment
+    F_Δt = a + g(· + Δt a) = f + O(Δt), so its order is 1, not 2."""
+    path, u0, ref = prenorm_reference
+    slope, errs = _observed_order("ode_rk2", path, u0, ref, (32, 64, 128))
+    assert abs(slope - 1.0) <= 0.2, (slope, errs)
+
+
+def test_rk4_with_theta_frozen_at_the_midpoint_drops_to_second_order(prenorm_reference):
+    """Why RK4 takes θ at its nodes: with one θ per step (the midpoint sample) a
+    time-dependent control limits every scheme to order 2."""
+    from transflow.continuous import fit_slope
+
+    path, u0, ref = prenorm_reference
+    s = make_scheme("rk4")
+    ns = (8, 16, 32)
+    errs = [
+        float(jnp.max(jnp.abs(evolve(u0, path.sample(n), s, dt=path.step_size(n)) - ref)))
+        for n in ns
+    ]
+    assert abs(fit_slope([1.0 / n for n in ns], errs) - 2.0) <= 0.2, errs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["strang_post", "macaron_post"])
+def test_post_norm_order_is_limited_to_one_by_the_projections(name):
+    """The post-norm (projection) Strang layer on S1: consistent with the projected field
+    (the reference solves u' = f(t, u) of the scheme, from a state on S1), but a projection
+    acts after every sub-flow, P(u + hv) = u + hΠv + O(h²), and its curvature term is a
+    local O(h²) error: the observed order is 1 with Heun sub-flows too (the declared order
+    says 1)."""
+    from transflow import reference_solution
+    from transflow._splitting import _project
+
+    path = _smooth_path()
+    u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
+    u0 = _project(u0, path(0.0).norm1, None)
+    ref = reference_solution(u0, path, make_scheme(name))
+    slope, errs = _observed_order(name, path, u0, ref, (8, 16, 32, 64))
+    assert declared_order(make_scheme(name)) == 1
+    assert abs(slope - 1.0) <= 0.2, (slope, errs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["imex", "relaxed"])
+def test_imex_and_relaxed_lie_orders(name):
+    """IMEX (implicit linear FFN sub-steps) and the explicit relaxed post-LN Lie scheme
+    converge at first order to the same penalised ODE (τ = 1)."""
+    from transflow import reference_solution
+
+    path = _smooth_path()
+    u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
+    ref = reference_solution(u0, path, make_scheme(name))
+    slope, errs = _observed_order(name, path, u0, ref, _GRIDS[1])
+    assert abs(slope - 1.0) <= 0.2, (slope, errs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["strang", "heun", "rk4"])
+def test_orders_on_a_sinusoidal_smooth_path(name):
+    """The same orders on θ(t) = θ₀ + sin(ωt) θ₁ (SmoothPath), another smooth control."""
+    from transflow import reference_solution
+    from transflow.continuous import SmoothPath
+
+    def draw(k):
+        return LayerControls.random(
+            4, n_heads=2, activation="gelu", scale=0.5, dtype=jnp.float64, key=k
+        )
+
+    k0, k1 = jax.random.split(jax.random.key(7))
+    path = SmoothPath(draw(k0), jax.tree.map(lambda x: 0.3 * x, draw(k1)), omega=3.0)
+    u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
+    ref = reference_solution(u0, path, make_scheme("prenorm"))
+    p = declared_order(make_scheme(name))
+    slope, errs = _observed_order(name, path, u0, ref, _GRIDS[p])
+    assert abs(slope - p) <= 0.2, (name, slope, errs)
+
+
+# ----------------------------------------------------------------------- step 3: references
+def _torch_layer(theta):
+    """PyTorch (float64) attention, FFN and LayerNorm written from the standard equations
+    (Vaswani et al.): the building blocks of the papers' layers, from θ's arrays."""
+    torch = pytest.importorskip("torch")
+    t = {
+        k: torch.tensor(np.asarray(v), dtype=torch.float64)
+        for k, v in {
+            "wq": theta.attn.wq,
+            "wk": theta.attn.wk,
+            "wv": theta.attn.wv,
+            "wo": theta.attn.wo,
+            "bq": theta.attn.bq,
+            "bk": theta.attn.bk,
+            "bv": theta.attn.bv,
+            "bo": theta.attn.bo,
+            "w1": theta.ffn.weights[0],
+            "b1": theta.ffn.biases[0],
+            "w2": theta.ffn.weights[1],
+            "b2": theta.ffn.biases[1],
+            "g1": theta.norm1.gain,
+            "c1": theta.norm1.bias,
+            "g2": theta.norm2.gain,
+            "c2": theta.norm2.bias,
+        }.items()
+    }
+    H = theta.attn.n_heads
+
+    def att(x):  # MultiHead(Q, K, V) = Concat(head_1..H) W_O, head = softmax(QKᵀ/√d_k) V
+        n, _ = x.shape
+        q, k, v = x @ t["wq"] + t["bq"], x @ t["wk"] + t["bk"], x @ t["wv"] + t["bv"]
+        dk = q.shape[1] // H
+        q, k, v = (z.reshape(n, H, dk).transpose(0, 1) for z in (q, k, v))
+        w = torch.softmax(q @ k.transpose(1, 2) / dk**0.5, dim=-1)
+        return (w @ v).transpose(0, 1).reshape(n, H * dk) @ t["wo"] + t["bo"]
+
+    def ffn(x):  # FFN(x) = max(0, x W1 + b1) W2 + b2
+        return torch.relu(x @ t["w1"] + t["b1"]) @ t["w2"] + t["b2"]
+
+    def ln(x, i):  # LayerNorm without ε (the paper's projection onto S1)
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var) * t[f"g{i}"] + t[f"c{i}"]
+
+    return torch, att, ffn, ln
+
+
+def _ref_controls():
+    """One layer with biases, two heads, a lifted ReLU FFN (d_ff = 16) and per-feature
+    LayerNorm gains and biases, float64."""
+    k1, k2, k3 = jax.random.split(jax.random.key(11), 3)
+    th = LayerControls.random(D, n_heads=2, d_ff=16, bias=True, dtype=jnp.float64, key=k1)
+    from transflow import NormParams
+
+    g = 1.0 + 0.1 * jax.random.normal(k2, (2, D), jnp.float64)
+    b = 0.1 * jax.random.normal(k3, (2, D), jnp.float64)
+    return type(th)(th.attn, NormParams(g[0], b[0]), th.ffn, NormParams(g[1], b[1]))
+
+
+def _compare_with_torch(scheme, torch_layer):
+    torch = pytest.importorskip("torch")
+    th = _ref_controls()
+    x = jax.random.normal(jax.random.key(4), (6, D), jnp.float64)
+    r = jax.random.normal(jax.random.key(5), (6, D), jnp.float64)
+    y = scheme.step(x, th, 1.0)
+    gx = jax.grad(lambda v: jnp.sum(scheme.step(v, th, 1.0) * r))(x)
+    xt = torch.tensor(np.asarray(x), requires_grad=True)
+    yt = torch_layer(xt)
+    (yt * torch.tensor(np.asarray(r))).sum().backward()
+    np.testing.assert_allclose(np.asarray(y), yt.detach().numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(gx), xt.grad.numpy(), rtol=0, atol=1e-12)
+
+
+def test_macaron_post_ln_layer_matches_pytorch():
+    """Macaron-Net (Lu et al. 2019, post-LN): x̃ = LN(x + ½FFN(x)), x̂ = LN(x̃ + Att(x̃)),
+    y = LN(x̂ + ½FFN(x̂)) is the post-norm Strang scheme with Euler sub-flows at Δt = 1
+    (the two half FFNs share weights), values and input gradients to 1e-12."""
+    _, att, ffn, ln = _torch_layer(_ref_controls())
+
+    def macaron(x):
+        x1 = ln(x + 0.5 * ffn(x), 2)
+        x2 = ln(x1 + att(x1), 1)
+        return ln(x2 + 0.5 * ffn(x2), 2)
+
+    _compare_with_torch(make_scheme("macaron_post"), macaron)
+
+
+def test_macaron_pre_ln_layer_matches_pytorch():
+    """The pre-LN Macaron layer (Conformer's arrangement): x̃ = x + ½FFN(LN₂x),
+    x̂ = x̃ + Att(LN₁x̃), y = x̂ + ½FFN(LN₂x̂) is the pre-norm Strang scheme with Euler
+    sub-flows at Δt = 1."""
+    _, att, ffn, ln = _torch_layer(_ref_controls())
+
+    def macaron(x):
+        x1 = x + 0.5 * ffn(ln(x, 2))
+        x2 = x1 + att(ln(x1, 1))
+        return x2 + 0.5 * ffn(ln(x2, 2))
+
+    _compare_with_torch(make_scheme("macaron"), macaron)
+
+
+def test_ode_transformer_rk2_block_matches_pytorch():
+    """ODE Transformer (Li et al., ACL 2022), RK2 block with shared weights: F(y) = the
+    pre-LN layer's output minus its input, F₁ = F(yₜ), F₂ = F(yₜ + F₁),
+    yₜ₊₁ = yₜ + ½(F₁ + F₂); our RungeKuttaScheme("heun", field="layer") at Δt = 1."""
+    _, att, ffn, ln = _torch_layer(_ref_controls())
+
+    def big_f(y):
+        y1 = y + att(ln(y, 1))
+        return y1 + ffn(ln(y1, 2)) - y
+
+    def rk2(y):
+        f1 = big_f(y)
+        f2 = big_f(y + f1)
+        return y + 0.5 * (f1 + f2)
+
+    _compare_with_torch(make_scheme("ode_rk2"), rk2)
+
+
+def test_parallel_heun_block_matches_pytorch():
+    """The order-2 variant: Heun on the parallel block f(y) = Att(LN₁y) + FFN(LN₂y)."""
+    _, att, ffn, ln = _torch_layer(_ref_controls())
+
+    def f(y):
+        return att(ln(y, 1)) + ffn(ln(y, 2))
+
+    def heun(y):
+        f1 = f(y)
+        return y + 0.5 * (f1 + f(y + f1))
+
+    _compare_with_torch(make_scheme("heun"), heun)
+
+
+# ----------------------------------------------------------------------- step 4: stability
+_STABLE_NAMES = [
+    "prenorm",
+    "macaron",
+    "strang",
+    "macaron_post",
+    "strang_post",
+    "heun",
+    "midpoint",
+    "rk4",
+    "ode_rk2",
+    "imex",
+]
+
+
+@pytest.mark.parametrize("name", _STABLE_NAMES + ["imex_2dt"])
+def test_amplification_factors_equal_the_stability_functions(name):
+    """On u' = (λ_a + λ_g)u (complex rates realised as 2×2 real sub-fields and run through
+    the scheme's own step code) the measured factor is R(z_a, z_g) to 1e-12."""
+    from transflow import amplification_factor, stability_function
+
+    s = IMEXScheme(ffn_branch_dt="2dt") if name == "imex_2dt" else make_scheme(name)
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(40, 2)) * 1.5 + 1j * rng.normal(size=(40, 2)) * 1.5
+    z = np.concatenate([z, [[-2.0, 0.0], [0.0, -3.0], [0.3j, -0.2j], [0.0, 0.0]]])
+    for za, zg in z:
+        got = complex(amplification_factor(s, za, zg))
+        want = complex(stability_function(s, za, zg))
+        assert abs(got - want) <= 1e-12 * max(1.0, abs(want)), (za, zg, got, want)
+
+
+def test_stability_functions_are_the_known_ones():
+    """Spot values: Euler 1 + z, Heun/midpoint 1 + z + z²/2, RK4 the degree-4 Taylor
+    polynomial of eᶻ; IMEX bounded as z_g → −∞ (A-stable in its implicit part)."""
+    from transflow import stability_function
+
+    z = -0.7 + 0.4j
+    taylor = [1, 1, 1 / 2, 1 / 6, 1 / 24]
+    assert abs(complex(stability_function(make_scheme("prenorm"), z, 0)) - (1 + z)) < 1e-15
+    for name in ("heun", "midpoint"):
+        r = complex(stability_function(make_scheme(name), z / 2, z / 2))
+        assert abs(r - (1 + z + z * z / 2)) < 1e-15
+    r4 = complex(stability_function(make_scheme("rk4"), z, 0))
+    assert abs(r4 - sum(c * z**k for k, c in enumerate(taylor))) < 1e-15
+    imex = IMEXScheme(ffn_branch_dt="2dt")
+    assert abs(complex(stability_function(imex, 0, -1e9))) <= 0.5 + 1e-9
+    assert abs(complex(stability_function(make_scheme("heun"), 0, -1e3))) > 1e4
+
+
+@pytest.fixture(scope="module")
+def random_layer_trajectory():
+    th = LayerControls.random(
+        D, n_heads=2, activation="gelu", dtype=jnp.float64, key=jax.random.key(0)
+    )
+    u0 = jax.random.normal(jax.random.key(1), (4, D), jnp.float64)
+    _, traj = evolve(
+        u0, stack_controls([th] * 3), make_scheme("prenorm"), dt=0.25, save_trajectory=True
+    )
+    return th, jnp.concatenate([u0[None], traj])
+
+
+@pytest.mark.parametrize("name", ["prenorm", "strang", "rk4"])
+def test_largest_stable_dt_is_confirmed_by_runs_below_and_above(name, random_layer_trajectory):
+    """Δt* of a random layer's linearised dynamics (sub-field Jacobians along a trajectory,
+    shifted so the exact linear flow decays): 2000 steps at 0.95 Δt* stay bounded, at
+    1.05 Δt* they grow."""
+    from transflow import linear_run_growth, linearised_stability
+
+    th, traj = random_layer_trajectory
+    s = make_scheme(name)
+    r = linearised_stability(s, th, traj)
+    assert 0 < r["dt"] < np.inf
+    assert np.max(r["eigenvalues"].real) < 0  # the shifted dynamics decays
+    below = linear_run_growth(s, r["j_attention"], r["j_ffn"], 0.95 * r["dt"], 2000)
+    above = linear_run_growth(s, r["j_attention"], r["j_ffn"], 1.05 * r["dt"], 2000)
+    assert below < 1.0 and above > 10.0, (below, above)
+
+
+def test_runge_kutta_step_matrix_is_the_stability_polynomial_of_the_eigenvalues(
+    random_layer_trajectory,
+):
+    """For a Runge–Kutta scheme on f = a + g, ρ(S(Δt)) = max_i |R(Δt λ_i)| over the
+    eigenvalues λ_i of J_a + J_g: the largest stable Δt is where Δt·spectrum leaves the
+    stability region."""
+    from transflow import linear_step_matrix, spectral_radius, sub_field_jacobians
+
+    th, traj = random_layer_trajectory
+    ja, jg = sub_field_jacobians(th, traj[1])
+    lam = np.linalg.eigvals(np.asarray(ja + jg))
+    for name in ("heun", "rk4"):
+        s = make_scheme(name)
+        coef = s.tableau.polynomial()
+        for h in (0.1, 0.5, 1.3):
+            want = np.max(np.abs(sum(c * (h * lam) ** k for k, c in enumerate(coef))))
+            got = spectral_radius(linear_step_matrix(s, ja, jg, h))
+            assert abs(got - want) <= 1e-9 * max(1.0, want), (name, h, got, want)
+
+
+def test_perturbation_growth_is_the_largest_singular_value():
+    from transflow import perturbation_growth
+
+    th = LayerControls.random(4, key=jax.random.key(0))
+    u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
+
+    def fn(v):
+        return make_scheme("strang").step(v.reshape(3, 4), th, 0.5).reshape(-1)
+
+    jac = jax.jacfwd(fn)(u0.reshape(-1))
+    sv = np.linalg.svd(np.asarray(jac), compute_uv=False)[0]
+    got = float(perturbation_growth(fn, u0.reshape(-1), key=jax.random.key(2), n_iter=60))
+    assert abs(got - sv) <= 1e-8 * sv
