@@ -25,6 +25,14 @@ checkpoints, resume.
 - Figures: :func:`transflow.plotting.plot_training_curves` of :func:`curves_from_history`.
 """
 
+from ..models._flow import (
+    FlowModel as FlowModel,
+    PatchEmbedding as PatchEmbedding,
+    TokenEmbedding as TokenEmbedding,
+    make_seq as make_seq,
+    make_vit as make_vit,
+    patchify as patchify,
+)
 from ._adjoint import (
     AttentionLinearControls as AttentionLinearControls,
     adjoint_gradients as adjoint_gradients,
@@ -48,14 +56,6 @@ from ._depth import (
     at_depth as at_depth,
     depth_accuracy as depth_accuracy,
     depth_loss as depth_loss,
-)
-from ._model import (
-    FlowModel as FlowModel,
-    PatchEmbedding as PatchEmbedding,
-    TokenEmbedding as TokenEmbedding,
-    make_seq as make_seq,
-    make_vit as make_vit,
-    patchify as patchify,
 )
 from ._tasks import (
     DEPTH_DIGITS as DEPTH_DIGITS,
