@@ -134,9 +134,13 @@ def summarize(out: pathlib.Path, quiet: dict, wall_s: float, quick: bool, others
         "flop_fraction_1thread": layer1.get("flop_fraction"),
         "fwdbwd_flop_fraction": layer.get("fwdbwd_flop_fraction"),
         "fwdbwd_flop_fraction_1thread": layer1.get("fwdbwd_flop_fraction"),
-        "fwdbwd_flop_fraction_unrolled": layer.get("fwdbwd_flop_fraction_unrolled"),
-        "fwdbwd_flop_fraction_unrolled_1thread": layer1.get("fwdbwd_flop_fraction_unrolled"),
+        "fwdbwd_flop_fraction_scan": layer.get("fwdbwd_flop_fraction_scan"),
+        "fwdbwd_flop_fraction_scan_1thread": layer1.get("fwdbwd_flop_fraction_scan"),
         "torch_flop_fraction": layer.get("torch_flop_fraction"),
+        # roughly what the layer's own matmul shapes allow (bench_layer.shape_ceiling)
+        "fwd_shape_estimate": (layer.get("shape_ceiling") or {}).get("fwd_fraction"),
+        "fwdbwd_shape_estimate": (layer.get("shape_ceiling") or {}).get("fwdbwd_fraction"),
+        "fwdbwd_shape_estimate_1thread": (layer1.get("shape_ceiling") or {}).get("fwdbwd_fraction"),
         "torch_fwdbwd_flop_fraction": layer.get("torch_fwdbwd_flop_fraction"),
         # ratios to torch (> 1: transflow faster)
         "ratio_vs_torch": layer.get("ratio_vs_torch"),
@@ -206,15 +210,27 @@ def main(argv=None) -> dict:
         flush=True,
     )
     t0 = time.perf_counter()
-    layer_rounds = ["--rounds", "5" if args.quick else "12"]
+    layer_rounds = ["--rounds", "5" if args.quick else "8"]
     compile_ = [] if (args.quick or args.no_torch_compile) else ["--torch-compile"]
     _run("bench_layer.py", ["--out", str(out), *layer_rounds, *compile_])
     _run("bench_layer.py", ["--out", str(out / "threads1"), "--threads", "1", *layer_rounds])
-    long_common = ["--tokens", str(LONG_TOKENS), "--rounds", "2" if args.quick else "3"]
-    _run("bench_longseq.py", ["--out", str(out), *long_common])
+    long_common = ["--tokens", str(LONG_TOKENS)]
     _run(
         "bench_longseq.py",
-        ["--out", str(out / "threads1"), "--threads", "1", "--no-memory", *long_common],
+        ["--out", str(out), *long_common, "--rounds", "2" if args.quick else "3"],
+    )
+    _run(
+        "bench_longseq.py",
+        [
+            "--out",
+            str(out / "threads1"),
+            "--threads",
+            "1",
+            "--no-memory",
+            *long_common,
+            "--rounds",
+            "2",
+        ],
     )
     others = {}
     extra = (["bench_chunked.py"] if args.memory else []) + (
@@ -246,7 +262,14 @@ def main(argv=None) -> dict:
         v = t["value"]
         vs = "n/a" if v is None else f"{v:.3g}"
         print(f"  {key:34s} {vs:>8s}   target {t['bound']:>7s}: {t['status']}")
-    for key in ("ratio_vs_torch_compile", "ratio_fwdbwd_vs_torch_compile"):
+    for key in (
+        "fwd_shape_estimate",
+        "fwdbwd_shape_estimate",
+        "fwdbwd_shape_estimate_1thread",
+        "ratio_vs_torch_compile",
+        "ratio_fwdbwd_vs_torch_compile",
+        "longseq_sdpa_fwdbwd_thread_scaling",
+    ):
         v = summary.get(key)
         print(f"  {key:34s} {'n/a' if v is None else f'{v:.3g}':>8s}   (reported, no target)")
     print(f"  -> {out / 'summary.json'}")

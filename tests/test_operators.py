@@ -306,9 +306,7 @@ def test_dense_softmax_custom_derivative_matches_plain_autodiff(causal, weighted
         return lambda *a: jnp.sum(g * f(*a[:3], a[3] if weighted else None))
 
     np.testing.assert_allclose(fused(q, k, v, w), plain(q, k, v, w), rtol=1e-12, atol=1e-13)
-    for a, b in zip(
-        jax.grad(loss(fused), argnums)(*args), jax.grad(loss(plain), argnums)(*args)
-    ):
+    for a, b in zip(jax.grad(loss(fused), argnums)(*args), jax.grad(loss(plain), argnums)(*args)):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
     tangents = tuple(jnp.ones_like(a) * 0.3 + 0.1 * a for a in args)
     _, t_fused = jax.jvp(lambda *a: fused(*a[:3], a[3] if weighted else None), args, tangents)
