@@ -50,84 +50,6 @@ def backward_flops(batch: int, n: int, d: int, d_ff: int, layers: int) -> int:
     return 2 * model_flops(batch, n, d, d_ff, layers) - batch * 2 * n * d * 3 * d
 
 
-def shape_ceiling(B, n, d, H, ff, L, mm_rate, rounds=15) -> dict:
-    """The matmul-shape estimate: the layer's own matmuls timed alone (one jitted dot,
-    called L times back to back per measurement), at their shapes and in the operand
-    layouts autodiff gives them (weight gradients contract over the token axis, the
-    attention's are batched over heads with a 32-wide inner dimension), summed as the
-    forward + backward runs them. ``fwdbwd_fraction`` = forward + backward matmul FLOPs ÷
-    that time ÷ the 2048² matmul rate: roughly what transflow's fwd+bwd flop fraction could
-    reach if everything besides its matmuls (softmax, LayerNorm, the residuals, the loop)
-    cost nothing. It is an estimate, not a bound: a dot inside a fused program can run
-    faster or slower than alone (compare ``fwd_fraction`` with the measured forward)."""
-    import statistics
-    import time
-
-    import jax
-    import jax.numpy as jnp
-
-    M, c = B * n, d // H
-    nn = (((1,), (0,)), ((), ()))  # x @ W
-    nt = (((1,), (1,)), ((), ()))  # g @ Wᵀ (input cotangent)
-    tn = (((0,), (0,)), ((), ()))  # xᵀ g (weight cotangent, contracted over tokens)
-    qk = (((2,), (2,)), ((0,), (0,)))  # per head: q kᵀ (scores; and g vᵀ)
-    pv = (((2,), (1,)), ((0,), (0,)))  # per head: γ v (and dq, and the transposed dk, dv)
-    bh = B * H
-    dots = {  # name -> (lhs shape, rhs shape, dims, calls in fwd, calls in bwd per layer)
-        "qkv": ((M, d), (d, 3 * d), nn, 1, 0),
-        "qkv_dx": ((M, 3 * d), (d, 3 * d), nt, 0, 1),
-        "qkv_dw": ((M, d), (M, 3 * d), tn, 0, 1),
-        "out": ((M, d), (d, d), nn, 1, 0),
-        "out_dx": ((M, d), (d, d), nt, 0, 1),
-        "out_dw": ((M, d), (M, d), tn, 0, 1),
-        "ffn1": ((M, d), (d, ff), nn, 1, 0),
-        "ffn1_dx": ((M, ff), (d, ff), nt, 0, 1),
-        "ffn1_dw": ((M, d), (M, ff), tn, 0, 1),
-        "ffn2": ((M, ff), (ff, d), nn, 1, 0),
-        "ffn2_dx": ((M, d), (ff, d), nt, 0, 1),
-        "ffn2_dw": ((M, ff), (M, d), tn, 0, 1),
-        "scores": ((bh, n, c), (bh, n, c), qk, 1, 1),
-        "attend": ((bh, n, n), (bh, n, c), pv, 1, 3),
-    }
-    key = jax.random.key(0)
-    out = {}
-    t_fwd = t_bwd = 0.0
-    for name, (ls, rs, dims, nf, nb) in dots.items():
-        a = jax.random.normal(key, ls, jnp.float32)
-        b = jax.random.normal(jax.random.key(1), rs, jnp.float32)
-        f = jax.jit(lambda a, b, dims=dims: jax.lax.dot_general(a, b, dims))
-        for _ in range(3):
-            f(a, b).block_until_ready()
-        ts = []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            for _ in range(L):  # as many calls as the model makes: one per layer
-                y = f(a, b)
-            y.block_until_ready()
-            ts.append((time.perf_counter() - t0) / L)
-        t = statistics.median(ts)
-        k = 1
-        for i in dims[0][0]:
-            k *= ls[i]
-        flops = 2 * k * y.size
-        t_fwd += nf * t
-        t_bwd += nb * t
-        out[name] = {"seconds": t, "gflops": flops / t / 1e9, "fraction": flops / t / mm_rate}
-        t_fwd += nf * t
-        t_bwd += nb * t
-    t_fwd *= L
-    # the first layer's input cotangent of Q, K, V is not formed (backward_flops)
-    t_bwd = L * t_bwd - out["qkv_dx"]["seconds"]
-    fwd_fl = model_flops(B, n, d, ff, L)
-    fb_fl = fwd_fl + backward_flops(B, n, d, ff, L)
-    return {
-        "dots": out,
-        "fwd_fraction": fwd_fl / t_fwd / mm_rate,
-        "fwdbwd_fraction": fb_fl / (t_fwd + t_bwd) / mm_rate,
-        "fwdbwd_matmul_seconds": t_fwd + t_bwd,
-    }
-
-
 def torch_uses_fast_path(enc, x) -> bool:
     import torch
 
@@ -155,9 +77,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--no-grad", action="store_true", help="forward only (no backward timing)")
     ap.add_argument(
         "--inner", type=int, default=1, help="calls per timed measurement (GPU: e.g. 20)"
-    )
-    ap.add_argument(
-        "--no-ceiling", action="store_true", help="skip the matmul-shape ceiling (~10 s)"
     )
     ap.add_argument(
         "--torch-compile",
@@ -308,10 +227,8 @@ def main(argv=None) -> dict:
     fb_flops = flops + backward_flops(B, n, d, ff, L)
     fb_ideal_s = fb_flops / mm_rate
     fb_best = min(timings["transflow_fwdbwd"]["median"], timings["transflow_fwdbwd_scan"]["median"])
-    ceiling = shape_ceiling(B, n, d, H, ff, L, mm_rate) if not args.no_ceiling else None
     result = {
         "benchmark": "layer",
-        "shape_ceiling": ceiling,
         "shape": {"batch": B, "tokens": n, "d_model": d, "heads": H, "d_ff": ff, "layers": L},
         "threads": {"transflow_xla_cores": threads, "torch": torch.get_num_threads()},
         "torch_fast_path": fast_path,
@@ -374,13 +291,6 @@ def main(argv=None) -> dict:
         f"(torch {result['torch_fwdbwd_flop_fraction']:.2f}); at the matmul rate the ratio "
         f"would be {result['ratio_fwdbwd_ceiling']:.2f}"
     )
-    if ceiling is not None:
-        print(
-            f"  matmul-shape estimate (the layer's matmuls alone): fwd "
-            f"{ceiling['fwd_fraction']:.2f}, fwd+bwd {ceiling['fwdbwd_fraction']:.2f} of the "
-            "XLA matmul rate; per shape: "
-            + ", ".join(f"{k} {v['fraction']:.2f}" for k, v in ceiling["dots"].items())
-        )
     for name, r in (
         ("forward", fwd_ratio),
         ("fwd+bwd", fb_ratio),

@@ -137,11 +137,6 @@ def summarize(out: pathlib.Path, quiet: dict, wall_s: float, quick: bool, others
         "fwdbwd_flop_fraction_scan": layer.get("fwdbwd_flop_fraction_scan"),
         "fwdbwd_flop_fraction_scan_1thread": layer1.get("fwdbwd_flop_fraction_scan"),
         "torch_flop_fraction": layer.get("torch_flop_fraction"),
-        # roughly what the layer's own matmul shapes allow (bench_layer.shape_ceiling)
-        "fwd_shape_estimate": (layer.get("shape_ceiling") or {}).get("fwd_fraction"),
-        "fwdbwd_shape_estimate": (layer.get("shape_ceiling") or {}).get("fwdbwd_fraction"),
-        "fwdbwd_shape_estimate_1thread": (layer1.get("shape_ceiling") or {}).get("fwdbwd_fraction"),
-        "torch_fwdbwd_flop_fraction": layer.get("torch_fwdbwd_flop_fraction"),
         # ratios to torch (> 1: transflow faster)
         "ratio_vs_torch": layer.get("ratio_vs_torch"),
         "ratio_vs_torch_1thread": layer1.get("ratio_vs_torch"),
@@ -263,9 +258,6 @@ def main(argv=None) -> dict:
         vs = "n/a" if v is None else f"{v:.3g}"
         print(f"  {key:34s} {vs:>8s}   target {t['bound']:>7s}: {t['status']}")
     for key in (
-        "fwd_shape_estimate",
-        "fwdbwd_shape_estimate",
-        "fwdbwd_shape_estimate_1thread",
         "ratio_vs_torch_compile",
         "ratio_fwdbwd_vs_torch_compile",
         "longseq_sdpa_fwdbwd_thread_scaling",
