@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from transflow import (
@@ -80,7 +81,26 @@ def test_evolve_program_size_is_independent_of_depth(getkey):
     sizes = {}
     for steps in (1, 2, 48):
         theta = stack_controls([one] * steps)
-        sizes[steps] = len(jax.jit(lambda u, th: evolve(u, th)).lower(u, theta).as_text())
+        sizes[steps] = len(jax.jit(lambda u, th: evolve(u, th, unroll=1)).lower(u, theta).as_text())
     # Only the shapes in the signature change with depth: the program is one scan body.
     assert sizes[48] <= 1.05 * sizes[2]
     assert sizes[48] <= 1.05 * sizes[1]
+
+
+def test_auto_unroll_unrolls_short_loops_and_scans_long_ones(getkey):
+    """``unroll="auto"`` (the default): no loop up to AUTO_UNROLL_STEPS steps (the faster
+    backward), one rolled scan above (bounded compile time); the values are the same."""
+    from transflow._splitting import AUTO_UNROLL_STEPS
+
+    one = LayerControls.random(8, n_heads=2, d_ff=16, key=getkey())
+    u = jax.random.normal(getkey(), (5, 8))
+    for steps, unroll in ((AUTO_UNROLL_STEPS, AUTO_UNROLL_STEPS), (AUTO_UNROLL_STEPS + 1, 1)):
+        theta = stack_controls([one] * steps)
+        jaxpr = str(jax.make_jaxpr(lambda u, th: evolve(u, th))(u, theta))
+        # lax.scan(unroll=True) is a scan of `length` steps per iteration in the jaxpr
+        assert f"unroll={unroll}\n" in jaxpr, steps
+        np.testing.assert_allclose(
+            evolve(u, theta), evolve(u, theta, unroll=1), rtol=1e-12, atol=1e-12
+        )
+    with pytest.raises(ValueError, match="unroll"):
+        evolve(u, stack_controls([one]), unroll="always")

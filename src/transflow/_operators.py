@@ -256,15 +256,89 @@ def _dense_heads(q, k, v, x_weights, causal: bool, hardmax: bool, bias=None):
     if hardmax:
         gamma = attention_weights(scores, x_weights=x_weights, causal=causal, hardmax=True)
         return jnp.einsum("hij,hjc->hic", gamma, v)
-    if x_weights is not None:
-        scores = scores + jnp.log(x_weights)
+    if x_weights is None:
+        return _softmax_attend(q, k, v, causal)
+    return _softmax_attend_w(q, k, v, jnp.log(x_weights), causal)
+
+
+def _softmax_parts(q, k, v, lw, causal: bool):
+    """The fused softmax attention's value ``(e v) / Σ_j e`` and its ``e``, row sums."""
+    scores = jnp.einsum("hic,hjc->hij", q, k)
+    if lw is not None:
+        scores = scores + lw
     if causal:
         n, m = scores.shape[-2:]
         allowed = jnp.arange(m)[None, :] <= jnp.arange(n)[:, None]
         scores = jnp.where(allowed, scores, -jnp.inf)
     top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
     e = jnp.exp(scores - top)
-    return jnp.einsum("hij,hjc->hic", e, v) / jnp.sum(e, axis=-1)[..., None]
+    den = jnp.sum(e, axis=-1)
+    return jnp.einsum("hij,hjc->hic", e, v) / den[..., None], e, den
+
+
+def _softmax_tangent(q, k, v, lw, causal, dq, dk, dv, dlw):
+    """Primal and tangent of the softmax attention, oriented for a fast reverse mode.
+
+    The tangent is ``dγ v + γ dv`` with ``dγ = γ ⊙ (ds − Σ_j γ ds)``, ``ds = dq kᵀ + q dkᵀ
+    (+ d log w)``. JAX transposes a product ``A · x`` (``x`` the tangent) into a product
+    whose *left* operand is the cotangent, contracted over the axes ``A`` kept; plain
+    autodiff of the primal therefore forms ``dv = γᵀ ḡ`` and ``dk = dsᵀ q`` as dots with
+    a left operand contracted over a non-minor axis, which XLA:CPU runs as generic dots at
+    under half the rate of its fast kernels. Here every product has the tangent on the
+    left; where that yields a transposed result (``dvᵀ γᵀ`` and ``dk qᵀ``), the transpose
+    sits behind an optimisation barrier, so the backward pass transposes the (small)
+    cotangent ``ḡ`` and the score cotangent once in memory and then runs plain matmuls
+    only. Forward mode keeps working (its own products are the transposed ones). The
+    values are those of the primal's products; ``docs/performance.md`` has the timings.
+    """
+    out, e, den = _softmax_parts(q, k, v, lw, causal)
+    zero = [isinstance(t, SymbolicZero) for t in (dq, dk, dv, dlw)]
+    if all(zero):
+        return out, jnp.zeros_like(out)
+    p = e / den[..., None]  # γ (H, n, m)
+    parts = []
+    if not zero[0]:
+        parts.append(jnp.einsum("hqc,hkc->hqk", dq, k))
+    if not zero[1]:
+        dst = jnp.einsum("hkc,hqc->hkq", dk, q)
+        parts.append(jnp.swapaxes(jax.lax.optimization_barrier(dst), -1, -2))
+    if not zero[3]:
+        parts.append(jnp.broadcast_to(dlw, p.shape))
+    dout = []
+    if parts:
+        ds = parts[0]
+        for t in parts[1:]:
+            ds = ds + t
+        dp = p * (ds - jnp.sum(p * ds, axis=-1, keepdims=True))
+        dout.append(jnp.einsum("hqk,hkc->hqc", dp, v))
+    if not zero[2]:
+        dot = jnp.einsum("hkc,hqk->hcq", dv, p)
+        dout.append(jnp.swapaxes(jax.lax.optimization_barrier(dot), -1, -2))
+    return out, dout[0] if len(dout) == 1 else dout[0] + dout[1]
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _softmax_attend(q, k, v, causal: bool):
+    """Unmasked softmax attention ``Σ_j γ_ij v_j`` (heads first); fast reverse mode."""
+    return _softmax_parts(q, k, v, None, causal)[0]
+
+
+@partial(_softmax_attend.defjvp, symbolic_zeros=True)
+def _softmax_attend_jvp(causal, primals, tangents):
+    q, k, v = primals
+    dq, dk, dv = tangents
+    return _softmax_tangent(q, k, v, None, causal, dq, dk, dv, SymbolicZero(None))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(4,))
+def _softmax_attend_w(q, k, v, lw, causal: bool):
+    """As :func:`_softmax_attend`, with key log-weights ``lw`` ``(m,)`` (quadrature)."""
+    return _softmax_parts(q, k, v, lw, causal)[0]
+
+
+@partial(_softmax_attend_w.defjvp, symbolic_zeros=True)
+def _softmax_attend_w_jvp(causal, primals, tangents):
+    return _softmax_tangent(*primals, causal, *tangents)
 
 
 def _resolve_implementation(implementation: str, n_heads: int, n_q: int, n_k: int) -> str:

@@ -322,7 +322,7 @@ def evolve(
     attention_implementation: Implementation | None = None,
     key_padding_mask: Bool[Array, " n"] | None = None,
     attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
-    unroll: bool | int = 1,
+    unroll: bool | int | Literal["auto"] = "auto",
 ):
     """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``).
 
@@ -354,6 +354,12 @@ def evolve(
         attention_mask: ``(n, n)`` or ``(1|H, n, n)``: bool **True = may attend**, or an
             additive float; the same mask in every step. ``None`` (default) for both
             masks is the unmasked computation, unchanged.
+        unroll: the layer loop. ``"auto"`` (default): unrolled for N_t ≤
+            ``AUTO_UNROLL_STEPS`` (8) steps, a rolled ``lax.scan`` above. Unrolling saves
+            the scan's stacked residual buffers (zero-filled and sliced on every call),
+            about 8-10 % of a training step (docs/performance.md), for a compile time that
+            grows with N_t, hence the bound. ``True``/``False`` or a positive int (steps
+            per loop iteration) choose explicitly; values and gradients are the same.
 
     Returns:
         u at T = N_t Δt, or ``(u_T, trajectory)`` with ``save_trajectory=True``.
@@ -379,7 +385,7 @@ def evolve(
     n_steps = num_steps(controls)
     mode = _remat_mode(remat)
     chunk = _chunk_size(n_steps, remat_chunk)
-    unroll = _check_unroll(unroll)
+    unroll = _check_unroll(unroll, n_steps)
     scheme = LieScheme() if scheme is None else scheme
     if not isinstance(scheme, AbstractScheme):
         raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
@@ -435,11 +441,17 @@ def _chunk_size(n: int, chunk: int | None) -> int:
     return min(chunk, n)
 
 
-def _check_unroll(unroll):
+AUTO_UNROLL_STEPS = 8
+"""``evolve(..., unroll="auto")`` unrolls the layer loop up to this many steps."""
+
+
+def _check_unroll(unroll, n_steps: int):
+    if isinstance(unroll, str) and unroll == "auto":
+        return True if n_steps <= AUTO_UNROLL_STEPS else 1
     if isinstance(unroll, bool) or (isinstance(unroll, int) and unroll >= 1):
         return unroll
     raise ValueError(
-        f"`unroll` must be True, False or a positive int (steps per loop iteration), got "
+        f"`unroll` must be 'auto', True, False or a positive int (steps per loop iteration), got "
         f"{unroll!r}."
     )
 

@@ -65,7 +65,7 @@ class SplitTransformer(eqx.Module):
         causal: bool = False,
         save_trajectory: bool = False,
         remat: bool = False,
-        unroll: bool | int = 1,
+        unroll: bool | int | str = "auto",
         key_padding_mask: Bool[Array, " n"] | None = None,
         attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ):
@@ -74,8 +74,8 @@ class SplitTransformer(eqx.Module):
         ``key_padding_mask`` ``(n,)`` bool, True = padded (torch's polarity);
         ``attention_mask`` ``(n, n)``/``(1|H, n, n)``, bool True = may attend, or an
         additive float. Batch with ``jax.vmap(model)(u, key_padding_mask=pad)``.
-        ``unroll=True`` unrolls the layer loop: more compile time, a faster backward
-        pass (for training; see :func:`transflow.evolve`).
+        ``unroll``: the layer loop, ``"auto"`` (unrolled up to 8 layers, a faster backward
+        pass), ``True``/``False`` or steps per iteration (see :func:`transflow.evolve`).
         """
         u = self._check(u, grid)
         return evolve(
