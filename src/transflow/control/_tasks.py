@@ -264,8 +264,8 @@ def _setup_digits(cfg: DigitsConfig, seed: int, key, **model_kw) -> Problem:
     import jax
     import jax.numpy as jnp
 
+    from ..models._flow import make_vit
     from ._data import EpochOrder, load_digits_split
-    from ._model import make_vit
     from ._train import evaluate
 
     xtr, ytr, xte, yte = load_digits_split(cfg.test_fraction, seed=seed)
@@ -336,8 +336,8 @@ def _setup_sequence(cfg: SequenceConfig, seed: int, key) -> Problem:
     import jax
     import jax.numpy as jnp
 
+    from ..models._flow import make_seq
     from ._data import sequence_batch
-    from ._model import make_seq
     from ._train import evaluate
 
     model = make_seq(
