@@ -167,6 +167,8 @@ RULES: dict[str, Rule] = {
     "min_accuracy": UNIT_CLOSED,
     "max_drop": UNIT_CLOSED,
     "max_cpu_ratio": POSITIVE,
+    "adjoint_rtol": POSITIVE,
+    "adjoint_relu_rtol": NON_NEGATIVE,  # 0: skip the ReLU contrast
 }
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.

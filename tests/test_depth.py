@@ -24,6 +24,7 @@ from transflow.continuous import (
     RelaxedLieScheme,
     SmoothPath,
     TimeEmbeddingNet,
+    compare_adjoints,
     evolve_path,
     init_path,
     solve_adaptive,
@@ -335,30 +336,28 @@ def test_depth_accuracy_and_the_smoke_task(tmp_path):
 
 
 # ----------------------------------------------------------------------------- adjoint
+@pytest.mark.slow  # two float64 adaptive gradients: ~20 s of compile on 2 cores
 def test_continuous_adjoint_matches_backprop_through_the_solver():
-    """float64, rtol = atol = 1e-12: the gradient of a loss of the adaptive solve with
+    """float64, rtol = atol = 1e-10: the gradient of a loss of the adaptive solve with
     respect to every path coefficient and u0, by BacksolveAdjoint (the adjoint ODE solved
     backwards) and by RecursiveCheckpointAdjoint (backpropagation through the solver's
-    steps). Measured 1.6e-6 relative (1.9e-5 at 1e-10; 6.8e-6 at 1e-13, a round-off
-    floor): the issue's target of 1e-6 is NOT met; this test guards the measured level."""
-    path, u0 = _rough_path(k=2), _u0()
-    target = jnp.ones_like(u0)
+    steps), agree to <= 1e-6 relative (measured 1.1e-10) when the vector field is C¹ (a
+    tanh FFN). With the paper's ReLU the field has kinks that the step-size controller
+    does not see and the two differ by 1.6e-6 even at 1e-12 (docs/depth.md)."""
+    draw = lambda k: LayerControls.random(4, activation="tanh", key=k)  # noqa: E731
+    path = init_path("legendre", draw, 2, key=jax.random.key(3), smooth=False)
+    r = compare_adjoints(_u0(), path, PreNormScheme(), rtol=1e-10, atol=1e-10)
+    print("adjoint relative difference", r["relative_difference"], r["num_steps"])
+    assert r["relative_difference"] <= 1e-6, r["relative_difference"]
+    assert r["recursive"].shape == r["backsolve"].shape and r["num_steps"] > 8
 
-    def loss(pu, adjoint):
-        p, u = pu
-        res = solve_adaptive(
-            u, p, PreNormScheme(), rtol=1e-12, atol=1e-12, adjoint=adjoint, max_steps=100000
-        )
-        return 0.5 * jnp.sum((res.u - target) ** 2)
 
-    g = {
-        a: _flat(
-            eqx.filter(
-                eqx.filter_grad(lambda pu, a=a: loss(pu, a))((path, u0)), eqx.is_inexact_array
-            )
-        )
-        for a in ("recursive", "backsolve")
-    }
-    rel = float(jnp.linalg.norm(g["backsolve"] - g["recursive"]) / jnp.linalg.norm(g["recursive"]))
-    print("adjoint relative difference", rel)
-    assert rel <= 3e-6, rel
+def test_compare_adjoints_validates_its_options():
+    path = _rough_path(k=1)
+    for name, bad in (("rtol", 0.0), ("atol", -1.0)):
+        with pytest.raises(ValueError, match=f"`{name}` must be a positive number"):
+            compare_adjoints(_u0(), path, PreNormScheme(), **{name: bad})
+    with pytest.raises(ValueError, match="`solver` must be one of"):
+        compare_adjoints(_u0(), path, PreNormScheme(), solver="rk4")
+    with pytest.raises(TypeError, match="not consistent"):
+        compare_adjoints(_u0(), path, LieScheme())
