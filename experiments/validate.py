@@ -169,6 +169,10 @@ RULES: dict[str, Rule] = {
     "max_cpu_ratio": POSITIVE,
     "adjoint_rtol": POSITIVE,
     "adjoint_relu_rtol": NON_NEGATIVE,  # 0: skip the ReLU contrast
+    "checkpoints": POSITIVE,
+    "memory_depths": POSITIVE,
+    "memory_batch": POSITIVE,
+    "max_memory_ratio": POSITIVE,
 }
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.

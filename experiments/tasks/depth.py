@@ -63,6 +63,14 @@ class Config:
     adjoint_activation: str = "tanh"
     adjoint_rtol: float = 1e-10
     adjoint_relu_rtol: float = 1e-12  # also measured with ReLU (kink-limited); 0: skip
+    # peak RSS of one gradient (fresh process each) at these N, batch of random images
+    memory_depths: list[int] = field(default_factory=lambda: [16, 256])
+    memory_batch: int = 1024
+    # claimed: peak(N_max) <= max_memory_ratio * peak(N_min); "backprop" is the contrast
+    memory_gradients: list[str] = field(
+        default_factory=lambda: ["adjoint", "checkpointed", "backprop"]
+    )
+    max_memory_ratio: float = 2.0
     digits: DepthDigitsConfig = field(default_factory=DepthDigitsConfig)  # other fields
 
 
@@ -189,6 +197,8 @@ def run(cfg: Config, ctx) -> dict:
         ctx.log({"kind": "adjoint", **relu})
         relu_rel = relu["relative_difference"]
 
+    memory = _memory(cfg, ctx)
+
     _figures(ctx, depths, results, succ, order, scaling)
     ctx.save_arrays(
         "depth",
@@ -209,6 +219,11 @@ def run(cfg: Config, ctx) -> dict:
     ctx.claim("path_beta", scaling["path"]["beta"], 0.9, op=">=", enforce=full)
     ctx.claim("adjoint_relative_difference", adjoint_rel, 1e-6, op="<=", enforce=full)
     ctx.claim("cpu_ratio_path_over_per_layer", cpu_ratio, cfg.max_cpu_ratio, op="<=", enforce=full)
+    for g, m in memory.items():
+        if g != "backprop":  # backprop stores a state per step: the contrast, not a claim
+            ctx.claim(
+                f"peak_rss_ratio_{g}", m["ratio"], cfg.max_memory_ratio, op="<=", enforce=full
+            )
 
     rows = "\n".join(
         f"| {name} | "
@@ -224,7 +239,9 @@ def run(cfg: Config, ctx) -> dict:
         "| mean nfev | β | CPU s |\n"
         f"|---|{'---|' * len(depths)}---|---|---|---|\n{rows}\n\n"
         f"Path model output differences under refinement: {', '.join(f'{s:.3g}' for s in succ)}, "
-        f"fitted order **{order:.3f}**. Continuous adjoint vs backprop through the solver "
+        f"fitted order **{order:.3f}**.\n\n"
+        + _memory_table(memory)
+        + "\n\nContinuous adjoint vs backprop through the solver "
         f"(float64, {cfg.adjoint_activation} FFN, rtol = atol = {cfg.adjoint_rtol:g}): "
         f"relative difference {adjoint_rel:.2e}"
         + (
@@ -254,6 +271,7 @@ def run(cfg: Config, ctx) -> dict:
         "cpu_ratio": cpu_ratio,
         "adjoint_relative_difference": adjoint_rel,
         "adjoint_relative_difference_relu": relu_rel,
+        **{f"peak_rss_ratio_{g}": m["ratio"] for g, m in memory.items()},
         "jax_devices": str(jax.devices()),
     }
 
@@ -287,6 +305,47 @@ def _adjoint_check(activation: str = "tanh", tol: float = 1e-10, solver: str = "
             "relative_difference": r["relative_difference"],
             "num_steps": r["num_steps"],
         }
+
+
+def _memory(cfg: Config, ctx) -> dict:
+    """Peak RSS of one gradient per mechanism and depth, each in a fresh process
+    (:func:`transflow.control.gradient_peak_rss`)."""
+    from transflow.control import gradient_peak_rss
+
+    depths = [int(n) for n in cfg.memory_depths]
+    batch, d = cfg.memory_batch, cfg.d
+    if ctx.smoke:
+        depths, batch, d = [2, 8], 4, 8
+    out = {}
+    for g in cfg.memory_gradients:
+        runs = [gradient_peak_rss(n, gradient=g, batch_size=batch, d=d) for n in depths]
+        for r in runs:
+            ctx.log({"kind": "memory", **r})
+        peaks = [r["peak_rss_bytes"] for r in runs]
+        out[g] = {
+            "depths": depths,
+            "peak_mb": [p / 2**20 for p in peaks],
+            "grad_seconds": [r["grad_seconds"] for r in runs],
+            "ratio": peaks[-1] / peaks[0],
+        }
+    return out
+
+
+def _memory_table(memory: dict) -> str:
+    if not memory:
+        return ""
+    depths = next(iter(memory.values()))["depths"]
+    head = " | ".join(f"N={n}: MB (s)" for n in depths)
+    rows = "\n".join(
+        f"| {g} | "
+        + " | ".join(f"{p:.0f} ({t:.1f})" for p, t in zip(m["peak_mb"], m["grad_seconds"]))
+        + f" | {m['ratio']:.2f} |"
+        for g, m in memory.items()
+    )
+    return (
+        "\n\nPeak RSS of one gradient (fresh process each; grad seconds in brackets):\n\n"
+        f"| gradient | {head} | ratio |\n|---|{'---|' * len(depths)}---|\n{rows}"
+    )
 
 
 def _figures(ctx, depths, results, succ, order, scaling) -> None:

@@ -19,7 +19,9 @@ checkpoints, resume.
   :class:`SequenceConfig`), used by the Hydra tasks and by ``python -m transflow.control``.
 - Continuous depth (issue 26): :func:`at_depth` (any number of steps),
   :func:`adaptive_logits` and :func:`depth_accuracy` (diffrax adaptive solves),
-  :func:`depth_loss` (random depth per batch, smoothness penalty), :data:`DEPTH_DIGITS`
+  :func:`depth_loss` (random depth per batch, smoothness penalty; gradients by
+  backpropagation, checkpointing or the continuous adjoint, :func:`flow_logits`),
+  :data:`DEPTH_DIGITS`
   (:class:`DepthDigitsConfig`: digits with controls θ(t) from
   :mod:`transflow.continuous`).
 - Figures: :func:`transflow.plotting.plot_training_curves` of :func:`curves_from_history`.
@@ -44,11 +46,14 @@ from ._data import (
     sequence_batch as sequence_batch,
 )
 from ._depth import (
+    GRADIENTS as GRADIENTS,
     adaptive_logits as adaptive_logits,
     at_depth as at_depth,
     depth_accuracy as depth_accuracy,
     depth_loss as depth_loss,
+    flow_logits as flow_logits,
 )
+from ._memory import gradient_peak_rss as gradient_peak_rss
 from ._model import (
     FlowModel as FlowModel,
     PatchEmbedding as PatchEmbedding,
