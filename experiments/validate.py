@@ -173,6 +173,9 @@ RULES: dict[str, Rule] = {
     "memory_depths": POSITIVE,
     "memory_batch": POSITIVE,
     "max_memory_ratio": POSITIVE,
+    "text_steps": POSITIVE,
+    "text_eval_depths": POSITIVE,
+    "max_bpc_change": POSITIVE,
 }
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.

@@ -7,6 +7,8 @@ measure accuracy against depth are in tests/test_depth_slow.py (``slow``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -291,7 +293,7 @@ def test_relaxed_vector_field_is_the_penalised_ode():
 # ----------------------------------------------------------------------------- training
 def test_depth_loss_draws_each_depth_and_penalises_roughness():
     m = make_vit(
-        d=8,
+        d=4,
         n_steps=2,
         n_heads=1,
         path="linear",
@@ -301,19 +303,21 @@ def test_depth_loss_draws_each_depth_and_penalises_roughness():
         dtype=jnp.float64,
         key=jax.random.key(0),
     )
-    x = jax.random.uniform(jax.random.key(1), (4, 8, 8), jnp.float64)
-    y = jnp.arange(4, dtype=jnp.int32)
+    x = jax.random.uniform(jax.random.key(1), (2, 8, 8), jnp.float64)
+    y = jnp.arange(2, dtype=jnp.int32)
     from transflow.control import cross_entropy_loss
 
-    want = {n: float(cross_entropy_loss(at_depth(m, n), x, y)[0]) for n in (2, 8)}
-    got = {float(depth_loss([2, 8])(m, x, y, jax.random.key(s))[0]) for s in range(12)}
+    want = {n: float(cross_entropy_loss(at_depth(m, n), x, y)[0]) for n in (1, 3)}
+    loss = eqx.filter_jit(depth_loss([1, 3]))  # one program: a lax.switch over the depths
+    keys = jax.random.split(jax.random.key(0), 12)
+    got = {float(loss(m, x, y, k)[0]) for k in keys}
     assert all(any(abs(g - w) < 1e-12 for g in got) for w in want.values()), (got, want)
     lam = 0.3
-    pen = float(depth_loss([2], smoothness=lam)(m, x, y)[0]) - want[2]
+    pen = float(depth_loss([1], smoothness=lam)(m, x, y)[0]) - want[1]
     assert abs(pen - lam * float(m.controls.smoothness())) < 1e-10
     with pytest.raises(ValueError, match="`depths`"):
         depth_loss([])
-    g = eqx.filter_grad(lambda mm: depth_loss([2, 8])(mm, x, y, jax.random.key(0))[0])(m)
+    g = eqx.filter_jit(eqx.filter_grad(lambda mm, k: loss(mm, x, y, k)[0]))(m, keys[0])
     assert float(jnp.linalg.norm(_flat(eqx.filter(g.controls, eqx.is_inexact_array)))) > 0
 
 
@@ -431,3 +435,27 @@ def test_compare_adjoints_validates_its_options():
         compare_adjoints(_u0(), path, PreNormScheme(), solver="rk4")
     with pytest.raises(TypeError, match="not consistent"):
         compare_adjoints(_u0(), path, LieScheme())
+
+
+# ----------------------------------------------------------------------------- text
+def test_text_task_splits_by_position_and_matches_parameter_counts():
+    """pydoc_data.topics: the validation text is the last tenth; batches are windows of
+    the training text with next-character targets; a Legendre path with K = N_t has as
+    many parameters as the per-layer model; bad options raise naming them."""
+    from transflow.control import DEPTH_TEXT, DepthTextConfig, load_text_split
+
+    split = load_text_split(0.1)
+    assert abs(len(split.val) / (len(split.train) + len(split.val)) - 0.1) < 1e-4
+    cfg = DepthTextConfig(d=8, n_heads=1, n_steps=2, context=8, n_val=4, batch_size=3)
+    probs = {
+        p: DEPTH_TEXT.setup(dataclasses.replace(cfg, path=p, path_size=2), 0, jax.random.key(0))
+        for p in ("legendre", "none")
+    }
+    assert probs["legendre"].extra["n_params"] == probs["none"].extra["n_params"]
+    x, y = probs["legendre"].batch(5)
+    assert x.shape == y.shape == (3, 8) and (x[:, 1:] == y[:, :-1]).all()
+    assert np.array_equal(probs["legendre"].batch(5)[0], x)  # a pure function of the step
+    with pytest.raises(ValueError, match="`val_fraction` must be in"):
+        load_text_split(1.0)
+    with pytest.raises(ValueError, match="`path` must be 'none' or one of"):
+        DEPTH_TEXT.setup(dataclasses.replace(cfg, path="spline"), 0, jax.random.key(0))

@@ -71,6 +71,11 @@ class Config:
         default_factory=lambda: ["adjoint", "checkpointed", "backprop"]
     )
     max_memory_ratio: float = 2.0
+    # the text task (DEPTH_TEXT): a path model and a per-layer model with as many parameters
+    text: bool = True  # false: digits only
+    text_steps: int = 1500
+    text_eval_depths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+    max_bpc_change: float = 0.02  # claim: |bpc(4 N_t) − bpc(N_t)| / bpc(N_t), path model
     digits: DepthDigitsConfig = field(default_factory=DepthDigitsConfig)  # other fields
 
 
@@ -198,6 +203,7 @@ def run(cfg: Config, ctx) -> dict:
         relu_rel = relu["relative_difference"]
 
     memory = _memory(cfg, ctx)
+    text = _text(cfg, ctx) if cfg.text else None
 
     _figures(ctx, depths, results, succ, order, scaling)
     ctx.save_arrays(
@@ -219,6 +225,21 @@ def run(cfg: Config, ctx) -> dict:
     ctx.claim("path_beta", scaling["path"]["beta"], 0.9, op=">=", enforce=full)
     ctx.claim("adjoint_relative_difference", adjoint_rel, 1e-6, op="<=", enforce=full)
     ctx.claim("cpu_ratio_path_over_per_layer", cpu_ratio, cfg.max_cpu_ratio, op="<=", enforce=full)
+    if text is not None:
+        ctx.claim(
+            "text_path_bpc_change_at_4x_depth",
+            text["path"]["change_4x"],
+            cfg.max_bpc_change,
+            op="<=",
+            enforce=full,
+        )
+        ctx.claim(
+            "text_equal_parameters",
+            abs(text["path"]["n_params"] - text["per_layer"]["n_params"]),
+            0,
+            op="<=",
+            enforce=full,
+        )
     for g, m in memory.items():
         if g != "backprop":  # backprop stores a state per step: the contrast, not a claim
             ctx.claim(
@@ -240,6 +261,7 @@ def run(cfg: Config, ctx) -> dict:
         f"|---|{'---|' * len(depths)}---|---|---|---|\n{rows}\n\n"
         f"Path model output differences under refinement: {', '.join(f'{s:.3g}' for s in succ)}, "
         f"fitted order **{order:.3f}**.\n\n"
+        + _text_table(text)
         + _memory_table(memory)
         + "\n\nContinuous adjoint vs backprop through the solver "
         f"(float64, {cfg.adjoint_activation} FFN, rtol = atol = {cfg.adjoint_rtol:g}): "
@@ -272,6 +294,11 @@ def run(cfg: Config, ctx) -> dict:
         "adjoint_relative_difference": adjoint_rel,
         "adjoint_relative_difference_relu": relu_rel,
         **{f"peak_rss_ratio_{g}": m["ratio"] for g, m in memory.items()},
+        **(
+            {}
+            if text is None
+            else {f"text_bpc_{k}": v["bpc"] for k, v in text.items() if k != "depths"}
+        ),
         "jax_devices": str(jax.devices()),
     }
 
@@ -329,6 +356,89 @@ def _memory(cfg: Config, ctx) -> dict:
             "ratio": peaks[-1] / peaks[0],
         }
     return out
+
+
+def _text(cfg: Config, ctx) -> dict:
+    """Train the text path model and a per-layer model with as many parameters
+    (:data:`transflow.control.DEPTH_TEXT`), then validation bits per character at
+    ``text_eval_depths`` (which must hold ``n_steps`` and ``4 n_steps``)."""
+    from transflow.control import (
+        DEPTH_TEXT,
+        DepthTextConfig,
+        bits_per_char,
+        depth_accuracy,
+        run_training,
+        validation_windows,
+    )
+
+    n0 = cfg.n_steps
+    depths = sorted({int(n) for n in cfg.text_eval_depths} | {n0, 4 * n0})
+    base = DepthTextConfig(checkpoint_dir="run", steps=cfg.text_steps, n_steps=n0)
+    if ctx.smoke:
+        n0, depths = 2, [2, 4, 8]
+        base = DepthTextConfig(
+            checkpoint_dir="run",
+            d=8,
+            n_heads=1,
+            n_steps=2,
+            context=16,
+            n_val=16,
+            steps=10,
+            eval_every=10,
+            log_every=5,
+            warmup_steps=2,
+        )
+    models = {
+        "path": dict(
+            path=cfg.path,
+            path_size=cfg.path_size,
+            train_depths=[2, 4] if ctx.smoke else list(cfg.train_depths),
+            smoothness=cfg.smoothness,
+            dt=cfg.path_dt,
+        ),
+        "per_layer": dict(path="none", dt=1.0),
+    }
+    out: dict = {"depths": depths}
+    for name, over in models.items():
+        tcfg = dataclasses.replace(base, **over)
+        summary, result = run_training(
+            DEPTH_TEXT,
+            tcfg,
+            run_dir=ctx.run_dir / f"text_{name}",
+            seed=ctx.seed,
+            progress=ctx.progress,
+        )
+        ctx.log({"kind": "train", "model": f"text_{name}", **summary})
+        xv, yv = validation_windows(tcfg)
+        r = depth_accuracy(result.model, xv, yv, depths, rtol=None)
+        bpc = [bits_per_char(v) for v in r["loss"]]
+        for n, b in zip(depths, bpc):
+            ctx.log({"kind": "text_bpc", "model": name, "n_steps": n, "bpc": b})
+        b0, b4 = bpc[depths.index(n0)], bpc[depths.index(4 * n0)]
+        out[name] = {
+            "bpc": bpc,
+            "change_4x": abs(b4 - b0) / b0,
+            "n_params": summary["n_params"],
+            "cpu_seconds": summary["cpu_seconds"],
+        }
+    return out
+
+
+def _text_table(text: dict | None) -> str:
+    if not text:
+        return ""
+    depths = text["depths"]
+    rows = "\n".join(
+        f"| {name} | {text[name]['n_params']} | "
+        + " | ".join(f"{b:.4f}" for b in text[name]["bpc"])
+        + f" | {100 * text[name]['change_4x']:.2f} % | {text[name]['cpu_seconds']:.1f} |"
+        for name in ("path", "per_layer")
+    )
+    return (
+        "\n\nText (pydoc_data.topics, validation bits per character):\n\n"
+        f"| model | parameters | {' | '.join(f'N={n}' for n in depths)} | change at 4x | CPU s |\n"
+        f"|---|---|{'---|' * len(depths)}---|---|\n{rows}"
+    )
 
 
 def _memory_table(memory: dict) -> str:

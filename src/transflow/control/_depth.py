@@ -149,9 +149,11 @@ def depth_accuracy(
 ) -> dict[str, Any]:
     """Test accuracy of ``model`` at every depth N in ``depths`` and adaptively.
 
-    Returns ``{"depths", "accuracy", "outputs"}`` (the logits per depth, NumPy) and, when
-    ``rtol`` is set (consistent schemes only), ``adaptive_accuracy``,
-    ``adaptive_nfev_mean``/``max`` and ``adaptive_outputs``; ``atol`` defaults to ``rtol``.
+    Returns ``{"depths", "accuracy", "loss", "outputs"}`` (``loss``: the mean softmax
+    cross-entropy in nats, over tokens too for per-token outputs; ``outputs``: the logits
+    per depth, NumPy) and, when ``rtol`` is set (consistent schemes only),
+    ``adaptive_accuracy``, ``adaptive_loss``, ``adaptive_nfev_mean``/``max`` and
+    ``adaptive_outputs``; ``atol`` defaults to ``rtol``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -169,16 +171,28 @@ def depth_accuracy(
         outs = [fn(jnp.asarray(x[i : i + batch_size])) for i in range(0, len(x), batch_size)]
         return jax.tree.map(lambda *a: np.concatenate([np.asarray(b) for b in a]), *outs)
 
-    out: dict[str, Any] = {"depths": [int(n) for n in depths], "accuracy": [], "outputs": []}
+    def nll(logits):
+        z = logits - logits.max(-1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        return float(-np.mean(np.take_along_axis(logp, y[..., None].astype(int), -1)))
+
+    out: dict[str, Any] = {
+        "depths": [int(n) for n in depths],
+        "accuracy": [],
+        "loss": [],
+        "outputs": [],
+    }
     for n in depths:
         m = at_depth(model, int(n))
         logits = batched(lambda xb, m=m: _logits_batch(m, xb))
         out["accuracy"].append(float(np.mean(np.argmax(logits, -1) == y)))
+        out["loss"].append(nll(np.asarray(logits, np.float64)))
         out["outputs"].append(logits)
     if rtol is not None:
         atol = rtol if atol is None else atol
         logits, nfev = batched(lambda xb: _adaptive_batch(model, xb, rtol, atol, solver))
         out["adaptive_accuracy"] = float(np.mean(np.argmax(logits, -1) == y))
+        out["adaptive_loss"] = nll(np.asarray(logits, np.float64))
         out["adaptive_nfev_mean"] = float(np.mean(nfev))
         out["adaptive_nfev_max"] = int(np.max(nfev))
         out["adaptive_outputs"] = logits
