@@ -17,9 +17,16 @@ import pytest
 torch = pytest.importorskip("torch", reason="the HF equivalence tests need PyTorch")
 transformers = pytest.importorskip("transformers", reason="the HF tests need transformers")
 
-from test_hf_helpers import randomize_, to_np  # noqa: E402
-from transflow._heads import HeadModel  # noqa: E402
+from test_hf_helpers import (  # noqa: E402
+    padded_batch,
+    randomize_,
+    rel_err,
+    run_padded,
+    scaled_err,
+    to_np,
+)
 from transflow.interop import from_hf, hf_float64_reference, load_hf  # noqa: E402
+from transflow.models import HeadModel  # noqa: E402
 
 VOCAB, N = 29, 9
 t = transformers
@@ -104,38 +111,22 @@ FAST = {"BertForMaskedLM", "BertForSequenceClassification", "GPT2ForSequenceClas
 NAMES = [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in BUILD]
 
 
-def _err(out, ref) -> float:
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(np.asarray(out, np.float64) - ref)) / max(1.0, np.abs(ref).max()))
-
-
 def _batch(name):
     """Two sequences; the second right-padded with pad id 0 (ids ≥ 3 elsewhere; RoBERTa's
     padding_idx is 1)."""
-    ids = torch.randint(3, VOCAB, (2, N), generator=torch.Generator().manual_seed(1))
-    keep = torch.ones(2, N, dtype=torch.long)
-    keep[1, 6:] = 0
-    pad = 1 if name.startswith("Roberta") else 0
-    ids[1, 6:] = pad
-    return ids, keep
+    return padded_batch(VOCAB, N, 6, seed=1, pad_id=1 if name.startswith("Roberta") else 0)
 
 
-def _compare(name, hf, model, dtype_tol=1e-10):
+def _compare(name, hf, model):
     ids, keep = _batch(name)
-    ctx = hf_float64_reference() if name.startswith("Llama") else torch.no_grad()
-    with torch.no_grad(), ctx:
+    with torch.no_grad(), hf_float64_reference(name.startswith("Llama")):
         ref = to_np(hf(ids, attention_mask=keep).logits)
-    pad = jnp.asarray(to_np(keep) == 0)
-    out = np.asarray(
-        eqx.filter_jit(jax.vmap(lambda i, p: model(i, key_padding_mask=p)))(
-            jnp.asarray(to_np(ids)), pad
-        )
-    )
+    out = run_padded(model, ids, keep)
     if "MaskedLM" in name:  # per-token logits: compare the kept tokens
         kept = to_np(keep).astype(bool)
         out, ref = out[kept], ref[kept]
     assert out.shape == ref.shape
-    return _err(out, ref)
+    return scaled_err(out, ref)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -168,12 +159,9 @@ def test_head_logits_float32():
     ids, keep = _batch(name)
     with torch.no_grad():
         ref = to_np(hf(ids, attention_mask=keep).logits)
-    model = from_hf(hf)
-    out = jax.vmap(lambda i, p: model(i, key_padding_mask=p))(
-        jnp.asarray(to_np(ids)), jnp.asarray(to_np(keep) == 0)
-    )
-    assert out.dtype == jnp.float32
-    assert float(np.max(np.abs(np.asarray(out) - ref)) / np.abs(ref).max()) <= 1e-5
+    out = run_padded(from_hf(hf), ids, keep)
+    assert out.dtype == np.float32
+    assert rel_err(out, ref) <= 1e-5
 
 
 def test_sequence_classification_reads_the_last_non_pad_token():
@@ -184,7 +172,7 @@ def test_sequence_classification_reads_the_last_non_pad_token():
     ids, _ = _batch("GPT2")
     ji = jnp.asarray(to_np(ids[1]))
     u = model.base(ji)
-    assert _err(model(ji), model.head(u[5])) <= 1e-15
+    assert scaled_err(model(ji), model.head(u[5])) <= 1e-15
 
 
 def _cvt_config():
@@ -225,9 +213,9 @@ def test_cvt_model_all_stages_float64(tmp_path):
     assert isinstance(model, CvtModel) and len(model.stages) == 3
     hidden, cls = eqx.filter_jit(jax.vmap(lambda a: model(a)))(jnp.asarray(to_np(x)))
     assert hidden.shape == tuple(o.last_hidden_state.shape)
-    assert _err(hidden, to_np(o.last_hidden_state)) <= 1e-10
-    assert _err(cls, to_np(o.cls_token_value[:, 0])) <= 1e-10
+    assert scaled_err(hidden, to_np(o.last_hidden_state)) <= 1e-10
+    assert scaled_err(cls, to_np(o.cls_token_value[:, 0])) <= 1e-10
     hf.save_pretrained(tmp_path / "cvt")
     loaded = load_hf(tmp_path / "cvt")
     h2, _ = loaded(jnp.asarray(to_np(x[0])))
-    assert _err(h2, to_np(o.last_hidden_state[0])) <= 1e-10
+    assert scaled_err(h2, to_np(o.last_hidden_state[0])) <= 1e-10

@@ -57,6 +57,34 @@ def rel_err(a, b) -> float:
     return max_abs(a, b) / float(np.max(np.abs(b)))
 
 
+def scaled_err(out, ref) -> float:
+    """max |out − ref| / max(1, max |ref|): the float64 criterion of the HF tests."""
+    ref = np.asarray(ref, np.float64)
+    return max_abs(out, ref) / max(1.0, float(np.max(np.abs(ref))))
+
+
+def padded_batch(vocab: int, n: int, n_kept: int, *, seed: int, pad_id: int | None = None):
+    """Token ids ``(2, n)`` (ids ≥ 3) and HF's ``attention_mask`` (1 = keep): the second
+    sequence keeps its first ``n_kept`` tokens (right padding, ids ``pad_id`` if given)."""
+    ids = torch.randint(3, vocab, (2, n), generator=torch.Generator().manual_seed(seed))
+    keep = torch.ones(2, n, dtype=torch.long)
+    keep[1, n_kept:] = 0
+    if pad_id is not None:
+        ids[1, n_kept:] = pad_id
+    return ids, keep
+
+
+def run_padded(model, ids, keep) -> np.ndarray:
+    """transflow's outputs for a padded HF batch: ``model(ids_b, key_padding_mask=pad_b)``
+    over the batch (``pad = keep == 0``, transflow's polarity), one compiled call."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    run = eqx.filter_jit(jax.vmap(lambda i, p: model(i, key_padding_mask=p)))
+    return np.asarray(run(jnp.asarray(to_np(ids)), jnp.asarray(to_np(keep) == 0)))
+
+
 # ------------------------------------------------------------------ checks of the helpers
 def test_fp64_eager_matches_sdpa(fp64_eager):
     """The float64-softmax eager path equals HF's sdpa path (float64 throughout)."""

@@ -9,7 +9,6 @@ and Llama (the gate of the gated FFN) with these activations, with a padding mas
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,7 +31,13 @@ from transformers import (  # noqa: E402
 )
 from transformers.activations import ACT2FN  # noqa: E402
 
-from test_hf_helpers import randomize_, to_np  # noqa: E402
+from test_hf_helpers import (  # noqa: E402
+    padded_batch,
+    randomize_,
+    run_padded,
+    scaled_err,
+    to_np,
+)
 from transflow._operators import PROJECTION_ACTIVATIONS, activation_fn  # noqa: E402
 from transflow.interop import from_hf, from_torch, hf_activation, hf_float64_reference  # noqa: E402
 from transflow.interop._acts import HF_ACTIVATIONS, torch_activation  # noqa: E402
@@ -55,11 +60,6 @@ TORCH_ACTS = {
     "nn.Tanh": torch.nn.Tanh(),
     "nn.GELU(tanh)": torch.nn.GELU(approximate="tanh"),
 }
-
-
-def _err(out, ref) -> float:
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(np.asarray(out, np.float64) - ref)) / max(1.0, np.abs(ref).max()))
 
 
 @pytest.mark.parametrize("name", sorted(HF_ACTIVATIONS))
@@ -116,7 +116,7 @@ def test_torch_encoder_layer_with_activation(name):
         jnp.asarray(to_np(x)), jnp.asarray(to_np(pad))
     )
     keep = ~to_np(pad)
-    assert _err(np.asarray(out)[keep], ref[keep]) <= 1e-10
+    assert scaled_err(np.asarray(out)[keep], ref[keep]) <= 1e-10
 
 
 def test_torch_decoder_layer_with_activation():
@@ -131,7 +131,7 @@ def test_torch_decoder_layer_with_activation():
         ref = to_np(layer(x, mem)[0])
     model = from_torch(layer)
     out = model(jnp.asarray(to_np(x[0])), jnp.asarray(to_np(mem[0])))
-    assert _err(out, ref) <= 1e-10
+    assert scaled_err(out, ref) <= 1e-10
 
 
 # ------------------------------------------------------------------ HF families
@@ -177,17 +177,12 @@ BERT_CASES = [
 @pytest.mark.parametrize(("kind", "act"), BERT_CASES)
 def test_bert_family_with_activation(kind, act):
     hf = randomize_(_bert_like(kind, act).double().eval(), 4)
-    ids = torch.randint(3, 23, (2, 9), generator=torch.Generator().manual_seed(5))
-    keep = torch.ones(2, 9, dtype=torch.long)
-    keep[1, 6:] = 0
+    ids, keep = padded_batch(23, 9, 6, seed=5)
     with torch.no_grad():
         ref = to_np(hf(ids, attention_mask=keep).last_hidden_state)
-    model = from_hf(hf)
-    out = eqx.filter_jit(jax.vmap(lambda i, p: model(i, key_padding_mask=p)))(
-        jnp.asarray(to_np(ids)), jnp.asarray(to_np(keep) == 0)
-    )
+    out = run_padded(from_hf(hf), ids, keep)
     kept = to_np(keep).astype(bool)
-    assert _err(np.asarray(out)[kept], ref[kept]) <= 1e-10
+    assert scaled_err(out[kept], ref[kept]) <= 1e-10
 
 
 @pytest.mark.parametrize(
@@ -208,7 +203,7 @@ def test_gpt2_with_activation(act):
     ids = torch.randint(0, 11, (1, 8), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
         ref = to_np(hf(ids).last_hidden_state[0])
-    assert _err(from_hf(hf)(jnp.asarray(to_np(ids[0]))), ref) <= 1e-10
+    assert scaled_err(from_hf(hf)(jnp.asarray(to_np(ids[0]))), ref) <= 1e-10
 
 
 @pytest.mark.parametrize(
@@ -231,4 +226,4 @@ def test_llama_gate_with_activation(act):
         ref = to_np(hf(ids).last_hidden_state[0])
     model = from_hf(hf)
     assert model.decoder.controls.ffn.activation == hf_activation(act)
-    assert _err(model(jnp.asarray(to_np(ids[0]))), ref) <= 1e-10
+    assert scaled_err(model(jnp.asarray(to_np(ids[0]))), ref) <= 1e-10

@@ -19,7 +19,13 @@ Families (``task.families``):
   ``{Bert,Roberta,DistilBert,GPT2,Llama}ForSequenceClassification`` logits);
 - ``activations``: BERT, RoBERTa, DistilBERT, GPT-2 and Llama with each pointwise
   activation beyond gelu/relu (silu, swish, quick_gelu, gelu_fast, gelu_pytorch_tanh,
-  tanh, leaky_relu, relu6, mish).
+  tanh, leaky_relu, relu6, mish);
+- ``t5``: a 2-layer ``T5EncoderModel`` (encoder only) and a 2 + 2-layer
+  ``T5ForConditionalGeneration`` (encoder–decoder, LM logits), each with the ReLU FFN
+  (T5 v1.0) and the gated-GELU FFN (v1.1, flan): relative position buckets (8 buckets,
+  max distance 12, so the logarithmic buckets are used), RMS norm without mean or bias,
+  unscaled scores, cross-attention. With ``mask=padded`` the encoder and the decoder
+  inputs are right-padded; the decoder rows are compared.
 
 Each configuration draws random sizes and unit-scale weights. ``mask=padded`` runs a
 batch of two sequences, the second padded (right padding for encoders and GPT-2, left
@@ -54,6 +60,7 @@ FAMILIES = (
     "rope",
     "heads",
     "activations",
+    "t5",
 )
 # every family but the vision ones takes a padding mask
 MASKABLE = tuple(f for f in FAMILIES if f not in ("vit", "cvt"))
@@ -87,6 +94,13 @@ ROPES = {
         "max_position_embeddings": 4,
     },
 }
+# T5: (HF class, feed_forward_proj)
+T5S = (
+    ("T5EncoderModel", "relu"),
+    ("T5EncoderModel", "gated-gelu"),
+    ("T5ForConditionalGeneration", "relu"),
+    ("T5ForConditionalGeneration", "gated-gelu"),
+)
 HEADS = (
     "BertForMaskedLM",
     "BertForSequenceClassification",
@@ -129,8 +143,13 @@ def configurations(family: str, n: int, seed: int) -> list[dict[str, Any]]:
 
     rng = np.random.default_rng([seed, FAMILIES.index(family), 7])
     out = []
-    if family in ("rope", "heads", "activations"):
-        kinds = {"rope": list(ROPES), "heads": list(HEADS), "activations": list(ACTIVATIONS)}
+    if family in ("rope", "heads", "activations", "t5"):
+        kinds = {
+            "rope": list(ROPES),
+            "heads": list(HEADS),
+            "activations": list(ACTIVATIONS),
+            "t5": list(T5S),
+        }
         for i in range(n):
             for j, kind in enumerate(kinds[family]):
                 c = {"family": family, "seed": seed * 1000 + 100 * i + j}
@@ -138,6 +157,8 @@ def configurations(family: str, n: int, seed: int) -> list[dict[str, Any]]:
                     c |= {"base": "llama", "rope": kind, "kv_heads": 1}
                 elif family == "heads":
                     c |= {"base": "head", "head": kind}
+                elif family == "t5":
+                    c |= {"base": "t5", "t5": kind[0], "ffn": kind[1]}
                 else:
                     c |= {"base": kind[0], "act": kind[1]}
                 heads = int(rng.choice([2, 4]))
@@ -180,6 +201,14 @@ def _hf_model(c: dict[str, Any], torch_dtype):
     common = {"attn_implementation": "eager"}
     if fam == "head":
         model = _head_model(c, tr)
+    elif fam == "t5":
+        cfg = tr.T5Config(
+            vocab_size=VOCAB, d_model=c["d"], d_kv=6, d_ff=c["inter"], num_layers=2,
+            num_heads=c["heads"], relative_attention_num_buckets=8,
+            relative_attention_max_distance=12, feed_forward_proj=c["ffn"], dropout_rate=0.0,
+            decoder_start_token_id=0, pad_token_id=0, **common,
+        )  # fmt: skip
+        model = getattr(tr, c["t5"])(cfg)
     elif fam in ("llama", "mistral", "qwen2"):
         cfg_cls = {"llama": tr.LlamaConfig, "mistral": tr.MistralConfig, "qwen2": tr.Qwen2Config}
         extra = {"llama": {"attention_bias": True, "mlp_bias": True}, "mistral": {}}
@@ -301,6 +330,43 @@ def _inputs(c: dict[str, Any], masked: bool):
     return ids, keep, types
 
 
+def _run_t5(c: dict[str, Any], hf, masked: bool, fp64: bool):
+    """(HF output, transflow output, kept-token mask) of a T5 configuration."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    from transflow.interop import from_hf, hf_float64_reference
+
+    ids, keep, _ = _inputs(c, masked)
+    g = torch.Generator().manual_seed(c["seed"] + 3)
+    t = max(c["n_tokens"] - 2, 4)  # the decoder's own length
+    dec = torch.randint(2, VOCAB, (ids.shape[0], t), generator=g)
+    dkeep = torch.ones(ids.shape[0], t, dtype=torch.long)
+    if masked:
+        dkeep[1, t - 2 :] = 0
+    encoder_only = c["t5"] == "T5EncoderModel"
+    kw = {"attention_mask": keep} if masked else {}
+    if not encoder_only:
+        kw |= {"decoder_input_ids": dec} | ({"decoder_attention_mask": dkeep} if masked else {})
+    with torch.no_grad(), hf_float64_reference(fp64):
+        o = hf(ids, **kw)
+    model = from_hf(hf)
+    ji, jd = jnp.asarray(ids.numpy()), jnp.asarray(dec.numpy())
+    kpm, dkpm = jnp.asarray(keep.numpy() == 0), jnp.asarray(dkeep.numpy() == 0)
+    if not masked:
+        kpm = dkpm = None
+    if encoder_only:
+        out = jax.vmap(lambda i, p: model(i, key_padding_mask=p))(ji, kpm)
+        return o.last_hidden_state.numpy(), out, keep.numpy().astype(bool)
+
+    def one(i, d, p, q):
+        return model.logits(i, d, key_padding_mask=p, decoder_key_padding_mask=q)
+
+    out = jax.vmap(one)(ji, jd, kpm, dkpm)
+    return o.logits.numpy(), out, dkeep.numpy().astype(bool)
+
+
 def _run_pair(c: dict[str, Any], torch_dtype, masked: bool):
     """(HF output, transflow output, kept-token mask), each ``(B, n, ·)`` numpy."""
     import jax
@@ -311,6 +377,9 @@ def _run_pair(c: dict[str, Any], torch_dtype, masked: bool):
     from transflow.interop import from_hf, hf_float64_reference
 
     hf = _hf_model(c, torch_dtype)
+    if c.get("base") == "t5":
+        ref, out, kept = _run_t5(c, hf, masked, torch_dtype == torch.float64)
+        return ref, np.asarray(out), kept
     ids, keep, types = _inputs(c, masked)
     kw = {"attention_mask": keep} if masked else {}
     if types is not None:
@@ -376,8 +445,8 @@ def _label(c):
 def run(cfg, ctx) -> dict:
     """Run the ``hf_equivalence`` experiment.
 
-    Transflow = HF ViT, CvT, GPT-2, BERT, RoBERTa, DistilBERT, Llama, Mistral, Qwen2 (random
-    configs).
+    Transflow = HF ViT, CvT, GPT-2, BERT, RoBERTa, DistilBERT, Llama, Mistral, Qwen2, T5
+    (random configs).
     """
     import jax
 

@@ -18,13 +18,16 @@ Public API (re-exported from private modules, equinox style):
   :class:`DecoderLayerControls` (``torch.nn.TransformerDecoder``/``Transformer``).
 - Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`,
   :class:`CausalScheme` (decoders), :func:`evolve`, :class:`SplitTransformer`.
-- Subpackages: :mod:`transflow.interop` (PyTorch/HuggingFace), :mod:`transflow.continuous`
+- Subpackages: :mod:`transflow.models` (every architecture; docs/architectures.md),
+  :mod:`transflow.interop` (PyTorch/HuggingFace → models), :mod:`transflow.continuous`
   (Δt and grid limits), :mod:`transflow.vision` (ViT/CvT), :mod:`transflow.expressivity`
   (maxout/CPWL constructions, linear regions), :mod:`transflow.control` (training),
   :mod:`transflow.parallel` (sharded evolution).
 """
 
-from ._causal import CausalScheme as CausalScheme
+# First: the old private module paths of the model classes (now in transflow.models)
+# stay importable for one release; read from outside transflow, they warn.
+from . import _moved as _moved
 from ._chunked import (
     chunked_attention as chunked_attention,
     online_softmax_attention as online_softmax_attention,
@@ -38,11 +41,6 @@ from ._controls import (
     stack_controls as stack_controls,
     unstack_controls as unstack_controls,
 )
-from ._decoder import (
-    DecoderLayerControls as DecoderLayerControls,
-    SplitDecoder as SplitDecoder,
-    SplitEncoderDecoder as SplitEncoderDecoder,
-)
 from ._grid import Grid as Grid
 from ._masks import (
     causal_mask as causal_mask,
@@ -50,7 +48,6 @@ from ._masks import (
     mask_from_torch as mask_from_torch,
     padding_mask as padding_mask,
 )
-from ._model import SplitTransformer as SplitTransformer
 from ._operators import (
     CHUNKED_THRESHOLD as CHUNKED_THRESHOLD,
     activation_fn as activation_fn,
@@ -69,5 +66,12 @@ from ._splitting import (
     evolve as evolve,
     ffn_branch as ffn_branch,
 )
+from .models._causal import CausalScheme as CausalScheme
+from .models._decoder import (
+    DecoderLayerControls as DecoderLayerControls,
+    SplitDecoder as SplitDecoder,
+    SplitEncoderDecoder as SplitEncoderDecoder,
+)
+from .models._encoder import SplitTransformer as SplitTransformer
 
 __version__ = "0.1.0"

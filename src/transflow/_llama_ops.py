@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._errors import check_array, check_choice
+from ._errors import check_choice
 from ._operators import activation_fn, wmul
 from ._splitting import AbstractScheme
 
@@ -59,7 +59,6 @@ __all__ = [
     "rotary_attention",
     "gated_ffn",
     "random_rms_controls",
-    "RMSDecoder",
     "check_not_hf_mask",
 ]
 
@@ -582,74 +581,6 @@ def random_rms_controls(
     return RMSLayerControls(attn, RMSNormParams(g(ks[10]), eps), ffn, RMSNormParams(g(ks[11]), eps))
 
 
-# ----------------------------------------------------------------------------- model
-class RMSDecoder(eqx.Module):
-    """A Llama-family causal decoder: token embedding → causal pre-norm steps → RMSNorm.
-
-    ``model(ids)`` is HF ``LlamaModel``'s ``last_hidden_state``; ``model.logits(ids)`` the
-    ``LlamaForCausalLM`` logits ``u_T @ unembedding``. There is no position table: the
-    positions (token indices) enter through the rotary attention, so a left-padded
-    sequence gives its kept tokens the same states as the unpadded one up to round-off
-    (the kernel depends on position differences only).
-
-    Masks (one sequence; batch with ``jax.vmap``): ``key_padding_mask`` ``(n,)`` bool,
-    True = padded (HF's ``attention_mask`` 1 = keep is ``key_padding_mask = (mask == 0)``,
-    :func:`transflow.mask_from_hf`); ``attention_mask`` ``(n, n)`` bool True = may attend
-    or additive float; both combine with the causal mask. ``sliding_window`` W (Mistral,
-    Qwen2): key x̃ is admissible for query x only if x − x̃ < W (HF's
-    ``kv_idx > q_idx − W``), another restriction of the kernel's support.
-    """
-
-    table: Float[Array, "vocab d"]
-    decoder: eqx.Module  # a SplitTransformer with CausalScheme(RMSPreNormScheme())
-    final_norm: RMSNormParams
-    unembedding: Float[Array, "d vocab"] | None = None
-    sliding_window: int | None = eqx.field(static=True, default=None)
-
-    def initial_condition(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
-        check_array("ids", ids, ndim=1, floating=False)
-        if not jnp.issubdtype(ids.dtype, jnp.integer):
-            raise TypeError(f"`ids` must be integer token ids, got dtype {ids.dtype}.")
-        return self.table[ids]
-
-    def _window_mask(self, n: int, attention_mask):
-        if self.sliding_window is None or n <= self.sliding_window:
-            return attention_mask
-        i = jnp.arange(n)
-        band = (i[:, None] - i[None, :]) < self.sliding_window
-        if attention_mask is None:
-            return band
-        check_not_hf_mask(attention_mask)
-        if attention_mask.dtype == jnp.bool_:
-            return jnp.logical_and(attention_mask, band)
-        return jnp.where(band, attention_mask, -jnp.inf)
-
-    def __call__(
-        self,
-        ids: Int[Array, " n"],
-        *,
-        key_padding_mask: Bool[Array, " n"] | None = None,
-        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
-    ) -> Float[Array, "n d"]:
-        f = self.initial_condition(ids)
-        check_not_hf_mask(attention_mask)
-        attention_mask = self._window_mask(ids.shape[0], attention_mask)
-        u = self.decoder(f, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
-        return project_sphere(u, self.final_norm.gain, eps=self.final_norm.eps)
-
-    def logits(
-        self,
-        ids: Int[Array, " n"],
-        *,
-        key_padding_mask: Bool[Array, " n"] | None = None,
-        attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
-    ) -> Float[Array, "n vocab"]:
-        if self.unembedding is None:
-            raise ValueError("this RMSDecoder has no `unembedding` (convert a *ForCausalLM model).")
-        u = self(ids, key_padding_mask=key_padding_mask, attention_mask=attention_mask)
-        return u @ self.unembedding
-
-
 def check_not_hf_mask(attention_mask) -> None:
     """A 1-D ``attention_mask`` is HF's (1 = keep): say how to pass it."""
     if attention_mask is not None and getattr(attention_mask, "ndim", 2) == 1:
@@ -659,3 +590,12 @@ def check_not_hf_mask(attention_mask) -> None:
             "(1 = keep, 0 = padding) is a key padding mask: pass "
             "`key_padding_mask=transflow.mask_from_hf(mask)` (i.e. mask == 0)."
         )
+
+
+def __getattr__(name: str):
+    # ``RMSDecoder`` moved to :mod:`transflow.models` (issue 28); the old path still works.
+    if name == "RMSDecoder":
+        from ._moved import moved
+
+        return moved(__name__, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

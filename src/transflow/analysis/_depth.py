@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import num_steps
-from .._model import SplitTransformer
+from ..models._encoder import SplitTransformer
 from ._flow import _kinds, _text_kinds, _unsupported, model_output
 
 __all__ = [

@@ -20,8 +20,8 @@ from jaxtyping import Array, Float
 
 from .._controls import NormParams, num_steps
 from .._grid import Grid
-from .._model import SplitTransformer
 from .._splitting import AbstractScheme, _project
+from ..models._encoder import SplitTransformer
 
 __all__ = [
     "Flow",
@@ -85,18 +85,14 @@ def _unsupported(model) -> TypeError:
 
 
 def _kinds():
-    from .._causal import CausalDecoder
-    from ..control._model import FlowModel
-    from ..vision._cvt import CvtStageModel
-    from ..vision._vit import VisionTransformer
+    from ..models import CausalDecoder, CvtStageModel, FlowModel, VisionTransformer
 
     return FlowModel, VisionTransformer, CausalDecoder, CvtStageModel
 
 
 def _text_kinds():
     """The encoder–decoder zoo's models: (TextEncoder, RMSDecoder)."""
-    from .._llama_ops import RMSDecoder
-    from ..interop._bert import TextEncoder
+    from ..models import RMSDecoder, TextEncoder
 
     return TextEncoder, RMSDecoder
 

@@ -28,6 +28,14 @@ checkpoints, resume.
 - Figures: :func:`transflow.plotting.plot_training_curves` of :func:`curves_from_history`.
 """
 
+from ..models._flow import (
+    FlowModel as FlowModel,
+    PatchEmbedding as PatchEmbedding,
+    TokenEmbedding as TokenEmbedding,
+    make_seq as make_seq,
+    make_vit as make_vit,
+    patchify as patchify,
+)
 from ._adjoint import (
     AttentionLinearControls as AttentionLinearControls,
     adjoint_gradients as adjoint_gradients,
@@ -55,14 +63,6 @@ from ._depth import (
     flow_logits as flow_logits,
 )
 from ._memory import gradient_peak_rss as gradient_peak_rss
-from ._model import (
-    FlowModel as FlowModel,
-    PatchEmbedding as PatchEmbedding,
-    TokenEmbedding as TokenEmbedding,
-    make_seq as make_seq,
-    make_vit as make_vit,
-    patchify as patchify,
-)
 from ._tasks import (
     DEPTH_DIGITS as DEPTH_DIGITS,
     DIGITS as DIGITS,

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..continuous._controls import PiecewiseConstant
 from ..continuous._depth import solve_adaptive
-from ._model import FlowModel
+from ..models._flow import FlowModel
 from ._train import cross_entropy_loss
 
 __all__ = [

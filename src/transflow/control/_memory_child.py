@@ -19,7 +19,7 @@ def _child(n_steps: int, gradient: str, batch_size: int, d: int, checkpoints: in
 
     from transflow import PreNormScheme
     from transflow.control._depth import depth_loss
-    from transflow.control._model import make_vit
+    from transflow.models._flow import make_vit
 
     model = make_vit(
         d=d,

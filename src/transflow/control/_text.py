@@ -117,7 +117,7 @@ def make_char_lm(
 
     from .. import CausalScheme, PreNormScheme
     from ..continuous._paths import init_path
-    from ._model import FlowModel, TokenEmbedding, _controls, _one_layer
+    from ..models._flow import FlowModel, TokenEmbedding, _controls, _one_layer
 
     dtype = jnp.float32 if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)

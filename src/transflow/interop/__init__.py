@@ -1,4 +1,7 @@
-"""Interop with reference implementations (PyTorch, HuggingFace).
+"""Interop with reference implementations (PyTorch, HuggingFace): converters to the models
+of :mod:`transflow.models` (this package defines no model class; the model classes it
+re-exports, e.g. ``TextEncoder``, ``RMSDecoder``, ``CausalDecoder``, ``HeadModel``, live
+in :mod:`transflow.models`).
 
 - Conversion: :func:`from_torch`, :func:`layer_controls_from_torch`, :func:`from_hf`,
   :func:`torch_substeps` (a torch layer's own intermediates).
@@ -12,16 +15,9 @@
 torch and transformers are imported inside these functions only.
 """
 
-from .._causal import (
-    CausalDecoder as CausalDecoder,
-    CausalScheme as CausalScheme,
-    TokenEmbedding as TokenEmbedding,
-)
 from .._errors import CheckpointError as CheckpointError
-from .._heads import DenseHead as DenseHead, HeadModel as HeadModel
 from .._llama_ops import (
     GatedFFNParams as GatedFFNParams,
-    RMSDecoder as RMSDecoder,
     RMSLayerControls as RMSLayerControls,
     RMSNormParams as RMSNormParams,
     RMSPreNormScheme as RMSPreNormScheme,
@@ -34,7 +30,14 @@ from .._llama_ops import (
     rotary_attention as rotary_attention,
     rotary_frequencies as rotary_frequencies,
 )
-from ._bert import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
+from ..models._causal import (
+    CausalDecoder as CausalDecoder,
+    CausalScheme as CausalScheme,
+    TokenEmbedding as TokenEmbedding,
+)
+from ..models._heads import DenseHead as DenseHead, HeadModel as HeadModel
+from ..models._rms import RMSDecoder as RMSDecoder
+from ..models._text import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
 from ._checkpoint import load_torch_checkpoint as load_torch_checkpoint
 from ._hf import from_hf as from_hf, hf_activation as hf_activation, load_hf as load_hf
 from ._hf_reference import hf_float64_reference as hf_float64_reference

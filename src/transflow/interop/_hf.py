@@ -25,12 +25,11 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._causal import CausalDecoder, CausalScheme, TokenEmbedding
 from .._controls import AttentionParams, FFNParams, LayerControls, stack_controls
 from .._errors import CheckpointError
-from .._model import SplitTransformer
 from .._splitting import PreNormScheme
-from ..vision._cvt import (
+from ..models._causal import CausalDecoder, CausalScheme, TokenEmbedding
+from ..models._cvt import (
     ConvAttentionParams,
     ConvEmbedding,
     ConvLayerControls,
@@ -39,7 +38,9 @@ from ..vision._cvt import (
     CvtStageModel,
     DepthwiseConv2d,
 )
-from ..vision._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
+from ..models._encoder import SplitTransformer
+from ..models._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
+from . import _bert, _hf_heads, _llama, _t5
 from ._acts import hf_activation, torch_activation
 from ._torch import _arr, _check_module, _norm, _resolve_dtype, _torch
 
@@ -289,6 +290,13 @@ def from_hf(
       :class:`RMSDecoder` (``model(ids)`` = ``last_hidden_state``); ``*ForCausalLM`` also
       gives ``model.logits(ids)``. See docs/models.md for RMSNorm, rotary and grouped-query
       attention, SwiGLU and the refused options.
+    - ``T5EncoderModel`` → :class:`~transflow.models.T5Encoder` (``model(ids)`` =
+      ``last_hidden_state``); ``T5Model`` → :class:`~transflow.models.T5EncoderDecoder`
+      (``model(ids, decoder_ids)`` = the decoder's ``last_hidden_state``,
+      ``model.encode(ids)`` the encoder's); ``T5ForConditionalGeneration`` also gives
+      ``model.logits(ids, decoder_ids)``; a ``T5Stack`` → :class:`~transflow.models.T5Stack`.
+      Relative position buckets, RMS norm without mean or bias, unscaled scores, ReLU or
+      gated-GELU FFN, cross-attention (docs/models.md).
 
     Converted whole models take ``key_padding_mask=`` ``(n,)`` bool (True = padded) and
     ``attention_mask=`` ``(n, n)`` (True = may attend, or additive float). HF's
@@ -332,7 +340,6 @@ def from_hf(
     zoo = _zoo(module, dtype)
     if zoo is not None:
         return zoo
-    from . import _hf_heads
 
     headed = _hf_heads.convert_head(module, dtype, from_hf)
     if headed is not None:
@@ -387,7 +394,8 @@ def from_hf(
         "*ForSequenceClassification (BERT, RoBERTa, DistilBERT, GPT-2, Llama family), "
         "BertLayer, BertModel, RobertaLayer, RobertaModel, DistilBERT "
         "TransformerBlock, DistilBertModel, {Llama,Mistral,Qwen2}DecoderLayer, "
-        "{Llama,Mistral,Qwen2}Model, {Llama,Mistral,Qwen2}ForCausalLM and ModuleLists of "
+        "{Llama,Mistral,Qwen2}Model, {Llama,Mistral,Qwen2}ForCausalLM, T5EncoderModel, "
+        "T5Model, T5ForConditionalGeneration, T5Stack and ModuleLists of "
         f"layers; got {type(module).__name__}. torch.nn.TransformerEncoder"
         "(Layer): see transflow.interop.from_torch."
     )
@@ -396,8 +404,6 @@ def from_hf(
 def _zoo(module, dtype):
     """The BERT- and Llama-family conversions (``None`` if ``module`` is neither)."""
     import torch
-
-    from . import _bert, _llama
 
     bert, roberta, distil = _bert.bert_classes()
     lc = _llama.llama_classes()
@@ -432,10 +438,18 @@ def _zoo(module, dtype):
         return _llama.llama_model(module, dtype)
     if isinstance(module, lc["lms"]):
         return _llama.llama_model(module.model, dtype, module.lm_head)
+    t5 = _t5.t5_classes()
+    if isinstance(module, (t5.T5EncoderModel, t5.T5Model, t5.T5ForConditionalGeneration)):
+        return _t5.t5_model(module, dtype)
+    if isinstance(module, t5.T5Stack):
+        return _t5.t5_stack(module, dtype)
     return None
 
 
 # ----------------------------------------------------------------------------- checkpoints
+# saved T5 checkpoints load with their own class (AutoModel would build a T5Model, which an
+# encoder-only checkpoint cannot fill, and would drop a T5ForConditionalGeneration's head)
+_T5_ARCHITECTURES = ("T5EncoderModel", "T5Model", "T5ForConditionalGeneration")
 _CAUSAL_LM_ARCHITECTURES = (
     "GPT2LMHeadModel",
     "LlamaForCausalLM",
@@ -600,15 +614,17 @@ def load_hf(path, *, dtype=None):
         ) from e
     headers = _safetensors_headers(p)
     archs = list(getattr(cfg, "architectures", None) or [])
-    from ._hf_heads import HEAD_ARCHITECTURES
-
-    heads = [a for a in archs if a in HEAD_ARCHITECTURES]
+    heads = [a for a in archs if a in _hf_heads.HEAD_ARCHITECTURES]
     if heads:
         import transformers
 
         auto = getattr(transformers, heads[0])
     elif any(a in _CAUSAL_LM_ARCHITECTURES for a in archs):
         auto = AutoModelForCausalLM
+    elif any(a in _T5_ARCHITECTURES for a in archs):
+        import transformers
+
+        auto = getattr(transformers, next(a for a in archs if a in _T5_ARCHITECTURES))
     else:
         auto = AutoModel
     try:

@@ -1,4 +1,4 @@
-"""HuggingFace task heads → :class:`transflow._heads.HeadModel` (read-outs after the flow).
+"""HuggingFace task heads → :class:`transflow.models.HeadModel` (read-outs after the flow).
 
 - ``{Bert,Roberta,DistilBert}ForMaskedLM``: per-token logits; the head is dense → act →
   LayerNorm → decoder (BERT: ``hidden_act``; RoBERTa: exact GELU; DistilBERT:
@@ -17,7 +17,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._heads import DenseHead, HeadModel
+from ..models._heads import DenseHead, HeadModel
 from ._acts import hf_activation, torch_activation
 from ._torch import _arr, _norm
 

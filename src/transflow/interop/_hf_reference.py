@@ -4,7 +4,8 @@ Some HF modules compute in float32 even when the model is float64:
 
 - the eager attention of ViT and of the Llama family runs its softmax in float32
   (``softmax(..., dtype=torch.float32)``, docs/spec/reference-layers.md pitfall 5);
-- ``LlamaRMSNorm`` (and Mistral's, Qwen2's) casts the hidden state to float32;
+- ``LlamaRMSNorm`` (and Mistral's, Qwen2's) and ``T5LayerNorm`` compute the mean square in
+  float32;
 - ``LlamaRotaryEmbedding`` computes ``inv_freq`` and the angles in float32 (also for
   the scaled rope types linear, dynamic, yarn and llama3, whose initialisers in
   ``transformers.modeling_rope_utils`` name float32 explicitly).
@@ -101,7 +102,7 @@ def _rotary_forward(self, x, position_ids):
 
 @contextlib.contextmanager
 def hf_float64_reference(enabled: bool = True):
-    """Run HF ViT and Llama/Mistral/Qwen2 modules in the input dtype (no float32 casts).
+    """Run HF ViT, Llama/Mistral/Qwen2 and T5 modules in the input dtype (no float32 casts).
 
     Inside the block, the eager attention (softmax), RMSNorm and rotary embedding of
     these families compute in the dtype of their input, so a float64 HF model is a float64
@@ -126,6 +127,7 @@ def hf_float64_reference(enabled: bool = True):
     from transformers.models.llama import modeling_llama
     from transformers.models.mistral import modeling_mistral
     from transformers.models.qwen2 import modeling_qwen2
+    from transformers.models.t5 import modeling_t5
     from transformers.models.vit import modeling_vit
 
     saved = []
@@ -136,6 +138,7 @@ def hf_float64_reference(enabled: bool = True):
 
     try:
         patch(modeling_vit, "eager_attention_forward", _eager)
+        patch(modeling_t5.T5LayerNorm, "forward", _rms_forward)
         for mod, prefix in (
             (modeling_llama, "Llama"),
             (modeling_mistral, "Mistral"),

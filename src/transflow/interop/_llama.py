@@ -20,18 +20,18 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from .._causal import CausalScheme
 from .._controls import stack_controls
 from .._llama_ops import (
     GatedFFNParams,
-    RMSDecoder,
     RMSLayerControls,
     RMSNormParams,
     RMSPreNormScheme,
     RotaryAttentionParams,
     RotaryScaling,
 )
-from .._model import SplitTransformer
+from ..models._causal import CausalScheme
+from ..models._encoder import SplitTransformer
+from ..models._rms import RMSDecoder
 from ._acts import hf_activation
 from ._torch import _arr
 

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import AttentionParams, FFNParams, LayerControls, NormParams, stack_controls
-from .._decoder import DecoderLayerControls, SplitDecoder, SplitEncoderDecoder
-from .._model import SplitTransformer
 from .._splitting import LieScheme, PreNormScheme
+from ..models._decoder import DecoderLayerControls, SplitDecoder, SplitEncoderDecoder
+from ..models._encoder import SplitTransformer
 
 __all__ = [
     "from_torch",

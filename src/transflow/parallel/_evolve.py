@@ -33,9 +33,9 @@ from jaxtyping import Array, Bool, Float
 from .._controls import LayerControls, NormParams, num_steps
 from .._errors import as_input, check_array, check_choice, param_dtype
 from .._grid import Grid
-from .._model import SplitTransformer
 from .._operators import _head_scale
 from .._splitting import AbstractScheme, LieScheme, PreNormScheme, _project
+from ..models._encoder import SplitTransformer
 from . import _ring
 from ._mesh import ShardAxes, as_axes, axis_size
 

@@ -9,7 +9,7 @@
   :class:`ConvEmbedding`, :class:`CvtStageModel`, :class:`CvtModel` (all stages).
 """
 
-from ._cvt import (
+from ..models._cvt import (
     ConvAttentionParams as ConvAttentionParams,
     ConvEmbedding as ConvEmbedding,
     ConvLayerControls as ConvLayerControls,
@@ -21,7 +21,7 @@ from ._cvt import (
     conv_attention as conv_attention,
     conv_output_size as conv_output_size,
 )
-from ._vit import (
+from ..models._vit import (
     ClassTokenReadout as ClassTokenReadout,
     PatchEmbedding as PatchEmbedding,
     VisionTransformer as VisionTransformer,

@@ -6,10 +6,10 @@ import equinox as eqx
 import jax
 from jaxtyping import Array, Bool, Float
 
-from ._controls import LayerControls, NormParams, num_steps
-from ._errors import as_input, check_finite, param_dtype
-from ._grid import Grid
-from ._splitting import AbstractScheme, LieScheme, check_masks, evolve
+from .._controls import LayerControls, NormParams, num_steps
+from .._errors import as_input, check_finite, param_dtype
+from .._grid import Grid
+from .._splitting import AbstractScheme, LieScheme, check_masks, evolve
 
 __all__ = ["SplitTransformer"]
 

@@ -22,9 +22,9 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._errors import as_input
-from ._model import SplitTransformer
-from ._splitting import AbstractScheme
+from .._errors import as_input
+from .._splitting import AbstractScheme
+from ._encoder import SplitTransformer
 
 __all__ = ["CausalScheme", "TokenEmbedding", "CausalDecoder"]
 

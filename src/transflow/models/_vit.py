@@ -25,8 +25,8 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .._controls import NormParams
 from .._errors import as_input, check_array
 from .._grid import Grid
-from .._model import SplitTransformer
 from .._operators import activation_fn, project_s1
+from ._encoder import SplitTransformer
 
 __all__ = ["PatchEmbedding", "ClassTokenReadout", "VisionTransformer", "patchify"]
 

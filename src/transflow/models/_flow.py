@@ -26,7 +26,7 @@ from .._errors import as_input
 from .._grid import Grid
 from .._splitting import AbstractScheme, LieScheme, RematMode, evolve
 from ..continuous._paths import ControlPath, init_path
-from ..vision import patchify as vision_patchify
+from ._vit import patchify as vision_patchify
 
 __all__ = ["PatchEmbedding", "TokenEmbedding", "FlowModel", "patchify", "make_vit", "make_seq"]
 

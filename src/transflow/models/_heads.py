@@ -15,9 +15,9 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._controls import NormParams
-from ._errors import check_choice
-from ._operators import activation_fn, project_s1, wmul
+from .._controls import NormParams
+from .._errors import check_choice
+from .._operators import activation_fn, project_s1, wmul
 
 __all__ = ["DenseHead", "HeadModel"]
 
@@ -28,7 +28,7 @@ class DenseHead(eqx.Module):
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from transflow._heads import DenseHead
+        >>> from transflow.models import DenseHead
         >>> head = DenseHead((jnp.eye(3), jnp.ones((3, 2))), (jnp.zeros(3), jnp.zeros(2)),
         ...                  (None, None), ("tanh", None))
         >>> head(jnp.zeros((4, 3))).shape
