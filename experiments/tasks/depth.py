@@ -391,7 +391,7 @@ def _text(cfg: Config, ctx) -> dict:
     models = {
         "path": dict(
             path=cfg.path,
-            path_size=cfg.path_size,
+            path_size=n0 if ctx.smoke else cfg.path_size,  # smoke: K = its N_t = 2
             train_depths=[2, 4] if ctx.smoke else list(cfg.train_depths),
             smoothness=cfg.smoothness,
             dt=cfg.path_dt,
