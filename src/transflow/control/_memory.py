@@ -3,8 +3,10 @@
 :func:`gradient_peak_rss` runs one gradient of the mean cross-entropy of a digits path
 model (Legendre K = 4, pre-LN, as ``experiment=depth``) on a batch of random images in a
 **fresh Python process** and returns that process's peak resident set size
-(``resource.getrusage(RUSAGE_SELF).ru_maxrss``), so that nothing from an earlier
-measurement (compiled programs, allocator caches) is counted. ``gradient`` is one of
+(``VmHWM`` of ``/proc/self/status``, the high-water mark of its own address space;
+``ru_maxrss`` elsewhere, which on Linux inherits the parent's peak across exec), so
+that nothing from an earlier measurement (compiled programs, allocator caches) is
+counted. ``gradient`` is one of
 :data:`~transflow.control.GRADIENTS`: ``"backprop"`` stores a state per step (the model's
 ``remat="step"``), ``"checkpointed"`` and ``"adjoint"`` do not.
 """

@@ -42,7 +42,15 @@ def _child(n_steps: int, gradient: str, batch_size: int, d: int, checkpoints: in
     leaves = [jnp.ravel(a) for a in jax.tree.leaves(eqx.filter(g, eqx.is_inexact_array))]
     norm = float(jnp.linalg.norm(jnp.concatenate(leaves)))
     seconds = time.perf_counter() - start
+    # VmHWM: the peak RSS of this process's own address space. ru_maxrss is not used
+    # where VmHWM exists: Linux carries the parent's peak over exec into it, so a child of
+    # a large process would report the parent's size.
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    try:
+        with open("/proc/self/status") as fh:
+            kib = next(int(ln.split()[1]) for ln in fh if ln.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        pass
     return {
         "n_steps": n_steps,
         "gradient": gradient,
