@@ -172,6 +172,15 @@ RULES: dict[str, Rule] = {
     "sequence_n_steps": POSITIVE,
     "n_sensitivity": POSITIVE,
     "order_tol": POSITIVE,
+    "adjoint_rtol": POSITIVE,
+    "adjoint_relu_rtol": NON_NEGATIVE,  # 0: skip the ReLU contrast
+    "checkpoints": POSITIVE,
+    "memory_depths": POSITIVE,
+    "memory_batch": POSITIVE,
+    "max_memory_ratio": POSITIVE,
+    "text_steps": POSITIVE,
+    "text_eval_depths": POSITIVE,
+    "max_bpc_change": POSITIVE,
 }
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.

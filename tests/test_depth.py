@@ -7,6 +7,8 @@ measure accuracy against depth are in tests/test_depth_slow.py (``slow``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -24,6 +26,7 @@ from transflow.continuous import (
     RelaxedLieScheme,
     SmoothPath,
     TimeEmbeddingNet,
+    compare_adjoints,
     evolve_path,
     init_path,
     solve_adaptive,
@@ -290,7 +293,7 @@ def test_relaxed_vector_field_is_the_penalised_ode():
 # ----------------------------------------------------------------------------- training
 def test_depth_loss_draws_each_depth_and_penalises_roughness():
     m = make_vit(
-        d=8,
+        d=4,
         n_steps=2,
         n_heads=1,
         path="linear",
@@ -300,19 +303,21 @@ def test_depth_loss_draws_each_depth_and_penalises_roughness():
         dtype=jnp.float64,
         key=jax.random.key(0),
     )
-    x = jax.random.uniform(jax.random.key(1), (4, 8, 8), jnp.float64)
-    y = jnp.arange(4, dtype=jnp.int32)
+    x = jax.random.uniform(jax.random.key(1), (2, 8, 8), jnp.float64)
+    y = jnp.arange(2, dtype=jnp.int32)
     from transflow.control import cross_entropy_loss
 
-    want = {n: float(cross_entropy_loss(at_depth(m, n), x, y)[0]) for n in (2, 8)}
-    got = {float(depth_loss([2, 8])(m, x, y, jax.random.key(s))[0]) for s in range(12)}
+    want = {n: float(cross_entropy_loss(at_depth(m, n), x, y)[0]) for n in (1, 3)}
+    loss = eqx.filter_jit(depth_loss([1, 3]))  # one program: a lax.switch over the depths
+    keys = jax.random.split(jax.random.key(0), 12)
+    got = {float(loss(m, x, y, k)[0]) for k in keys}
     assert all(any(abs(g - w) < 1e-12 for g in got) for w in want.values()), (got, want)
     lam = 0.3
-    pen = float(depth_loss([2], smoothness=lam)(m, x, y)[0]) - want[2]
+    pen = float(depth_loss([1], smoothness=lam)(m, x, y)[0]) - want[1]
     assert abs(pen - lam * float(m.controls.smoothness())) < 1e-10
     with pytest.raises(ValueError, match="`depths`"):
         depth_loss([])
-    g = eqx.filter_grad(lambda mm: depth_loss([2, 8])(mm, x, y, jax.random.key(0))[0])(m)
+    g = eqx.filter_jit(eqx.filter_grad(lambda mm, k: loss(mm, x, y, k)[0]))(m, keys[0])
     assert float(jnp.linalg.norm(_flat(eqx.filter(g.controls, eqx.is_inexact_array)))) > 0
 
 
@@ -334,31 +339,123 @@ def test_depth_accuracy_and_the_smoke_task(tmp_path):
         DEPTH_DIGITS.setup(DepthDigitsConfig(path="spline"), 0, jax.random.key(0))
 
 
+# ----------------------------------------------------------------------------- gradients
+def _flow_model():
+    return make_vit(
+        d=4,
+        n_steps=3,
+        n_heads=1,
+        path="linear",
+        path_size=2,
+        scheme=PreNormScheme(),
+        smooth_init=False,
+        dt=0.2,
+        dtype=jnp.float64,
+        key=jax.random.key(0),
+    )
+
+
+def test_flow_logits_runs_the_model_and_validates_its_options():
+    """The model's steps inside diffrax give the model's logits."""
+    from transflow.control import flow_logits
+
+    m = _flow_model()
+    x = jax.random.uniform(jax.random.key(1), (2, 8, 8), jnp.float64)
+    assert jnp.allclose(flow_logits(m, x, gradient="checkpointed"), jax.vmap(m)(x), atol=1e-13)
+    with pytest.raises(ValueError, match="`gradient` must be one of"):
+        flow_logits(m, x, gradient="magic")
+    with pytest.raises(ValueError, match="`checkpoints`"):
+        depth_loss([2], gradient="checkpointed", checkpoints=0)
+    with pytest.raises(ValueError, match="`adjoint_solver` must be one of"):
+        flow_logits(m, x, gradient="adjoint", adjoint_solver="rk4")
+
+
+@pytest.mark.slow  # three gradients through diffrax: ~1 min of compile on 2 loaded cores
+def test_checkpointing_is_the_exact_gradient_and_the_adjoint_approximates_it():
+    """The checkpointed gradient is the exact gradient of the model's steps (= backprop,
+    1e-12); the continuous adjoint (same forward, adjoint ODE backwards with Euler)
+    approximates it (O(Δt)); the adjoint's forward is the model's too."""
+    from transflow.control import flow_logits
+
+    m = _flow_model()
+    x = jax.random.uniform(jax.random.key(1), (2, 8, 8), jnp.float64)
+    y = jnp.array([0, 3], jnp.int32)
+    assert jnp.allclose(flow_logits(m, x, gradient="adjoint"), jax.vmap(m)(x), atol=1e-13)
+
+    def grad(g):
+        loss = depth_loss([3], gradient=g, checkpoints=1)
+        return _flat(
+            eqx.filter(eqx.filter_grad(lambda mm: loss(mm, x, y)[0])(m), eqx.is_inexact_array)
+        )
+
+    bp, ck, adj = grad("backprop"), grad("checkpointed"), grad("adjoint")
+    assert float(jnp.linalg.norm(ck - bp) / jnp.linalg.norm(bp)) <= 1e-12
+    assert float(jnp.linalg.norm(adj - bp) / jnp.linalg.norm(bp)) <= 0.2
+
+
+@pytest.mark.slow  # four fresh processes, each compiling and running one gradient (~2 min)
+@pytest.mark.parametrize("gradient", ["adjoint", "checkpointed"])
+def test_gradient_memory_does_not_grow_with_the_depth(gradient):
+    """Peak RSS of one gradient (fresh process each) at N_t = 256 is at most 2x that at
+    N_t = 16 (batch 512, d = 32: backprop stores a state per step and grows 1.56x here,
+    the contrast is measured by experiment=depth); the gradients agree with each other."""
+    from transflow.control import gradient_peak_rss
+
+    r16, r256 = (gradient_peak_rss(n, gradient=gradient, batch_size=512) for n in (16, 256))
+    print(gradient, r16, r256)
+    assert r256["peak_rss_bytes"] <= 2 * r16["peak_rss_bytes"]
+    assert np.isfinite(r256["grad_norm"]) and r256["grad_norm"] > 0
+    with pytest.raises(ValueError, match="`n_steps` must be an integer >= 1"):
+        gradient_peak_rss(0)
+
+
 # ----------------------------------------------------------------------------- adjoint
+@pytest.mark.slow  # two float64 adaptive gradients: ~20 s of compile on 2 cores
 def test_continuous_adjoint_matches_backprop_through_the_solver():
-    """float64, rtol = atol = 1e-12: the gradient of a loss of the adaptive solve with
+    """float64, rtol = atol = 1e-10: the gradient of a loss of the adaptive solve with
     respect to every path coefficient and u0, by BacksolveAdjoint (the adjoint ODE solved
     backwards) and by RecursiveCheckpointAdjoint (backpropagation through the solver's
-    steps). Measured 1.6e-6 relative (1.9e-5 at 1e-10; 6.8e-6 at 1e-13, a round-off
-    floor): the issue's target of 1e-6 is NOT met; this test guards the measured level."""
-    path, u0 = _rough_path(k=2), _u0()
-    target = jnp.ones_like(u0)
+    steps), agree to <= 1e-6 relative (measured 1.1e-10) when the vector field is C¹ (a
+    tanh FFN). With the paper's ReLU the field has kinks that the step-size controller
+    does not see and the two differ by 1.6e-6 even at 1e-12 (docs/depth.md)."""
+    draw = lambda k: LayerControls.random(4, activation="tanh", key=k)  # noqa: E731
+    path = init_path("legendre", draw, 2, key=jax.random.key(3), smooth=False)
+    r = compare_adjoints(_u0(), path, PreNormScheme(), rtol=1e-10, atol=1e-10)
+    print("adjoint relative difference", r["relative_difference"], r["num_steps"])
+    assert r["relative_difference"] <= 1e-6, r["relative_difference"]
+    assert r["recursive"].shape == r["backsolve"].shape and r["num_steps"] > 8
 
-    def loss(pu, adjoint):
-        p, u = pu
-        res = solve_adaptive(
-            u, p, PreNormScheme(), rtol=1e-12, atol=1e-12, adjoint=adjoint, max_steps=100000
-        )
-        return 0.5 * jnp.sum((res.u - target) ** 2)
 
-    g = {
-        a: _flat(
-            eqx.filter(
-                eqx.filter_grad(lambda pu, a=a: loss(pu, a))((path, u0)), eqx.is_inexact_array
-            )
-        )
-        for a in ("recursive", "backsolve")
+def test_compare_adjoints_validates_its_options():
+    path = _rough_path(k=1)
+    for name, bad in (("rtol", 0.0), ("atol", -1.0)):
+        with pytest.raises(ValueError, match=f"`{name}` must be a positive number"):
+            compare_adjoints(_u0(), path, PreNormScheme(), **{name: bad})
+    with pytest.raises(ValueError, match="`solver` must be one of"):
+        compare_adjoints(_u0(), path, PreNormScheme(), solver="rk4")
+    with pytest.raises(TypeError, match="not consistent"):
+        compare_adjoints(_u0(), path, LieScheme())
+
+
+# ----------------------------------------------------------------------------- text
+def test_text_task_splits_by_position_and_matches_parameter_counts():
+    """pydoc_data.topics: the validation text is the last tenth; batches are windows of
+    the training text with next-character targets; a Legendre path with K = N_t has as
+    many parameters as the per-layer model; bad options raise naming them."""
+    from transflow.control import DEPTH_TEXT, DepthTextConfig, load_text_split
+
+    split = load_text_split(0.1)
+    assert abs(len(split.val) / (len(split.train) + len(split.val)) - 0.1) < 1e-4
+    cfg = DepthTextConfig(d=8, n_heads=1, n_steps=2, context=8, n_val=4, batch_size=3)
+    probs = {
+        p: DEPTH_TEXT.setup(dataclasses.replace(cfg, path=p, path_size=2), 0, jax.random.key(0))
+        for p in ("legendre", "none")
     }
-    rel = float(jnp.linalg.norm(g["backsolve"] - g["recursive"]) / jnp.linalg.norm(g["recursive"]))
-    print("adjoint relative difference", rel)
-    assert rel <= 3e-6, rel
+    assert probs["legendre"].extra["n_params"] == probs["none"].extra["n_params"]
+    x, y = probs["legendre"].batch(5)
+    assert x.shape == y.shape == (3, 8) and (x[:, 1:] == y[:, :-1]).all()
+    assert np.array_equal(probs["legendre"].batch(5)[0], x)  # a pure function of the step
+    with pytest.raises(ValueError, match="`val_fraction` must be in"):
+        load_text_split(1.0)
+    with pytest.raises(ValueError, match="`path` must be 'none' or one of"):
+        DEPTH_TEXT.setup(dataclasses.replace(cfg, path="spline"), 0, jax.random.key(0))

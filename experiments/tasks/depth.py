@@ -19,7 +19,9 @@ reading = ``analysis.refine``) and, for the consistent schemes, with diffrax's T
 a PID controller (rtol = atol = ``task.rtol``); the fitted order of the successive output
 differences of the path model under refinement; ``increment_scaling`` of each model's
 controls sampled at the finest depth; and a float64 continuous-adjoint check
-(``BacksolveAdjoint`` against backpropagation through the adaptive solver).
+(``BacksolveAdjoint`` against backpropagation through the adaptive solver, on a random
+path whose FFN activation is smooth, ``task.adjoint_activation``: with ReLU the vector
+field is only Lipschitz and the two gradients agree only to ~1e-6, also logged).
 
 Writes ``metrics.jsonl`` (kinds ``depth``, ``adaptive``, ``order``, ``scaling``,
 ``adjoint``), ``depth.npz``, the figures ``accuracy_vs_depth``, ``convergence``,
@@ -57,6 +59,23 @@ class Config:
     min_accuracy: float = 0.96  # claim: path accuracy at n_steps
     max_drop: float = 0.01  # claim: |acc(N) - acc(n_steps)| at every N and adaptively
     max_cpu_ratio: float = 2.0  # claim: path CPU time / per-layer (lie) CPU time
+    # adjoint check (float64): FFN activation of the random path (C¹ field) and tolerance
+    adjoint_activation: str = "tanh"
+    adjoint_rtol: float = 1e-10
+    adjoint_relu_rtol: float = 1e-12  # also measured with ReLU (kink-limited); 0: skip
+    # peak RSS of one gradient (fresh process each) at these N, batch of random images
+    memory_depths: list[int] = field(default_factory=lambda: [16, 256])
+    memory_batch: int = 1024
+    # claimed: peak(N_max) <= max_memory_ratio * peak(N_min); "backprop" is the contrast
+    memory_gradients: list[str] = field(
+        default_factory=lambda: ["adjoint", "checkpointed", "backprop"]
+    )
+    max_memory_ratio: float = 2.0
+    # the text task (DEPTH_TEXT): a path model and a per-layer model with as many parameters
+    text: bool = True  # false: digits only
+    text_steps: int = 1500
+    text_eval_depths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+    max_bpc_change: float = 0.02  # claim: |bpc(4 N_t) − bpc(N_t)| / bpc(N_t), path model
     digits: DepthDigitsConfig = field(default_factory=DepthDigitsConfig)  # other fields
 
 
@@ -174,8 +193,17 @@ def run(cfg: Config, ctx) -> dict:
             }
         )
 
-    adjoint_rel = _adjoint_check()
-    ctx.log({"kind": "adjoint", "relative_difference": adjoint_rel})
+    adj = _adjoint_check(cfg.adjoint_activation, cfg.adjoint_rtol)
+    ctx.log({"kind": "adjoint", **adj})
+    adjoint_rel = adj["relative_difference"]
+    relu_rel = None
+    if cfg.adjoint_relu_rtol and not ctx.smoke:  # the kink-limited contrast (not a claim)
+        relu = _adjoint_check("relu", cfg.adjoint_relu_rtol)
+        ctx.log({"kind": "adjoint", **relu})
+        relu_rel = relu["relative_difference"]
+
+    memory = _memory(cfg, ctx)
+    text = _text(cfg, ctx) if cfg.text else None
 
     _figures(ctx, depths, results, succ, order, scaling)
     ctx.save_arrays(
@@ -197,6 +225,26 @@ def run(cfg: Config, ctx) -> dict:
     ctx.claim("path_beta", scaling["path"]["beta"], 0.9, op=">=", enforce=full)
     ctx.claim("adjoint_relative_difference", adjoint_rel, 1e-6, op="<=", enforce=full)
     ctx.claim("cpu_ratio_path_over_per_layer", cpu_ratio, cfg.max_cpu_ratio, op="<=", enforce=full)
+    if text is not None:
+        ctx.claim(
+            "text_path_bpc_change_at_4x_depth",
+            text["path"]["change_4x"],
+            cfg.max_bpc_change,
+            op="<=",
+            enforce=full,
+        )
+        ctx.claim(
+            "text_equal_parameters",
+            abs(text["path"]["n_params"] - text["per_layer"]["n_params"]),
+            0,
+            op="<=",
+            enforce=full,
+        )
+    for g, m in memory.items():
+        if g != "backprop":  # backprop stores a state per step: the contrast, not a claim
+            ctx.claim(
+                f"peak_rss_ratio_{g}", m["ratio"], cfg.max_memory_ratio, op="<=", enforce=full
+            )
 
     rows = "\n".join(
         f"| {name} | "
@@ -212,8 +260,18 @@ def run(cfg: Config, ctx) -> dict:
         "| mean nfev | β | CPU s |\n"
         f"|---|{'---|' * len(depths)}---|---|---|---|\n{rows}\n\n"
         f"Path model output differences under refinement: {', '.join(f'{s:.3g}' for s in succ)}, "
-        f"fitted order **{order:.3f}**. Continuous adjoint vs backprop through the solver "
-        f"(float64): relative difference {adjoint_rel:.2e}."
+        f"fitted order **{order:.3f}**.\n\n"
+        + _text_table(text)
+        + _memory_table(memory)
+        + "\n\nContinuous adjoint vs backprop through the solver "
+        f"(float64, {cfg.adjoint_activation} FFN, rtol = atol = {cfg.adjoint_rtol:g}): "
+        f"relative difference {adjoint_rel:.2e}"
+        + (
+            ""
+            if relu_rel is None
+            else f" (ReLU FFN, {cfg.adjoint_relu_rtol:g}: {relu_rel:.2e}, kink-limited)"
+        )
+        + "."
     )
     return {
         "depths": depths,
@@ -234,50 +292,170 @@ def run(cfg: Config, ctx) -> dict:
         **{f"cpu_seconds_{k}": v["cpu_seconds"] for k, v in summaries.items()},
         "cpu_ratio": cpu_ratio,
         "adjoint_relative_difference": adjoint_rel,
+        "adjoint_relative_difference_relu": relu_rel,
+        **{f"peak_rss_ratio_{g}": m["ratio"] for g, m in memory.items()},
+        **(
+            {}
+            if text is None
+            else {f"text_bpc_{k}": v["bpc"] for k, v in text.items() if k != "depths"}
+        ),
         "jax_devices": str(jax.devices()),
     }
 
 
-def _adjoint_check() -> float:
-    """BacksolveAdjoint vs RecursiveCheckpointAdjoint gradients of a loss of an adaptive
-    pre-LN solve with a Legendre path (d = 4, float64, rtol = atol = 1e-12)."""
-    import equinox as eqx
+def _adjoint_check(activation: str = "tanh", tol: float = 1e-10, solver: str = "tsit5") -> dict:
+    """:func:`~transflow.continuous.compare_adjoints` (``BacksolveAdjoint`` against
+    ``RecursiveCheckpointAdjoint``) on an adaptive pre-LN solve with a rough Legendre
+    path (K = 2, d = 4, 3 tokens, T = 1, float64, rtol = atol = ``tol``) whose FFN has
+    the given ``activation`` (the vector field is C¹ for a smooth one, only Lipschitz for
+    ReLU)."""
     import jax
     import jax.numpy as jnp
 
     from transflow import LayerControls, PreNormScheme
-    from transflow.continuous import init_path, solve_adaptive
+    from transflow.continuous import compare_adjoints, init_path
 
     with jax.enable_x64(True):
         path = init_path(
             "legendre",
-            lambda k: LayerControls.random(4, dtype=jnp.float64, key=k),
+            lambda k: LayerControls.random(4, activation=activation, dtype=jnp.float64, key=k),
             2,
             key=jax.random.key(3),
             smooth=False,
         )
         u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
+        r = compare_adjoints(u0, path, PreNormScheme(), rtol=tol, atol=tol, solver=solver)
+        return {
+            "activation": activation,
+            "rtol": tol,
+            "solver": solver,
+            "relative_difference": r["relative_difference"],
+            "num_steps": r["num_steps"],
+        }
 
-        def loss(pu, adjoint):
-            res = solve_adaptive(
-                pu[1],
-                pu[0],
-                PreNormScheme(),
-                rtol=1e-12,
-                atol=1e-12,
-                adjoint=adjoint,
-                max_steps=100000,
-            )
-            return 0.5 * jnp.sum((res.u - 1.0) ** 2)
 
-        def flat(a):
-            g = eqx.filter_grad(lambda pu: loss(pu, a))((path, u0))
-            return jnp.concatenate(
-                [jnp.ravel(x) for x in jax.tree.leaves(eqx.filter(g, eqx.is_inexact_array))]
-            )
+def _memory(cfg: Config, ctx) -> dict:
+    """Peak RSS of one gradient per mechanism and depth, each in a fresh process
+    (:func:`transflow.control.gradient_peak_rss`)."""
+    from transflow.control import gradient_peak_rss
 
-        g_rec, g_back = flat("recursive"), flat("backsolve")
-        return float(jnp.linalg.norm(g_back - g_rec) / jnp.linalg.norm(g_rec))
+    depths = [int(n) for n in cfg.memory_depths]
+    batch, d = cfg.memory_batch, cfg.d
+    if ctx.smoke:
+        depths, batch, d = [2, 8], 4, 8
+    out = {}
+    for g in cfg.memory_gradients:
+        runs = [gradient_peak_rss(n, gradient=g, batch_size=batch, d=d) for n in depths]
+        for r in runs:
+            ctx.log({"kind": "memory", **r})
+        peaks = [r["peak_rss_bytes"] for r in runs]
+        out[g] = {
+            "depths": depths,
+            "peak_mb": [p / 2**20 for p in peaks],
+            "grad_seconds": [r["grad_seconds"] for r in runs],
+            "ratio": peaks[-1] / peaks[0],
+        }
+    return out
+
+
+def _text(cfg: Config, ctx) -> dict:
+    """Train the text path model and a per-layer model with as many parameters
+    (:data:`transflow.control.DEPTH_TEXT`), then validation bits per character at
+    ``text_eval_depths`` (which must hold ``n_steps`` and ``4 n_steps``)."""
+    from transflow.control import (
+        DEPTH_TEXT,
+        DepthTextConfig,
+        bits_per_char,
+        depth_accuracy,
+        run_training,
+        validation_windows,
+    )
+
+    n0 = cfg.n_steps
+    depths = sorted({int(n) for n in cfg.text_eval_depths} | {n0, 4 * n0})
+    base = DepthTextConfig(checkpoint_dir="run", steps=cfg.text_steps, n_steps=n0)
+    if ctx.smoke:
+        n0, depths = 2, [2, 4, 8]
+        base = DepthTextConfig(
+            checkpoint_dir="run",
+            d=8,
+            n_heads=1,
+            n_steps=2,
+            context=16,
+            n_val=16,
+            steps=10,
+            eval_every=10,
+            log_every=5,
+            warmup_steps=2,
+        )
+    models = {
+        "path": dict(
+            path=cfg.path,
+            path_size=n0 if ctx.smoke else cfg.path_size,  # smoke: K = its N_t = 2
+            train_depths=[2, 4] if ctx.smoke else list(cfg.train_depths),
+            smoothness=cfg.smoothness,
+            dt=cfg.path_dt,
+        ),
+        "per_layer": dict(path="none", dt=1.0),
+    }
+    out: dict = {"depths": depths}
+    for name, over in models.items():
+        tcfg = dataclasses.replace(base, **over)
+        summary, result = run_training(
+            DEPTH_TEXT,
+            tcfg,
+            run_dir=ctx.run_dir / f"text_{name}",
+            seed=ctx.seed,
+            progress=ctx.progress,
+        )
+        ctx.log({"kind": "train", "model": f"text_{name}", **summary})
+        xv, yv = validation_windows(tcfg)
+        r = depth_accuracy(result.model, xv, yv, depths, rtol=None)
+        bpc = [bits_per_char(v) for v in r["loss"]]
+        for n, b in zip(depths, bpc):
+            ctx.log({"kind": "text_bpc", "model": name, "n_steps": n, "bpc": b})
+        b0, b4 = bpc[depths.index(n0)], bpc[depths.index(4 * n0)]
+        out[name] = {
+            "bpc": bpc,
+            "change_4x": abs(b4 - b0) / b0,
+            "n_params": summary["n_params"],
+            "cpu_seconds": summary["cpu_seconds"],
+        }
+    return out
+
+
+def _text_table(text: dict | None) -> str:
+    if not text:
+        return ""
+    depths = text["depths"]
+    rows = "\n".join(
+        f"| {name} | {text[name]['n_params']} | "
+        + " | ".join(f"{b:.4f}" for b in text[name]["bpc"])
+        + f" | {100 * text[name]['change_4x']:.2f} % | {text[name]['cpu_seconds']:.1f} |"
+        for name in ("path", "per_layer")
+    )
+    return (
+        "\n\nText (pydoc_data.topics, validation bits per character):\n\n"
+        f"| model | parameters | {' | '.join(f'N={n}' for n in depths)} | change at 4x | CPU s |\n"
+        f"|---|---|{'---|' * len(depths)}---|---|\n{rows}"
+    )
+
+
+def _memory_table(memory: dict) -> str:
+    if not memory:
+        return ""
+    depths = next(iter(memory.values()))["depths"]
+    head = " | ".join(f"N={n}: MB (s)" for n in depths)
+    rows = "\n".join(
+        f"| {g} | "
+        + " | ".join(f"{p:.0f} ({t:.1f})" for p, t in zip(m["peak_mb"], m["grad_seconds"]))
+        + f" | {m['ratio']:.2f} |"
+        for g, m in memory.items()
+    )
+    return (
+        "\n\nPeak RSS of one gradient (fresh process each; grad seconds in brackets):\n\n"
+        f"| gradient | {head} | ratio |\n|---|{'---|' * len(depths)}---|\n{rows}"
+    )
 
 
 def _figures(ctx, depths, results, succ, order, scaling) -> None:

@@ -9,8 +9,10 @@
   regularisation of the normal cone N_S).
 - :func:`vector_field`: the continuous right-hand side f(t, u) of a *consistent* scheme,
   ``f(t, u) = ∂/∂Δt step(u, θ(t), Δt) at Δt = 0`` (forward-mode AD in Δt).
-- :func:`solve_adaptive`: ``u' = f(t, u)`` with diffrax (Tsit5 or Dopri5, a PID step-size
-  controller), returning the number of vector-field evaluations.
+- :func:`solve_adaptive`: ``u' = f(t, u)`` with diffrax (Tsit5, Dopri5 or Dopri8, a PID
+  step-size controller), returning the number of vector-field evaluations.
+- :func:`compare_adjoints`: the continuous adjoint (``BacksolveAdjoint``) against
+  backpropagation through the adaptive solver's steps (``RecursiveCheckpointAdjoint``).
 
 Which reading has which limit (docs/depth.md):
 
@@ -47,11 +49,22 @@ __all__ = [
     "solve_adaptive",
     "AdaptiveResult",
     "SOLVERS",
+    "compare_adjoints",
 ]
 
-#: Adaptive diffrax solvers of :func:`solve_adaptive` and their vector-field evaluations
-#: per step (both FSAL: 6 new stages per step, plus 1 at the start).
-SOLVERS = {"tsit5": 6, "dopri5": 6}
+#: Adaptive diffrax solvers of :func:`solve_adaptive` and their new vector-field
+#: evaluations per step (all FSAL: the tableau's stages minus the shared first one;
+#: one more evaluation at the start). Tsit5/Dopri5: order 5 (7 stages), Dopri8: order 8
+#: (14 stages).
+SOLVERS = {"tsit5": 6, "dopri5": 6, "dopri8": 13}
+
+
+def _diffrax_solver(name: str):
+    import diffrax
+
+    if name not in SOLVERS:
+        raise ValueError(f"`solver` must be one of {sorted(SOLVERS)}, got {name!r}.")
+    return {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "dopri8": diffrax.Dopri8}[name]()
 
 
 class RelaxedLieScheme(LieScheme):
@@ -131,6 +144,10 @@ class RelaxedLieScheme(LieScheme):
 
 
 def _check_consistent(scheme) -> None:
+    from .._causal import CausalScheme
+
+    while isinstance(scheme, CausalScheme):  # causal attention: the same consistency
+        scheme = scheme.inner
     if isinstance(scheme, RelaxedLieScheme | PreNormScheme):
         return
     if isinstance(scheme, LieScheme):
@@ -223,8 +240,9 @@ class AdaptiveResult(eqx.Module):
         u: the state at the end of the interval.
         num_steps: the solver's steps (accepted + rejected).
         num_accepted_steps, num_rejected_steps: the split.
-        nfev: vector-field evaluations, ``1 + 6 · num_steps`` (FSAL Tsit5/Dopri5: six new
-            stages per attempted step, one at the start).
+        nfev: vector-field evaluations, ``1 + s · num_steps`` (FSAL solvers: s =
+            :data:`SOLVERS` new stages per attempted step, 6 for Tsit5/Dopri5 and 13 for
+            Dopri8, one evaluation at the start).
     """
 
     u: Array
@@ -282,7 +300,8 @@ def solve_adaptive(
         scheme: a consistent scheme (:class:`~transflow.PreNormScheme`,
             :class:`RelaxedLieScheme`) whose continuous limit is solved.
         solver: ``"tsit5"`` or ``"dopri5"`` (diffrax, order 5 with an embedded order-4
-            error estimate), with a :class:`diffrax.PIDController` of ``rtol``/``atol``.
+            error estimate) or ``"dopri8"`` (order 8), with a
+            :class:`diffrax.PIDController` of ``rtol``/``atol``.
         dt0: the first step (default: a quarter of the interval).
         adjoint: ``"recursive"`` (diffrax's ``RecursiveCheckpointAdjoint``:
             backpropagation through the solver), ``"backsolve"`` (``BacksolveAdjoint``:
@@ -307,8 +326,7 @@ def solve_adaptive(
     import diffrax
 
     rtol, atol = _check_tol("rtol", rtol), _check_tol("atol", atol)
-    if solver not in SOLVERS:
-        raise ValueError(f"`solver` must be one of {sorted(SOLVERS)}, got {solver!r}.")
+    diffrax_solver = _diffrax_solver(solver)
     _check_consistent(scheme)
     t0, t1 = path.interval
     dtype = jnp.result_type(u0)
@@ -318,7 +336,7 @@ def solve_adaptive(
 
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(rhs),
-        {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5}[solver](),
+        diffrax_solver,
         t0=jnp.asarray(t0, dtype),
         t1=jnp.asarray(t1, dtype),
         dt0=jnp.asarray((t1 - t0) / 4 if dt0 is None else dt0, dtype),
@@ -336,3 +354,74 @@ def solve_adaptive(
         sol.stats["num_rejected_steps"],
         1 + SOLVERS[solver] * n,
     )
+
+
+def compare_adjoints(
+    u0: Float[Array, "n d"],
+    path: ControlPath,
+    scheme: AbstractScheme,
+    *,
+    target: Float[Array, "n d"] | None = None,
+    rtol: float = 1e-10,
+    atol: float = 1e-10,
+    solver: str = "tsit5",
+    max_steps: int = 100_000,
+) -> dict[str, Any]:
+    """The continuous adjoint against backpropagation through the adaptive solve.
+
+    The gradient of ``ℓ = ½‖u(T) − target‖²`` (``target`` defaults to ones) with respect
+    to every inexact array of ``path`` and to ``u0``, where u(T) is
+    :func:`solve_adaptive`'s, by ``BacksolveAdjoint`` (the adjoint ODE solved backwards,
+    optimise-then-discretise) and by ``RecursiveCheckpointAdjoint`` (the exact derivative
+    of the solver's steps, discretise-then-optimise). Both approximate the same gradient
+    with an error set by the tolerances, **if the vector field is C¹ in u**: with the
+    paper's ReLU activation f is only Lipschitz (a kink where a pre-activation crosses
+    0), the adjoint equation has discontinuous coefficients, the step-size controller
+    does not see them, and the two gradients differ by ~1e-6 however tight the
+    tolerances (docs/depth.md). Use a smooth activation (``tanh``, ``gelu``) to check the
+    adjoint itself.
+
+    Returns:
+        ``{"recursive", "backsolve"}`` (the flat gradients), ``"relative_difference"``
+        ``‖g_back − g_rec‖ / ‖g_rec‖``, ``"loss"`` and ``"num_steps"`` of the forward solve.
+
+    Example:
+        >>> import jax
+        >>> from transflow import LayerControls, PreNormScheme
+        >>> from transflow.continuous import compare_adjoints, init_path
+        >>> draw = lambda k: LayerControls.random(2, n_heads=1, activation="tanh", key=k)
+        >>> path = init_path("linear", draw, 2, key=jax.random.key(0), smooth=False)
+        >>> u0 = jax.random.normal(jax.random.key(1), (2, 2))
+        >>> r = compare_adjoints(u0, path, PreNormScheme(), rtol=1e-5, atol=1e-5)
+        >>> r["relative_difference"] < 1e-3
+        True
+    """
+    rtol, atol = _check_tol("rtol", rtol), _check_tol("atol", atol)
+    _diffrax_solver(solver)
+    _check_consistent(scheme)
+    target = jnp.ones_like(u0) if target is None else target
+
+    def loss(pu, adjoint):
+        res = solve_adaptive(
+            pu[1],
+            pu[0],
+            scheme,
+            solver=solver,
+            rtol=rtol,
+            atol=atol,
+            adjoint=adjoint,
+            max_steps=max_steps,
+        )
+        return 0.5 * jnp.sum((res.u - target) ** 2), res.num_steps
+
+    out: dict[str, Any] = {}
+    for adjoint in ("recursive", "backsolve"):
+        (value, n), g = eqx.filter_value_and_grad(lambda pu, a=adjoint: loss(pu, a), has_aux=True)(
+            (path, u0)
+        )
+        leaves = jax.tree.leaves(eqx.filter(g, eqx.is_inexact_array))
+        out[adjoint] = jnp.concatenate([jnp.ravel(x) for x in leaves])
+        out["loss"], out["num_steps"] = float(value), int(n)
+    norm = jnp.linalg.norm(out["recursive"])
+    out["relative_difference"] = float(jnp.linalg.norm(out["backsolve"] - out["recursive"]) / norm)
+    return out

@@ -19,7 +19,10 @@ checkpoints, resume.
   :class:`SequenceConfig`), used by the Hydra tasks and by ``python -m transflow.control``.
 - Continuous depth (issue 26): :func:`at_depth` (any number of steps),
   :func:`adaptive_logits` and :func:`depth_accuracy` (diffrax adaptive solves),
-  :func:`depth_loss` (random depth per batch, smoothness penalty), :data:`DEPTH_DIGITS`
+  :func:`depth_loss` (random depth per batch, smoothness penalty; gradients by
+  backpropagation, checkpointing or the continuous adjoint, :func:`flow_logits`),
+  :data:`DEPTH_DIGITS`, :data:`DEPTH_TEXT` (a character-level LM on ``pydoc_data.topics``,
+  bits per character, :func:`make_char_lm`),
   (:class:`DepthDigitsConfig`: digits with controls θ(t) from
   :mod:`transflow.continuous`).
 - Figures: :func:`transflow.plotting.plot_training_curves` of :func:`curves_from_history`.
@@ -52,11 +55,14 @@ from ._data import (
     sequence_batch as sequence_batch,
 )
 from ._depth import (
+    GRADIENTS as GRADIENTS,
     adaptive_logits as adaptive_logits,
     at_depth as at_depth,
     depth_accuracy as depth_accuracy,
     depth_loss as depth_loss,
+    flow_logits as flow_logits,
 )
+from ._memory import gradient_peak_rss as gradient_peak_rss
 from ._tasks import (
     DEPTH_DIGITS as DEPTH_DIGITS,
     DIGITS as DIGITS,
@@ -71,6 +77,16 @@ from ._tasks import (
     checkpoint_dir_for as checkpoint_dir_for,
     load_trained as load_trained,
     run_training as run_training,
+)
+from ._text import (
+    DEPTH_TEXT as DEPTH_TEXT,
+    DepthTextConfig as DepthTextConfig,
+    TextSplit as TextSplit,
+    bits_per_char as bits_per_char,
+    load_text_split as load_text_split,
+    make_char_lm as make_char_lm,
+    text_windows as text_windows,
+    validation_windows as validation_windows,
 )
 from ._torch_layout import grads_to_torch_layout as grads_to_torch_layout
 from ._train import (

@@ -9,7 +9,13 @@
 - :func:`depth_accuracy`: test accuracy at several depths and adaptively.
 - :func:`depth_loss`: a training loss that draws the number of steps per batch from a
   set of depths (one jitted program: ``lax.switch`` over the depths), plus an optional
-  smoothness penalty λ ∫‖θ'(t)‖² dt.
+  smoothness penalty λ ∫‖θ'(t)‖² dt, and a choice of how its gradient is computed
+  (``gradient=``, :data:`GRADIENTS`).
+- :func:`flow_logits`: a batch of logits of a model whose N steps run inside
+  ``diffrax.diffeqsolve`` (one diffrax step = one step of the model's scheme), so that
+  the gradient is taken by checkpointed backpropagation (``RecursiveCheckpointAdjoint``
+  with a fixed number of checkpoints) or by the continuous adjoint (``BacksolveAdjoint``):
+  memory that does not grow with N.
 """
 
 from __future__ import annotations
@@ -25,10 +31,27 @@ import numpy as np
 
 from ..continuous._controls import PiecewiseConstant
 from ..continuous._depth import solve_adaptive
-from ._model import FlowModel
+from ..models._flow import FlowModel
 from ._train import cross_entropy_loss
 
-__all__ = ["at_depth", "adaptive_logits", "depth_accuracy", "depth_loss"]
+__all__ = [
+    "GRADIENTS",
+    "at_depth",
+    "adaptive_logits",
+    "depth_accuracy",
+    "depth_loss",
+    "flow_logits",
+]
+
+#: How a training gradient is computed (:func:`flow_logits`, :func:`depth_loss`):
+#: ``"backprop"`` (the model's own ``evolve``: reverse mode through its scan, with the
+#: model's ``remat``; memory grows with N), ``"checkpointed"`` (the same steps inside
+#: diffrax, ``RecursiveCheckpointAdjoint(checkpoints)``: the exact discrete gradient with
+#: a fixed number of stored states, recomputing the rest) and ``"adjoint"`` (the same
+#: forward steps, the gradient by the continuous adjoint ODE solved backwards with N
+#: steps of ``adjoint_solver``, ``BacksolveAdjoint``; an O(Δt) approximation of the
+#: gradient whose memory does not depend on N).
+GRADIENTS = ("backprop", "checkpointed", "adjoint")
 
 
 def _check_model(model) -> FlowModel:
@@ -126,9 +149,11 @@ def depth_accuracy(
 ) -> dict[str, Any]:
     """Test accuracy of ``model`` at every depth N in ``depths`` and adaptively.
 
-    Returns ``{"depths", "accuracy", "outputs"}`` (the logits per depth, NumPy) and, when
-    ``rtol`` is set (consistent schemes only), ``adaptive_accuracy``,
-    ``adaptive_nfev_mean``/``max`` and ``adaptive_outputs``; ``atol`` defaults to ``rtol``.
+    Returns ``{"depths", "accuracy", "loss", "outputs"}`` (``loss``: the mean softmax
+    cross-entropy in nats, over tokens too for per-token outputs; ``outputs``: the logits
+    per depth, NumPy) and, when ``rtol`` is set (consistent schemes only),
+    ``adaptive_accuracy``, ``adaptive_loss``, ``adaptive_nfev_mean``/``max`` and
+    ``adaptive_outputs``; ``atol`` defaults to ``rtol``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -146,29 +171,52 @@ def depth_accuracy(
         outs = [fn(jnp.asarray(x[i : i + batch_size])) for i in range(0, len(x), batch_size)]
         return jax.tree.map(lambda *a: np.concatenate([np.asarray(b) for b in a]), *outs)
 
-    out: dict[str, Any] = {"depths": [int(n) for n in depths], "accuracy": [], "outputs": []}
+    def nll(logits):
+        z = logits - logits.max(-1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        return float(-np.mean(np.take_along_axis(logp, y[..., None].astype(int), -1)))
+
+    out: dict[str, Any] = {
+        "depths": [int(n) for n in depths],
+        "accuracy": [],
+        "loss": [],
+        "outputs": [],
+    }
     for n in depths:
         m = at_depth(model, int(n))
         logits = batched(lambda xb, m=m: _logits_batch(m, xb))
         out["accuracy"].append(float(np.mean(np.argmax(logits, -1) == y)))
+        out["loss"].append(nll(np.asarray(logits, np.float64)))
         out["outputs"].append(logits)
     if rtol is not None:
         atol = rtol if atol is None else atol
         logits, nfev = batched(lambda xb: _adaptive_batch(model, xb, rtol, atol, solver))
         out["adaptive_accuracy"] = float(np.mean(np.argmax(logits, -1) == y))
+        out["adaptive_loss"] = nll(np.asarray(logits, np.float64))
         out["adaptive_nfev_mean"] = float(np.mean(nfev))
         out["adaptive_nfev_max"] = int(np.max(nfev))
         out["adaptive_outputs"] = logits
     return out
 
 
-def depth_loss(depths: Sequence[int], *, smoothness: float = 0.0, loss_fn=cross_entropy_loss):
+def depth_loss(
+    depths: Sequence[int],
+    *,
+    smoothness: float = 0.0,
+    loss_fn=cross_entropy_loss,
+    gradient: str = "backprop",
+    checkpoints: int = 4,
+    adjoint_solver: str = "euler",
+):
     """A loss ``(model, x, y, key) -> (loss, accuracy)`` at a random depth per batch.
 
     Each call draws N uniformly from ``depths`` with ``key`` and evaluates
     ``loss_fn(at_depth(model, N), x, y)`` (every depth is compiled once, as a branch of
     ``lax.switch``); ``smoothness`` = λ adds λ ∫‖θ'(t)‖² dt of the model's control path.
-    One depth (``depths=[4]``) is plain training at that depth.
+    One depth (``depths=[4]``) is plain training at that depth. ``gradient`` (with
+    ``checkpoints``, ``adjoint_solver``) is how the gradient goes through the steps
+    (:data:`GRADIENTS`, :func:`flow_logits`); with ``"checkpointed"`` or ``"adjoint"``,
+    ``loss_fn`` is the mean softmax cross-entropy of :func:`flow_logits`.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -184,6 +232,9 @@ def depth_loss(depths: Sequence[int], *, smoothness: float = 0.0, loss_fn=cross_
         raise ValueError(f"`depths` must be a non-empty list of integers >= 1, got {depths}.")
     if not smoothness >= 0:
         raise ValueError(f"`smoothness` (λ) must be >= 0, got {smoothness!r}.")
+    _check_gradient(gradient, checkpoints)
+    if gradient != "backprop":
+        loss_fn = _flow_loss(gradient, checkpoints, adjoint_solver)
 
     def loss(model, x, y, key=None):
         params, static = eqx.partition(model, eqx.is_array)
@@ -204,3 +255,156 @@ def depth_loss(depths: Sequence[int], *, smoothness: float = 0.0, loss_fn=cross_
         return value, acc
 
     return loss
+
+
+class _SchemeSolver(eqx.Module):
+    """One diffrax step = one step of ``scheme`` on a batch of states, with θ the path at
+    the step's midpoint; diffrax's ``args`` is ``(path, grid)`` (arrays travel as
+    arguments, never closed over, as ``BacksolveAdjoint`` needs). Fixed steps only."""
+
+    scheme: Any
+
+    def step_batch(self, args, t0, t1, y0):
+        path, grid = args
+        theta = path(t0 + 0.5 * (t1 - t0))
+        return jax.vmap(lambda u: self.scheme.step(u, theta, t1 - t0, grid=grid))(y0)
+
+
+def _make_solver(inner: _SchemeSolver):
+    import diffrax
+
+    class SchemeSolver(diffrax.AbstractSolver):
+        impl: _SchemeSolver
+        term_structure = diffrax.AbstractTerm
+        interpolation_cls = diffrax.LocalLinearInterpolation
+
+        def order(self, terms):
+            return 1
+
+        def init(self, terms, t0, t1, y0, args):
+            return None
+
+        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+            y1 = self.impl.step_batch(args, t0, t1, y0)
+            return y1, None, dict(y0=y0, y1=y1), None, diffrax.RESULTS.successful
+
+        def func(self, terms, t0, y0, args):
+            return terms.vf(t0, y0, args)
+
+    return SchemeSolver(inner)
+
+
+def _check_gradient(gradient, checkpoints=1) -> None:
+    if gradient not in GRADIENTS:
+        raise ValueError(
+            f"`gradient` must be one of {GRADIENTS}, got {gradient!r}; 'checkpointed' and "
+            "'adjoint' keep the memory of a gradient independent of the number of steps."
+        )
+    if isinstance(checkpoints, bool) or not isinstance(checkpoints, int) or checkpoints < 1:
+        raise ValueError(
+            f"`checkpoints` (states stored by the checkpointed gradient) must be an integer "
+            f">= 1, got {checkpoints!r}."
+        )
+
+
+def flow_logits(
+    model: FlowModel,
+    x,
+    *,
+    gradient: str = "checkpointed",
+    checkpoints: int = 4,
+    adjoint_solver: str = "euler",
+):
+    """Logits of a batch ``x`` with the model's N steps run inside ``diffrax.diffeqsolve``.
+
+    The forward value is the model's (``jax.vmap(model)(x)``: N steps of its scheme, θ at
+    the step midpoints, up to round-off); ``gradient`` chooses how reverse mode goes
+    through the steps (:data:`GRADIENTS`): ``"checkpointed"`` stores ``checkpoints``
+    states and recomputes the others (the exact gradient of the N steps),
+    ``"adjoint"`` solves the continuous adjoint backwards with N steps of
+    ``adjoint_solver`` (``"euler"``, ``"heun"`` or ``"tsit5"``, fixed steps; the adjoint
+    needs a consistent scheme, as :func:`~transflow.continuous.vector_field`), and
+    ``"backprop"`` is ``jax.vmap(model)(x)``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import PreNormScheme
+        >>> from transflow.control import flow_logits, make_vit
+        >>> m = make_vit(d=8, n_steps=3, n_heads=1, path="linear", scheme=PreNormScheme(),
+        ...              key=jax.random.key(0))
+        >>> x = jax.random.uniform(jax.random.key(1), (2, 8, 8))
+        >>> a = flow_logits(m, x, gradient="adjoint")
+        >>> a.shape, bool(jnp.allclose(a, jax.vmap(m)(x), atol=1e-5))
+        ((2, 10), True)
+    """
+    import diffrax
+
+    from ..continuous._depth import _check_consistent, vector_field
+
+    model = _check_model(model)
+    _check_gradient(gradient, checkpoints)
+    solvers = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
+    if adjoint_solver not in solvers:
+        raise ValueError(
+            f"`adjoint_solver` must be one of {sorted(solvers)}, got {adjoint_solver!r}."
+        )
+    if gradient == "backprop":
+        return _logits_batch_plain(model, x)
+    path = _path_of(model)
+    n = model.n_steps if model.is_path else _leading_size(model.controls)
+    t0, t1 = path.interval
+    dtype = model.head_w.dtype
+    grid = model.embed.grid()
+    u0 = jax.vmap(model.embed)(jnp.asarray(x))
+    solver = _make_solver(_SchemeSolver(model.scheme))
+    ts = jnp.asarray(np.linspace(t0, t1, n + 1), dtype)
+    if gradient == "checkpointed":
+        adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=checkpoints)
+    else:
+        _check_consistent(model.scheme)
+        adjoint = diffrax.BacksolveAdjoint(
+            solver=solvers[adjoint_solver](),
+            stepsize_controller=diffrax.ConstantStepSize(),
+            dt0=-float(t1 - t0) / n,  # a Python float: the adjoint's options are static
+            max_steps=n + 2,
+        )
+
+    def rhs(t, u, args):
+        f = vector_field(model.scheme, args[0], grid=args[1])
+        return jax.vmap(lambda ui: f(t, ui))(u)
+
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(rhs),
+        solver,
+        t0=ts[0],
+        t1=ts[-1],
+        dt0=None,
+        y0=u0,
+        args=(path, grid),
+        stepsize_controller=diffrax.StepTo(ts=ts),
+        adjoint=adjoint,
+        max_steps=n + 2,
+    )
+    return jax.vmap(model.readout)(sol.ys[-1])
+
+
+def _leading_size(tree) -> int:
+    return int(jax.tree.leaves(eqx.filter(tree, eqx.is_array))[0].shape[0])
+
+
+def _logits_batch_plain(model, x):
+    return jax.vmap(model)(x)
+
+
+def _flow_loss(gradient, checkpoints, adjoint_solver):
+    import optax
+
+    def loss_fn(model, x, y, key=None):
+        logits = flow_logits(
+            model, x, gradient=gradient, checkpoints=checkpoints, adjoint_solver=adjoint_solver
+        )
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+        acc = jnp.mean(jnp.argmax(logits, axis=-1).astype(y.dtype) == y)
+        return loss, acc
+
+    return loss_fn

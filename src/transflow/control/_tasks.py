@@ -93,7 +93,11 @@ class DepthDigitsConfig(DigitsConfig):
     ``n_steps`` only); ``smoothness``: λ of the penalty λ ∫‖θ'(t)‖² dt;
     ``smooth_init``: a path that starts constant in t; ``scheme`` also accepts
     ``"relaxed"`` (:class:`~transflow.continuous.RelaxedLieScheme` with ``relax_tau``);
-    ``dt``: the step at the training depth (final time T = ``n_steps · dt``).
+    ``dt``: the step at the training depth (final time T = ``n_steps · dt``);
+    ``gradient``: how the training gradient goes through the steps
+    (:data:`transflow.control.GRADIENTS`: ``"backprop"``, ``"checkpointed"`` with
+    ``checkpoints`` stored states, or the continuous ``"adjoint"`` solved backwards with
+    ``adjoint_solver``; the last two use memory independent of the depth).
     """
 
     scheme: str = "prenorm"
@@ -104,6 +108,9 @@ class DepthDigitsConfig(DigitsConfig):
     smooth_init: bool = True
     relax_tau: float = 1.0
     dt: float = 1.0  # the step at the training depth: final time T = n_steps · dt
+    gradient: str = "backprop"  # "backprop" | "checkpointed" | "adjoint"
+    checkpoints: int = 4  # states stored by gradient="checkpointed"
+    adjoint_solver: str = "euler"  # the backward solve of gradient="adjoint"
 
 
 @dataclass
@@ -326,7 +333,13 @@ def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
         base,
         model=model,
         extra=extra,
-        loss_fn=depth_loss(depths, smoothness=cfg.smoothness),
+        loss_fn=depth_loss(
+            depths,
+            smoothness=cfg.smoothness,
+            gradient=cfg.gradient,
+            checkpoints=cfg.checkpoints,
+            adjoint_solver=cfg.adjoint_solver,
+        ),
     )
 
 
