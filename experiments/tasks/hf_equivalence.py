@@ -424,11 +424,12 @@ def compare(c: dict[str, Any], masked: bool) -> dict[str, float]:
 
 
 def _vit_row(family: str, seed: int, i: int) -> dict[str, Any]:
-    from .vit_equivalence import compare as vit_compare, configurations as vit_configurations
+    from transflow.interop import fast_eager, hf_compare, hf_configurations
 
     fam = {"vit": "vit_model", "cvt": "cvt_stage"}[family]
-    c = vit_configurations(fam, i + 1, seed)[i]
-    res = vit_compare(c)
+    c = hf_configurations(fam, i + 1, seed)[i]
+    with fast_eager():
+        res = hf_compare(c)
     return {
         "config": f"d={c['d']} heads={c['heads']}",
         # vit_equivalence reports max |Δ| (≥ the relative-to-max(1,|y|) error used here)
