@@ -62,3 +62,20 @@ def test_build_torch_reference_names_missing_and_unknown_fields():
         build_torch_reference(model, heads=2)
     with pytest.raises(TypeError, match="model_cfg"):
         build_torch_reference([("d_model", 8)])
+
+
+@pytest.mark.slow  # ~12 s of CPU per row; the slow tier also runs the whole experiment
+@pytest.mark.parametrize("family", ["vit", "cvt"])
+def test_hf_equivalence_task_vit_and_cvt_rows_run(family):
+    """The full ``experiment=hf_equivalence`` builds its ViT/CvT rows through the interop
+    study (its smoke run has none); one row of each agrees in float64 and float32."""
+    import jax
+    from transflow.experiments.tasks.hf_equivalence import _vit_row
+
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        row = _vit_row(family, 0, 0)
+    finally:
+        jax.config.update("jax_enable_x64", old)
+    assert row["err_fp64"] <= 1e-10 and row["err_fp32"] <= 1e-5, row
