@@ -159,6 +159,7 @@ def test_path_increments_scale_like_a_smooth_control():
 
 
 # ----------------------------------------------------------------------------- depth
+@pytest.mark.slow  # ~30 s under load
 def test_at_depth_of_a_per_layer_model_is_refine():
     from transflow.analysis import refine
 
@@ -321,6 +322,7 @@ def test_depth_loss_draws_each_depth_and_penalises_roughness():
     assert float(jnp.linalg.norm(_flat(eqx.filter(g.controls, eqx.is_inexact_array)))) > 0
 
 
+@pytest.mark.slow  # trains a model: ~50 s under load
 def test_depth_accuracy_and_the_smoke_task(tmp_path):
     summary, result = __import__("transflow.control", fromlist=["run_training"]).run_training(
         DEPTH_DIGITS,

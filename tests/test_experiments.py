@@ -31,7 +31,10 @@ PRIMARY_GROUPS = {
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 #: Experiments whose smoke run trains several models (minutes on 2 cores): their smoke
 #: run is in the slow tier.
-SLOW_SMOKE = {"depth", "schemes"}
+# Smoke runs of a minute or more (under load) run in the slow tier; the fast tier keeps the
+# others. hf_equivalence's rows are also tested family by family (tests/test_hf_*.py),
+# analyze's study in tests/test_analysis.py.
+SLOW_SMOKE = {"depth", "schemes", "hf_equivalence", "analyze"}
 SMOKE_PARAMS = [
     pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SMOKE else n for n in EXPERIMENTS
 ]
@@ -392,6 +395,7 @@ def test_cli_bad_override_exits_nonzero(override, key, tmp_path):
         assert _status(run_dir)["status"] != "COMPLETED"
 
 
+@pytest.mark.slow  # the fast tier runs a real sweep in tests/test_sweeps.py
 def test_cli_multirun_sweep(tmp_path):
     """`transflow-run -m ... seed=0,1` from a fresh directory, without setting
     hydra.sweep.dir: the configured sweep directory resolves (multirun/smoke/<task>/<time>/),

@@ -191,7 +191,13 @@ def prenorm_reference():
     return path, u0, reference_solution(u0, path, make_scheme("prenorm"))
 
 
-@pytest.mark.parametrize("name", ["prenorm", "macaron", "strang", "heun", "midpoint", "rk4"])
+@pytest.mark.parametrize(
+    "name",
+    # heun, midpoint and rk4 take 15-30 s each under load: the slow tier (strang covers
+    # second order in the fast tier)
+    ["prenorm", "macaron", "strang"]
+    + [pytest.param(n, marks=pytest.mark.slow) for n in ("heun", "midpoint", "rk4")],
+)
 def test_order_against_a_dopri8_reference(name, prenorm_reference):
     """Fitted log-log slope of the error at T = 1 against a diffrax Dopri8 solve (rtol =
     atol = 1e-12, float64) of the shared pre-norm field: within 0.2 of the declared order
