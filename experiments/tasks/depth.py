@@ -465,7 +465,9 @@ def _figures(ctx, depths, results, succ, order, scaling) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    from transflow.plotting import FIGURE_WIDTH
+
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.6))
     for name, r in results.items():
         (line,) = ax.plot(depths, r["accuracy"], "o-", label=name)
         if "adaptive_accuracy" in r:
@@ -483,7 +485,7 @@ def _figures(ctx, depths, results, succ, order, scaling) -> None:
     ax.legend(fontsize=7)
     ctx.save_figure(fig, "accuracy_vs_depth")
 
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.5))
     n = np.asarray(depths[:-1], float)
     ax.loglog(n, succ, "o-", label=f"path model, fitted order {order:.2f}")
     ax.loglog(n, succ[0] * n[0] / n, "k--", lw=1, label="slope −1")
@@ -492,7 +494,7 @@ def _figures(ctx, depths, results, succ, order, scaling) -> None:
     ax.legend(fontsize=8)
     ctx.save_figure(fig, "convergence")
 
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.5))
     for name, s in scaling.items():
         ax.loglog(s["strides"], s["max_increment"], "o-", label=f"{name}: β = {s['beta']:.2f}")
     ax.set_xlabel("stride s (of the controls sampled at the finest depth)")

@@ -432,6 +432,7 @@ def _figure(ctx, tasks, schemes, rows, stable) -> None:
                 e = [np.std(rows[(task, s)][key]) for s in schemes]
                 ax.bar(x + (j - 1) * width, m, width, yerr=e, label=label)
             ax.set_xticks(x, schemes, rotation=60, ha="right")
+            ax.set_xlabel("scheme")
             ax.set_ylabel("test accuracy")
             ax.set_title(task)
             ax.set_ylim(0, 1)
