@@ -116,26 +116,16 @@ def make_char_lm(
     import jax.numpy as jnp
 
     from .. import CausalScheme, PreNormScheme
-    from ..continuous._paths import init_path
-    from ..models._flow import FlowModel, TokenEmbedding, _controls, _one_layer
+    from ..models._flow import FlowModel, TokenEmbedding, _layer_or_path_controls
 
     dtype = jnp.float32 if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)
     embed = TokenEmbedding(
         jax.random.normal(k1, (vocab, d), dtype), 0.1 * jax.random.normal(k2, (context, d), dtype)
     )
-    if path is None:
-        controls = _controls(d, n_steps, n_heads, None, dtype, k3)
-    else:
-        controls = init_path(
-            path,
-            lambda k: _one_layer(d, n_heads, None, dtype, k),
-            n_steps if path_size is None else path_size,
-            key=k3,
-            t0=0.0,
-            t1=n_steps * dt,
-            smooth=smooth_init,
-        )
+    controls = _layer_or_path_controls(
+        d, n_steps, n_heads, None, dtype, k3, path, path_size, dt, smooth_init
+    )
     scheme = PreNormScheme() if scheme is None else scheme
     return FlowModel(
         embed,

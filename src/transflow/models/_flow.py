@@ -283,18 +283,9 @@ def make_vit(
         image_shape=(h, w),
         patch=patch,
     )
-    if path is None:
-        controls = _controls(d, n_steps, n_heads, d_ff, dtype, k4)
-    else:
-        controls = init_path(
-            path,
-            lambda k: _one_layer(d, n_heads, d_ff, dtype, k),
-            n_steps if path_size is None else path_size,
-            key=k4,
-            t0=0.0,
-            t1=n_steps * dt,
-            smooth=smooth_init,
-        )
+    controls = _layer_or_path_controls(
+        d, n_steps, n_heads, d_ff, dtype, k4, path, path_size, dt, smooth_init
+    )
     head_w = jax.random.normal(k5, (d, n_classes), dtype) / float(np.sqrt(d))
     return FlowModel(
         embed,
@@ -312,6 +303,22 @@ def make_vit(
 def _one_layer(d, n_heads, d_ff, dtype, key):
     """One layer's controls (as ``_controls`` draws them, without the layer axis)."""
     return jax.tree.map(lambda a: a[0], _controls(d, 1, n_heads, d_ff, dtype, key))
+
+
+def _layer_or_path_controls(d, n_steps, n_heads, d_ff, dtype, key, path, path_size, dt, smooth):
+    """Per-layer controls (``path=None``) or a control path of kind ``path`` on [0, n_steps·dt]
+    with ``path_size`` (default ``n_steps``) knots/basis functions, drawn layer-like."""
+    if path is None:
+        return _controls(d, n_steps, n_heads, d_ff, dtype, key)
+    return init_path(
+        path,
+        lambda k: _one_layer(d, n_heads, d_ff, dtype, k),
+        n_steps if path_size is None else path_size,
+        key=key,
+        t0=0.0,
+        t1=n_steps * dt,
+        smooth=smooth,
+    )
 
 
 def make_seq(
