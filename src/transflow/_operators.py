@@ -178,7 +178,7 @@ def attention_weights(
         return _masked_weights(scores, lw, bias, hardmax, temperature)
     allowed = None
     if causal:
-        allowed = jnp.arange(m)[None, :] <= jnp.arange(n)[:, None]
+        allowed = causal_mask(n, m)
     if hardmax:
         s = scores if allowed is None else jnp.where(allowed, scores, -jnp.inf)
         top = jnp.max(s, axis=-1, keepdims=True)
@@ -268,7 +268,7 @@ def _softmax_parts(q, k, v, lw, causal: bool):
         scores = scores + lw
     if causal:
         n, m = scores.shape[-2:]
-        allowed = jnp.arange(m)[None, :] <= jnp.arange(n)[:, None]
+        allowed = causal_mask(n, m)
         scores = jnp.where(allowed, scores, -jnp.inf)
     top = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
     e = jnp.exp(scores - top)
