@@ -18,6 +18,9 @@ Public API (re-exported from private modules, equinox style):
   :class:`DecoderLayerControls` (``torch.nn.TransformerDecoder``/``Transformer``).
 - Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`,
   :class:`CausalScheme` (decoders), :func:`evolve`, :class:`SplitTransformer`.
+- How :func:`evolve` computes (diffrax style, docs/model.md): :class:`SaveAt` (what is
+  returned), :class:`Remat` (rematerialisation in reverse mode), :class:`ConstantSteps`
+  and :class:`Adaptive` (step-size controllers).
 - Layers designed by numerical analysis (docs/schemes.md): :class:`StrangScheme`
   (Macaron), :class:`RungeKuttaScheme` (ODE Transformer), :class:`IMEXScheme`,
   :func:`make_scheme`, :func:`stability_function`, :func:`stage_controls`.
@@ -43,6 +46,12 @@ from ._controls import (
     num_steps as num_steps,
     stack_controls as stack_controls,
     unstack_controls as unstack_controls,
+)
+from ._execution import (
+    Adaptive as Adaptive,
+    ConstantSteps as ConstantSteps,
+    Remat as Remat,
+    SaveAt as SaveAt,
 )
 from ._grid import Grid as Grid
 from ._layer_schemes import (

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import equinox as eqx
 import jax
@@ -32,8 +32,12 @@ from jaxtyping import Array, Bool, Float
 
 from ._controls import FFNParams, LayerControls, NormParams, num_steps
 from ._errors import as_input, check_choice, check_finite, param_dtype
+from ._execution import Adaptive, ConstantSteps, Remat, SaveAt
 from ._grid import Grid
 from ._operators import Implementation, activation_fn, attention, project_s1, wmul
+
+if TYPE_CHECKING:
+    from .continuous._paths import ControlPath
 
 __all__ = ["AbstractScheme", "LieScheme", "PreNormScheme", "RematMode", "evolve", "ffn_branch"]
 
@@ -309,42 +313,66 @@ def pre_ln_step(scheme, attend, u, controls, dt, *, grid: Grid | None, record: b
 
 def evolve(
     u0: Float[Array, "n d"],
-    controls: LayerControls,
+    controls: LayerControls | ControlPath,
     scheme: AbstractScheme | None = None,
     *,
-    dt: float | Array = 1.0,
+    dt: float | Array | None = None,
     grid: Grid | None = None,
     causal: bool = False,
     final_norm: NormParams | None = None,
-    save_trajectory: bool = False,
-    remat: bool | RematMode = False,
-    remat_chunk: int | None = None,
+    saveat: SaveAt | None = None,
+    remat: Remat | bool | RematMode = False,
+    stepsize_controller: ConstantSteps | Adaptive | None = None,
+    n_steps: int | None = None,
     attention_implementation: Implementation | None = None,
     key_padding_mask: Bool[Array, " n"] | None = None,
     attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
-    unroll: bool | int | Literal["auto"] = "auto",
+    save_trajectory: bool | None = None,
+    remat_chunk: int | None = None,
+    unroll: bool | int | Literal["auto"] | None = None,
 ):
-    """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``).
+    """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``) or a path.
+
+    The problem is given by ``u0``, ``controls``, ``scheme``, ``dt``, ``grid``, ``causal``,
+    ``final_norm`` and the masks; how it is computed by three option objects, as diffrax
+    groups them (docs/model.md): ``saveat`` (:class:`~transflow.SaveAt`), ``remat``
+    (:class:`~transflow.Remat`) and ``stepsize_controller``
+    (:class:`~transflow.ConstantSteps`, the default, or :class:`~transflow.Adaptive`). The
+    legacy keywords ``save_trajectory``, ``remat=True/"step"/"nested"``, ``remat_chunk``
+    and ``unroll`` are still accepted and give identical results; giving a legacy keyword
+    together with the object that replaces it is a ``ValueError``.
 
     Args:
         u0: initial condition f on the grid, shape ``(n_tokens, d)``.
-        controls: :class:`LayerControls` stacked over time (:func:`stack_controls`).
+        controls: :class:`LayerControls` stacked over time (:func:`stack_controls`), or a
+            :class:`~transflow.continuous.ControlPath` θ(t): with ``ConstantSteps`` it is
+            sampled at the midpoints of ``n_steps`` uniform steps of Δt = (t1 − t0)/N
+            (as :func:`transflow.continuous.evolve_path`); with ``Adaptive`` its interval
+            is solved adaptively.
         scheme: the splitting scheme (default: the paper's :class:`LieScheme`).
-        dt: time step Δt (the paper: 1).
+        dt: time step Δt of stacked controls (``None``: the paper's 1). A path sets its
+            own Δt, so ``dt`` must stay ``None`` with a path.
         grid: the grid; ``None`` is the paper's index grid.
         causal: restrict attention to x̃ ≤ x (decoders).
         final_norm: an optional closing projection after the last step (e.g. the
             ``norm`` of a ``torch.nn.TransformerEncoder``).
-        save_trajectory: also return the states after every step, ``(N_t, n, d)``.
-        remat: rematerialisation for reverse mode; the forward value is the same for all.
-            ``False``/``"none"``: reverse-mode AD stores every sub-step state (O(N_t)).
-            ``True``/``"step"``: ``jax.checkpoint`` per step, one state per step (still
-            O(N_t), smaller constant). ``"nested"``: two-level checkpointing, the N_t steps
-            in ⌊N_t/k⌋ chunks of k plus a remainder; an outer ``lax.scan`` over chunks is
-            checkpointed (it keeps only chunk-boundary states) and inside a chunk each
-            step is checkpointed again: ≈ N_t/k + k stored states, ≈ 2√N_t at the
-            default k = ⌈√N_t⌉, for about one extra forward pass.
-        remat_chunk: steps per chunk k of ``remat="nested"``; ``None`` for ⌈√N_t⌉.
+        saveat: :class:`~transflow.SaveAt`; ``SaveAt(steps=True)`` also returns the
+            states after every step, ``(N_t, n, d)``. ``None``: the final state only.
+        remat: rematerialisation for reverse mode, a :class:`~transflow.Remat` (see there;
+            the forward value is the same for all) or the legacy spelling:
+            ``False``/``"none"`` = ``Remat()`` (every sub-step state stored, O(N_t)),
+            ``True``/``"step"`` = ``Remat("step")`` (``jax.checkpoint`` per step),
+            ``"nested"`` = ``Remat("nested")`` (two-level checkpointing, the N_t steps
+            in ⌊N_t/k⌋ chunks of k plus a remainder; ≈ N_t/k + k stored states, ≈ 2√N_t
+            at the default k = ⌈√N_t⌉, for about one extra forward pass).
+        stepsize_controller: :class:`~transflow.ConstantSteps` (default ``None``:
+            ``ConstantSteps()``; the loop's ``unroll`` option) or
+            :class:`~transflow.Adaptive` (the continuous limit of a consistent scheme
+            solved by :func:`transflow.continuous.solve_adaptive`; returns the final state
+            and takes neither ``SaveAt(steps=True)``, ``Remat`` modes other than
+            ``"none"``, ``causal`` nor masks).
+        n_steps: the number of uniform steps N of a path with ``ConstantSteps``. Stacked
+            controls have N_t = their leading axis (``n_steps``, if given, must match).
         attention_implementation: overrides the scheme's ``implementation`` field
             (``"auto"``, ``"dense"`` or ``"chunked"``, see :func:`transflow.attention`);
             ``None`` keeps the scheme's choice.
@@ -354,7 +382,11 @@ def evolve(
         attention_mask: ``(n, n)`` or ``(1|H, n, n)``: bool **True = may attend**, or an
             additive float; the same mask in every step. ``None`` (default) for both
             masks is the unmasked computation, unchanged.
-        unroll: the layer loop. ``"auto"`` (default): unrolled for N_t ≤
+        save_trajectory: legacy for ``saveat=SaveAt(steps=save_trajectory)``.
+        remat_chunk: legacy for ``remat=Remat("nested", chunk=remat_chunk)`` (steps per
+            chunk k of ``remat="nested"``; ``None`` for ⌈√N_t⌉).
+        unroll: legacy for ``stepsize_controller=ConstantSteps(unroll=unroll)``. The
+            layer loop: ``"auto"`` (the default): unrolled for N_t ≤
             ``AUTO_UNROLL_STEPS`` (8) steps, a rolled ``lax.scan`` above. Unrolling saves
             the scan's stacked residual buffers (zero-filled and sliced on every call),
             about 8-10 % of a training step (docs/performance.md), for a compile time that
@@ -362,30 +394,30 @@ def evolve(
             per loop iteration) choose explicitly; values and gradients are the same.
 
     Returns:
-        u at T = N_t Δt, or ``(u_T, trajectory)`` with ``save_trajectory=True``.
+        u at T = N_t Δt, or ``(u_T, trajectory)`` with ``SaveAt(steps=True)``.
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from transflow import LayerControls, stack_controls, evolve
+        >>> from transflow import LayerControls, Remat, SaveAt, stack_controls, evolve
         >>> keys = jax.random.split(jax.random.key(0), 3)
         >>> theta = stack_controls([LayerControls.random(8, key=k) for k in keys])
         >>> u0 = jnp.ones((4, 8)) + jnp.arange(8.0)
         >>> evolve(u0, theta).shape
         (4, 8)
-        >>> bool(jnp.allclose(evolve(u0, theta, remat="nested"), evolve(u0, theta)))
+        >>> bool(jnp.allclose(evolve(u0, theta, remat=Remat("nested")), evolve(u0, theta)))
         True
+        >>> u_T, traj = evolve(u0, theta, saveat=SaveAt(steps=True))  # = save_trajectory=True
+        >>> traj.shape
+        (3, 4, 8)
+        >>> evolve(u0, theta, saveat=SaveAt(), save_trajectory=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: `save_trajectory=True` and `saveat=SaveAt()` both set what evolve returns;
+        pass only saveat=SaveAt(steps=True).
     """
-    u0 = as_input(
-        "u0",
-        u0,
-        param_dtype(controls),
-        ndim=2,
-        shape=(grid.n_tokens if grid is not None else None, controls.d_model),
-    )
-    n_steps = num_steps(controls)
-    mode = _remat_mode(remat)
-    chunk = _chunk_size(n_steps, remat_chunk)
-    unroll = _check_unroll(unroll, n_steps)
+    saving = _saving(saveat, save_trajectory)
+    mode, chunk_option = _remat_option(remat, remat_chunk)
+    controller = _controller(stepsize_controller, unroll)
     scheme = LieScheme() if scheme is None else scheme
     if not isinstance(scheme, AbstractScheme):
         raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
@@ -399,6 +431,56 @@ def evolve(
                 f"(LieScheme, PreNormScheme); got {type(scheme).__name__}."
             )
         scheme = dataclasses.replace(scheme, implementation=attention_implementation)
+    path = _as_path(controls)
+    if isinstance(controller, Adaptive):
+        return _evolve_adaptive(
+            u0,
+            controls,
+            path is not None,
+            scheme,
+            controller,
+            dt=dt,
+            grid=grid,
+            causal=causal,
+            final_norm=final_norm,
+            saving=saving,
+            mode=mode,
+            n_steps=n_steps,
+            masked=key_padding_mask is not None or attention_mask is not None,
+        )
+    if path is not None:
+        if n_steps is None:
+            raise ValueError(
+                "`n_steps` is required when `controls` is a ControlPath with ConstantSteps: "
+                "the path is sampled at the midpoints of n_steps uniform steps; e.g. "
+                "evolve(u0, path, scheme, n_steps=16), or "
+                "stepsize_controller=Adaptive() for an adaptive solve."
+            )
+        if dt is not None:
+            raise ValueError(
+                f"`dt` must be None when `controls` is a ControlPath (Δt = (t1 − t0)/n_steps "
+                f"= {path.step_size(n_steps)!r}), got dt={dt!r}; drop dt."
+            )
+        dt = path.step_size(n_steps)
+        controls = path.sample(n_steps, "midpoint")
+    elif n_steps is not None and n_steps != num_steps(controls):
+        raise ValueError(
+            f"`n_steps` is for a ControlPath; stacked controls have N_t = "
+            f"{num_steps(controls)} (their leading axis), got n_steps={n_steps!r}; drop "
+            f"n_steps or pass a path (transflow.continuous.PiecewiseConstant(controls))."
+        )
+    dt = 1.0 if dt is None else dt
+    save_trajectory = saving
+    u0 = as_input(
+        "u0",
+        u0,
+        param_dtype(controls),
+        ndim=2,
+        shape=(grid.n_tokens if grid is not None else None, controls.d_model),
+    )
+    n_steps = num_steps(controls)
+    chunk = _chunk_size(n_steps, chunk_option)
+    unroll = _check_unroll(controller.unroll, n_steps)
     heads = getattr(controls.attn, "n_heads", None)  # CvT: ConvAttentionParams (no masks)
     masks = check_masks(scheme, u0, heads, key_padding_mask, attention_mask)
     u0 = check_finite("u0", u0)
@@ -417,6 +499,130 @@ def evolve(
         if save_trajectory:
             traj = traj.at[-1].set(u_T)
     return (u_T, traj) if save_trajectory else u_T
+
+
+def _saving(saveat, save_trajectory) -> bool:
+    """``SaveAt.steps`` from the new object or the legacy keyword (not both)."""
+    if saveat is not None and not isinstance(saveat, SaveAt):
+        raise TypeError(
+            f"`saveat` must be a transflow.SaveAt (e.g. SaveAt(steps=True)) or None, got "
+            f"{type(saveat).__name__}."
+        )
+    if save_trajectory is None:
+        return False if saveat is None else saveat.steps
+    if saveat is not None:
+        raise ValueError(
+            f"`save_trajectory={save_trajectory!r}` and `saveat={saveat!r}` both set what "
+            f"evolve returns; pass only saveat=SaveAt(steps={bool(save_trajectory)!r})."
+        )
+    if not isinstance(save_trajectory, bool):
+        raise ValueError(
+            f"`save_trajectory` must be True or False, got {save_trajectory!r}; prefer "
+            f"saveat=SaveAt(steps=True)."
+        )
+    return save_trajectory
+
+
+def _remat_option(remat, remat_chunk) -> tuple[str, int | None]:
+    """(mode, chunk) from a :class:`Remat` or the legacy ``remat``/``remat_chunk``."""
+    if isinstance(remat, Remat):
+        if remat_chunk is not None:
+            raise ValueError(
+                f"`remat_chunk={remat_chunk!r}` and `remat={remat!r}` both set the "
+                f"rematerialisation; pass only remat=Remat('nested', chunk={remat_chunk!r})."
+            )
+        return remat.mode, remat.chunk
+    return _remat_mode(remat), remat_chunk
+
+
+def _controller(stepsize_controller, unroll):
+    """The step-size controller from the new object or the legacy ``unroll`` (not both)."""
+    if stepsize_controller is None:
+        if unroll is None:
+            return ConstantSteps()
+        _check_unroll(unroll, 1)  # the legacy message, before any object is built
+        return ConstantSteps(unroll=unroll)
+    if not isinstance(stepsize_controller, ConstantSteps | Adaptive):
+        raise TypeError(
+            f"`stepsize_controller` must be transflow.ConstantSteps(...) (uniform steps) or "
+            f"transflow.Adaptive(rtol=..., atol=..., solver=...) (an adaptive diffrax solve), "
+            f"got {type(stepsize_controller).__name__}."
+        )
+    if unroll is not None:
+        raise ValueError(
+            f"`unroll={unroll!r}` and `stepsize_controller={stepsize_controller!r}` both set "
+            f"how the steps are taken; pass only "
+            f"stepsize_controller=ConstantSteps(unroll={unroll!r})."
+        )
+    return stepsize_controller
+
+
+def _as_path(controls):
+    """``controls`` if it is a ``transflow.continuous.ControlPath``, else ``None``."""
+    from .continuous._paths import ControlPath
+
+    return controls if isinstance(controls, ControlPath) else None
+
+
+def _evolve_adaptive(
+    u0,
+    controls,
+    is_path,
+    scheme,
+    controller,
+    *,
+    dt,
+    grid,
+    causal,
+    final_norm,
+    saving,
+    mode,
+    n_steps,
+    masked,
+):
+    """``evolve`` with ``stepsize_controller=Adaptive(...)``: :func:`solve_adaptive`."""
+    from .continuous._controls import PiecewiseConstant
+    from .continuous._depth import solve_adaptive
+
+    name = f"stepsize_controller={controller!r}"
+    refused = [
+        (saving, "saveat=SaveAt(steps=True)", "the adaptive steps are not layers; use SaveAt()"),
+        (mode != "none", f"remat={mode!r}", "use Adaptive(adjoint=...) instead"),
+        (n_steps is not None, f"n_steps={n_steps!r}", "the solver chooses its steps"),
+        (causal, "causal=True", "wrap the scheme in CausalScheme"),
+        (masked, "masks", "the adaptive solve takes no masks"),
+        (is_path and dt is not None, f"dt={dt!r}", "a path sets its own interval"),
+    ]
+    for bad, what, fix in refused:
+        if bad:
+            raise ValueError(f"`{what}` is not supported with `{name}`: {fix}.")
+    if is_path:
+        path = controls
+    else:
+        tau = 1.0 if dt is None else dt
+        if isinstance(tau, bool) or not isinstance(tau, int | float):
+            raise ValueError(
+                f"`dt` must be a Python number with Adaptive and stacked controls (the "
+                f"layers become PiecewiseConstant(controls, tau=dt)), got {type(dt).__name__}."
+            )
+        path = PiecewiseConstant(controls, tau=float(tau))
+    u0 = as_input("u0", u0, param_dtype(controls), ndim=2)
+    u0 = check_finite("u0", u0)
+    u_T = solve_adaptive(
+        u0,
+        path,
+        scheme,
+        grid=grid,
+        solver=controller.solver,
+        rtol=controller.rtol,
+        atol=controller.atol,
+        dt0=controller.dt0,
+        max_steps=controller.max_steps,
+        adjoint=controller.adjoint,
+    ).u
+    if final_norm is not None:
+        u_T = _project(u_T, final_norm, grid)
+    return u_T
 
 
 def _remat_mode(remat) -> str:
