@@ -177,6 +177,8 @@ def test_path_with_constant_steps_equals_evolve_path():
         evolve(u0, path, PreNormScheme())
     with pytest.raises(ValueError, match=r"`dt` must be None when `controls` is a ControlPath"):
         evolve(u0, path, PreNormScheme(), n_steps=6, dt=0.25)
+    with pytest.raises(ValueError, match="evolve_path runs n_steps uniform steps"):
+        evolve_path(u0, path, PreNormScheme(), 6, stepsize_controller=Adaptive())
 
 
 def test_adaptive_route_is_solve_adaptive():

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._errors import check_choice
+from .._execution import Adaptive
 from .._grid import Grid
 from .._operators import activation_fn
 from .._splitting import AbstractScheme, LieScheme, PreNormScheme, _ffn_substep, evolve
@@ -209,7 +210,12 @@ def evolve_path(
     """``u0`` evolved over the path's interval with ``n_steps`` uniform steps.
 
     Equivalent to ``evolve(u0, path.sample(n_steps, where), scheme,
-    dt=path.step_size(n_steps), grid=grid, **evolve_kwargs)``.
+    dt=path.step_size(n_steps), grid=grid, **evolve_kwargs)``, and with ``where="midpoint"``
+    to ``evolve(u0, path, scheme, n_steps=n_steps, ...)``. ``evolve_kwargs`` take the
+    execution options of :func:`transflow.evolve` (``saveat``, ``remat``,
+    ``stepsize_controller=ConstantSteps(...)``); for an adaptive solve call
+    ``evolve(u0, path, scheme, stepsize_controller=Adaptive(...))`` or
+    :func:`solve_adaptive`.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -223,6 +229,12 @@ def evolve_path(
     """
     if not isinstance(path, ControlPath):
         raise TypeError(f"`path` must be a ControlPath, got {type(path).__name__}.")
+    if isinstance(evolve_kwargs.get("stepsize_controller"), Adaptive):
+        raise ValueError(
+            "evolve_path runs n_steps uniform steps, so `stepsize_controller` must be "
+            "ConstantSteps(...), got Adaptive(...); for the adaptive solve call "
+            "transflow.evolve(u0, path, scheme, stepsize_controller=Adaptive(...))."
+        )
     return evolve(
         u0,
         path.sample(n_steps, where),
