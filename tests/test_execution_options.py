@@ -95,12 +95,21 @@ def test_remat_object_traces_to_the_legacy_program(legacy, remat):
 
 
 def test_new_objects_equal_legacy_keywords_bitwise():
-    """One evaluated check (the rest compare jaxprs): nested remat with a remainder chunk,
-    the trajectory and the gradient, bit for bit."""
+    """Evaluated (the tests above compare jaxprs): nested remat with a remainder chunk,
+    the final state and the trajectory, bit for bit."""
+    theta, u0 = _theta(3), _u0()
+    new = evolve(u0, theta, saveat=SaveAt(steps=True), remat=Remat("nested", chunk=2))
+    _same(new, evolve(u0, theta, save_trajectory=True, remat="nested", remat_chunk=2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("legacy, remat", REMAT_PAIRS)
+def test_new_objects_equal_legacy_gradients_bitwise(legacy, remat):
+    """Evaluated gradients for every remat mode (slow tier: one compilation each)."""
     args = (_theta(3), _u0())
     grad = _loss_and_grad()
-    new = jax.jit(lambda a: grad(a, saveat=SaveAt(steps=True), remat=Remat("nested", chunk=2)))
-    old = jax.jit(lambda a: grad(a, save_trajectory=True, remat="nested", remat_chunk=2))
+    new = jax.jit(lambda a: grad(a, saveat=SaveAt(steps=True), remat=remat))
+    old = jax.jit(lambda a: grad(a, save_trajectory=True, **legacy))
     _same(new(args), old(args))
 
 
@@ -181,14 +190,17 @@ def test_path_with_constant_steps_equals_evolve_path():
         evolve_path(u0, path, PreNormScheme(), 6, stepsize_controller=Adaptive())
 
 
-def test_adaptive_route_is_solve_adaptive():
-    """A path: solve_adaptive over its interval; stacked controls: over the piecewise-constant
-    path of the layers on [0, N_t Δt]. The same computation, so the same bits."""
+def test_adaptive_route_on_a_path_is_solve_adaptive():
+    """solve_adaptive over the path's interval: the same computation, the same bits."""
     u0, opts = _u0(), {"rtol": 1e-4, "atol": 1e-4}
     path = _path()
     got = evolve(u0, path, PreNormScheme(), stepsize_controller=Adaptive(**opts))
     _same(got, solve_adaptive(u0, path, PreNormScheme(), **opts).u)
-    theta = _theta(2)
+
+
+def test_adaptive_route_on_stacked_controls_is_the_piecewise_constant_path():
+    """Stacked controls: solve_adaptive over [0, N_t Δt] of PiecewiseConstant(θ, Δt)."""
+    u0, opts, theta = _u0(), {"rtol": 1e-4, "atol": 1e-4}, _theta(2)
     got = evolve(u0, theta, PreNormScheme(), dt=0.5, stepsize_controller=Adaptive(**opts))
     ref = solve_adaptive(u0, PiecewiseConstant(theta, tau=0.5), PreNormScheme(), **opts).u
     _same(got, ref)
