@@ -531,3 +531,87 @@ def test_perturbation_growth_is_the_largest_singular_value():
     sv = np.linalg.svd(np.asarray(jac), compute_uv=False)[0]
     got = float(perturbation_growth(fn, u0.reshape(-1), key=jax.random.key(2), n_iter=60))
     assert abs(got - sv) <= 1e-8 * sv
+
+
+# ------------------------------------------------- experiment=schemes: the text task (issue 27)
+# Every class of scheme once in the fast tier (post-LN Lie, relaxed, Strang post-norm,
+# Runge–Kutta, the ODE Transformer block, IMEX); the other names only add configurations.
+_CAUSAL_FAST = {"lie", "prenorm", "relaxed", "macaron_post", "rk4", "ode_rk2", "imex"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n
+        if n in _CAUSAL_FAST
+        else pytest.param(n, marks=pytest.mark.slow(reason="same classes as the fast names"))
+        for n in SCHEME_NAMES
+    ],
+)
+def test_char_lm_is_causal_with_every_scheme(name):
+    """The text task's model (CausalScheme around the task's scheme): the logits of the
+    first k characters do not depend on the later ones, for every scheme name."""
+    from transflow import CausalScheme
+    from transflow.control import make_char_lm
+    from transflow.control._tasks import _scheme
+
+    m = make_char_lm(
+        vocab=10,
+        context=6,
+        d=4,
+        n_steps=1,
+        n_heads=2,
+        scheme=_scheme(name, "dt", 1.0),
+        key=jax.random.key(0),
+    )
+    assert isinstance(m.scheme, CausalScheme)
+    assert type(m.scheme.inner) is type(_scheme(name, "dt", 1.0))
+    x = jnp.array([0, 1, 2, 3, 4, 5])
+    a, b = m(x), m(x.at[4:].set(9))
+    assert float(jnp.max(jnp.abs(a[:4] - b[:4]))) == 0.0
+    assert float(jnp.max(jnp.abs(a[4:] - b[4:]))) > 0.0  # the later tokens do act
+
+
+class _Ctx:
+    """The part of RunContext that the schemes task's training loop uses."""
+
+    def __init__(self, run_dir, smoke=True):
+        self.run_dir, self.smoke, self.logged = run_dir, smoke, []
+
+    def progress(self, items, desc=""):
+        raise _Validated  # the options passed validation: stop before any training
+
+    def log(self, rec):
+        self.logged.append(rec)
+
+
+class _Validated(Exception):
+    pass
+
+
+@pytest.mark.slow(
+    reason="trains the smoke text model and compiles its FTLE: ~18 s idle, ~30 s on the "
+    "loaded 2-core machine"
+)
+def test_schemes_text_task_records_bits_per_character(tmp_path):
+    from transflow.experiments.tasks import schemes
+
+    cfg = schemes.Config()
+    assert cfg.tasks == ["digits", "text"]
+    assert (cfg.text.path, cfg.text.dt, cfg.text.d, cfg.text.context) == ("none", 1.0, 32, 64)
+    rec, count = schemes._measure(cfg, _Ctx(tmp_path), "text", "prenorm", 0)
+    assert set(rec) == {"bpc", "bpc_half_dt", "bpc_double_dt", "cpu_ms_per_step", "ftle"}
+    assert all(np.isfinite(v) for v in rec.values())
+    # near log2(103) ≈ 6.7 after 6 steps of a d = 8 model; well below 20
+    assert 0 < rec["bpc"] < 20 and 0 < rec["bpc_half_dt"] < 20
+    assert count > 0
+
+
+def test_schemes_task_names_are_checked(tmp_path):
+    from transflow.experiments.tasks import schemes
+
+    cfg = schemes.Config(tasks=["digits", "sequence", "text"])
+    with pytest.raises(_Validated):
+        schemes.run(cfg, _Ctx(tmp_path, smoke=False))
+    with pytest.raises(ValueError, match=r"task\.tasks.*'txt'.*digits.*sequence.*text"):
+        schemes.run(schemes.Config(tasks=["digits", "txt"]), _Ctx(tmp_path))

@@ -5,12 +5,15 @@ continuous model with the same controls (equal parameter count): the paper's pos
 layer, pre-LN (Lie splitting, Euler), Macaron (Strang with Euler sub-flows, pre- and
 post-norm), Strang with Heun sub-flows, Runge–Kutta blocks (Heun, RK4, the ODE
 Transformer's RK2 block) and the IMEX layer (implicit linear FFN sub-steps). For each
-scheme, each task (``digits``: the 8×8 digits ViT; ``sequence``: sorting) and each seed of
-``task.seeds``, :func:`transflow.control.run_training` trains it with the same optimiser
-budget (``task.steps``), then:
+scheme, each task of ``task.tasks`` (``digits``: the 8×8 digits ViT; ``text``: the causal
+character-level LM of :data:`transflow.control.DEPTH_TEXT` on ``pydoc_data.topics``, with
+per-layer controls; ``sequence``: sorting) and each seed of ``task.seeds``,
+:func:`transflow.control.run_training` trains it with the same optimiser budget
+(``task.steps``), then:
 
-- test accuracy at the training Δt, at Δt/2 (2N steps over the same T, the controls read
-  as a piecewise-constant path, :func:`transflow.control.at_depth`) and at 2Δt (N/2 steps);
+- test accuracy (``text``: validation bits per character, lower is better) at the training
+  Δt, at Δt/2 (2N steps over the same T, the controls read as a piecewise-constant path,
+  :func:`transflow.control.at_depth`) and at 2Δt (N/2 steps);
 - CPU time per training step (``time.process_time()``);
 - sensitivity: the finite-time Lyapunov exponent log σ_max(∂u_T/∂u_0)/T of the trained
   flow (:func:`transflow.perturbation_growth`), averaged over ``n_sensitivity`` test inputs.
@@ -33,9 +36,12 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from transflow.control import DigitsConfig, SequenceConfig
+from transflow.control import DepthTextConfig, DigitsConfig, SequenceConfig
 
 __all__ = ["Config", "run"]
+
+#: The tasks ``task.tasks`` accepts.
+TASKS = ("digits", "sequence", "text")
 
 _DEFAULT_SCHEMES = [
     "lie",
@@ -58,7 +64,7 @@ class Config:
     """Schemes trained side by side (``task.<field>=...``)."""
 
     schemes: list[str] = field(default_factory=lambda: list(_DEFAULT_SCHEMES))
-    tasks: list[str] = field(default_factory=lambda: ["digits", "sequence"])
+    tasks: list[str] = field(default_factory=lambda: ["digits", "text"])  # of TASKS
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     steps: int = 600  # the same optimiser budget for every scheme and task
     d: int = 32
@@ -68,30 +74,35 @@ class Config:
     order_tol: float = 0.2  # claim: |fitted order - declared order|
     digits: DigitsConfig = field(default_factory=DigitsConfig)  # other fields
     sequence: SequenceConfig = field(default_factory=SequenceConfig)
+    # The text task's own size (task.d/n_steps are digits'; steps is shared): per-layer
+    # controls (path="none"), Δt = 1, sized for 2 CPU cores.
+    text: DepthTextConfig = field(
+        default_factory=lambda: DepthTextConfig(
+            path="none", dt=1.0, d=32, n_heads=2, context=64, n_steps=4, batch_size=32, n_val=256
+        )
+    )
 
 
 def _train(cfg: Config, ctx, task: str, scheme: str, seed: int):
-    from transflow.control import DIGITS, SEQUENCE, run_training
+    from transflow.control import DEPTH_TEXT, DIGITS, SEQUENCE, run_training
 
-    base = cfg.digits if task == "digits" else cfg.sequence
-    n = cfg.n_steps if task == "digits" else cfg.sequence_n_steps
-    tcfg = dataclasses.replace(
-        base,
-        scheme=scheme,
-        d=cfg.d,
-        n_steps=n,
-        steps=cfg.steps,
-        eval_every=0,
-        checkpoint_dir="none",
-    )
+    common = {"scheme": scheme, "steps": cfg.steps, "eval_every": 0, "checkpoint_dir": "none"}
+    if task == "text":
+        tcfg = dataclasses.replace(cfg.text, **common)
+    else:
+        base = cfg.digits if task == "digits" else cfg.sequence
+        n = cfg.n_steps if task == "digits" else cfg.sequence_n_steps
+        tcfg = dataclasses.replace(base, d=cfg.d, n_steps=n, **common)
     if ctx.smoke:
         tcfg = dataclasses.replace(
             tcfg, d=8, n_heads=1, steps=min(tcfg.steps, 6), log_every=3, warmup_steps=1
         )
         if task == "sequence":
             tcfg = dataclasses.replace(tcfg, n_test=64)
+        if task == "text":
+            tcfg = dataclasses.replace(tcfg, context=16, n_val=16, n_steps=2, batch_size=8)
     summary, result = run_training(
-        DIGITS if task == "digits" else SEQUENCE,
+        {"digits": DIGITS, "sequence": SEQUENCE, "text": DEPTH_TEXT}[task],
         tcfg,
         run_dir=ctx.run_dir / f"{task}_{scheme}_{seed}",
         seed=seed,
@@ -103,8 +114,10 @@ def _train(cfg: Config, ctx, task: str, scheme: str, seed: int):
 
 
 def _test_data(task: str, tcfg, seed: int, smoke: bool):
-    from transflow.control import load_digits_split, sequence_batch
+    from transflow.control import load_digits_split, sequence_batch, validation_windows
 
+    if task == "text":  # the validation windows the training run evaluates on
+        return validation_windows(tcfg)
     if task == "digits":
         _, _, xte, yte = load_digits_split(tcfg.test_fraction, seed=seed)
     else:
@@ -114,8 +127,48 @@ def _test_data(task: str, tcfg, seed: int, smoke: bool):
     return (xte[:64], yte[:64]) if smoke else (xte, yte)
 
 
+def _measure(cfg: Config, ctx, task: str, scheme: str, seed: int) -> tuple[dict, int]:
+    """Train one (task, scheme, seed) and measure it: ``(record, parameter count)``.
+
+    The record has, for ``text``, ``bpc``/``bpc_half_dt``/``bpc_double_dt`` (validation
+    bits per character at Δt, Δt/2, 2Δt), otherwise ``accuracy``/``accuracy_half_dt``/
+    ``accuracy_double_dt``; and ``cpu_ms_per_step`` and ``ftle`` for every task.
+    """
+    import jax
+
+    from transflow.control import at_depth, bits_per_char
+    from transflow.control._train import evaluate
+
+    summary, model, tcfg = _train(cfg, ctx, task, scheme, seed)
+    xte, yte = _test_data(task, tcfg, seed, ctx.smoke)
+    n = tcfg.n_steps
+    half, double = at_depth(model, 2 * n), at_depth(model, max(1, n // 2))
+    k = 4 if ctx.smoke else cfg.n_sensitivity
+    ftle = _ftle(model, xte[:k], jax.random.key(seed))
+    count = int(sum(x.size for x in jax.tree.leaves(model) if hasattr(x, "size") and x.ndim > 0))
+    if task == "text":  # validation bits per character (cross-entropy in nats / ln 2)
+        rec = {
+            "bpc": summary["eval_bpc"],
+            "bpc_half_dt": bits_per_char(evaluate(half, xte, yte, batch_size=64)["loss"]),
+            "bpc_double_dt": bits_per_char(evaluate(double, xte, yte, batch_size=64)["loss"]),
+        }
+    else:
+        rec = {
+            "accuracy": summary["test_accuracy"],
+            "accuracy_half_dt": evaluate(half, xte, yte)["accuracy"],
+            "accuracy_double_dt": evaluate(double, xte, yte)["accuracy"],
+        }
+    rec["cpu_ms_per_step"] = 1e3 * summary["cpu_seconds"] / max(1, summary["steps"])
+    rec["ftle"] = ftle
+    return rec, count
+
+
 def _ftle(model, xs, key) -> float:
-    """Mean over ``xs`` of log σ_max(∂u_T/∂u_0) / T of the model's flow."""
+    """Mean over ``xs`` of log σ_max(∂u_T/∂u_0) / T of the model's flow.
+
+    The flow is the model's own ``evolve`` with ``model.scheme`` (for the char LM a
+    :class:`~transflow.CausalScheme`, so the attention stays causal) on its token grid.
+    """
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -277,15 +330,13 @@ def _imex_check(ctx) -> dict:
 def run(cfg: Config, ctx) -> dict:
     """Run the ``schemes`` experiment.
 
-    Layers designed by numerical analysis: every scheme trained on digits and sorting (3
-    seeds), orders, stability and the IMEX solve checked.
+    Layers designed by numerical analysis: every scheme trained on the tasks of
+    ``task.tasks`` (default digits and the character-level text task; 3 seeds), orders,
+    stability and the IMEX solve checked.
     """
-    import jax
     import numpy as np
 
     from transflow import SCHEME_NAMES, declared_order, make_scheme
-    from transflow.control import at_depth
-    from transflow.control._train import evaluate
 
     schemes = list(_SMOKE_SCHEMES) if ctx.smoke else [str(s) for s in cfg.schemes]
     seeds = [0] if ctx.smoke else [int(s) for s in cfg.seeds]
@@ -294,31 +345,15 @@ def run(cfg: Config, ctx) -> dict:
         if s not in SCHEME_NAMES:
             raise ValueError(f"task.schemes: {s!r} is not a scheme; use one of {SCHEME_NAMES}.")
     for t in tasks:
-        if t not in ("digits", "sequence"):
-            raise ValueError(f"task.tasks: {t!r} must be 'digits' or 'sequence'.")
+        if t not in TASKS:
+            raise ValueError(f"task.tasks: {t!r} is not a task; use one of {TASKS}.")
 
     rows: dict[tuple[str, str], dict[str, list[float]]] = {}
     n_params: dict[str, set[int]] = {t: set() for t in tasks}
     runs = [(t, s, seed) for t in tasks for s in schemes for seed in seeds]
     for task, scheme, seed in ctx.progress(runs, desc="schemes"):
-        summary, model, tcfg = _train(cfg, ctx, task, scheme, seed)
-        xte, yte = _test_data(task, tcfg, seed, ctx.smoke)
-        n = tcfg.n_steps
-        acc_half = evaluate(at_depth(model, 2 * n), xte, yte)["accuracy"]
-        acc_double = evaluate(at_depth(model, max(1, n // 2)), xte, yte)["accuracy"]
-        k = 4 if ctx.smoke else cfg.n_sensitivity
-        ftle = _ftle(model, xte[:k], jax.random.key(seed))
-        count = int(
-            sum(x.size for x in jax.tree.leaves(model) if hasattr(x, "size") and x.ndim > 0)
-        )
+        rec, count = _measure(cfg, ctx, task, scheme, seed)
         n_params[task].add(count)
-        rec = {
-            "accuracy": summary["test_accuracy"],
-            "accuracy_half_dt": acc_half,
-            "accuracy_double_dt": acc_double,
-            "cpu_ms_per_step": 1e3 * summary["cpu_seconds"] / max(1, summary["steps"]),
-            "ftle": ftle,
-        }
         ctx.log({"kind": "train", "task": task, "scheme": scheme, "seed": seed, **rec})
         row = rows.setdefault((task, scheme), {k: [] for k in rec})
         for key, v in rec.items():
@@ -353,10 +388,12 @@ def run(cfg: Config, ctx) -> dict:
 
     sections = []
     for task in tasks:
+        key, label = _METRIC[task]
+        what = "validation bits per character, lower is better; " if key == "bpc" else ""
         lines = [
             f"### {task} ({len(seeds)} seed(s), {cfg.steps if not ctx.smoke else 6} steps each; "
-            "mean ± std)\n",
-            "| scheme | order | accuracy | accuracy at Δt/2 | accuracy at 2Δt | CPU ms/step "
+            f"{what}mean ± std)\n",
+            f"| scheme | order | {label} | {label} at Δt/2 | {label} at 2Δt | CPU ms/step "
             "| FTLE (sensitivity) | largest stable Δt |",
             "|---|---|---|---|---|---|---|---|",
         ]
@@ -365,8 +402,8 @@ def run(cfg: Config, ctx) -> dict:
             order = declared_order(make_scheme(s))
             dt_star = stable.get(s, {}).get("dt_star")
             lines.append(
-                f"| {s} | {order if order is not None else '—'} | {ms(r['accuracy'])} | "
-                f"{ms(r['accuracy_half_dt'])} | {ms(r['accuracy_double_dt'])} | "
+                f"| {s} | {order if order is not None else '—'} | {ms(r[key])} | "
+                f"{ms(r[key + '_half_dt'])} | {ms(r[key + '_double_dt'])} | "
                 f"{ms(r['cpu_ms_per_step'], '.1f')} | {ms(r['ftle'])} | "
                 f"{'—' if dt_star is None else f'{dt_star:.3f}'} |"
             )
@@ -406,6 +443,14 @@ def run(cfg: Config, ctx) -> dict:
     return out
 
 
+#: Per task: the record key of its headline metric and the table/figure label.
+_METRIC = {
+    "digits": ("accuracy", "test accuracy"),
+    "sequence": ("accuracy", "test accuracy"),
+    "text": ("bpc", "bits/char"),
+}
+
+
 def _figure(ctx, tasks, schemes, rows, stable) -> None:
     import matplotlib
 
@@ -421,21 +466,19 @@ def _figure(ctx, tasks, schemes, rows, stable) -> None:
         width = 0.27
         x = np.arange(len(schemes))
         for ax, task in zip(axes, tasks):
-            for j, (key, label) in enumerate(
-                [
-                    ("accuracy_half_dt", "Δt/2"),
-                    ("accuracy", "Δt (trained)"),
-                    ("accuracy_double_dt", "2Δt"),
-                ]
+            metric, label = _METRIC[task]
+            for j, (suffix, dt_label) in enumerate(
+                [("_half_dt", "Δt/2"), ("", "Δt (trained)"), ("_double_dt", "2Δt")]
             ):
-                m = [np.mean(rows[(task, s)][key]) for s in schemes]
-                e = [np.std(rows[(task, s)][key]) for s in schemes]
-                ax.bar(x + (j - 1) * width, m, width, yerr=e, label=label)
+                m = [np.mean(rows[(task, s)][metric + suffix]) for s in schemes]
+                e = [np.std(rows[(task, s)][metric + suffix]) for s in schemes]
+                ax.bar(x + (j - 1) * width, m, width, yerr=e, label=dt_label)
             ax.set_xticks(x, schemes, rotation=60, ha="right")
             ax.set_xlabel("scheme")
-            ax.set_ylabel("test accuracy")
-            ax.set_title(task)
-            ax.set_ylim(0, 1)
+            ax.set_ylabel(label if metric != "bpc" else "validation bits/char")
+            ax.set_title(task if metric != "bpc" else f"{task} (lower is better)")
+            if metric == "accuracy":
+                ax.set_ylim(0, 1)
         axes[0].legend(fontsize=7)
         ax = axes[-1]
         re, im = np.meshgrid(np.linspace(-5, 1, 241), np.linspace(-3.5, 3.5, 241))
