@@ -59,6 +59,9 @@ class Config:
     # a second-order scheme of the pre-LN field (transflow.SCHEME_NAMES, declared order 2)
     # stepping the trained path model: claim fitted order within 0.2 of 2; "": skip
     second_order: str = "heun"
+    # its refinement depths: past the pre-asymptotic range of the trained ReLU model
+    # (at N = 4..64 the fitted order is about 1.5; docs/depth.md)
+    second_order_depths: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
     min_accuracy: float = 0.96  # claim: path accuracy at n_steps
     max_drop: float = 0.01  # claim: |acc(N) - acc(n_steps)| at every N and adaptively
     max_cpu_ratio: float = 2.0  # claim: path CPU time / per-layer (lie) CPU time
@@ -185,14 +188,15 @@ def run(cfg: Config, ctx) -> dict:
     )
     # The same trained path model stepped by a second-order scheme of the same field
     # (``task.second_order``, e.g. Heun): the successive differences shrink at order 2.
-    order2 = succ2 = None
+    order2 = succ2 = depths2 = None
     if cfg.second_order:
-        succ2, order2 = _second_order(models["path"], xte, depths, cfg.second_order)
+        depths2 = depths if ctx.smoke else [int(n) for n in cfg.second_order_depths]
+        succ2, order2 = _second_order(models["path"], xte, depths2, cfg.second_order)
         ctx.log(
             {
                 "kind": "order",
                 "model": f"path_{cfg.second_order}",
-                "depths": depths,
+                "depths": depths2,
                 "successive": succ2,
                 "order": order2,
             }
@@ -288,7 +292,8 @@ def run(cfg: Config, ctx) -> dict:
         + (
             ""
             if order2 is None
-            else f"; stepped by {cfg.second_order}: {', '.join(f'{s:.3g}' for s in succ2)}, "
+            else f"; stepped by {cfg.second_order} (N = {', '.join(map(str, depths2))}): "
+            f"{', '.join(f'{s:.3g}' for s in succ2)}, "
             f"fitted order **{order2:.3f}**"
         )
         + ".\n\n"
