@@ -56,6 +56,12 @@ class Config:
     depths: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64])
     rtol: float = 1e-5  # adaptive solve (atol = rtol)
     baselines: list[str] = field(default_factory=lambda: ["lie", "prenorm"])  # per-layer
+    # a second-order scheme of the pre-LN field (transflow.SCHEME_NAMES, declared order 2)
+    # stepping the trained path model: claim fitted order within 0.2 of 2; "": skip
+    second_order: str = "heun"
+    # its refinement depths: past the pre-asymptotic range of the trained ReLU model
+    # (at N = 4..64 the fitted order is about 1.5; docs/depth.md)
+    second_order_depths: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
     min_accuracy: float = 0.96  # claim: path accuracy at n_steps
     max_drop: float = 0.01  # claim: |acc(N) - acc(n_steps)| at every N and adaptively
     max_cpu_ratio: float = 2.0  # claim: path CPU time / per-layer (lie) CPU time
@@ -76,6 +82,9 @@ class Config:
     text_steps: int = 1500
     text_eval_depths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
     max_bpc_change: float = 0.02  # claim: |bpc(4 N_t) − bpc(N_t)| / bpc(N_t), path model
+    # the text path model's scheme: Heun (second order) on the pre-LN field; with the
+    # first-order "prenorm" the change at 4x was 2.1 % (docs/depth.md)
+    text_path_scheme: str = "heun"
     digits: DepthDigitsConfig = field(default_factory=DepthDigitsConfig)  # other fields
 
 
@@ -177,6 +186,21 @@ def run(cfg: Config, ctx) -> dict:
     ctx.log(
         {"kind": "order", "model": "path", "depths": depths, "successive": succ, "order": order}
     )
+    # The same trained path model stepped by a second-order scheme of the same field
+    # (``task.second_order``, e.g. Heun): the successive differences shrink at order 2.
+    order2 = succ2 = depths2 = None
+    if cfg.second_order:
+        depths2 = depths if ctx.smoke else [int(n) for n in cfg.second_order_depths]
+        succ2, order2 = _second_order(models["path"], xte, depths2, cfg.second_order)
+        ctx.log(
+            {
+                "kind": "order",
+                "model": f"path_{cfg.second_order}",
+                "depths": depths2,
+                "successive": succ2,
+                "order": order2,
+            }
+        )
 
     # Smoothness of the controls sampled at the finest depth.
     fine = max(depths)
@@ -222,6 +246,10 @@ def run(cfg: Config, ctx) -> dict:
     ctx.claim("path_accuracy_at_training_depth", a0, cfg.min_accuracy, op=">=", enforce=full)
     ctx.claim("path_max_accuracy_drop", max(drops), cfg.max_drop, op="<=", enforce=full)
     ctx.claim("path_order_minus_1", abs(order - 1.0), 0.2, op="<=", enforce=full)
+    if order2 is not None:
+        ctx.claim(
+            f"path_order_{cfg.second_order}_minus_2", abs(order2 - 2.0), 0.2, op="<=", enforce=full
+        )
     ctx.claim("path_beta", scaling["path"]["beta"], 0.9, op=">=", enforce=full)
     ctx.claim("adjoint_relative_difference", adjoint_rel, 1e-6, op="<=", enforce=full)
     ctx.claim("cpu_ratio_path_over_per_layer", cpu_ratio, cfg.max_cpu_ratio, op="<=", enforce=full)
@@ -260,7 +288,15 @@ def run(cfg: Config, ctx) -> dict:
         "| mean nfev | β | CPU s |\n"
         f"|---|{'---|' * len(depths)}---|---|---|---|\n{rows}\n\n"
         f"Path model output differences under refinement: {', '.join(f'{s:.3g}' for s in succ)}, "
-        f"fitted order **{order:.3f}**.\n\n"
+        f"fitted order **{order:.3f}**"
+        + (
+            ""
+            if order2 is None
+            else f"; stepped by {cfg.second_order} (N = {', '.join(map(str, depths2))}): "
+            f"{', '.join(f'{s:.3g}' for s in succ2)}, "
+            f"fitted order **{order2:.3f}**"
+        )
+        + ".\n\n"
         + _text_table(text)
         + _memory_table(memory)
         + "\n\nContinuous adjoint vs backprop through the solver "
@@ -287,6 +323,7 @@ def run(cfg: Config, ctx) -> dict:
             if "adaptive_accuracy" in v
         },
         "path_order": order,
+        "path_order_second": order2,
         "path_successive": succ,
         **{f"beta_{k}": v["beta"] for k, v in scaling.items()},
         **{f"cpu_seconds_{k}": v["cpu_seconds"] for k, v in summaries.items()},
@@ -301,6 +338,45 @@ def run(cfg: Config, ctx) -> dict:
         ),
         "jax_devices": str(jax.devices()),
     }
+
+
+def _second_order(model, x, depths: list[int], scheme: str) -> tuple[list[float], float]:
+    """Successive relative output differences of ``model`` stepped by ``scheme`` (a
+    second-order scheme of the same pre-LN vector field) at ``depths``, and their
+    fitted order. The model's controls and time interval are kept; the logits are
+    compared in float64 (the model is cast) so that float32 rounding does not floor the
+    O(Δt²) differences."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from transflow import declared_order, make_scheme
+    from transflow.analysis import fit_order
+    from transflow.control import depth_accuracy
+
+    s = make_scheme(scheme)
+    if declared_order(s) != 2:
+        raise ValueError(
+            f"task.second_order: {scheme!r} has declared order {declared_order(s)}, expected "
+            "a second-order scheme such as 'heun', 'midpoint' or 'strang' (or '' to skip)."
+        )
+    with jax.enable_x64(True):
+        m = jax.tree.map(
+            lambda a: a.astype(jnp.float64) if _is_float(a) else a,
+            dataclasses.replace(model, scheme=s),
+        )
+        outs = depth_accuracy(m, x, np.zeros(len(x), np.int32), depths, rtol=None)["outputs"]
+    ref = np.linalg.norm(outs[0])
+    succ = [float(np.linalg.norm(b - a) / ref) for a, b in zip(outs, outs[1:])]
+    return succ, fit_order(depths[:-1], succ)
+
+
+def _is_float(a) -> bool:
+    import jax.numpy as jnp
+
+    return hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating)
 
 
 def _adjoint_check(activation: str = "tanh", tol: float = 1e-10, solver: str = "tsit5") -> dict:
@@ -395,8 +471,9 @@ def _text(cfg: Config, ctx) -> dict:
             train_depths=[2, 4] if ctx.smoke else list(cfg.train_depths),
             smoothness=cfg.smoothness,
             dt=cfg.path_dt,
+            scheme=cfg.text_path_scheme,
         ),
-        "per_layer": dict(path="none", dt=1.0),
+        "per_layer": dict(path="none", dt=1.0, scheme="prenorm"),
     }
     out: dict = {"depths": depths}
     for name, over in models.items():
@@ -420,6 +497,7 @@ def _text(cfg: Config, ctx) -> dict:
             "change_4x": abs(b4 - b0) / b0,
             "n_params": summary["n_params"],
             "cpu_seconds": summary["cpu_seconds"],
+            "scheme": tcfg.scheme,
         }
     return out
 
@@ -429,15 +507,16 @@ def _text_table(text: dict | None) -> str:
         return ""
     depths = text["depths"]
     rows = "\n".join(
-        f"| {name} | {text[name]['n_params']} | "
+        f"| {name} | {text[name]['scheme']} | {text[name]['n_params']} | "
         + " | ".join(f"{b:.4f}" for b in text[name]["bpc"])
         + f" | {100 * text[name]['change_4x']:.2f} % | {text[name]['cpu_seconds']:.1f} |"
         for name in ("path", "per_layer")
     )
     return (
         "\n\nText (pydoc_data.topics, validation bits per character):\n\n"
-        f"| model | parameters | {' | '.join(f'N={n}' for n in depths)} | change at 4x | CPU s |\n"
-        f"|---|---|{'---|' * len(depths)}---|---|\n{rows}"
+        f"| model | scheme | parameters | {' | '.join(f'N={n}' for n in depths)} "
+        "| change at 4x | CPU s |\n"
+        f"|---|---|---|{'---|' * len(depths)}---|---|\n{rows}"
     )
 
 

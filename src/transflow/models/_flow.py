@@ -128,7 +128,8 @@ class FlowModel(eqx.Module):
     2. ``uT = evolve(u0, controls, scheme, dt=dt, grid=embed.grid())`` with the chosen
        rematerialisation (``"none"``, ``"step"`` = ``jax.checkpoint`` per step,
        ``"nested"`` = √N_t two-level checkpointing; ``remat`` of :func:`transflow.evolve`); the
-       forward value is the same for all three;
+       forward value is the same for all three; ``unroll`` is :func:`transflow.evolve`'s
+       layer loop (``"auto"``, ``True``, ``False`` or steps per iteration);
     3. ``pool`` reads out the class token (``"cls"``), the token mean
        ``∫_Ω_x u(x,·,T) dx / |Ω_x|`` (``"mean"``) or every token (``"tokens"``), followed
        by the linear head ``z @ head_w + head_b``.
@@ -159,6 +160,7 @@ class FlowModel(eqx.Module):
     pool: Pool = eqx.field(static=True, default="mean")
     remat: RematMode = eqx.field(static=True, default="step")
     n_steps: int | None = eqx.field(static=True, default=None)
+    unroll: bool | int | str = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
         if isinstance(self.controls, ControlPath):
@@ -204,7 +206,15 @@ class FlowModel(eqx.Module):
         """The final state u(·, ·, T) for one example."""
         u0 = self.embed(x)
         controls, dt = self.layer_controls()
-        return evolve(u0, controls, self.scheme, remat=self.remat, dt=dt, grid=self.embed.grid())
+        return evolve(
+            u0,
+            controls,
+            self.scheme,
+            remat=self.remat,
+            dt=dt,
+            grid=self.embed.grid(),
+            unroll=self.unroll,
+        )
 
     def readout(self, u: Float[Array, "n d"]) -> Float[Array, "*n c"]:
         """The pooled linear read-out of a final state ``u``."""
