@@ -280,7 +280,10 @@ def run_job(
             )
             ctx.report(_report_header(task_name, cfg, overrides, multirun))
             with _Precision(_value(cfg.precision)):
-                result = module.run(task_obj, ctx)
+                try:
+                    result = module.run(task_obj, ctx)
+                finally:
+                    _release_compiled()
             if result is None:
                 result = {}
             if not isinstance(result, dict):
@@ -477,6 +480,19 @@ def _hydra_main(cfg: DictConfig) -> None:
             raise
         # One clear line instead of a traceback; nothing was computed or kept.
         raise SystemExit(f"transflow-run: invalid config: {e}") from None
+
+
+def _release_compiled() -> None:
+    """Drop JAX's compiled programs after a task: a sweep runs its jobs in one process, and
+    every compiled executable stays memory-mapped until the caches are cleared (a few
+    thousand mappings per training; Linux allows 65 530 per process, vm.max_map_count)."""
+    import gc
+    import sys
+
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jax.clear_caches()
+        gc.collect()
 
 
 def main() -> None:

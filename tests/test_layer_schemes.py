@@ -4,6 +4,8 @@ linear stability."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -615,3 +617,43 @@ def test_schemes_task_names_are_checked(tmp_path):
         schemes.run(cfg, _Ctx(tmp_path, smoke=False))
     with pytest.raises(ValueError, match=r"task\.tasks.*'txt'.*digits.*sequence.*text"):
         schemes.run(schemes.Config(tasks=["digits", "txt"]), _Ctx(tmp_path))
+
+
+class _LoopCtx(_Ctx):
+    def progress(self, items, desc=""):
+        return items
+
+
+@pytest.mark.slow(reason="eight smoke trainings with their FTLE compiles: ~160 s on 2 cores")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/maps"), reason="counts memory mappings in /proc (Linux)"
+)
+def test_schemes_trainings_release_their_compiled_programs(tmp_path):
+    """The full schemes run (54 trainings) crashed after 41 of them when the process ran
+    out of memory mappings (vm.max_map_count): each training's compiled programs stayed
+    mapped. The loop releases them; without that, each smoke training adds hundreds of
+    mappings."""
+    import jax
+
+    from transflow.experiments.tasks import schemes
+
+    def n_maps() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+
+    cfg = schemes.Config(n_sensitivity=2)
+    ctx = _LoopCtx(tmp_path, smoke=True)
+    runs = [("digits", s, 0) for s in ("prenorm", "heun")]
+    list(schemes._measure_all(cfg, ctx, runs))  # first compiles of the shared code
+    before = n_maps()
+    # the same trainings without releasing: they do add mappings (the check can fail)
+    for task, scheme, seed in runs:
+        schemes._measure(cfg, ctx, task, scheme, seed)
+    grown = n_maps() - before
+    jax.clear_caches()
+    base = n_maps()
+    out = list(schemes._measure_all(cfg, ctx, runs * 2))
+    assert len(out) == 4
+    released = n_maps() - base
+    assert grown > 200, grown
+    assert released < grown / 4, (released, grown)

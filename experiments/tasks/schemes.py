@@ -163,6 +163,28 @@ def _measure(cfg: Config, ctx, task: str, scheme: str, seed: int) -> tuple[dict,
     return rec, count
 
 
+def _measure_all(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
+    """Yield ``(task, scheme, seed, record, parameter count)`` for every run, releasing the
+    compiled programs of each training before the next one.
+
+    Every training compiles new programs (its step, evaluation and FTLE closures), and
+    JAX keeps each one's executable mapped until its caches are cleared: about 1500–2000
+    memory mappings per training here, so the 54 trainings of the full run crossed
+    Linux's ``vm.max_map_count`` (65 530) after 41 of them (LLVM "Cannot allocate memory",
+    then a segfault). ``jax.clear_caches()`` after each training keeps the count flat
+    (``test_schemes_trainings_release_their_compiled_programs``).
+    """
+    import gc
+
+    import jax
+
+    for task, scheme, seed in ctx.progress(runs, desc="schemes"):
+        rec, count = _measure(cfg, ctx, task, scheme, seed)
+        jax.clear_caches()
+        gc.collect()
+        yield task, scheme, seed, rec, count
+
+
 def _ftle(model, xs, key) -> float:
     """Mean over ``xs`` of log σ_max(∂u_T/∂u_0) / T of the model's flow.
 
@@ -351,8 +373,7 @@ def run(cfg: Config, ctx) -> dict:
     rows: dict[tuple[str, str], dict[str, list[float]]] = {}
     n_params: dict[str, set[int]] = {t: set() for t in tasks}
     runs = [(t, s, seed) for t in tasks for s in schemes for seed in seeds]
-    for task, scheme, seed in ctx.progress(runs, desc="schemes"):
-        rec, count = _measure(cfg, ctx, task, scheme, seed)
+    for task, scheme, seed, rec, count in _measure_all(cfg, ctx, runs):
         n_params[task].add(count)
         ctx.log({"kind": "train", "task": task, "scheme": scheme, "seed": seed, **rec})
         row = rows.setdefault((task, scheme), {k: [] for k in rec})
