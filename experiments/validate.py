@@ -181,6 +181,11 @@ RULES: dict[str, Rule] = {
     "text_steps": POSITIVE,
     "text_eval_depths": POSITIVE,
     "max_bpc_change": POSITIVE,
+    "second_order_depths": POSITIVE,
+    # the text task (DepthTextConfig, task.text of experiment=schemes)
+    "context": POSITIVE,
+    "val_fraction": UNIT_OPEN,
+    "n_val": POSITIVE,
 }
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.

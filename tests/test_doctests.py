@@ -49,6 +49,26 @@ def _modules_with_examples() -> list[str]:
 
 MODULES = _modules_with_examples()
 
+#: Modules whose examples train, solve adaptively or spawn processes: 20–75 s each on
+#: 2 cores, so they run in the slow tier (``make test-slow``), like the other checks that
+#: take that long.
+SLOW_MODULES = {
+    "transflow.continuous._depth",
+    "transflow.control._depth",
+    "transflow.control._adjoint",
+    "transflow.control._memory",
+    "transflow._layer_schemes",
+    "transflow._execution",
+}
+
+
+def _param(name: str):
+    if name in SLOW_MODULES:
+        return pytest.param(
+            name, marks=pytest.mark.slow(reason="its examples take 20-75 s on 2 cores")
+        )
+    return name
+
 
 def test_modules_found():
     # The walk must see the library, its subpackages and the mapped experiments package.
@@ -71,7 +91,11 @@ def x64_off():
         jax.config.update("jax_numpy_dtype_promotion", old[1])
 
 
-@pytest.mark.parametrize("module_name", MODULES)
+def test_slow_modules_exist():
+    assert SLOW_MODULES <= set(MODULES), SLOW_MODULES - set(MODULES)
+
+
+@pytest.mark.parametrize("module_name", [_param(m) for m in MODULES])
 def test_docstring_examples(module_name, x64_off, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # an example that writes files writes them here
     module = importlib.import_module(module_name)

@@ -62,6 +62,7 @@ from ._layer_schemes import (
     RungeKuttaScheme as RungeKuttaScheme,
     StrangScheme as StrangScheme,
     amplification_factor as amplification_factor,
+    confirm_stable_dt as confirm_stable_dt,
     declared_order as declared_order,
     largest_stable_dt as largest_stable_dt,
     linear_run_growth as linear_run_growth,
