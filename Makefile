@@ -27,7 +27,7 @@ run: $(STAMP)
 
 ## The test suite (fast; `slow` tests excluded).
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -n 2 -q
+	$(BIN)/python -m pytest -m "not slow" -n 2 -q --durations=20
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q

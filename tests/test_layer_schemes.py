@@ -36,7 +36,17 @@ def _theta(n=3, d=D, dtype=jnp.float64, **kw):
 
 
 # ----------------------------------------------------------------------- step 1: the layers
-@pytest.mark.parametrize("name", SCHEME_NAMES)
+def _tiered(names, fast: set[str], why: str = "the fast names cover the same classes"):
+    """``names`` as parameters: those in ``fast`` in the fast tier, the rest slow."""
+    return [n if n in fast else pytest.param(n, marks=pytest.mark.slow(reason=why)) for n in names]
+
+
+# one of each class in the fast tier: the paper's layer, pre-norm, a post-norm Strang,
+# Runge–Kutta on the field and on the block, IMEX
+_FAST = {"lie", "prenorm", "strang_post", "rk4", "ode_rk2", "imex"}
+
+
+@pytest.mark.parametrize("name", _tiered(SCHEME_NAMES, _FAST))
 def test_every_scheme_runs_with_evolve_and_masks(name):
     s = make_scheme(name)
     theta = _theta(2)
@@ -60,7 +70,9 @@ def test_the_chunked_operator_is_supported(name):
     np.testing.assert_allclose(chunked, evolve(u0, theta, s, dt=0.3), atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["strang", "strang_post", "rk4", "ode_rk2", "imex"])
+@pytest.mark.parametrize(
+    "name", _tiered(["strang", "strang_post", "rk4", "ode_rk2", "imex"], _FAST)
+)
 def test_float32_agrees_with_float64(name):
     s = make_scheme(name)
     u0 = jax.random.normal(jax.random.key(1), (5, D))
@@ -219,6 +231,7 @@ def test_the_ode_transformer_block_is_first_order(prenorm_reference):
     assert abs(slope - 1.0) <= 0.2, (slope, errs)
 
 
+@pytest.mark.slow(reason="an RK4 refinement study: ~13 s; rk4's own order is in the slow tier too")
 def test_rk4_with_theta_frozen_at_the_midpoint_drops_to_second_order(prenorm_reference):
     """Why RK4 takes θ at its nodes: with one θ per step (the midpoint sample) a
     time-dependent control limits every scheme to order 2."""
@@ -483,7 +496,7 @@ def random_layer_trajectory():
     return th, jnp.concatenate([u0[None], traj])
 
 
-@pytest.mark.parametrize("name", ["prenorm", "strang", "rk4", "imex"])
+@pytest.mark.parametrize("name", _tiered(["prenorm", "strang", "rk4", "imex"], {"prenorm", "imex"}))
 def test_largest_stable_dt_is_confirmed_by_runs_below_and_above(name, random_layer_trajectory):
     """Δt* of a random layer's linearised dynamics (sub-field Jacobians along a trajectory,
     shifted so the exact linear flow decays): 2000 steps at 0.95 Δt* stay bounded, at
@@ -541,9 +554,9 @@ def test_perturbation_growth_is_the_largest_singular_value():
 
 
 # ------------------------------------------------- experiment=schemes: the text task (issue 27)
-# Every class of scheme once in the fast tier (post-LN Lie, relaxed, Strang post-norm,
-# Runge–Kutta, the ODE Transformer block, IMEX); the other names only add configurations.
-_CAUSAL_FAST = {"lie", "prenorm", "relaxed", "macaron_post", "rk4", "ode_rk2", "imex"}
+# The classes in the fast tier: the post-LN Lie layer, pre-norm, Runge–Kutta on the field
+# and on the block (ODE Transformer), IMEX; the other names only add configurations.
+_CAUSAL_FAST = {"lie", "prenorm", "rk4", "ode_rk2", "imex"}
 
 
 @pytest.mark.parametrize(
