@@ -41,6 +41,7 @@ from .context import (
     RunLog,
     claim_line,
     claims_markdown,
+    release_compiled,
     summary_markdown,
     to_jsonable,
 )
@@ -283,7 +284,7 @@ def run_job(
                 try:
                     result = module.run(task_obj, ctx)
                 finally:
-                    _release_compiled()
+                    release_compiled()  # a sweep runs its jobs in this one process
             if result is None:
                 result = {}
             if not isinstance(result, dict):
@@ -480,19 +481,6 @@ def _hydra_main(cfg: DictConfig) -> None:
             raise
         # One clear line instead of a traceback; nothing was computed or kept.
         raise SystemExit(f"transflow-run: invalid config: {e}") from None
-
-
-def _release_compiled() -> None:
-    """Drop JAX's compiled programs after a task: a sweep runs its jobs in one process, and
-    every compiled executable stays memory-mapped until the caches are cleared (a few
-    thousand mappings per training; Linux allows 65 530 per process, vm.max_map_count)."""
-    import gc
-    import sys
-
-    jax = sys.modules.get("jax")
-    if jax is not None:
-        jax.clear_caches()
-        gc.collect()
 
 
 def main() -> None:

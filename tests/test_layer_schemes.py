@@ -559,15 +559,7 @@ def test_perturbation_growth_is_the_largest_singular_value():
 _CAUSAL_FAST = {"lie", "prenorm", "rk4", "ode_rk2", "imex"}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        n
-        if n in _CAUSAL_FAST
-        else pytest.param(n, marks=pytest.mark.slow(reason="same classes as the fast names"))
-        for n in SCHEME_NAMES
-    ],
-)
+@pytest.mark.parametrize("name", _tiered(SCHEME_NAMES, _CAUSAL_FAST))
 def test_char_lm_is_causal_with_every_scheme(name):
     """The text task's model (CausalScheme around the task's scheme): the logits of the
     first k characters do not depend on the later ones, for every scheme name."""

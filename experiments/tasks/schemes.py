@@ -165,23 +165,14 @@ def _measure(cfg: Config, ctx, task: str, scheme: str, seed: int) -> tuple[dict,
 
 def _measure_all(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
     """Yield ``(task, scheme, seed, record, parameter count)`` for every run, releasing the
-    compiled programs of each training before the next one.
-
-    Every training compiles new programs (its step, evaluation and FTLE closures), and
-    JAX keeps each one's executable mapped until its caches are cleared: about 1500–2000
-    memory mappings per training here, so the 54 trainings of the full run crossed
-    Linux's ``vm.max_map_count`` (65 530) after 41 of them (LLVM "Cannot allocate memory",
-    then a segfault). ``jax.clear_caches()`` after each training keeps the count flat
-    (``test_schemes_trainings_release_their_compiled_programs``).
-    """
-    import gc
-
-    import jax
+    compiled programs of each training before the next one (:func:`release_compiled`:
+    without it the 54 trainings of the full run exhaust the process's memory mappings;
+    ``test_schemes_trainings_release_their_compiled_programs``)."""
+    from transflow.experiments.context import release_compiled
 
     for task, scheme, seed in ctx.progress(runs, desc="schemes"):
         rec, count = _measure(cfg, ctx, task, scheme, seed)
-        jax.clear_caches()
-        gc.collect()
+        release_compiled()
         yield task, scheme, seed, rec, count
 
 
