@@ -6,6 +6,17 @@ float32 checks create float32 arrays explicitly; x64 only changes the default dt
 import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# Compile speed: the tests compile thousands of small programs, and LLVM's optimisation of
+# the generated CPU code is most of that time. The suite runs XLA's CPU backend at -O0
+# (about a third of the fast tier's wall time): XLA's HLO passes (fusion, the flop counts
+# of tests/test_perf.py, memory analysis) are unchanged, and so is every operation's IEEE
+# semantics; only the machine code is less optimised. This also checks that no result
+# depends on two programs rounding alike (it found such a case in the chunked hardmax
+# backward). Subprocesses started by the tests inherit it. TRANSFLOW_TEST_XLA_OPT=1 runs
+# the suite with XLA's default optimisation instead.
+if os.environ.get("TRANSFLOW_TEST_XLA_OPT") != "1":
+    _O0 = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_O0}".strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -14,6 +25,30 @@ jax.config.update("jax_enable_x64", True)
 # Strict dtype promotion: an implicit float32/float64 (or int/float) mix in library code is
 # an error in the tests, not a silent upcast (issue #17).
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+
+def _n_mappings() -> int:
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:  # not Linux
+        return 0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after a test module once the process holds many
+    memory mappings. Every compiled executable stays mapped until the caches are cleared;
+    a pytest worker that runs half the fast tier passed 17 000 mappings within 4 minutes
+    and one crashed (segmentation fault) where Linux's limit of 65 530 per process
+    (``vm.max_map_count``) ran out, as `transflow-run` did before it released them
+    between tasks (experiments/context.py, ``release_compiled``)."""
+    yield
+    if _n_mappings() > 20_000:
+        import gc
+
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture

@@ -120,6 +120,28 @@ def test_chunked_gradient_matches_dense(getkey, causal, hardmax):
     assert float(jnp.max(jnp.abs(g_dense[0]))) > 1e-3
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_hardmax_backward_does_not_rely_on_the_forwards_rounding(getkey, causal):
+    """The backward finds the maximizers with its own (key-major) products: maxima saved
+    by the forward that differ from them in the last bit (as XLA may round q kᵀ and k qᵀ
+    differently) leave the gradient unchanged. Before the fix every maximizer compared
+    unequal here and the gradients of v and log w were silently 0."""
+    from transflow._chunked import _attend_bwd, _attend_fwd
+
+    q, k, v = jax.random.normal(getkey(), (3, 2, 37, 4), jnp.float64)
+    lw = jnp.log(jax.random.uniform(getkey(), (37,), jnp.float64, 0.5, 2.0))
+    g = jax.random.normal(getkey(), (2, 37, 4), jnp.float64)
+    static = (causal, True, 8, 16, False, False)  # causal, hardmax, bq, bk, masked, uniform
+    _, res = _attend_fwd(q, k, v, lw, None, *static)
+    exact = _attend_bwd(*static, res, g)
+    s1 = res[6]
+    off = jnp.nextafter(s1, jnp.full_like(s1, jnp.inf))  # the forward's max, one ulp up
+    shifted = _attend_bwd(*static, (*res[:6], off, res[7]), g)
+    for a, b in zip(shifted[2:4], exact[2:4]):  # d v, d log w
+        np.testing.assert_array_equal(a, b)
+    assert float(jnp.max(jnp.abs(exact[2]))) > 1e-2  # not vacuous
+
+
 def test_online_softmax_attention_direct(getkey):
     q, k, v = jax.random.normal(getkey(), (3, 2, 130, 8), jnp.float64)
     lw = jnp.log(jax.random.uniform(getkey(), (130,), jnp.float64, 0.5, 2.0))

@@ -134,7 +134,8 @@ def test_remat_gives_identical_gradients(getkey):
 
 @pytest.mark.parametrize(
     "n_steps,chunk",
-    [(7, None), pytest.param(10, 3, marks=pytest.mark.slow)],  # k = 3: 2 chunks + remainder 1
+    # N = 5, k = ⌈√5⌉ = 3: one chunk + a remainder of 2; N = 10, k = 3: 3 chunks + 1
+    [(5, None), pytest.param(10, 3, marks=pytest.mark.slow)],
 )
 def test_nested_remat_equals_plain_evolve(getkey, n_steps, chunk):
     """remat="nested" (√N_t two-level checkpointing): same value, gradient, trajectory."""

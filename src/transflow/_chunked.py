@@ -196,6 +196,61 @@ def _masked_terms(lwj, mask, bias, q0, k0, bq, bk):
     return lwj[None, None, :] + bj, mask & (bj > -jnp.inf)
 
 
+def _hardmax_stats_keymajor(qp, kp, lwp, bias, causal, bq, bk, n_q, n_k, masked):
+    """The hardmax row maxima and Σ_argmax w, recomputed in the backward's own layout.
+
+    The backward recognises a maximizer by ``s_ij == max_j s_ij``. The forward computes the
+    scores query-major (``q kᵀ``) and the backward key-major (``k qᵀ``); XLA does not
+    promise the two products round alike (at ``--xla_backend_optimization_level=0`` they
+    differ in the last bit), and a maximizer that compares unequal silently loses its
+    gradient. So the backward compares its scores with maxima taken over the same
+    key-major products, not with the forward's: ``(max, Σ_argmax w)`` per query, padded
+    query rows ``(+∞, 1)`` (no maximizer), rows without admissible keys ``Σ w = 1``.
+    """
+    H = qp.shape[0]
+    nqb, nkb = qp.shape[1] // bq, kp.shape[1] // bk
+    dtype = qp.dtype
+    neg_inf = jnp.asarray(-jnp.inf, dtype)
+
+    def key_block(j, carry):
+        k0 = j * bk
+        kj = jax.lax.dynamic_slice_in_dim(kp, k0, bk, axis=1)
+        lwj = jax.lax.dynamic_slice_in_dim(lwp, k0, bk, axis=0)
+
+        def query_block(i, carry):
+            m, ell = carry
+            q0 = i * bq
+            qi = jax.lax.dynamic_slice_in_dim(qp, q0, bq, axis=1)
+            st = jnp.einsum("hkc,hqc->hkq", kj, qi)
+            mask = jnp.swapaxes(_mask(q0, k0, bq, bk, n_k, causal), -1, -2)
+            lwt = lwj[None, :, None]
+            if masked:
+                mask = mask & (lwj > -jnp.inf)[None, :, None]
+                if bias is not None:
+                    bt = jnp.swapaxes(_bias_block(bias, q0, k0, bq, bk), -1, -2)
+                    lwt = lwt + bt
+                    mask = mask & (bt > -jnp.inf)
+            smt = jnp.where(mask, st, neg_inf)
+            mi = jax.lax.dynamic_slice_in_dim(m, q0, bq, axis=1)
+            li = jax.lax.dynamic_slice_in_dim(ell, q0, bq, axis=1)
+            m_new = jnp.maximum(mi, jnp.max(smt, axis=1))
+            pt = jnp.where(mask & (smt == m_new[:, None, :]), jnp.exp(lwt), 0.0)
+            li = jnp.where(mi == m_new, li, 0.0) + jnp.sum(pt, axis=1)
+            m = jax.lax.dynamic_update_slice_in_dim(m, m_new, q0, axis=1)
+            ell = jax.lax.dynamic_update_slice_in_dim(ell, li, q0, axis=1)
+            return m, ell
+
+        lo = jnp.minimum(k0 // bq, nqb) if causal else 0
+        return jax.lax.fori_loop(lo, nqb, query_block, carry)
+
+    init = (jnp.full((H, nqb * bq), -jnp.inf, dtype), jnp.zeros((H, nqb * bq), dtype))
+    m, ell = jax.lax.fori_loop(0, nkb, key_block, init)
+    padded = jnp.arange(nqb * bq) >= n_q
+    m = jnp.where(padded[None, :], jnp.inf, m)
+    ell = jnp.where(padded[None, :] | (ell == 0), 1.0, ell)
+    return m, ell
+
+
 @partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9, 10))
 def _attend(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform):
     return _forward(q, k, v, lw, bias, causal, hardmax, bq, bk, masked, uniform)[0]
@@ -229,9 +284,12 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, uniform, res, g):
     qp = _pad_to(q, nqb * bq, axis=1)
     gp = _pad_to(g, nqb * bq, axis=1)
     # Padded query rows get L = +∞ (softmax) / an unreachable max (hardmax): p = 0 there.
-    s1p = _pad_to(s1, nqb * bq, axis=1, fill=jnp.inf)
-    s2p = _pad_to(s2, nqb * bq, axis=1, fill=1.0)
     kp, vp, lwp, fast, no_lw = _padded_keys(k, v, lw, bk, masked, hardmax, uniform)
+    if hardmax:  # the maximizers as the backward's own products see them (see there)
+        s1p, s2p = _hardmax_stats_keymajor(qp, kp, lwp, bias, causal, bq, bk, n_q, n_k, masked)
+    else:
+        s1p = _pad_to(s1, nqb * bq, axis=1, fill=jnp.inf)
+        s2p = _pad_to(s2, nqb * bq, axis=1, fill=1.0)
     dtype = q.dtype
     hb = None if bias is None else bias.shape[0]
 
