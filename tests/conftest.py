@@ -7,14 +7,14 @@ import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # Compile speed: the tests compile thousands of small programs, and LLVM's optimisation of
-# the generated CPU code is most of that time. The suite runs XLA's CPU backend at -O0
-# (about a third of the fast tier's wall time): XLA's HLO passes (fusion, the flop counts
-# of tests/test_perf.py, memory analysis) are unchanged, and so is every operation's IEEE
-# semantics; only the machine code is less optimised. This also checks that no result
-# depends on two programs rounding alike (it found such a case in the chunked hardmax
-# backward). Subprocesses started by the tests inherit it. TRANSFLOW_TEST_XLA_OPT=1 runs
-# the suite with XLA's default optimisation instead.
-if os.environ.get("TRANSFLOW_TEST_XLA_OPT") != "1":
+# the generated CPU code is most of that time. TRANSFLOW_TEST_XLA_O0=1 runs XLA's CPU
+# backend at -O0 (about a third off the fast tier; XLA's HLO passes, the flop counts of
+# tests/test_perf.py, memory analyses and the IEEE semantics of every operation are
+# unchanged, and it found a result that depended on two programs rounding alike, in the
+# chunked hardmax backward). It is not the default: in 2 of 3 full -O0 runs one worker died
+# of a segmentation fault at the same doctest (transflow.interop._hf_reference, torch),
+# which passes alone; the cause is not found. Subprocesses started by the tests inherit it.
+if os.environ.get("TRANSFLOW_TEST_XLA_O0") == "1":
     _O0 = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_O0}".strip()
 
