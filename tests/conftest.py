@@ -42,13 +42,12 @@ def _release_compiled_programs():
     a pytest worker that runs half the fast tier passed 17 000 mappings within 4 minutes
     and one crashed (segmentation fault) where Linux's limit of 65 530 per process
     (``vm.max_map_count``) ran out, as `transflow-run` did before it released them
-    between tasks (experiments/context.py, ``release_compiled``)."""
+    between tasks."""
     yield
     if _n_mappings() > 20_000:
-        import gc
+        from transflow.experiments.context import release_compiled
 
-        jax.clear_caches()
-        gc.collect()
+        release_compiled()
 
 
 @pytest.fixture

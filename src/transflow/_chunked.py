@@ -196,6 +196,23 @@ def _masked_terms(lwj, mask, bias, q0, k0, bq, bk):
     return lwj[None, None, :] + bj, mask & (bj > -jnp.inf)
 
 
+def _keymajor_block(kj, qi, lwj, bias, q0, k0, bq, bk, n_k, causal, masked):
+    """The backward's view of block (q0, k0): key-major scores ``k qᵀ`` ``(H, bk, bq)``,
+    the admissible pairs and the log-weights (plus the additive mask's block). The hardmax
+    maxima and the backward's gradient pass both build their scores here, so they compare
+    products computed the same way."""
+    st = jnp.einsum("hkc,hqc->hkq", kj, qi)
+    mask = jnp.swapaxes(_mask(q0, k0, bq, bk, n_k, causal), -1, -2)  # (1, bk, bq)
+    lwt = lwj[None, :, None]
+    if masked:
+        mask = mask & (lwj > -jnp.inf)[None, :, None]
+        if bias is not None:
+            bt = jnp.swapaxes(_bias_block(bias, q0, k0, bq, bk), -1, -2)
+            lwt = lwt + bt
+            mask = mask & (bt > -jnp.inf)
+    return st, mask, lwt
+
+
 def _hardmax_stats_keymajor(qp, kp, lwp, bias, causal, bq, bk, n_q, n_k, masked):
     """The hardmax row maxima and Σ_argmax w, recomputed in the backward's own layout.
 
@@ -221,15 +238,7 @@ def _hardmax_stats_keymajor(qp, kp, lwp, bias, causal, bq, bk, n_q, n_k, masked)
             m, ell = carry
             q0 = i * bq
             qi = jax.lax.dynamic_slice_in_dim(qp, q0, bq, axis=1)
-            st = jnp.einsum("hkc,hqc->hkq", kj, qi)
-            mask = jnp.swapaxes(_mask(q0, k0, bq, bk, n_k, causal), -1, -2)
-            lwt = lwj[None, :, None]
-            if masked:
-                mask = mask & (lwj > -jnp.inf)[None, :, None]
-                if bias is not None:
-                    bt = jnp.swapaxes(_bias_block(bias, q0, k0, bq, bk), -1, -2)
-                    lwt = lwt + bt
-                    mask = mask & (bt > -jnp.inf)
+            st, mask, lwt = _keymajor_block(kj, qi, lwj, bias, q0, k0, bq, bk, n_k, causal, masked)
             smt = jnp.where(mask, st, neg_inf)
             mi = jax.lax.dynamic_slice_in_dim(m, q0, bq, axis=1)
             li = jax.lax.dynamic_slice_in_dim(ell, q0, bq, axis=1)
@@ -308,15 +317,7 @@ def _attend_bwd(causal, hardmax, bq, bk, masked, uniform, res, g):
             gi = jax.lax.dynamic_slice_in_dim(gp, q0, bq, axis=1)
             di = jax.lax.dynamic_slice_in_dim(delta, q0, bq, axis=1)
             s1i = jax.lax.dynamic_slice_in_dim(s1p, q0, bq, axis=1)
-            st = jnp.einsum("hkc,hqc->hkq", kj, qi)
-            mask = jnp.swapaxes(_mask(q0, k0, bq, bk, n_k, causal), -1, -2)  # (1, bk, bq)
-            lwt = lwj[None, :, None]
-            if masked:
-                mask = mask & (lwj > -jnp.inf)[None, :, None]
-                if bias is not None:
-                    bt = jnp.swapaxes(_bias_block(bias, q0, k0, bq, bk), -1, -2)
-                    lwt = lwt + bt
-                    mask = mask & (bt > -jnp.inf)
+            st, mask, lwt = _keymajor_block(kj, qi, lwj, bias, q0, k0, bq, bk, n_k, causal, masked)
             if hardmax:  # p = w_j / Σ_argmax w on the maximizers (s1 = max, s2 = Σ w)
                 s2i = jax.lax.dynamic_slice_in_dim(s2p, q0, bq, axis=1)
                 ind = mask & (st == s1i[:, None, :])
