@@ -18,6 +18,8 @@ import pkgutil
 import jax
 import pytest
 
+from _environ import restore_environ
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -109,8 +111,7 @@ def test_docstring_examples(module_name, x64_off, tmp_path, monkeypatch):
         for test in tests:
             runner.run(test, out=report.append)
     finally:  # whatever an example sets in the environment does not leak into other tests
-        os.environ.clear()
-        os.environ.update(environ)
+        restore_environ(environ)
     result = runner.summarize(verbose=False)
     assert result.attempted > 0
     assert result.failed == 0, f"{result.failed} failing example(s) in {module_name}:\n" + "".join(
