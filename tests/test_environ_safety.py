@@ -106,7 +106,7 @@ def test_crashing_doctest_sequence_exits_cleanly(tmp_path):
         f"""
         import doctest, faulthandler, importlib, os, sys, threading
         faulthandler.enable()
-        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        sys.path.insert(0, {str(ROOT / "tests")!r})
         import jax, jax.numpy as jnp
         from _environ import restore_environ
         FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
