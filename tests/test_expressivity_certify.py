@@ -11,13 +11,13 @@ import pytest
 from transflow.expressivity import (
     CertificationError,
     MaxoutNetwork,
+    _exact2d,
     count_linear_regions,
     lp_region_count,
     maxout_to_transformer,
     restrict,
     zigzag_maxout,
 )
-from transflow.expressivity import _exact2d
 from transflow.expressivity._certify import _Exact
 
 
