@@ -189,6 +189,8 @@ class RegionCount:
 
 def _maps_equal(J1, c1, J2, c2, span, rtol):
     """Equal affine maps up to ``rtol`` relative to their size on the box."""
+    if J1.shape[0] == 0:  # one region: nothing to compare
+        return np.zeros(0, bool)
     dJ = np.abs(J1 - J2).reshape(J1.shape[0], -1).max(-1)
     dc = np.abs(c1 - c2).reshape(c1.shape[0], -1).max(-1)
     sJ = np.maximum(np.abs(J1), np.abs(J2)).reshape(J1.shape[0], -1).max(-1)
