@@ -194,8 +194,8 @@ def test_time_budget_bounds_the_exact_rational_walk(monkeypatch):
     net = _grid_net(500)
     truth = exact_count(net, -2.0, 2.0)
     count_linear_regions(net, 5.0, 6.0, certify=False)  # compile the bisection's kernels
-    r, el = _timed(net, -2.0, 2.0, time_budget=0.5)
-    _check_budgeted(r, 0.5, el, truth)
+    r, el = _timed(net, -2.0, 2.0, time_budget=0.3)
+    _check_budgeted(r, 0.3, el, truth)
     if not r.certified:
         assert "(in the exact rational walk)" in r.certificate["failure"]
 

@@ -658,7 +658,21 @@ def _sweep(a, b, w, u: Fraction, v: Fraction):
         pos, cur = best_t, best_k
 
 
-def exact_segments_1d(f: AbstractPiecewiseLinear, A: Fraction, B: Fraction):
+def program_1d(f: AbstractPiecewiseLinear) -> _Program:
+    """The integer program of a 1-D model for :func:`exact_segments_1d` (build it once per
+    count); :class:`NotExact` if the model has none."""
+    if f.in_dim != 1:
+        raise NotExact("exact_segments_1d: a 1-D model is needed")
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    shapes = jax.eval_shape(f.layer_logits, jnp.zeros((1,), dtype))
+    sizes = [int(s.shape[0]) for s in shapes]
+    prog = _program(f, sizes)
+    if isinstance(prog, _GenericProgram):
+        raise NotExact("no integer program for this model (the exact walk is used)")
+    return prog
+
+
+def exact_segments_1d(f: AbstractPiecewiseLinear, A: Fraction, B: Fraction, prog=None):
     """Exact activation regions of a 1-D model on ``[A, B]`` by exact affine propagation,
     decision layer by decision layer (the 1-D analogue of :func:`count_2d_exact`).
 
@@ -673,17 +687,11 @@ def exact_segments_1d(f: AbstractPiecewiseLinear, A: Fraction, B: Fraction):
     ``[(point, maps differ)]`` (as :meth:`transflow.expressivity._certify._Exact.walk`),
     and per region the exact ``(slope, intercept)`` Fraction arrays ``(d_out,)``.
     Raises :class:`NotExact` for models without an integer program (the caller walks).
+    ``prog``: the model's :func:`program_1d`, if already built.
     """
     from ._certify import check_budget
 
-    if f.in_dim != 1:
-        raise NotExact("exact_segments_1d: a 1-D model is needed")
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    shapes = jax.eval_shape(f.layer_logits, jnp.zeros((1,), dtype))
-    sizes = [int(s.shape[0]) for s in shapes]
-    prog = _program(f, sizes)
-    if isinstance(prog, _GenericProgram):
-        raise NotExact("no integer program for this model (the exact walk is used)")
+    prog = program_1d(f) if prog is None else prog
     ident = _Aff(np.array([[0, 1, 0]], dtype=object), 0)
     items = [(A, B, prog.start(ident))]
     for layer in range(prog.n_layers):

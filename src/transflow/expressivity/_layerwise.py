@@ -544,18 +544,26 @@ class IntervalContext:
 
 
 # --------------------------------------------------------------------------- driver
-def _segment(f, exact, A: Fraction, B: Fraction):
+def _segment(f, exact, A: Fraction, B: Fraction, cache: dict):
     """The exact switches in (A, B) and, where available, the exact maps of the regions:
     by exact affine propagation layer by layer (models with an integer program: a cost per
     region and layer, however many switches coincide), else by the exact rational walk
-    (maps ``None``). ``exact``: a callable returning the :class:`_Exact` model."""
-    from ._exact2d import NotExact, exact_segments_1d
+    (maps ``None``). ``exact``: a callable returning the :class:`_Exact` model; ``cache``
+    keeps the model's integer program (or ``None`` if it has none) between calls."""
+    from . import _exact2d
 
-    try:
-        sw, maps = exact_segments_1d(f, A, B)
-        return sw, [(s, i) for s, i in maps], True
-    except (NotExact, NotImplementedError):
-        return exact().walk(A, B), None, False
+    if "prog" not in cache:
+        try:
+            cache["prog"] = _exact2d.program_1d(f)
+        except (_exact2d.NotExact, NotImplementedError):
+            cache["prog"] = None
+    if cache["prog"] is not None:
+        try:
+            sw, maps = _exact2d.exact_segments_1d(f, A, B, cache["prog"])
+            return sw, maps, True
+        except (_exact2d.NotExact, NotImplementedError):
+            cache["prog"] = None  # e.g. queries that depend on x: walk from now on
+    return exact().walk(A, B), None, False
 
 
 def _exact_whole(f, lo, hi, t0, c0, reason: str) -> dict:
@@ -573,7 +581,7 @@ def _exact_whole(f, lo, hi, t0, c0, reason: str) -> dict:
         return box[0]
 
     A, B = Fraction(float(lo)), Fraction(float(hi))
-    sw, maps, layered = _segment(f, exact, A, B)
+    sw, maps, layered = _segment(f, exact, A, B, {})
     pts = [A] + [s[0] for s in sw] + [B]
     slopes, icpts = [], []
     if maps is not None:
@@ -699,6 +707,7 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     items.sort(key=lambda it: it[0])
     bps, difs, slopes, icpts = [], [], [], []
     n_exact_sw = exact_regions = n_layered = 0
+    seg_cache: dict = {}
     lo_f, hi_f = Fraction(float(lo)), Fraction(float(hi))
 
     def add_exact_region(t0_, t1_):
@@ -732,7 +741,7 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
             has_next = nxt is not None and nxt[1] == "run"
             A = Fraction(float(mid_clean[prev[1] - 1])) if has_prev else lo_f
             B = Fraction(float(mid_clean[nxt[2][0]])) if has_next else hi_f
-            sw, smaps, layered = _segment(f, exact, A, B)
+            sw, smaps, layered = _segment(f, exact, A, B, seg_cache)
             n_layered += layered
             n_exact_sw += len(sw)
             pts = [A] + [s_[0] for s_ in sw] + [B]
