@@ -601,7 +601,8 @@ def count_linear_regions(
     token, argmax per maxout unit; ties go to the lowest index). A kink at an end of the
     domain bounds no region inside it and is not counted (``relu(t)`` on ``[0, 1]``: 1
     region); an affine f has 1 linear region. The certificate is about the model as
-    stored — its float64 parameters read as exact rationals — (``certificate["covers"]``);
+    stored — its parameters read as exact rationals — on the box as given (float64 numbers,
+    also when x64 is off: the box is never rounded to float32) (``certificate["covers"]``);
     ``certificate["outside"]`` names conversions it does not cover (``from_torch``).
     Activation regions are convex, and the linear regions are the connected unions of
     adjacent activation regions with equal affine maps (docs/spec/maxout-expressivity.md §2.5).
@@ -645,7 +646,8 @@ def count_linear_regions(
         f: a :class:`MaxoutNetwork` (ReLU networks via ``from_relu`` / ``from_torch``), a
             hardmax :class:`MaxoutTransformer` or :class:`HardmaxTransformer`, a slice
             :func:`restrict` of any of them, or any :class:`AbstractPiecewiseLinear`.
-        lo, hi: the box (scalars broadcast to ``(d,)``).
+        lo, hi: the box: finite numbers (broadcast to ``(d,)``) or arrays of shape
+            ``(d,)``, ``lo < hi``.
         n_seed: 1-D: number of seed intervals.
         tol: 1-D, ``certify=False`` only: bisection stops at intervals shorter than ``tol``.
         split: 1-D, ``certify=False`` only: ``"affine"`` or ``"midpoint"`` bisection.
@@ -655,10 +657,15 @@ def count_linear_regions(
         certify: prove the count (default); ``False``: the earlier uncertified bisection.
         strict: raise when the count cannot be certified (default).
         time_budget: seconds (wall clock) the certified count may take; when they run
-            out, the count is returned with ``certified=False``, the reason in
-            ``certificate["failure"]``, and the uncertified float64 count (bisection in
-            1-D, float polygons in 2-D) as the numbers — also with ``strict=True``.
-            ``None`` (default): no limit.
+            out, the count is returned with ``certified=False`` and the reason in
+            ``certificate["failure"]`` — also with ``strict=True``. The uncertified
+            float64 count (bisection in 1-D, float polygons in 2-D) then gets the same
+            time again: its counts (``certificate["counts"] == "uncertified float64"``),
+            or, if it runs out too, the lower bounds found so far (``"lower bounds"``:
+            ``activation`` found so far, ``linear`` = 1, no maps). The call takes at most
+            ``2 * time_budget`` plus one step that cannot be interrupted (a JIT
+            compilation, one numpy pass over a layer, one exact evaluation). ``None``
+            (default): no limit.
 
     Returns:
         :class:`RegionCount` (``.linear``, ``.activation``, ``.certified``, maps,
