@@ -725,8 +725,8 @@ def _out_of_time(f, lo, hi, exc, t0, budget, progress, certify, n_seed, tol, map
     from ._certify import _DEADLINE, BudgetExceeded
 
     lower = (
-        "`activation` = {} is a lower bound on the activation regions and `linear` = 1 only "
-        "the trivial bound; no maps"
+        "`activation` = {} is a lower bound on the activation regions of the (uncertified) "
+        "float64 count and `linear` = 1 only the trivial bound; no maps"
     )
     if not certify:  # the uncertified count itself ran out
         r = _partial(f, progress)
