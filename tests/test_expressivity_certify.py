@@ -11,6 +11,7 @@ import pytest
 from transflow.expressivity import (
     CertificationError,
     MaxoutNetwork,
+    _exact2d,
     count_linear_regions,
     lp_region_count,
     maxout_to_transformer,
@@ -63,7 +64,12 @@ def test_strict_raises_when_certification_is_impossible(monkeypatch):
     def no_exact(self):
         raise NotImplementedError("no exact evaluation in this test")
 
+    def no_program(*args):
+        raise _exact2d.NotExact("no integer program in this test")
+
     monkeypatch.setattr(MaxoutNetwork, "exact_params", no_exact)
+    # the exact integer program of the hole groups (issue #38) is an exact path too
+    monkeypatch.setattr(_exact2d, "exact_segments_1d", no_program)
     with pytest.raises(CertificationError, match="no exact evaluation"):
         count_linear_regions(net, -1.0, 1.0, n_seed=4)
     r = count_linear_regions(net, -1.0, 1.0, n_seed=4, strict=False)

@@ -159,6 +159,35 @@ def as_input(
     )
 
 
+def check_step(name: str, value: Any, owner: str) -> None:
+    """Raise unless ``value`` is a finite number > 0 (a time step such as ``dt``).
+
+    Example:
+        >>> from transflow._errors import check_step
+        >>> check_step("dt", 0.5, "SplitTransformer")
+        >>> check_step("dt", 0.0, "SplitTransformer")
+        Traceback (most recent call last):
+        ...
+        ValueError: SplitTransformer: `dt` must be a finite number > 0 (the time step), got 0.0; ...
+    """
+    v = None
+    if not isinstance(value, bool | np.bool_ | str | bytes) and np.ndim(value) == 0:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            v = None
+    if v is None:
+        raise TypeError(
+            f"{owner}: `{name}` must be a finite number > 0 (the time step), got "
+            f"{type(value).__name__} {value!r}; pass e.g. {name}=1.0."
+        )
+    if not (np.isfinite(v) and v > 0):
+        raise ValueError(
+            f"{owner}: `{name}` must be a finite number > 0 (the time step), got {value!r}; "
+            f"pass e.g. {name}=1.0 (the step of one layer; T = N_t * {name})."
+        )
+
+
 def check_finite(name: str, x):
     """Return ``x``, raising at run time (also under jit) if it holds NaN or Inf."""
     if isinstance(x, np.ndarray):

@@ -257,6 +257,7 @@ def _batched(kernel, f, xs, *extra):
     n = xs[0].shape[0]
     outs = []
     for start in range(0, max(n, 1), _CHUNK):
+        check_budget("float evaluation")
         parts = []
         for x in xs:
             part = x[start : start + _CHUNK]
@@ -392,11 +393,60 @@ class _Exact:
 
 
 # --------------------------------------------------------------------------- driver
+def _snap(x, dtype):
+    """The nearest numbers of ``dtype`` (float64 values)."""
+    return np.asarray(x, np.float64).astype(dtype).astype(np.float64)
+
+
+def _up(x, dtype, k: int = 0):
+    """The smallest number of ``dtype`` ≥ x, then ``k`` steps further up (float64 values)."""
+    x = np.asarray(x, np.float64)
+    y = x.astype(dtype)
+    y = np.where(y.astype(np.float64) < x, np.nextafter(y, dtype(np.inf)), y)
+    for _ in range(k):
+        y = np.nextafter(y, dtype(np.inf))
+    return y.astype(np.float64)
+
+
+def _down(x, dtype):
+    """The largest number of ``dtype`` ≤ x (float64 value)."""
+    x = np.asarray(x, np.float64)
+    y = x.astype(dtype)
+    y = np.where(y.astype(np.float64) > x, np.nextafter(y, dtype(-np.inf)), y)
+    return y.astype(np.float64)
+
+
+def _all_exact(f, lo: float, hi: float) -> dict:
+    """The whole interval by the exact rational walk (a box narrower than two numbers of
+    the evaluation dtype)."""
+    from ._layerwise import NotApplicable, _exact_whole
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        return _exact_whole(f, lo, hi, t0, c0, "the box holds fewer than two float32 numbers")
+    except NotApplicable as err:
+        raise CertificationError(
+            f"count_linear_regions: the box [{lo!r}, {hi!r}] holds fewer than two float32 "
+            f"numbers, so only the exact walk can count on it, and it is unavailable: {err}. "
+            'Enable float64 with jax.config.update("jax_enable_x64", True).'
+        ) from err
+
+
 def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, strict: bool):
-    """Certified exact count on [lo, hi]; returns a dict (see module docstring)."""
+    """Certified exact count on [lo, hi]; returns a dict (see module docstring).
+
+    The model is evaluated in ``dtype``; with float32 (JAX's default, x64 off) every point
+    of the walk is a float32 number, so a junction proved in floating point is proved for
+    exactly its two end points, and the slivers between the box ends as given (float64)
+    and the nearest float32 numbers inside them, ``[lo, lo32]`` and ``[hi32, hi]``, are
+    counted by the exact rational walk: the certificate covers the box as given."""
+    dtype = np.dtype(dtype).type
+    lo_d, hi_d = float(_up(lo, dtype)), float(_down(hi, dtype))
+    if not lo_d < hi_d:  # no two float32 numbers inside the box: all exact
+        return _all_exact(f, lo, hi)
     shapes, lid, gid, cid, glid, goff = _structure(f, dtype)
     shapes = tuple(shapes)
-    span = hi - lo
+    span = hi_d - lo_d
     timer = {"t0": time.perf_counter(), "cpu0": time.process_time()}
     n_eval = 0
 
@@ -410,14 +460,16 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
         )
         return _combine(h), e.astype(np.float64), s.astype(np.float64), valid
 
-    xs = np.linspace(lo, hi, n_seed + 1)
+    # seeds: numbers of dtype (evaluated exactly where they are)
+    xs = np.unique(_snap(np.linspace(lo_d, hi_d, n_seed + 1), dtype))
     h, e, s, c = probe(xs)
-    # nudge interior seeds that sit inside a round-off band
+    # nudge interior seeds that sit inside a round-off band (at least j steps of dtype)
     for j in range(1, 6):
         bad = np.nonzero(~c[1:-1])[0] + 1
         if not bad.size:
             break
-        xs[bad] = np.clip(xs[bad] + span * 1e-9 * j * np.pi, lo, hi)
+        nudged = np.maximum(_snap(xs[bad] + span * 1e-9 * j * np.pi, dtype), _up(xs[bad], dtype, j))
+        xs[bad] = np.clip(nudged, lo_d, hi_d)
         h[bad], e[bad], s[bad], c[bad] = probe(xs[bad])
     pts = [xs]
     # walkers: from seed i towards seed i+1
@@ -430,6 +482,8 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
         check_budget("point walk")
         rounds += 1
         y = ex + np.maximum(st, min_step) * mult
+        with np.errstate(invalid="ignore", over="ignore"):
+            y = np.where(np.isfinite(y), np.maximum(_up(y, dtype), _up(x, dtype, 1)), y)
         alive = (y < xt) & (ex > x) & np.isfinite(ex)
         x, ex, st, target, xt, mult, y = (v[alive] for v in (x, ex, st, target, xt, mult, y))
         if not x.size:
@@ -453,7 +507,7 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     P = P[keep]
     # junctions between consecutive points
     t_walk = time.perf_counter() - timer["t0"]
-    a, b = P[:-1], P[1:]
+    a = P[:-1]
     n_eval += 3 * P.size
     cert, same, xstar, differ, defect, maps = _junctions(f, P, coeffs, shapes, tables, dtype)
     t_junc = time.perf_counter() - timer["t0"] - t_walk
@@ -462,16 +516,43 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     for i in np.nonzero(ok)[0]:
         switches.append((float(xstar[i]), bool(differ[i]), False, i + 1))
     bad = np.nonzero(~cert)[0]
+    # the exact walks: runs of consecutive junctions that floating point could not prove
+    # (one walk per run, so a point between two of them is never a blind spot), and the
+    # slivers [lo, lo_d], [hi_d, hi] between the box as given and the dtype numbers in it
+    spans = []
+    for i in bad:
+        if spans and spans[-1][1] == i:
+            spans[-1][1] = i + 1
+        else:
+            spans.append([int(i), int(i) + 1])
+    walks = [[float(P[i0]), float(P[i1])] for i0, i1 in spans]
+    if lo_d > lo:
+        if walks and walks[0][0] == P[0]:
+            walks[0][0] = lo
+        else:
+            walks.insert(0, [lo, lo_d])
+    if hi_d < hi:
+        if walks and walks[-1][1] == P[-1]:
+            walks[-1][1] = hi
+        else:
+            walks.append([hi_d, hi])
     exact_used = 0
     failure = None
-    if bad.size:
+    if walks:
         try:
             ex_model = _Exact(f)
         except NotImplementedError as err:
             ex_model, failure = None, str(err)
+            if lo_d > lo or hi_d < hi:
+                failure += (
+                    f" (the box ends {lo!r}, {hi!r} are not {np.dtype(dtype).name} numbers: the "
+                    "slivers to the nearest ones need the exact walk; enable float64 with "
+                    'jax.config.update("jax_enable_x64", True) or give bounds that are '
+                    f"{np.dtype(dtype).name} numbers)"
+                )
         if ex_model is not None:
-            for i in bad:
-                for pnt, dif in ex_model.walk(Fraction(float(a[i])), Fraction(float(b[i]))):
+            for wa, wb in walks:
+                for pnt, dif in ex_model.walk(Fraction(wa), Fraction(wb)):
                     switches.append((float(pnt), dif, True, -1))
             exact_used = int(bad.size)
             n_eval += ex_model.n_eval
@@ -479,7 +560,8 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     if not certified and strict:
         raise CertificationError(
             f"count_linear_regions: {bad.size} of {a.size} junctions could not be certified in "
-            f"floating point and the exact fallback is unavailable: {failure}"
+            f"floating point ({len(walks)} exact walks needed) and the exact fallback is "
+            f"unavailable: {failure}"
         )
     switches.sort(key=lambda s: s[0])
     bps = np.array([s[0] for s in switches], np.float64)
@@ -497,12 +579,13 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
         "differ": dif,
         "certified": certified,
         "certificate": {
-            "method": "float64 running error bounds + exact rational fallback",
+            "method": f"{np.dtype(dtype).name} running error bounds + exact rational fallback",
             "points": int(P.size),
             "junctions": int(a.size),
             "junctions_certified_float": int(cert.sum()),
             "junctions_exact": exact_used,
-            "exact_evaluations": 0 if not bad.size or failure else int(ex_model.n_eval),
+            "exact_evaluations": 0 if not walks or failure else int(ex_model.n_eval),
+            "exact_walks": len(walks),
             "walk_rounds": rounds,
             "max_continuity_defect": float(np.max(defect[cert & ~same], initial=-np.inf)),
             "failure": failure,

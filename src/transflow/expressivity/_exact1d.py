@@ -675,17 +675,16 @@ def exact_regions_1d(
         >>> r.linear, r.certified
         (9, True)
     """
-    from ._regions import RegionCount
+    from ._regions import RegionCount, _check_box, _check_model
 
     if f.in_dim != 1:
         raise ValueError(
             f"exact_regions_1d: `f` must have input dimension 1, got {f.in_dim}; restrict it "
             "to a line first: transflow.expressivity.restrict(f, origin, direction)."
         )
-    lo_q = Fraction(float(np.asarray(lo, np.float64).reshape(-1)[0]))
-    hi_q = Fraction(float(np.asarray(hi, np.float64).reshape(-1)[0]))
-    if not lo_q < hi_q:
-        raise ValueError(f"exact_regions_1d: need `lo` < `hi`, got {lo!r}, {hi!r}.")
+    _check_model(f)
+    lo, hi = _check_box(f, lo, hi)  # finite float64 numbers, lo < hi
+    lo_q, hi_q = Fraction(float(lo[0])), Fraction(float(hi[0]))
     t0 = time.perf_counter()
     try:
         ex = _ExactModel(f)

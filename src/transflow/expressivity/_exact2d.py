@@ -433,8 +433,11 @@ def _area2(verts) -> Fraction:
 
 def _adjacent_pairs(polys):
     """Pairs of polygons that share a boundary segment of positive length (exact)."""
+    from ._certify import check_budget
+
     by_line: dict = {}
     for p, (verts, lines) in enumerate(polys):
+        check_budget("exact 2-D adjacency")
         n = len(verts)
         for i in range(n):
             by_line.setdefault(_canonical(lines[i]), []).append((p, verts[i], verts[(i + 1) % n]))
@@ -442,6 +445,7 @@ def _adjacent_pairs(polys):
     for key, edges in by_line.items():
         if len(edges) < 2:
             continue
+        check_budget("exact 2-D adjacency")
         k = 1 if key[2] != 0 else 2  # parametrise by s unless the line is s = const
         ivs = []
         for p, v1, v2 in edges:
@@ -522,16 +526,22 @@ def count_2d_exact(f: AbstractPiecewiseLinear, lo, hi) -> dict:
     polys = [it[0] for it in items]
     maps = []
     for _, state, _ in items:
+        check_budget("exact 2-D maps")
         y = prog.output(state)
         maps.append(y.fractions() if isinstance(y, _Aff) else y)
     keys = [tuple(m.reshape(-1)) for m in maps]
     ids: dict = {}
     map_id = [ids.setdefault(k, len(ids)) for k in keys]
+    check_budget("exact 2-D adjacency")
     pairs = [(i, j) for i, j in _adjacent_pairs(polys) if map_id[i] == map_id[j]]
     labels = _components(len(polys), pairs)
     # exact checks: the cells tile the box, one cell per pattern
     box_area2 = _area2(box[0])
-    area_ok = sum((abs(_area2(p[0])) for p in polys), Fraction(0)) == abs(box_area2)
+    total = Fraction(0)
+    for p in polys:
+        check_budget("exact 2-D area check")
+        total += abs(_area2(p[0]))
+    area_ok = total == abs(box_area2)
     pats = {tuple(np.concatenate(it[2]).tolist()) if it[2] else () for it in items}
     distinct = len(pats) == len(items)
     if not (area_ok and distinct):  # pragma: no cover - would be a bug in this module
@@ -603,3 +613,122 @@ def count_2d_certified(f, lo, hi, *, strict: bool, float_count):
         certified=True,
         certificate=res["certificate"],
     )
+
+
+# --------------------------------------------------------------------------- 1-D segments
+def _right_winners(a, b, p, q):
+    """Per group the winner just right of the point ``p/q`` (q > 0): the lexicographic
+    maximum of (value, slope), lowest index on ties; ``a, b`` (G, K) integer objects."""
+    vals = a * q + b * p
+    best = vals.max(axis=-1)
+    low = b.min() - 1
+    masked = np.where(vals == best[:, None], b, low)
+    return np.argmax(masked, axis=-1).astype(np.int64)
+
+
+def _left_winners(a, b, p, q):
+    """Per group the winner just left of ``p/q``: the maximum of (value, −slope)."""
+    vals = a * q + b * p
+    best = vals.max(axis=-1)
+    nb = -b
+    low = nb.min() - 1
+    masked = np.where(vals == best[:, None], nb, low)
+    return np.argmax(masked, axis=-1).astype(np.int64)
+
+
+def _sweep(a, b, w, u: Fraction, v: Fraction):
+    """The switches ``[(t, winner after t)]`` in (u, v) of the upper envelope of the lines
+    ``a[k] + b[k] s`` (Python ints), starting with winner w right of u."""
+    out = []
+    pos, cur = u, w
+    K = len(a)
+    while True:
+        best_t, best_k = None, None
+        for k in range(K):
+            if b[k] <= b[cur]:
+                continue
+            t = Fraction(a[cur] - a[k], b[k] - b[cur])
+            if t <= pos:  # cannot happen for the right-hand winner at pos
+                raise AssertionError("exact 1-D sweep: a steeper competitor ahead at pos")
+            if best_t is None or t < best_t or (t == best_t and b[k] > b[best_k]):
+                best_t, best_k = t, k
+        if best_t is None or best_t >= v:
+            return out
+        out.append((best_t, best_k))
+        pos, cur = best_t, best_k
+
+
+def program_1d(f: AbstractPiecewiseLinear) -> _Program:
+    """The integer program of a 1-D model for :func:`exact_segments_1d` (build it once per
+    count); :class:`NotExact` if the model has none."""
+    if f.in_dim != 1:
+        raise NotExact("exact_segments_1d: a 1-D model is needed")
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    shapes = jax.eval_shape(f.layer_logits, jnp.zeros((1,), dtype))
+    sizes = [int(s.shape[0]) for s in shapes]
+    prog = _program(f, sizes)
+    if isinstance(prog, _GenericProgram):
+        raise NotExact("no integer program for this model (the exact walk is used)")
+    return prog
+
+
+def exact_segments_1d(f: AbstractPiecewiseLinear, A: Fraction, B: Fraction, prog=None):
+    """Exact activation regions of a 1-D model on ``[A, B]`` by exact affine propagation,
+    decision layer by decision layer (the 1-D analogue of :func:`count_2d_exact`).
+
+    On every interval the earlier layers' winners are fixed, so every logit of the next
+    layer is an exact affine function ``a + b s`` (dyadic, integer arrays); each group's
+    upper envelope on the interval is swept exactly (its switches are rational roots;
+    ties go to the lowest index), and the interval is split at the union of the switches
+    of all groups. Coinciding switches of many groups cost nothing extra, unlike float64
+    enclosures, which cannot separate them.
+
+    Returns ``(switches, maps)``: the switches in the open interval (A, B) as
+    ``[(point, maps differ)]`` (as :meth:`transflow.expressivity._certify._Exact.walk`),
+    and per region the exact ``(slope, intercept)`` Fraction arrays ``(d_out,)``.
+    Raises :class:`NotExact` for models without an integer program (the caller walks).
+    ``prog``: the model's :func:`program_1d`, if already built.
+    """
+    from ._certify import check_budget
+
+    prog = program_1d(f) if prog is None else prog
+    ident = _Aff(np.array([[0, 1, 0]], dtype=object), 0)
+    items = [(A, B, prog.start(ident))]
+    for layer in range(prog.n_layers):
+        new = []
+        for u, v, state in items:
+            check_budget("exact 1-D layers")
+            Z, cache = prog.logits(state, layer)
+            M = Z.M
+            if any(x != 0 for x in M[..., 2].reshape(-1)):  # pragma: no cover - a bug
+                raise NotExact("a 1-D logit depends on a second coordinate")
+            a, b = M[..., 0], M[..., 1]
+            wu = _right_winners(a, b, u.numerator, u.denominator)
+            wv = _left_winners(a, b, v.numerator, v.denominator)
+            # the envelope's slope only grows: a group with the same winner at both ends
+            # does not switch inside
+            events: dict = {}
+            for g in np.nonzero(wu != wv)[0]:
+                for t, k in _sweep(list(a[g]), list(b[g]), int(wu[g]), u, v):
+                    events.setdefault(t, []).append((int(g), k))
+            w = wu
+            start = u
+            for t in sorted(events):
+                new.append((start, t, prog.advance(state, cache, layer, w)))
+                w = w.copy()
+                for g, k in events[t]:
+                    w[g] = k
+                start = t
+            new.append((start, v, prog.advance(state, cache, layer, w)))
+        items = new
+    maps = []
+    for _, _, state in items:
+        check_budget("exact 1-D maps")
+        y = prog.output(state)
+        F = y.fractions() if isinstance(y, _Aff) else y
+        maps.append((F[:, 1].copy(), F[:, 0].copy()))
+    switches = []
+    for j in range(1, len(items)):
+        (s0, i0), (s1, i1) = maps[j - 1], maps[j]
+        switches.append((items[j][0], bool(np.any(s0 != s1) or np.any(i0 != i1))))
+    return switches, maps

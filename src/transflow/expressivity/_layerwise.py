@@ -56,6 +56,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ._certify import check_budget
 from ._pwl import safe_float
 
 __all__ = ["IntervalContext", "IntervalAffine", "NotApplicable", "count_1d_layerwise"]
@@ -177,6 +178,7 @@ class IntervalContext:
         if sub:
             W = W[:, cols]
         k, q = W.shape
+        check_budget("layerwise interval counter")
         aW = np.abs(W)
         g = _g(k + 1)
         hh = _bcast(self.h, x.v.ndim)
@@ -348,8 +350,6 @@ class IntervalContext:
             ex, plen = self.exact_model()
         except NotApplicable:
             return out
-        from ._certify import check_budget
-
         layer = self.n_decide - 1
         for i in np.unique(np.nonzero(cand)[0]):
             check_budget("layerwise exact tie check")
@@ -368,8 +368,6 @@ class IntervalContext:
         return out
 
     def _decide(self, Z: IntervalAffine, V: IntervalAffine | None = None) -> IntervalAffine:
-        from ._certify import check_budget
-
         check_budget("layerwise interval counter")
         self._check(Z)
         if V is None:
@@ -452,6 +450,7 @@ class IntervalContext:
             yy = np.clip(mu[:, None] + tm, rlo, rhi)
         ok_split = ~has | ((dsl < 0) & (rlo > self.ca[un][:, None]) & (rhi < self.cb[un][:, None]))
         bad_u = ~ok_split.all(-1)
+        check_budget("layerwise interval counter")
         # every piece's winner beats its non-neighbours at both ends of the piece
         # piece k: from the enclosure of its left switch to that of its right switch
         left = np.concatenate([au[:, None], np.where(has, rlo, np.nan)], 1)  # (U, K)
@@ -476,6 +475,7 @@ class IntervalContext:
             beats = skip | (lw > val + err)
             beats |= (ar[None, None, :] > wk[..., None]) & (lw >= val + err)
             bad_u |= ~np.all(beats | ~piece[..., None], axis=(1, 2))
+        check_budget("layerwise interval counter")
         # all splits of an interval: disjoint enclosures
         su_n = np.repeat(un, K - 1)[has.ravel()]
         su_g = np.repeat(ug, K - 1)[has.ravel()]
@@ -492,6 +492,7 @@ class IntervalContext:
             self.holes.append(np.stack([self.a[bad], self.b[bad]], 1))
         keep = ~bad[su_n]
         su_n, su_g, s_y, s_lo, s_hi, s_q = (x[keep] for x in (su_n, su_g, s_y, s_lo, s_hi, s_q))
+        check_budget("layerwise interval counter")
         # children of the good intervals
         good = np.nonzero(~bad)[0]
         cnt = np.bincount(su_n, minlength=N)
@@ -523,6 +524,7 @@ class IntervalContext:
         self.gen += 1
         self._carry = parent
         self.records.append((parent, W.astype(np.int16)))
+        check_budget("layerwise interval counter")
         # the selected values: the winners' affine functions (exact affine maps of the
         # children's patterns), moved to the children's midpoints
         ix = (parent[:, None], np.arange(G)[None, :], W)
@@ -542,24 +544,59 @@ class IntervalContext:
 
 
 # --------------------------------------------------------------------------- driver
+def _segment(f, exact, A: Fraction, B: Fraction, cache: dict):
+    """The exact switches in (A, B) and, where available, the exact maps of the regions:
+    by exact affine propagation layer by layer (models with an integer program: a cost per
+    region and layer, however many switches coincide), else by the exact rational walk
+    (maps ``None``). ``exact``: a callable returning the :class:`_Exact` model; ``cache``
+    keeps the model's integer program (or ``None`` if it has none) between calls."""
+    from . import _exact2d
+
+    if "prog" not in cache:
+        try:
+            cache["prog"] = _exact2d.program_1d(f)
+        except (_exact2d.NotExact, NotImplementedError):
+            cache["prog"] = None
+    if cache["prog"] is not None:
+        try:
+            sw, maps = _exact2d.exact_segments_1d(f, A, B, cache["prog"])
+            return sw, maps, True
+        except (_exact2d.NotExact, NotImplementedError):
+            cache["prog"] = None  # e.g. queries that depend on x: walk from now on
+    return exact().walk(A, B), None, False
+
+
 def _exact_whole(f, lo, hi, t0, c0, reason: str) -> dict:
-    """The whole interval by the exact rational walk (when float64 bounds are useless)."""
+    """The whole interval exactly (when float64 bounds are useless)."""
     from ._certify import _Exact
 
-    try:
-        ex = _Exact(f)
-    except NotImplementedError as err:
-        raise NotApplicable(f"{reason}; exact fallback unavailable: {err}") from err
+    box = []
+
+    def exact():
+        if not box:
+            try:
+                box.append(_Exact(f))
+            except NotImplementedError as err:
+                raise NotApplicable(f"{reason}; exact fallback unavailable: {err}") from err
+        return box[0]
+
     A, B = Fraction(float(lo)), Fraction(float(hi))
-    sw = ex.walk(A, B)
+    sw, maps, layered = _segment(f, exact, A, B, {})
     pts = [A] + [s[0] for s in sw] + [B]
     slopes, icpts = [], []
-    for u, v in zip(pts, pts[1:]):
-        t = (u + v) / 2
-        y0, _, pat = ex.eval(t)
-        y1 = ex.eval(t + 1, pat)[0]
-        slopes.append([safe_float(q) for q in (y1 - y0)])
-        icpts.append([safe_float(q) for q in (y0 - (y1 - y0) * t)])
+    if maps is not None:
+        for sl, ic in maps:
+            slopes.append([safe_float(q) for q in sl])
+            icpts.append([safe_float(q) for q in ic])
+    else:
+        ex = exact()
+        for u, v in zip(pts, pts[1:]):
+            t = (u + v) / 2
+            y0, _, pat = ex.eval(t)
+            y1 = ex.eval(t + 1, pat)[0]
+            slopes.append([safe_float(q) for q in (y1 - y0)])
+            icpts.append([safe_float(q) for q in (y0 - (y1 - y0) * t)])
+    n_ex = int(box[0].n_eval) if box else 0
     return {
         "slopes": np.array(slopes, np.float64)[:, :, None],
         "intercepts": np.array(icpts, np.float64),
@@ -567,16 +604,18 @@ def _exact_whole(f, lo, hi, t0, c0, reason: str) -> dict:
         "differ": np.array([bool(s[1]) for s in sw], bool),
         "certified": True,
         "certificate": {
-            "method": "exact rational walk over the whole interval",
+            "method": "exact affine propagation over the whole interval"
+            if layered
+            else "exact rational walk over the whole interval",
             "reason": reason,
             "junctions": len(sw),
             "junctions_exact": len(sw),
-            "exact_evaluations": int(ex.n_eval),
+            "exact_evaluations": n_ex,
             "failure": None,
             "seconds_total": round(time.perf_counter() - t0, 3),
             "cpu_seconds": round(time.process_time() - c0, 3),
         },
-        "evaluations": int(ex.n_eval),
+        "evaluations": n_ex,
     }
 
 
@@ -646,6 +685,7 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     differ |= defect > 0
     undec = np.nonzero(touch & ~differ)[0]
     for i in undec:
+        check_budget("exact map comparison")
         differ[i] = exact().maps_differ(ctx.pattern(i), ctx.pattern(i + 1), Fraction(float(x[i])))
     # holes: runs of touching holes, recomputed by exact walks between clean points
     holes = np.concatenate(ctx.holes) if ctx.holes else np.zeros((0, 2))
@@ -666,7 +706,8 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     items += [(float(ha), "hole", (ha, hb)) for ha, hb in groups]
     items.sort(key=lambda it: it[0])
     bps, difs, slopes, icpts = [], [], [], []
-    n_exact_sw = exact_regions = 0
+    n_exact_sw = exact_regions = n_layered = 0
+    seg_cache: dict = {}
     lo_f, hi_f = Fraction(float(lo)), Fraction(float(hi))
 
     def add_exact_region(t0_, t1_):
@@ -700,7 +741,8 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
             has_next = nxt is not None and nxt[1] == "run"
             A = Fraction(float(mid_clean[prev[1] - 1])) if has_prev else lo_f
             B = Fraction(float(mid_clean[nxt[2][0]])) if has_next else hi_f
-            sw = exact().walk(A, B)
+            sw, smaps, layered = _segment(f, exact, A, B, seg_cache)
+            n_layered += layered
             n_exact_sw += len(sw)
             pts = [A] + [s_[0] for s_ in sw] + [B]
             for s_ in sw:
@@ -713,7 +755,13 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
                     continue
                 if j == len(pts) - 2 and has_next:
                     continue
-                add_exact_region(pts[j], pts[j + 1])
+                if smaps is None:
+                    add_exact_region(pts[j], pts[j + 1])
+                else:
+                    sl, ic = smaps[j]
+                    slopes.append(np.array([[safe_float(v) for v in sl]]))
+                    icpts.append(np.array([[safe_float(v) for v in ic]]))
+                    exact_regions += 1
             prev = ("hole", len(sw))
     bps = np.concatenate([np.atleast_1d(np.asarray(v, np.float64)) for v in bps] or [np.zeros(0)])
     difs = np.concatenate([np.atleast_1d(np.asarray(v, bool)) for v in difs] or [np.zeros(0, bool)])
@@ -741,6 +789,7 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
             "junctions_exact": n_exact_sw,
             "holes": int(holes.shape[0]),
             "hole_groups": len(groups),
+            "hole_groups_exact_layers": n_layered,
             "maps_compared_exact": int(undec.size),
             "exact_regions": exact_regions,
             "exact_evaluations": 0 if ex_model is None else int(ex_model.n_eval),

@@ -25,6 +25,7 @@ many points per call.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import equinox as eqx
@@ -97,9 +98,12 @@ def _probe_kernel(f, xs, coeffs):
 def _batched(kernel, f, xs: np.ndarray, *extra):
     """Run ``kernel(f, chunk, *extra)`` over ``xs`` in chunks of one fixed size (padded),
     so each kernel compiles once per model structure."""
+    from ._certify import check_budget
+
     n = xs.shape[0]
     outs = []
     for start in range(0, max(n, 1), _CHUNK):
+        check_budget("float64 evaluation")
         part = xs[start : start + _CHUNK]
         k = part.shape[0]
         pad = (
@@ -185,6 +189,8 @@ class RegionCount:
 
 def _maps_equal(J1, c1, J2, c2, span, rtol):
     """Equal affine maps up to ``rtol`` relative to their size on the box."""
+    if J1.shape[0] == 0:  # one region: nothing to compare
+        return np.zeros(0, bool)
     dJ = np.abs(J1 - J2).reshape(J1.shape[0], -1).max(-1)
     dc = np.abs(c1 - c2).reshape(c1.shape[0], -1).max(-1)
     sJ = np.maximum(np.abs(J1), np.abs(J2)).reshape(J1.shape[0], -1).max(-1)
@@ -193,13 +199,77 @@ def _maps_equal(J1, c1, J2, c2, span, rtol):
     return dJ * span + dc <= rtol * scale
 
 
-def _check_box(f, lo, hi, dtype):
+def _check_box(f, lo, hi):
+    """The box ``[lo, hi]`` as float64 arrays of shape ``(d,)``, validated.
+
+    float64 also in float32 mode: a certificate covers the box as given, never a box
+    rounded to float32 (issue #38)."""
     d = f.in_dim
-    lo = np.broadcast_to(np.asarray(lo, dtype), (d,)).copy()
-    hi = np.broadcast_to(np.asarray(hi, dtype), (d,)).copy()
+    out = []
+    for name, v in (("lo", lo), ("hi", hi)):
+        what = f"a finite number or an array of shape ({d},) (the input dimension of `f`)"
+        if v is None:
+            raise ValueError(f"`{name}` must be {what}, got None; pass the box corner.")
+        if isinstance(v, bool | np.bool_):
+            raise TypeError(f"`{name}` must be {what}, got the bool {v!r}.")
+        try:
+            a = np.asarray(v, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"`{name}` must be {what}, got {type(v).__name__} {v!r}.") from err
+        if a.ndim > 1 or (a.ndim == 1 and a.shape != (d,)):
+            raise ValueError(
+                f"`{name}` must be {what}, got shape {a.shape}; pass a scalar (the same bound "
+                f"on every axis) or one bound per input coordinate."
+            )
+        if not np.all(np.isfinite(a)):
+            raise ValueError(
+                f"`{name}` must be finite, got {v!r}: regions are counted on a bounded box; "
+                "give finite bounds (e.g. the range of the data)."
+            )
+        out.append(np.broadcast_to(a, (d,)).copy())
+    lo, hi = out
     if not np.all(hi > lo):
         raise ValueError(f"need `lo` < `hi` componentwise, got lo={lo}, hi={hi}.")
     return lo, hi
+
+
+def _check_params(f):
+    """Refuse a model with NaN or infinite parameters (naming the parameter)."""
+    leaves = jax.tree_util.tree_leaves_with_path(eqx.filter(f, eqx.is_array))
+    for path, leaf in leaves:
+        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            continue
+        a = np.asarray(leaf)
+        if not np.all(np.isfinite(a)):
+            bad = "NaN" if np.any(np.isnan(a)) else "infinite"
+            raise ValueError(
+                f"`f` has {bad} parameters: {type(f).__name__}{jax.tree_util.keystr(path)} "
+                f"(shape {a.shape}) holds {int(np.sum(~np.isfinite(a)))} non-finite "
+                "entries; a model with NaN/inf weights has no linear regions to count. "
+                "Check how the weights were made (training divergence, a bad conversion)."
+            )
+
+
+def _check_budget_arg(time_budget):
+    if time_budget is None:
+        return None
+    if isinstance(time_budget, bool | np.bool_):
+        raise TypeError(
+            f"`time_budget` must be a number of seconds > 0 or None, got the bool "
+            f"{time_budget!r}; pass e.g. time_budget=60.0 (None: no limit)."
+        )
+    if not isinstance(time_budget, int | float | np.integer | np.floating):
+        raise TypeError(
+            "`time_budget` must be a number of seconds > 0 or None, got "
+            f"{type(time_budget).__name__} {time_budget!r}."
+        )
+    t = float(time_budget)
+    if not (math.isfinite(t) and t > 0):
+        raise ValueError(
+            f"`time_budget` must be a finite number of seconds > 0 or None (no limit), got "
+            f"{time_budget!r}."
+        )
+    return t
 
 
 def _default_dtype():
@@ -207,7 +277,7 @@ def _default_dtype():
 
 
 # --------------------------------------------------------------------------- 1-D
-def _count_1d(f, lo, hi, *, n_seed, tol, rtol, split, dtype) -> RegionCount:
+def _count_1d(f, lo, hi, *, n_seed, tol, rtol, split, dtype, progress=None) -> RegionCount:
     """Pattern bisection on [lo, hi] (see :func:`count_linear_regions`).
 
     Invariant: an interval whose end points share the full pattern lies in one activation
@@ -217,12 +287,18 @@ def _count_1d(f, lo, hi, *, n_seed, tol, rtol, split, dtype) -> RegionCount:
     predicted from its affine logits (so an interval holding one boundary is resolved in
     one round); the predicted point only chooses where to evaluate patterns, the
     certificate is the pattern equality above. ``split="midpoint"``: plain bisection.
+
+    ``progress`` (a dict): ``progress["activation"]`` is kept at a lower bound on the
+    activation regions found so far (every interval with different end patterns holds a
+    boundary), for a count cut short by the time budget.
     """
+    progress = {} if progress is None else progress
     ev = _Evaluator(f, dtype)
     a0, b0 = float(lo[0]), float(hi[0])
     xs = np.linspace(a0, b0, n_seed + 1)
     hs, es, _, _ = ev.probe(xs)
     idx = np.nonzero(hs[:-1] != hs[1:])[0]
+    progress["activation"] = 1 + int(idx.size)
     # active intervals: ends a < b, their pattern hashes, the exit point of a's region,
     # and whether to bisect at the midpoint in the next round
     a, b, ha, hb, ea = xs[idx], xs[idx + 1], hs[idx], hs[idx + 1], es[idx]
@@ -233,6 +309,7 @@ def _count_1d(f, lo, hi, *, n_seed, tol, rtol, split, dtype) -> RegionCount:
         small = (b - a) <= tol
         found.append(0.5 * (a[small] + b[small]))
         a, b, ha, hb, ea, mid = (v[~small] for v in (a, b, ha, hb, ea, mid))
+        progress["activation"] = 1 + sum(v.size for v in found) + int(a.size)
         if not a.size:
             break
         pred = ~mid & (ea - d > a) & (ea + d < b)
@@ -260,6 +337,7 @@ def _count_1d(f, lo, hi, *, n_seed, tol, rtol, split, dtype) -> RegionCount:
     # the frozen affine map of every activation region, probed at the middle of the region
     # (points next to a boundary can sit on a numerical tie of the hardmax)
     X = 0.5 * (np.concatenate([[a0], bps]) + np.concatenate([bps, [b0]]))
+    progress["activation"] = int(X.size)
     _, _, Y, DY = ev.probe(X)
     Y, DY = Y.astype(np.float64), DY.astype(np.float64)
     J, c = DY[:, :, None], Y - DY * X[:, None]
@@ -387,7 +465,11 @@ def _map_keys(J, c, span, rtol):
     return [tuple(row) for row in np.round(flat / q).astype(np.int64)]
 
 
-def _count_2d(f, lo, hi, *, rtol, dtype) -> RegionCount:
+def _count_2d(f, lo, hi, *, rtol, dtype, progress=None) -> RegionCount:
+    """Float64 polygon clipping (uncertified); ``progress`` as in :func:`_count_1d`."""
+    from ._certify import check_budget
+
+    progress = {} if progress is None else progress
     ev = _Evaluator(f, dtype)
     span = float(np.max(hi - lo))
     box_area = float(np.prod(hi - lo))
@@ -401,6 +483,9 @@ def _count_2d(f, lo, hi, *, rtol, dtype) -> RegionCount:
         vals, jacs = vals[layer], jacs[layer]  # (N, G, K), (N, G, K, 2)
         new = []
         for p, P in enumerate(polys):
+            # every polygon holds at least one activation region
+            progress["activation"] = len(new) + len(polys) - p
+            check_budget("float64 polygon clipping")
             Jp = jacs[p]
             ap = vals[p] - Jp @ cents[p]  # (G, K)
             same_tol = 1e-12 * (np.abs(ap).max() + np.abs(Jp).max() * span + 1.0)
@@ -414,6 +499,7 @@ def _count_2d(f, lo, hi, *, rtol, dtype) -> RegionCount:
                 ]
             new.extend(cells)
         polys = new
+    progress["activation"] = len(polys)
     cents = np.array([P.mean(axis=0) for P in polys])
     J, c = ev.affine(cents)
     keys = _map_keys(J, c, span, rtol)
@@ -424,6 +510,7 @@ def _count_2d(f, lo, hi, *, rtol, dtype) -> RegionCount:
     pairs = []
     for idx in groups.values():
         for u in range(len(idx)):
+            check_budget("float64 polygon merging")
             for v in range(u + 1, len(idx)):
                 i, j = idx[u], idx[v]
                 if _maps_equal(J[i : i + 1], c[i : i + 1], J[j : j + 1], c[j : j + 1], span, rtol)[
@@ -514,7 +601,8 @@ def count_linear_regions(
     token, argmax per maxout unit; ties go to the lowest index). A kink at an end of the
     domain bounds no region inside it and is not counted (``relu(t)`` on ``[0, 1]``: 1
     region); an affine f has 1 linear region. The certificate is about the model as
-    stored — its float64 parameters read as exact rationals — (``certificate["covers"]``);
+    stored — its parameters read as exact rationals — on the box as given (float64 numbers,
+    also when x64 is off: the box is never rounded to float32) (``certificate["covers"]``);
     ``certificate["outside"]`` names conversions it does not cover (``from_torch``).
     Activation regions are convex, and the linear regions are the connected unions of
     adjacent activation regions with equal affine maps (docs/spec/maxout-expressivity.md §2.5).
@@ -558,7 +646,8 @@ def count_linear_regions(
         f: a :class:`MaxoutNetwork` (ReLU networks via ``from_relu`` / ``from_torch``), a
             hardmax :class:`MaxoutTransformer` or :class:`HardmaxTransformer`, a slice
             :func:`restrict` of any of them, or any :class:`AbstractPiecewiseLinear`.
-        lo, hi: the box (scalars broadcast to ``(d,)``).
+        lo, hi: the box: finite numbers (broadcast to ``(d,)``) or arrays of shape
+            ``(d,)``, ``lo < hi``.
         n_seed: 1-D: number of seed intervals.
         tol: 1-D, ``certify=False`` only: bisection stops at intervals shorter than ``tol``.
         split: 1-D, ``certify=False`` only: ``"affine"`` or ``"midpoint"`` bisection.
@@ -568,10 +657,15 @@ def count_linear_regions(
         certify: prove the count (default); ``False``: the earlier uncertified bisection.
         strict: raise when the count cannot be certified (default).
         time_budget: seconds (wall clock) the certified count may take; when they run
-            out, the count is returned with ``certified=False``, the reason in
-            ``certificate["failure"]``, and the uncertified float64 count (bisection in
-            1-D, float polygons in 2-D) as the numbers — also with ``strict=True``.
-            ``None`` (default): no limit.
+            out, the count is returned with ``certified=False`` and the reason in
+            ``certificate["failure"]`` — also with ``strict=True``. The uncertified
+            float64 count (bisection in 1-D, float polygons in 2-D) then gets the same
+            time again: its counts (``certificate["counts"] == "uncertified float64"``),
+            or, if it runs out too, the lower bounds found so far (``"lower bounds"``:
+            ``activation`` found so far, ``linear`` = 1, no maps). The call takes at most
+            ``2 * time_budget`` plus one step that cannot be interrupted (a JIT
+            compilation, one numpy pass over a layer, one exact evaluation). ``None``
+            (default): no limit.
 
     Returns:
         :class:`RegionCount` (``.linear``, ``.activation``, ``.certified``, maps,
@@ -588,14 +682,14 @@ def count_linear_regions(
         >>> r.linear, r.certified   # 3**3
         (27, True)
     """
-    if time_budget is not None and not (isinstance(time_budget, int | float) and time_budget > 0):
-        raise ValueError(
-            f"`time_budget` must be a number of seconds > 0 or None, got {time_budget!r}."
-        )
+    budget = _check_budget_arg(time_budget)
+    _check_model(f)
+    lo, hi = _check_box(f, lo, hi)
     from ._certify import _DEADLINE, BudgetExceeded
 
     t0 = time.perf_counter()
-    token = _DEADLINE.set(None if time_budget is None else t0 + float(time_budget))
+    token = _DEADLINE.set(None if budget is None else t0 + budget)
+    progress = {"activation": 1}
     try:
         r = _count_linear_regions(
             f,
@@ -607,29 +701,97 @@ def count_linear_regions(
             split=split,
             certify=certify,
             strict=strict,
+            progress=progress,
         )
     except BudgetExceeded as exc:
-        _DEADLINE.set(None)
-        dtype = _default_dtype()
-        lo_, hi_ = _check_box(f, lo, hi, dtype)
-        if f.in_dim == 1:
-            r = _count_1d(
-                f, lo_, hi_, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype
-            )
-        else:
-            r = _count_2d(f, lo_, hi_, rtol=map_rtol, dtype=dtype)
-        r.certified = False
-        r.certificate = {
-            "method": "float64 (not certified): the time budget ran out",
-            "failure": f"time budget of {time_budget} s exceeded (in the {exc}); the counts "
-            "are the uncertified float64 ones",
-            "seconds": round(time.perf_counter() - t0, 3),
-        }
+        r = _out_of_time(
+            f, lo, hi, exc, t0, budget, progress, certify, n_seed, tol, map_rtol, split
+        )
     finally:
         _DEADLINE.reset(token)
     if r.certificate is not None:
         r.certificate.update(_covers(f))
     return r
+
+
+def _out_of_time(f, lo, hi, exc, t0, budget, progress, certify, n_seed, tol, map_rtol, split):
+    """The result of a count whose time budget ran out (see :func:`count_linear_regions`).
+
+    The uncertified float64 count gets the same budget again, so the whole call takes at
+    most ``2 * time_budget`` plus one step that cannot be interrupted (a JIT compilation, one
+    numpy pass over a layer, one exact evaluation); if that runs out too (or the count was
+    already the uncertified one, ``certify=False``), the result holds the lower bounds
+    found so far."""
+    from ._certify import _DEADLINE, BudgetExceeded
+
+    lower = (
+        "`activation` = {} is a lower bound on the activation regions of the (uncertified) "
+        "float64 count and `linear` = 1 only the trivial bound; no maps"
+    )
+    if not certify:  # the uncertified count itself ran out
+        r = _partial(f, progress)
+        method = "float64 (not certified, certify=False): the time budget ran out"
+        counts, what = "lower bounds", lower.format(r.activation)
+    else:
+        _DEADLINE.set(t0 + 2 * budget)
+        method = "float64 (not certified): the time budget ran out"
+        progress = {"activation": 1}
+        dtype = _default_dtype()
+        try:
+            if f.in_dim == 1:
+                r = _count_1d(
+                    f,
+                    lo,
+                    hi,
+                    n_seed=n_seed,
+                    tol=tol,
+                    rtol=map_rtol,
+                    split=split,
+                    dtype=dtype,
+                    progress=progress,
+                )
+            else:
+                r = _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype, progress=progress)
+            counts, what = "uncertified float64", "the counts are the uncertified float64 ones"
+        except BudgetExceeded as exc2:
+            r = _partial(f, progress)
+            counts = "lower bounds"
+            what = (
+                f"the uncertified float64 count ran out of time too (in the {exc2}); "
+                + lower.format(r.activation)
+            )
+    r.certified = False
+    r.certificate = {
+        "method": method,
+        "failure": f"time budget of {budget:g} s exceeded (in the {exc}); {what}",
+        "counts": counts,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    return r
+
+
+def _partial(f, progress) -> RegionCount:
+    """A count cut short by the time budget: lower bounds, no maps."""
+    d = f.in_dim
+    return RegionCount(
+        linear=1,
+        activation=max(int(progress.get("activation", 1)), 1),
+        dim=d,
+        slopes=np.zeros((0, 0, d)),
+        intercepts=np.zeros((0, 0)),
+        labels=np.zeros(0, np.int64),
+        breakpoints=np.zeros(0) if d == 1 else None,
+    )
+
+
+def _check_model(f):
+    if not isinstance(f, AbstractPiecewiseLinear):
+        raise TypeError(
+            "`f` must be a MaxoutNetwork, a MaxoutTransformer or another "
+            f"AbstractPiecewiseLinear, got {type(f).__name__}. For a torch.nn.Sequential "
+            "use MaxoutNetwork.from_torch(module) (or restrict(module, origin, directions))."
+        )
+    _check_params(f)
 
 
 def _covers(f) -> dict:
@@ -660,13 +822,8 @@ def _covers(f) -> dict:
     return out
 
 
-def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, strict):
-    if not isinstance(f, AbstractPiecewiseLinear):
-        raise TypeError(
-            "`f` must be a MaxoutNetwork, a MaxoutTransformer or another "
-            f"AbstractPiecewiseLinear, got {type(f).__name__}. For a torch.nn.Sequential "
-            "use MaxoutNetwork.from_torch(module) (or restrict(module, origin, directions))."
-        )
+def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, strict, progress):
+    """The count on the validated float64 box ``lo, hi`` (shape ``(d,)``)."""
     _refuse(f)
     inner = getattr(f, "f", None)
     if inner is not None:
@@ -693,7 +850,6 @@ def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, s
 
         return exact_regions_1d(f, lo, hi)
     dtype = _default_dtype()
-    lo, hi = _check_box(f, lo, hi, dtype)
     if f.in_dim == 1:
         if not (isinstance(n_seed, int) and n_seed >= 1):
             raise ValueError(f"`n_seed` must be an int >= 1, got {n_seed!r}.")
@@ -705,9 +861,19 @@ def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, s
             return _count_1d_cert(
                 f, lo, hi, n_seed=n_seed, rtol=map_rtol, dtype=dtype, strict=strict
             )
-        return _count_1d(f, lo, hi, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype)
+        return _count_1d(
+            f,
+            lo,
+            hi,
+            n_seed=n_seed,
+            tol=tol,
+            rtol=map_rtol,
+            split=split,
+            dtype=dtype,
+            progress=progress,
+        )
     if not certify:
-        return _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype)
+        return _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype, progress=progress)
     from ._exact2d import count_2d_certified
 
     return count_2d_certified(
@@ -772,7 +938,7 @@ def grid_region_count(
     if not (isinstance(n, int) and n >= 2):
         raise ValueError(f"`n` must be an int >= 2, got {n!r}.")
     dtype = _default_dtype()
-    lo, hi = _check_box(f, lo, hi, dtype)
+    lo, hi = _check_box(f, lo, hi)
     d = f.in_dim
     if d not in (1, 2):
         raise ValueError(f"grid_region_count: need input dimension 1 or 2, got {d}.")

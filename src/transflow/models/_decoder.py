@@ -30,7 +30,7 @@ import jax
 from jaxtyping import Array, Bool, Float
 
 from .._controls import AttentionParams, FFNParams, NormParams
-from .._errors import check_array, check_finite
+from .._errors import check_array, check_finite, check_step
 from .._grid import Grid
 from .._masks import check_attention_mask, check_key_padding_mask
 from .._operators import attention, cross_attention
@@ -130,6 +130,7 @@ class SplitDecoder(eqx.Module):
     final_norm: NormParams | None = None
 
     def __check_init__(self):
+        check_step("dt", self.dt, "SplitDecoder")
         _num_layers(self.controls)
 
     @property

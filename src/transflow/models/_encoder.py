@@ -7,7 +7,7 @@ import jax
 from jaxtyping import Array, Bool, Float
 
 from .._controls import LayerControls, NormParams, num_steps
-from .._errors import as_input, check_finite, param_dtype
+from .._errors import as_input, check_finite, check_step, param_dtype
 from .._grid import Grid
 from .._splitting import AbstractScheme, LieScheme, check_masks, evolve
 
@@ -36,6 +36,7 @@ class SplitTransformer(eqx.Module):
     final_norm: NormParams | None = None
 
     def __check_init__(self):
+        check_step("dt", self.dt, "SplitTransformer")
         num_steps(self.controls)
 
     @property

@@ -22,7 +22,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._controls import LayerControls, stack_controls
-from .._errors import as_input
+from .._errors import as_input, check_step
 from .._grid import Grid
 from .._splitting import AbstractScheme, LieScheme, RematMode, evolve
 from ..continuous._paths import ControlPath, init_path
@@ -163,6 +163,7 @@ class FlowModel(eqx.Module):
     unroll: bool | int | str = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
+        check_step("dt", self.dt, "FlowModel")
         if isinstance(self.controls, ControlPath):
             n = self.n_steps
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
