@@ -385,3 +385,52 @@ def test_no_bare_spec_references_are_left():
         if bare.search(line)
     ]
     assert not found, f"references that do not name the spec page: {found}"
+
+
+# --- the built HTML: no raw TeX, no web fonts, no placeholder repository ---------------
+
+
+def test_built_page_check_flags_raw_tex_and_web_fonts():
+    """texmath.built_page_problems (run on every page by the docs hook, which fails the
+    build) finds display maths arithmatex did not take -- the list-item case of the spec
+    pages, as Python-Markdown renders it -- and web-font links; MathML and code pass."""
+    texmath = _load_script("texmath")
+    broken = _page_html("- Layer (MX1):\n  $$\n  z = \\max_j w_j\n  $$\n- next\n")
+    assert "arithmatex" not in broken  # the formula stayed text inside the <li>
+    found = texmath.built_page_problems(texmath.render_math(broken), "p")
+    assert found and all(p.startswith("p: raw TeX") for p in found), found
+    fixed = _page_html("- Layer (MX1):\n\n    $$\n    z = \\max_j w_j\n    $$\n\n- next\n")
+    assert texmath.built_page_problems(texmath.render_math(fixed)) == []
+    font = '<link href="https://fonts.googleapis.com/css?family=Roboto" rel="stylesheet">'
+    assert texmath.built_page_problems(font, "q") == [
+        "q: requests a web font from fonts.googleapis.com"
+    ]
+    code = "<p><code>$$x$$ \\frac</code></p><pre>\\(a\\)</pre>"
+    assert texmath.built_page_problems(code) == []
+
+
+def test_no_page_leaves_raw_tex():
+    """Every docs page, through the same Markdown extensions and MathML conversion as the
+    site, leaves no TeX as text (docs/spec/maxout-expressivity had 12 and
+    docs/spec/continuous-model 4 display formulas in list items rendered raw)."""
+    texmath = _load_script("texmath")
+    bad = {}
+    for page in sorted(DOCS.rglob("*.md")):
+        html = texmath.render_math(_page_html(page.read_text()))
+        found = texmath.built_page_problems(html, str(page.relative_to(ROOT)))
+        if found:
+            bad[str(page.relative_to(ROOT))] = found[:3]
+    assert not bad, f"raw TeX (a $$ block in a list item needs 4 spaces, blank lines): {bad}"
+
+
+def test_site_uses_system_fonts_and_names_no_placeholder_repository():
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.SafeLoader)
+    assert config["theme"].get("font") is False, "theme.font: false (no Google Fonts request)"
+    assert "repo_url" not in config and "transflow-dev" not in (ROOT / "mkdocs.yml").read_text()
+
+
+@pytest.mark.slow
+def test_built_site_has_no_raw_tex_and_no_web_fonts(built_site):
+    texmath = _load_script("texmath")
+    assert texmath.site_problems(built_site) == []
+    assert len(list(built_site.rglob("*.html"))) > 30
