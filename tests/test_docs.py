@@ -434,3 +434,39 @@ def test_built_site_has_no_raw_tex_and_no_web_fonts(built_site):
     texmath = _load_script("texmath")
     assert texmath.site_problems(built_site) == []
     assert len(list(built_site.rglob("*.html"))) > 30
+
+
+# --- README performance rows come from the committed benchmark results ------------------
+
+
+def _readme_rows():
+    spec = importlib.util.spec_from_file_location(
+        "readme_rows", ROOT / "benchmarks" / "readme_rows.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_performance_rows_are_rendered_from_the_results_file():
+    """README.md's performance table is exactly what benchmarks/readme_rows.py renders
+    from the committed benchmarks/results/summary.json (the file F-perf plots)."""
+    import doctest
+    import json
+
+    rr = _readme_rows()
+    summary = json.loads((ROOT / "benchmarks/results/summary.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    inside = readme.split(rr.START)[1].split(rr.END)[0].strip("\n")
+    assert inside == rr.render_rows(summary), "run: python benchmarks/readme_rows.py --write"
+    assert f"| {summary['flop_fraction']:.2f} |" in inside
+    assert f"| {summary['ratio_vs_torch']:.2f}× |" in inside
+    # the rows follow the file: another value renders another README
+    changed = dict(summary, ratio_vs_torch=summary["ratio_vs_torch"] + 0.5)
+    assert rr.replace_rows(readme, rr.render_rows(changed)) != readme
+    assert "not measured" in rr.render_rows({"cpu_count": 2})
+    with pytest.raises(ValueError, match="marker"):
+        rr.replace_rows("no markers", "rows")
+    with pytest.raises(ValueError, match="flop_fraction"):
+        rr.render_rows({"flop_fraction": "fast"})
+    assert doctest.testmod(rr).failed == 0
