@@ -669,3 +669,22 @@ def test_plot_function_signatures_take_records_first():
             inspect.Parameter.POSITIONAL_ONLY,
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
         ), name
+
+
+def test_depth_figures_name_models_for_readers():
+    """experiment=depth's legends: no raw identifiers (per_layer_lie), no "β = -0.00",
+    and the depth axis ticked at the depths run as plain integers (not 2¹ or 2×10⁰)."""
+    import matplotlib.pyplot as plt
+
+    fig = P.plot_depth_smoothness(_depth_scaling())
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    plt.close(fig)
+    assert labels == ["per-layer θ, Lie scheme: β = 0.00", "path-controlled θ(t): β = 1.00"]
+    fig = P.plot_depth_accuracy([2, 4, 8, 16], _depth_results((2, 4, 8, 16)))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+    assert ticks == ["2", "4", "8", "16"], ticks
+    assert not [s for s in legend if "_" in s], legend
