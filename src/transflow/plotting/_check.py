@@ -287,9 +287,12 @@ def _texts(fig, renderer) -> list[tuple[str, object]]:
         if not (text.get_visible() and text.get_text().strip()):
             continue
         ax = text.axes
-        if ax is not None and not (ax.get_visible() and (ax.axison or text not in ax.texts)):
-            if text is not ax.title and text not in ax.texts:
+        if ax is not None:
+            if not ax.get_visible():
                 continue
+            drawn_without_axis = (ax.title, ax._left_title, ax._right_title, *ax.texts)
+            if not ax.axison and not any(text is t for t in drawn_without_axis):
+                continue  # an axis label or tick label of an axes turned off
         boxes.append((text.get_text(), text.get_window_extent(renderer)))
     return boxes
 
