@@ -81,34 +81,50 @@ def _cell(summary: dict, key: str | None, fmt: str) -> str:
     return fmt.format(value)
 
 
+def _status(summary: dict, key: str | None) -> str:
+    target = (summary.get("targets") or {}).get(key) if key else None
+    if not target:
+        return ""
+    status = str(target.get("status", "met" if target.get("met") else "not met"))
+    return f"{target.get('bound', '')}: {status}"
+
+
 def render_rows(summary: dict) -> str:
-    """The README's performance table (markdown) for a parsed ``summary.json``.
+    """The README's performance table (markdown) for a parsed ``summary.json``: the value
+    with all threads and with one, each key's target and the run's verdict on it, and the
+    run's validity notes (why a target was "not measured reliably").
 
     Example:
         >>> print(render_rows({"cpu_count": 2, "flop_fraction": 0.7369}).splitlines()[2])
-        | encoder forward, fraction of the XLA matmul rate | 0.74 | not measured | `flop_fraction` |
+        | encoder forward, fraction of the XLA matmul rate | 0.74 | not measured |  |  |
     """
     if not isinstance(summary, dict):
         raise TypeError(f"summary: expected the parsed summary.json dict, got {type(summary)}")
     cores = summary.get("cpu_count", "?")
     lines = [
-        f"| quantity | {cores} threads | 1 thread | key in `summary.json` |",
-        "|---|---|---|---|",
+        f"| quantity | {cores} threads | 1 thread | target: verdict ({cores} threads) "
+        "| target: verdict (1 thread) |",
+        "|---|---|---|---|---|",
     ]
     for what, key, key1, fmt in ROWS:
         lines.append(
-            f"| {what} | {_cell(summary, key, fmt)} | {_cell(summary, key1, fmt)} | `{key}` |"
+            f"| {what} | {_cell(summary, key, fmt)} | {_cell(summary, key1, fmt)} "
+            f"| {_status(summary, key)} | {_status(summary, key1)} |"
         )
     versions = ", ".join(
         f"{k.replace('_version', '')} {summary[k]}"
         for k in ("jax_version", "torch_version")
         if k in summary
     )
+    notes = "; ".join(
+        f"{part}: {', '.join(map(str, why))}"
+        for part, why in (summary.get("validity") or {}).items()
+    )
     lines += [
         "",
         f"Measured by `make bench` on `{summary.get('backend', '?')}` with {cores} cores "
-        f"({versions}); rendered from `benchmarks/results/summary.json` by "
-        "`python benchmarks/readme_rows.py --write`.",
+        f"({versions}); validity of the parts: {notes or 'not recorded'}. Rendered from "
+        "`benchmarks/results/summary.json` by `python benchmarks/readme_rows.py --write`.",
     ]
     return "\n".join(lines)
 
