@@ -52,7 +52,7 @@ def make(out_dir: pathlib.Path) -> dict:
         interp: refinement_study(model, xs, factors, interpolation=interp, evaluate=acc)
         for interp in ("constant", "linear")
     }
-    fig = plot_refinement(studies, title="digits ViT (Lie scheme, 4 steps): refine(model, k)")
+    fig = plot_refinement(studies, title="trained digits ViT (Lie scheme, 4 steps), refined k×")
     save_figure(fig, out_dir, FIGURE["id"], {"source": source, "studies": studies})
     return {
         "source": source,

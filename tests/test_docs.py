@@ -385,3 +385,88 @@ def test_no_bare_spec_references_are_left():
         if bare.search(line)
     ]
     assert not found, f"references that do not name the spec page: {found}"
+
+
+# --- the built HTML: no raw TeX, no web fonts, no placeholder repository ---------------
+
+
+def test_built_page_check_flags_raw_tex_and_web_fonts():
+    """texmath.built_page_problems (run on every page by the docs hook, which fails the
+    build) finds display maths arithmatex did not take -- the list-item case of the spec
+    pages, as Python-Markdown renders it -- and web-font links; MathML and code pass."""
+    texmath = _load_script("texmath")
+    broken = _page_html("- Layer (MX1):\n  $$\n  z = \\max_j w_j\n  $$\n- next\n")
+    assert "arithmatex" not in broken  # the formula stayed text inside the <li>
+    found = texmath.built_page_problems(texmath.render_math(broken), "p")
+    assert found and all(p.startswith("p: raw TeX") for p in found), found
+    fixed = _page_html("- Layer (MX1):\n\n    $$\n    z = \\max_j w_j\n    $$\n\n- next\n")
+    assert texmath.built_page_problems(texmath.render_math(fixed)) == []
+    font = '<link href="https://fonts.googleapis.com/css?family=Roboto" rel="stylesheet">'
+    assert texmath.built_page_problems(font, "q") == [
+        "q: requests a web font from fonts.googleapis.com"
+    ]
+    code = "<p><code>$$x$$ \\frac</code></p><pre>\\(a\\)</pre>"
+    assert texmath.built_page_problems(code) == []
+
+
+def test_no_page_leaves_raw_tex():
+    """Every docs page, through the same Markdown extensions and MathML conversion as the
+    site, leaves no TeX as text (docs/spec/maxout-expressivity had 12 and
+    docs/spec/continuous-model 4 display formulas in list items rendered raw)."""
+    texmath = _load_script("texmath")
+    bad = {}
+    for page in sorted(DOCS.rglob("*.md")):
+        html = texmath.render_math(_page_html(page.read_text()))
+        found = texmath.built_page_problems(html, str(page.relative_to(ROOT)))
+        if found:
+            bad[str(page.relative_to(ROOT))] = found[:3]
+    assert not bad, f"raw TeX (a $$ block in a list item needs 4 spaces, blank lines): {bad}"
+
+
+def test_site_uses_system_fonts_and_names_no_placeholder_repository():
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.SafeLoader)
+    assert config["theme"].get("font") is False, "theme.font: false (no Google Fonts request)"
+    assert "repo_url" not in config and "transflow-dev" not in (ROOT / "mkdocs.yml").read_text()
+
+
+@pytest.mark.slow
+def test_built_site_has_no_raw_tex_and_no_web_fonts(built_site):
+    texmath = _load_script("texmath")
+    assert texmath.site_problems(built_site) == []
+    assert len(list(built_site.rglob("*.html"))) > 30
+
+
+# --- README performance rows come from the committed benchmark results ------------------
+
+
+def _readme_rows():
+    spec = importlib.util.spec_from_file_location(
+        "readme_rows", ROOT / "benchmarks" / "readme_rows.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_performance_rows_are_rendered_from_the_results_file():
+    """README.md's performance table is exactly what benchmarks/readme_rows.py renders
+    from the committed benchmarks/results/summary.json (the file F-perf plots)."""
+    import doctest
+    import json
+
+    rr = _readme_rows()
+    summary = json.loads((ROOT / "benchmarks/results/summary.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    inside = readme.split(rr.START)[1].split(rr.END)[0].strip("\n")
+    assert inside == rr.render_rows(summary), "run: python benchmarks/readme_rows.py --write"
+    assert f"| {summary['flop_fraction']:.2f} |" in inside
+    assert f"| {summary['ratio_vs_torch']:.2f}× |" in inside
+    # the rows follow the file: another value renders another README
+    changed = dict(summary, ratio_vs_torch=summary["ratio_vs_torch"] + 0.5)
+    assert rr.replace_rows(readme, rr.render_rows(changed)) != readme
+    assert "not measured" in rr.render_rows({"cpu_count": 2})
+    with pytest.raises(ValueError, match="marker"):
+        rr.replace_rows("no markers", "rows")
+    with pytest.raises(ValueError, match="flop_fraction"):
+        rr.render_rows({"flop_fraction": "fast"})
+    assert doctest.testmod(rr).failed == 0

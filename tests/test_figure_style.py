@@ -97,6 +97,50 @@ def test_checker_finds_each_fault():
     assert not any("axes 2" in p for p in problems), problems
 
 
+def test_checker_finds_the_faults_of_the_rendered_artists():
+    """figure_problems, on the drawn artists: a legend over a line, two overlapping
+    texts, a colour in no key, a log axis with one labelled tick in the data range and
+    unexplained error bars are each reported; the fixed figure has none of them."""
+    import matplotlib.pyplot as plt
+
+    P._common._pyplot()
+
+    def draw(fixed: bool):
+        with P.figure_style():
+            fig, (ax, bx) = P.new_figure(3.0, 1, 2)
+            x = np.linspace(0, 1, 50)
+            ax.plot(x, 0.5 + 0 * x, label="flat")  # runs under a centred legend
+            ax.plot(x, x**2, color="C3", label="square" if fixed else None)
+            ax.errorbar([0.2, 0.8], [0.3, 0.6], yerr=0.1, fmt="o", color="C0")
+            ax.set(xlabel="x", ylabel="y")
+            ax.text(0.5, 0.2, "note A")
+            ax.text(0.1 if fixed else 0.5, 0.2, "note B")
+            if fixed:
+                ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), title="bars: ± 0.1")
+            else:
+                ax.legend(loc="center")
+            bx.semilogy([1, 2, 3], [1.2, 2.0, 3.5], color="0.2", label="k")
+            bx.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+            bx.set(xlabel="n", ylabel="value")
+            P._style.finish(fig)
+            if not fixed:
+                bx.set_yticks([1.0, 10.0])  # no labelled tick within [1.2, 3.5]
+        return fig
+
+    fig = draw(False)
+    text = "\n".join(P.figure_problems(fig))
+    plt.close(fig)
+    assert "legend 0 covers plotted data of axes 0" in text, text
+    assert "texts 'note A' and 'note B' overlap" in text, text
+    assert "colour #d62728 is in no legend" in text, text
+    assert "error bars that no text explains" in text, text
+    assert "log y axis has 0 labelled tick(s)" in text, text
+    fig = draw(True)
+    problems = P.figure_problems(fig)
+    plt.close(fig)
+    assert problems == [], problems
+
+
 # --------------------------------------------------------------------------- records
 
 
@@ -368,6 +412,39 @@ def _partitions(which: str):
     return _PARTITIONS[which]
 
 
+def _depth_results(depths=(2, 4, 8, 16, 32, 64)) -> dict:
+    n = np.asarray(depths, float)
+    return {
+        "per_layer_lie": {"accuracy": list(0.95 - 0.4 * (n / n.max()) ** 2)},
+        "per_layer_prenorm": {"accuracy": list(0.96 - 0.3 * (n / n.max()))},
+        "path": {"accuracy": [0.961] * len(n), "adaptive_accuracy": 0.962},
+    }
+
+
+def _depth_scaling() -> dict:
+    return {
+        "per_layer_lie": {"strides": [1, 2, 4], "max_increment": [0.5, 0.5, 0.52], "beta": -0.001},
+        "path": {"strides": [1, 2, 4], "max_increment": [0.01, 0.02, 0.04], "beta": 1.0},
+    }
+
+
+def _scheme_rows(tasks=("digits", "sequence", "text"), schemes=("prenorm", "strang", "imex")):
+    rng = np.random.default_rng(0)
+    rows = {}
+    for t in tasks:
+        for s in schemes:
+            if t == "text":
+                base = {"bpc": 3.2, "bpc_half_dt": 3.3, "bpc_double_dt": 12.0}
+            else:
+                base = {"accuracy": 0.9, "accuracy_half_dt": 0.88, "accuracy_double_dt": 0.5}
+            rows[(t, s)] = {k: list(v + 0.02 * rng.standard_normal(3)) for k, v in base.items()}
+    return rows
+
+
+def _stable(schemes=("prenorm", "strang", "imex")) -> dict:
+    return {s: {"dt_star": 1.0} for s in schemes}
+
+
 # (function, case) -> callable() returning a figure; "smoke" cases carry the
 # records of the experiments' debug=smoke runs (one depth, a missing part, two points).
 CASES = {
@@ -431,6 +508,31 @@ CASES = {
     ("plot_refinement", "smoke"): lambda: P.plot_refinement(_studies((1, 2))),
     ("plot_flow_clustering", "full"): lambda: P.plot_flow_clustering(
         _res_analysis(4, 16), title="digits ViT"
+    ),
+    ("plot_depth_accuracy", "full"): lambda: P.plot_depth_accuracy(
+        [2, 4, 8, 16, 32, 64], _depth_results()
+    ),
+    ("plot_depth_accuracy", "smoke"): lambda: P.plot_depth_accuracy(
+        [2, 4, 8], _depth_results((2, 4, 8))
+    ),
+    ("plot_depth_convergence", "full"): lambda: P.plot_depth_convergence(
+        [2, 4, 8, 16, 32, 64], [0.2, 0.1, 0.05, 0.025, 0.0125], 1.0
+    ),
+    ("plot_depth_convergence", "smoke"): lambda: P.plot_depth_convergence(
+        [2, 4, 8], [0.2, 0.1], 1.0
+    ),
+    ("plot_depth_smoothness", "full"): lambda: P.plot_depth_smoothness(_depth_scaling()),
+    ("plot_schemes", "full"): lambda: P.plot_schemes(
+        {**_scheme_rows(), **_scheme_rows(schemes=("lie",))},
+        tasks=["digits", "sequence", "text"],
+        schemes=["prenorm", "strang", "imex", "lie"],
+        stable=_stable(),
+    ),
+    ("plot_schemes", "smoke"): lambda: P.plot_schemes(
+        _scheme_rows(("digits",), ("prenorm", "imex")),
+        tasks=["digits"],
+        schemes=["prenorm", "imex"],
+        stable=_stable(("prenorm",)),
     ),
 }
 
@@ -567,3 +669,22 @@ def test_plot_function_signatures_take_records_first():
             inspect.Parameter.POSITIONAL_ONLY,
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
         ), name
+
+
+def test_depth_figures_name_models_for_readers():
+    """experiment=depth's legends: no raw identifiers (per_layer_lie), no "β = -0.00",
+    and the depth axis ticked at the depths run as plain integers (not 2¹ or 2×10⁰)."""
+    import matplotlib.pyplot as plt
+
+    fig = P.plot_depth_smoothness(_depth_scaling())
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    plt.close(fig)
+    assert labels == ["per-layer θ, Lie scheme: β = 0.00", "path-controlled θ(t): β = 1.00"]
+    fig = P.plot_depth_accuracy([2, 4, 8, 16], _depth_results((2, 4, 8, 16)))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+    assert ticks == ["2", "4", "8", "16"], ticks
+    assert not [s for s in legend if "_" in s], legend

@@ -151,3 +151,88 @@ def test_failing_figure_is_reported_and_others_run(tmp_path, capsys):
     for name in list(sys.modules):
         if name.startswith("paper_figures_f"):
             sys.modules.pop(name)
+
+
+# --------------------------------------------------------------------------- every figure
+
+
+def _style_cases():
+    """The record builders of tests/test_figure_style.py (records shaped as the studies
+    return them; F9/F13 are real partitions, FPERF reads the committed results)."""
+    spec = importlib.util.spec_from_file_location(
+        "figure_style_cases", REPO / "tests" / "test_figure_style.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CASES
+
+
+def _figure_function(path: pathlib.Path) -> str:
+    """The one ``transflow.plotting.plot_*`` function a figure script draws with."""
+    import re
+
+    names = set(re.findall(r"\b(plot_[a-z_]+)\(", path.read_text()))
+    assert len(names) == 1, f"{path.name}: expected one plot_* call, found {sorted(names)}"
+    return names.pop()
+
+
+def _experiment_figure_functions() -> dict[str, list[str]]:
+    """Task file → the ``plot_*`` functions it saves into its run directory."""
+    import re
+
+    out = {}
+    for path in sorted((REPO / "experiments" / "tasks").glob("*.py")):
+        names = sorted(set(re.findall(r"\b(plot_[a-z_]+)\(", path.read_text())))
+        if names:
+            out[path.stem] = names
+    return out
+
+
+def _check(fig, what: str) -> None:
+    import matplotlib.pyplot as plt
+
+    import transflow.plotting as P
+
+    problems = P.figure_problems(fig)
+    width = float(fig.get_size_inches()[0])
+    plt.close(fig)
+    assert not problems, f"{what}: " + "; ".join(problems)
+    assert width == P.FIGURE_WIDTH, f"{what}: {width} in wide, expected {P.FIGURE_WIDTH}"
+
+
+def test_every_figure_of_make_figures_and_of_the_experiments_is_drawn_clean():
+    """Every figure of ``make figures`` (one per paper_figures script, drawn by its plot
+    function from records of the shape its study returns; F-perf from the committed
+    benchmarks/results) and every figure function the experiments' tasks save into their
+    run directories, inspected on the rendered artists by
+    :func:`transflow.plotting.figure_problems`: no legend over data, no overlapping
+    texts, labelled axes, every colour keyed, readable log axes, explained error bars.
+    Full and smoke-size records both (< 60 CPU seconds; about 20)."""
+    import time
+
+    import transflow.plotting as P
+
+    cases = _style_cases()
+    t0 = time.process_time()  # CPU seconds: the 2-core machine is shared
+    drawn = []
+    make_all = _make_all()
+    by_function: dict[str, list[str]] = {}
+    for path in make_all.discover():
+        fid = path.stem.split("_", 1)[0].upper()
+        by_function.setdefault(_figure_function(path), []).append(fid)
+    for tasks in _experiment_figure_functions().values():
+        for name in tasks:
+            by_function.setdefault(name, [])
+    assert {"plot_depth_accuracy", "plot_schemes"} <= set(by_function), by_function
+    for name, fids in sorted(by_function.items()):
+        assert hasattr(P, name), f"{name} is not a transflow.plotting function"
+        variants = [v for (f, v) in cases if f == name]
+        assert "full" in variants, f"no full-size record for {name} ({fids})"
+        for variant in variants:
+            _check(cases[(name, variant)](), f"{name} ({variant}; {', '.join(fids) or 'run'})")
+            drawn.append((name, variant))
+    fperf = make_all.load(FIG_DIR / "fperf_benchmarks.py")
+    _check(P.plot_benchmarks(fperf._load(fperf.RESULTS)), "FPERF (committed results)")
+    seconds = time.process_time() - t0
+    assert len(by_function) >= 20 and len(drawn) >= 30, drawn
+    assert seconds < 60, f"drawing every figure took {seconds:.0f} CPU s"

@@ -16,6 +16,9 @@
   ``#`` or ``:`` is no path or URL, so its ``(`` becomes ``&#40;`` (outside code spans).
 - ``on_page_content``: converts the page's TeX (``pymdownx.arithmatex``) to MathML
   (``texmath.render_math``), so maths renders offline with no script.
+- ``on_post_page`` / ``on_post_build``: every built page is checked for TeX left raw (e.g.
+  ``$$`` display maths that arithmatex did not take) and web-font requests
+  (``texmath.built_page_problems``); any found fail the build, listed page by page.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import pathlib
 import re
 import sys
 
+from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -147,3 +151,24 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
 
 def on_page_content(html, page, config, files, **kwargs):
     return texmath.render_math(html, where=page.file.src_uri)
+
+
+_PAGE_PROBLEMS: list[str] = []
+
+
+def on_pre_build(config, **kwargs):
+    _PAGE_PROBLEMS.clear()
+
+
+def on_post_page(output, page, config, **kwargs):
+    _PAGE_PROBLEMS.extend(texmath.built_page_problems(output, where=page.file.src_uri))
+    return output
+
+
+def on_post_build(config, **kwargs):
+    if _PAGE_PROBLEMS:
+        raise PluginError(
+            f"{len(_PAGE_PROBLEMS)} problem(s) in the built HTML (docs/_scripts/texmath.py "
+            "built_page_problems; display maths in a list item needs a blank line before "
+            "and after its $$ block):\n  " + "\n  ".join(_PAGE_PROBLEMS)
+        )

@@ -84,3 +84,65 @@ def render_math(page_html: str, where: str = "") -> str:
         return f'<span class="arithmatex tf-math">{mathml}</span>'
 
     return _INLINE.sub(inline, _DISPLAY.sub(block, page_html))
+
+
+# What must not be left in a built page: TeX delimiters or commands outside code, and
+# requests to a web-font host (the site uses the system fonts: ``theme.font: false``).
+_VERBATIM = re.compile(
+    r"<(code|pre|script|style|math|textarea)\b[^>]*>.*?</\1>|<!--.*?-->", re.S | re.I
+)
+_TAG = re.compile(r"<[^>]+>")
+# (``^{``/``_{`` alone are not flagged: docstrings write plain-text formulas such as
+# ``u^{N_t}`` on purpose.)
+_RAW_TEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\[A-Za-z]{2,}\b")
+_FONT_HOSTS = re.compile(r"fonts\.googleapis\.com|fonts\.gstatic\.com")
+
+
+def built_page_problems(page_html: str, where: str = "") -> list[str]:
+    r"""What a reader would see wrong in one built HTML page.
+
+    TeX left raw (``$$``, ``\(``, ``\[``, ``\command`` outside ``<code>``, ``<pre>`` and
+    ``<math>``; e.g. display maths in a list item that arithmatex did not take) and links
+    to an external web-font host (``fonts.googleapis.com``/``fonts.gstatic.com``).
+
+    Example:
+        >>> built_page_problems(r"<li>(MX1): $$ z_{ij} = <em>w</em> \le 1 $$</li>", "p")
+        ["p: raw TeX '(MX1): $$ z_{ij} = w \\\\le 1 $$'"]
+        >>> built_page_problems('<p><span class="arithmatex"><math>x</math></span></p>')
+        []
+    """
+    problems = [
+        f"{where}: requests a web font from {m.group(0)}" for m in _FONT_HOSTS.finditer(page_html)
+    ]
+    text = _TAG.sub("", _VERBATIM.sub(" ", page_html))
+    shown_to = -1
+    for m in _RAW_TEX.finditer(text):
+        if m.start() < shown_to:
+            continue  # inside the snippet already reported
+        start, shown_to = max(0, m.start() - 30), m.end() + 30
+        snippet = " ".join(text[start:shown_to].split())
+        problems.append(f"{where}: raw TeX {snippet!r}")
+    return problems
+
+
+def site_problems(site_dir) -> list[str]:
+    """:func:`built_page_problems` of every ``*.html`` page under ``site_dir`` (the output
+    of ``make docs``); ``python docs/_scripts/texmath.py site`` prints them and exits 1 if
+    there are any."""
+    import pathlib
+
+    site = pathlib.Path(site_dir)
+    if not site.is_dir():
+        raise ValueError(f"site_dir: expected the built site folder (make docs), got {site}")
+    out = []
+    for page in sorted(site.rglob("*.html")):
+        out += built_page_problems(page.read_text(), str(page.relative_to(site)))
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    found = site_problems(sys.argv[1] if len(sys.argv) > 1 else "site")
+    print("\n".join(found) or "no raw TeX and no web-font request in the built pages")
+    sys.exit(1 if found else 0)

@@ -538,45 +538,12 @@ def _memory_table(memory: dict) -> str:
 
 
 def _figures(ctx, depths, results, succ, order, scaling) -> None:
-    import matplotlib
+    from transflow.plotting import (
+        plot_depth_accuracy,
+        plot_depth_convergence,
+        plot_depth_smoothness,
+    )
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from transflow.plotting import FIGURE_WIDTH
-
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.6))
-    for name, r in results.items():
-        (line,) = ax.plot(depths, r["accuracy"], "o-", label=name)
-        if "adaptive_accuracy" in r:
-            ax.axhline(
-                r["adaptive_accuracy"],
-                color=line.get_color(),
-                ls=":",
-                lw=1,
-                label=f"{name}, adaptive",
-            )
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("evaluation depth N_t (same T, Δt = T/N_t)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title("digits: accuracy vs evaluation depth")
-    ax.legend(fontsize=7)
-    ctx.save_figure(fig, "accuracy_vs_depth")
-
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.5))
-    n = np.asarray(depths[:-1], float)
-    ax.loglog(n, succ, "o-", label=f"path model, fitted order {order:.2f}")
-    ax.loglog(n, succ[0] * n[0] / n, "k--", lw=1, label="slope −1")
-    ax.set_xlabel("N_t")
-    ax.set_ylabel("‖out(2N) − out(N)‖ / ‖out(N₀)‖")
-    ax.legend(fontsize=8)
-    ctx.save_figure(fig, "convergence")
-
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH, 3.5))
-    for name, s in scaling.items():
-        ax.loglog(s["strides"], s["max_increment"], "o-", label=f"{name}: β = {s['beta']:.2f}")
-    ax.set_xlabel("stride s (of the controls sampled at the finest depth)")
-    ax.set_ylabel("max ‖θ(t+sΔt) − θ(t)‖ / rms ‖θ‖")
-    ax.legend(fontsize=8)
-    ctx.save_figure(fig, "smoothness")
+    ctx.save_figure(plot_depth_accuracy(depths, results), "accuracy_vs_depth")
+    ctx.save_figure(plot_depth_convergence(depths, succ, order), "convergence")
+    ctx.save_figure(plot_depth_smoothness(scaling), "smoothness")

@@ -462,46 +462,7 @@ _METRIC = {
 
 
 def _figure(ctx, tasks, schemes, rows, stable) -> None:
-    import matplotlib
+    from transflow.plotting import plot_schemes
 
-    matplotlib.use("Agg")
-    import numpy as np
-
-    from transflow import make_scheme, stability_function
-    from transflow.plotting import figure_style, new_figure
-
-    with figure_style():
-        fig, axes = new_figure(3.2, 1, len(tasks) + 1, squeeze=False)
-        axes = axes[0]
-        width = 0.27
-        x = np.arange(len(schemes))
-        for ax, task in zip(axes, tasks):
-            metric, label = _METRIC[task]
-            for j, (suffix, dt_label) in enumerate(
-                [("_half_dt", "Δt/2"), ("", "Δt (trained)"), ("_double_dt", "2Δt")]
-            ):
-                m = [np.mean(rows[(task, s)][metric + suffix]) for s in schemes]
-                e = [np.std(rows[(task, s)][metric + suffix]) for s in schemes]
-                ax.bar(x + (j - 1) * width, m, width, yerr=e, label=dt_label)
-            ax.set_xticks(x, schemes, rotation=60, ha="right")
-            ax.set_xlabel("scheme")
-            ax.set_ylabel(label if metric != "bpc" else "validation bits/char")
-            ax.set_title(task if metric != "bpc" else f"{task} (lower is better)")
-            if metric == "accuracy":
-                ax.set_ylim(0, 1)
-        axes[0].legend(fontsize=7)
-        ax = axes[-1]
-        re, im = np.meshgrid(np.linspace(-5, 1, 241), np.linspace(-3.5, 3.5, 241))
-        z = re + 1j * im
-        for i, s in enumerate([s for s in schemes if s in stable]):
-            sch = make_scheme(s, ffn_branch_dt="2dt") if s == "imex" else make_scheme(s)
-            r = np.abs(np.asarray(stability_function(sch, z / 2, z / 2)))
-            ax.contour(re, im, r, levels=[1.0], linewidths=1, colors=[f"C{i}"])
-            ax.plot([], [], color=f"C{i}", label=s)
-        ax.axhline(0, color="k", lw=0.5)
-        ax.axvline(0, color="k", lw=0.5)
-        ax.set_xlabel("Re Δtλ")
-        ax.set_ylabel("Im Δtλ")
-        ax.set_title("|R(z/2, z/2)| = 1")
-        ax.legend(fontsize=6)
+    fig = plot_schemes(rows, tasks=tasks, schemes=schemes, stable=stable)
     ctx.save_figure(fig, "schemes")

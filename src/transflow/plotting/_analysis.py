@@ -27,12 +27,23 @@ def _plt():
     return _pyplot()
 
 
-def _trajectories(ax, proj: np.ndarray, title: str) -> None:
+def _trajectories(ax, proj: np.ndarray, title: str, container=None) -> None:
+    """Token paths (grey), the tokens after every step coloured by the step (a colour
+    bar keys it), input circles and output stars; the key to the right of the axes."""
+    import matplotlib as mpl
+
     proj = np.asarray(proj)
     n_states, n_tokens, _ = proj.shape
-    colors = _plt().cm.viridis(np.linspace(0, 1, n_states))
+    cmap = _plt().get_cmap("viridis")
+    colors = cmap(np.linspace(0, 1, n_states))
     for i in range(n_tokens):
-        ax.plot(proj[:, i, 0], proj[:, i, 1], lw=0.6, alpha=0.5, c="0.5")
+        ax.plot(
+            proj[:, i, 0],
+            proj[:, i, 1],
+            lw=0.6,
+            c="0.6",
+            label="token path" if i == 0 else None,
+        )
     for k in range(n_states):
         ax.scatter(proj[k, :, 0], proj[k, :, 1], s=10, color=colors[k], zorder=3)
     ax.scatter(
@@ -56,14 +67,16 @@ def _trajectories(ax, proj: np.ndarray, title: str) -> None:
     ax.set_title(title)
     ax.set_xlabel("principal component 1")
     ax.set_ylabel("principal component 2")
-    ax.legend(loc="best")
+    sm = mpl.cm.ScalarMappable(mpl.colors.Normalize(0, max(n_states - 1, 1)), cmap)
+    (container or ax.figure).colorbar(sm, ax=ax, shrink=0.8, label="step $n$ (marker colour)")
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=3, fontsize=6.5)
 
 
 @styled
 def plot_token_trajectories(res: dict[str, Any], *, title: str = "token trajectories"):
     """The tokens after every step, projected on two common principal components."""
     fig, ax = new_figure(3.6)
-    _trajectories(ax, res["projection"], f"{title} (colour: step)")
+    _trajectories(ax, res["projection"], title)
     ax.set_aspect("equal", adjustable="datalim")
     return fig
 
@@ -98,7 +111,7 @@ def _cosine_panel(ax, c: np.ndarray, title: str):
     return im
 
 
-def _geometry(axes, diag: dict[str, Any]) -> None:
+def _geometry(axes, diag: dict[str, Any], container=None) -> None:
     import matplotlib.ticker as mticker
 
     steps = np.asarray(diag["step"])
@@ -114,17 +127,24 @@ def _geometry(axes, diag: dict[str, Any]) -> None:
     ax2.set_ylabel("clusters")
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="lower left")
     ax.set_title("clustering")
     ax2.yaxis.set_major_locator(mticker.MaxNLocator(integer=True))
-    bx.plot(steps, diag["effective_rank"], "o-", label="effective rank")
+    bx.plot(steps, diag["effective_rank"], "o-", color="C2", label="effective rank")
     bx.set_xlabel("step $n$")
     bx.set_ylabel("effective rank")
     bx.grid(True)
     bx2 = bx.twinx()
-    bx2.plot(steps, diag["distance_s1"], "r.--", label="distance to S1")
+    bx2.plot(steps, diag["distance_s1"], "r.--", label=r"distance to $S_1$")
     bx2.set_ylabel(r"RMS distance to $S_1$ (per $|\Omega_y|$)", color="r")
     bx.set_title(r"effective rank and distance to $S_1$")
+    h_b = bx.get_legend_handles_labels()
+    h_b2 = bx2.get_legend_handles_labels()
+    (container or ax.figure).legend(
+        lines[0] + lines2[0] + h_b[0] + h_b2[0],
+        lines[1] + lines2[1] + h_b[1] + h_b2[1],
+        loc="outside lower center",
+        ncol=5,
+    )
     for a in (ax, bx):
         a.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))
 
@@ -200,23 +220,28 @@ def plot_control_smoothness(res: dict[str, Any], *, max_blocks: int = 12):
 
 @styled
 def plot_refinement(studies: dict[str, dict[str, Any]], *, title: str = "depth refinement"):
-    """Output change and successive differences against the factor k (one line per
-    study, e.g. per interpolation); accuracy against k when the studies have it."""
+    """Output change and successive differences against the factor k (one colour per
+    study, e.g. per interpolation, in both panels; solid: change from k = 1, dashed: the
+    successive differences); accuracy against k when the studies have it."""
     has_acc = any(s.get("evaluate") and "accuracy" in s["evaluate"][0] for s in studies.values())
     fig, axes = new_figure(3.0, 1, 2 if has_acc else 1, squeeze=False)
     ax = axes[0][0]
+    colour = {label: f"C{i}" for i, label in enumerate(studies)}  # one per study, both panels
     for label, s in studies.items():
         k = np.asarray(s["factors"], float)
         ax.loglog(
             k[1:],
             np.asarray(s["change"][1:]),
             "o-",
+            color=colour[label],
             label=rf"{label}: $\|\mathrm{{out}}_k - \mathrm{{out}}_1\|$",
         )
         ax.loglog(
             k[:-1],
             np.asarray(s["successive"]),
             "s--",
+            color=colour[label],
+            mfc="none",
             label=rf"{label}: $\|\mathrm{{out}}_{{2k}} - \mathrm{{out}}_k\|$ "
             f"(order {s['order']:.2f})",
         )
@@ -233,7 +258,7 @@ def plot_refinement(studies: dict[str, dict[str, Any]], *, title: str = "depth r
         for label, s in studies.items():
             if s.get("evaluate"):
                 acc = [e["accuracy"] for e in s["evaluate"]]
-                bx.semilogx(s["factors"], acc, "o-", label=label)
+                bx.semilogx(s["factors"], acc, "o-", color=colour[label], label=label)
         bx.set_xlabel("refinement factor $k$")
         bx.set_ylabel("test accuracy")
         bx.set_title("accuracy of the refined classifier")
@@ -251,11 +276,11 @@ def plot_flow_clustering(res: dict[str, Any], *, title: str = "token trajectorie
     fig = _plt().figure(figsize=(FIGURE_WIDTH, 5.6), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.1, 1.0])
     axes = top.subplots(1, 3, width_ratios=[1.25, 1.0, 1.0])
-    _trajectories(axes[0], res["projection"], title)
+    _trajectories(axes[0], res["projection"], title, top)
     cos = np.asarray(res["diagnostics"]["cosine"])
     im = None
     for cx, k in zip(axes[1:], (0, cos.shape[0] - 1)):
         im = _cosine_panel(cx, cos[k], rf"$\cos(u_i, u_j)$, step {k}")
     top.colorbar(im, ax=list(axes[1:]), shrink=0.9, label=r"$\cos(u_i, u_j)$")
-    _geometry(bottom.subplots(1, 2), res["diagnostics"])
+    _geometry(bottom.subplots(1, 2), res["diagnostics"], bottom)
     return fig

@@ -18,7 +18,7 @@ def _bar(ax, labels, stats, scale, color):
     med = [s["median"] * scale for s in stats]
     lo = [s["median"] * scale - s["min"] * scale for s in stats]
     hi = [s["max"] * scale - s["median"] * scale for s in stats]
-    ax.bar(labels, med, yerr=[lo, hi], capsize=4, color=color)
+    ax.bar(labels, med, yerr=[lo, hi], capsize=4, color=color, ecolor="k")
     return med
 
 
@@ -112,4 +112,17 @@ def plot_benchmarks(results: dict[str, Any]):
         f"jax {layer['jax_version']}, torch {layer['torch_version']}, "
         f"{layer['backend']}, {layer['threads']['torch']} threads each"
     )
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    key = [
+        Patch(color="C0", label="transflow"),
+        Patch(color="C1", label="torch"),
+        *(Patch(color=c, label=f"compile, {st} step(s)") for c, st in zip(("C2", "C3"), steps)),
+        Patch(color="C4", label="peak RSS"),
+        Line2D(
+            [], [], color="k", marker="|", ms=8, ls="", label="error bar: min–max of the rounds"
+        ),
+    ]
+    fig.legend(handles=key, loc="outside lower center", ncol=6, title="bars: median of the rounds")
     return fig

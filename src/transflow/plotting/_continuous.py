@@ -21,12 +21,26 @@ def _math_names(text: str) -> str:
     return re.sub(r"\bS(\d)\b", r"$S_\1$", text)
 
 
+_SCHEME_STYLE = (  # colour, marker, filled, line style: coinciding curves stay visible
+    ("C0", "o", True, "-"),
+    ("C1", "s", False, "--"),
+    ("C2", "^", False, ":"),
+    ("C4", "D", False, "-."),
+    ("C3", "v", True, "-"),
+    ("C5", "P", False, "--"),
+)
+
+
 @styled
 def plot_convergence(records: list[dict], *, title: str = ""):
     """Log–log error vs Δt, one panel per sub-model, with reference slopes 1 and 2.
 
     ``records``: :meth:`transflow.continuous.ConvergenceResult.record` dicts; ``title``:
-    an optional figure title.
+    an optional figure title. Each scheme has one colour, marker and line style in every
+    panel (filled and open markers, so curves that coincide both show); the fitted slopes
+    are in a box in the upper left corner of each panel (small Δt and large error: empty);
+    the reference slopes are drawn a factor 4 below all the data; one key below the
+    panels.
 
     Example:
         >>> from transflow.plotting import plot_convergence
@@ -36,30 +50,66 @@ def plot_convergence(records: list[dict], *, title: str = ""):
         1
     """
     import numpy as np
+    from matplotlib.lines import Line2D
+
+    def name(r):
+        return r["scheme"] + (f" ({r['b_splitting']} F)" if r.get("b_splitting") else "")
 
     subs = list(dict.fromkeys(r["submodel"] for r in records))
-    n_legend = max(sum(r["submodel"] == s for r in records) for s in subs) + 2
-    fig, axes = new_figure(2.6 + 0.13 * n_legend, 1, len(subs), squeeze=False)
+    names = list(dict.fromkeys(name(r) for r in records))
+    style = {n: _SCHEME_STYLE[i % len(_SCHEME_STYLE)] for i, n in enumerate(names)}
+    fig, axes = new_figure(3.4, 1, len(subs), squeeze=False)
     for ax, sub in zip(axes[0], subs):
         mine = [r for r in records if r["submodel"] == sub]
         for r in mine:
-            name = r["scheme"] + (f" ({r['b_splitting']} F)" if r.get("b_splitting") else "")
-            ax.loglog(r["dts"], r["errors"], "o-", label=f"{name}: slope {r['slope']:.2f}")
+            col, mk, filled, ls = style[name(r)]
+            ax.loglog(
+                r["dts"],
+                r["errors"],
+                marker=mk,
+                ls=ls,
+                color=col,
+                mfc=col if filled else "none",
+                ms=6 if filled else 4,
+                zorder=3,
+            )
         dts = np.asarray(mine[0]["dts"], float)
-        e0 = min(r["errors"][0] for r in mine)
-        for p, ls in ((1, ":"), (2, "--")):
-            ax.loglog(dts, e0 * (dts / dts[0]) ** p, "k" + ls, lw=0.8, label=_ORDER_LABEL[p])
+        for p, ls in ((1, (0, (1, 1.5))), (2, (0, (5, 2)))):
+            # the guide's constant: a factor 4 below every data point
+            c = min(
+                float(np.nanmin(np.asarray(r["errors"], float) / np.asarray(r["dts"], float) ** p))
+                for r in mine
+            )
+            ax.loglog(dts, c / 4 * dts**p, color="0.35", ls=ls, lw=1)
         frac = next((r.get("active_fraction") for r in mine), None)
         ttl = f"sub-model ({sub})"
         if frac is not None:
             ttl += f", $S_2$ active {100 * frac:.0f}% of $[0, T]$"
         ax.set_title(ttl)
+        ax.text(
+            0.03,
+            0.97,
+            ("" if len(dts) >= 3 else f"smoke size: {len(dts)} time steps\n")
+            + "fitted slopes\n"
+            + "\n".join(f"{name(r)}: {r['slope']:.2f}" for r in mine),
+            transform=ax.transAxes,
+            ha="left",
+            va="top",
+            fontsize=6.5,
+            bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "0.7", "alpha": 0.9},
+        )
         ax.set_xlabel(r"time step $\Delta t$")
         ax.set_ylabel(r"$\max\,|u(T) - u_{\mathrm{ref}}(T)|$")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=6.5)
         ax.grid(True, which="both")
-        if len(dts) < 3:
-            smoke_note(ax, f"smoke size: {len(dts)} time steps")
+    handles = []
+    for n in names:
+        col, mk, filled, ls = style[n]
+        handles.append(
+            Line2D([], [], color=col, marker=mk, ls=ls, mfc=col if filled else "none", label=n)
+        )
+    for p, ls in ((1, (0, (1, 1.5))), (2, (0, (5, 2)))):
+        handles.append(Line2D([], [], color="0.35", ls=ls, lw=1, label=_ORDER_LABEL[p]))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6))
     if title:
         fig.suptitle(title)
     return fig
@@ -67,7 +117,8 @@ def plot_convergence(records: list[dict], *, title: str = ""):
 
 @styled
 def plot_grid(records: list[dict], *, title: str = "grid refinement, midpoint rule"):
-    """Log–log error vs N with the O(N⁻²) reference line.
+    """Log–log error vs N with the O(N⁻²) reference line; the x ticks are the grid
+    sizes computed.
 
     ``records``: the output of :func:`transflow.continuous.grid_refinement_study`.
 
@@ -78,6 +129,7 @@ def plot_grid(records: list[dict], *, title: str = "grid refinement, midpoint ru
         >>> len(plot_grid([rec]).axes)
         1
     """
+    import matplotlib.ticker as mticker
     import numpy as np
 
     fig, ax = new_figure(3.0)
@@ -86,6 +138,9 @@ def plot_grid(records: list[dict], *, title: str = "grid refinement, midpoint ru
     n = np.asarray(records[0]["sizes"], float)
     e0 = max(r["errors"][0] for r in records)
     ax.loglog(n, e0 * (n / n[0]) ** -2.0, "k--", lw=0.8, label=r"$O(N^{-2})$")
+    sizes = sorted({int(v) for r in records for v in r["sizes"]})
+    ax.set_xticks(sizes, [str(v) for v in sizes])  # the grid sizes run, not 5, 10, 20
+    ax.xaxis.set_minor_formatter(mticker.NullFormatter())
     ax.set_xlabel(r"grid size $N = N_x = N_y$")
     ax.set_ylabel("max error at the coarse nodes")
     ax.set_title(title)
@@ -126,7 +181,8 @@ def plot_nonconvergence(results: dict):
 
 @styled
 def plot_clustering(res: dict):
-    """PCA(2) trajectories (start: circles, end: stars) and the min pairwise cosine.
+    """PCA(2) trajectories (start: circles, end: stars; equal aspect) and the min pairwise
+    cosine over time; its title says whether the tokens clustered (final min cos > 0.99).
 
     ``res``: the output of :func:`transflow.continuous.clustering_trajectory`.
 
@@ -144,21 +200,36 @@ def plot_clustering(res: dict):
     flat = traj.reshape(-1, traj.shape[-1])
     _, _, vt = np.linalg.svd(flat - flat.mean(0), full_matrices=False)
     proj = (traj - flat.mean(0)) @ vt[:2].T
-    fig, (ax, bx) = new_figure(3.2, 1, 2, width_ratios=[1.0, 1.15])
+    fig, (ax, bx) = new_figure(3.4, 1, 2, width_ratios=[1.0, 1.15])
     for i in range(proj.shape[1]):
-        ax.plot(proj[:, i, 0], proj[:, i, 1], lw=0.7, alpha=0.8)
+        ax.plot(
+            proj[:, i, 0],
+            proj[:, i, 1],
+            lw=0.7,
+            color="0.55",
+            label="token paths" if i == 0 else None,
+        )
     ax.scatter(
-        proj[0, :, 0], proj[0, :, 1], s=12, facecolors="none", edgecolors="k", label="$t = 0$"
+        proj[0, :, 0], proj[0, :, 1], s=14, facecolors="none", edgecolors="k", label="$t = 0$"
     )
-    ax.scatter(proj[-1, :, 0], proj[-1, :, 1], marker="*", s=70, c="r", label="$t = T$")
+    ax.scatter(proj[-1, :, 0], proj[-1, :, 1], marker="*", s=70, c="r", label="$t = T$", zorder=3)
     ax.set_title(r"tokens on $S_1(0, 1)$, two principal components")
     ax.set_xlabel("principal component 1")
     ax.set_ylabel("principal component 2")
-    ax.legend(loc="best")
-    ax.set_aspect("equal", adjustable="datalim")
-    bx.plot(res["times"], res["min_cosine"])
+    ax.set_aspect("equal", adjustable="box")
+    mc = np.asarray(res["min_cosine"], float)
+    bx.plot(res["times"], mc, color="C0", label="min over token pairs")
+    bx.axhline(1.0, color="0.4", ls=":", lw=1, label="cos = 1 (tokens parallel)")
     bx.set_xlabel("time $t$")
     bx.set_ylabel("min pairwise cosine")
-    bx.set_title(r"clustering: min cos $\to$ 1")
+    verdict = (
+        r"clusters: min cos $\to$ 1"
+        if mc[-1] > 0.99
+        else f"min cos at $T$: {mc[-1]:.2f} (not clustered)"
+    )
+    bx.set_title(verdict)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = bx.get_legend_handles_labels()
+    fig.legend(h1 + h2, l1 + l2, loc="outside lower center", ncol=5)
     bx.grid(True)
     return fig

@@ -15,50 +15,67 @@ def plot_substeps(rows: list[dict[str, Any]], *, title: str = ""):
     """F1: state statistics through the sub-steps of one step, transflow beside torch.
 
     ``rows``: the records of :func:`transflow.interop.substep_rows`. Three panels:
-    Frobenius norm, per-token mean/std, and max |transflow − torch| per sub-step.
+    Frobenius norm, per-token mean/std, and max |transflow − torch| per sub-step. The
+    sub-steps are categories (markers, no joining lines); torch's values are open black
+    markers drawn on top, so a coinciding value stays visible; one key below the panels.
     """
     import numpy as np
+    from matplotlib.lines import Line2D
 
     names = [r["substep"] for r in rows]
     x = np.arange(len(rows))
-    fig, axes = new_figure(3.1, 1, 3)
+    fig, axes = new_figure(3.3, 1, 3)
+    torch_kw = dict(ls="", marker="o", ms=8, mfc="none", mec="k", mew=1.0, zorder=4)
     ax = axes[0]
-    ax.plot(x, [r["fro"] for r in rows], "o-", label="transflow (split scheme)")
-    ax.plot(x, [r["torch_fro"] for r in rows], "x", ms=10, mew=2, label="torch layer")
+    ax.plot(x, [r["fro"] for r in rows], "o", color="C0", ms=4, zorder=3)
+    ax.plot(x, [r["torch_fro"] for r in rows], **torch_kw)
     ax.set_ylabel(r"$\|u\|_F$")
     ax.set_title("Frobenius norm of the state")
     ax = axes[1]
-    for key, lab, mk in (
-        ("token_mean", "per-token mean", "o"),
-        ("token_std", "per-token std", "s"),
-    ):
-        ax.plot(x, [r[key] for r in rows], mk + "-", label=f"{lab} (transflow)")
-        ax.plot(x, [r["torch_" + key] for r in rows], "x", ms=9, mew=2, color="k")
     ax.errorbar(
         x,
         [r["token_mean"] for r in rows],
         yerr=[r["token_mean_spread"] for r in rows],
-        fmt="none",
-        ecolor="C0",
-        alpha=0.5,
+        fmt="s",
+        color="C1",
+        ms=4,
         capsize=3,
+        zorder=3,
     )
+    ax.plot(x, [r["token_std"] for r in rows], "^", color="C2", ms=4, zorder=3)
+    for key in ("token_mean", "token_std"):
+        ax.plot(x, [r["torch_" + key] for r in rows], **torch_kw)
     ax.set_ylabel("per-token mean and std")
-    ax.set_title(r"per-token statistics ($\times$: torch)")
+    ax.set_title("per-token statistics")
     ax = axes[2]
     errs = np.array([r["max_abs"] for r in rows], dtype=float)
     tiny = np.finfo(np.float64).tiny
-    ax.semilogy(x, np.where(np.isnan(errs), np.nan, np.maximum(errs, tiny)), "o-", color="C3")
-    ax.axhline(np.finfo(np.float64).eps, color="gray", ls="--", lw=1, label="float64 eps")
-    ax.legend(loc="best")
+    ax.semilogy(x, np.where(np.isnan(errs), np.nan, np.maximum(errs, tiny)), "D", color="C3", ms=4)
+    ax.axhline(np.finfo(np.float64).eps, color="0.4", ls="--", lw=1)
     ax.set_ylabel(r"$\max\,|u_{\mathrm{transflow}} - u_{\mathrm{torch}}|$")
     ax.set_title("difference to torch")
     for a in axes:
         a.set_xticks(x, names, rotation=45, ha="right")
         a.set_xlabel("sub-step")
-        a.grid(True)
-    axes[0].legend(loc="best")
-    axes[1].legend(loc="best")
+        a.grid(True, axis="y")
+        a.margins(x=0.08)
+    handles = [
+        Line2D([], [], color="C0", marker="o", ls="", ms=4, label=r"$\|u\|_F$, transflow"),
+        Line2D(
+            [],
+            [],
+            color="C1",
+            marker="s",
+            ls="",
+            ms=4,
+            label="mean over tokens of the per-token mean (error bar: ± std over tokens)",
+        ),
+        Line2D([], [], color="C2", marker="^", ls="", ms=4, label="per-token std, transflow"),
+        Line2D([], [], **torch_kw, label="torch layer (same quantity)"),
+        Line2D([], [], color="C3", marker="D", ls="", ms=4, label="max |transflow − torch|"),
+        Line2D([], [], color="0.4", ls="--", lw=1, label="float64 machine epsilon"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2)
     if title:
         fig.suptitle(title)
     return fig
@@ -92,6 +109,9 @@ def plot_agreement(
 ):
     """F2: heat maps of log10 of the errors, configurations × {float64 abs, float32 rel}.
 
+    Each cell is labelled with its log10 error to one decimal; the colour bar marks the
+    tolerance with a red line.
+
     ``rows``: the records of :func:`transflow.interop.agreement_rows` (encoder stacks,
     ``stack=True``, are left out of the matrix); ``title``: an optional figure title.
     """
@@ -122,7 +142,7 @@ def plot_agreement(
                     ax.text(
                         j,
                         i,
-                        f"{lm[i, j]:.0f}",
+                        f"{lm[i, j]:.1f}",
                         ha="center",
                         va="center",
                         fontsize=6.5,
@@ -141,7 +161,8 @@ def plot_agreement(
         ax.set_xlabel("heads h, feed-forward width ff (d: default), LayerNorm ε")
         ax.set_ylabel("LayerNorm, activation,\nbias b")
         ax.set_title(f"{ttl} (tolerance $10^{{{np.log10(tol):.0f}}}$)")
-        fig.colorbar(im, ax=ax, shrink=0.9, label=r"$\log_{10}$ error")
+        cb = fig.colorbar(im, ax=ax, shrink=0.9, label=r"$\log_{10}$ error" + "\n(red: tolerance)")
+        cb.ax.axhline(np.log10(tol), color="red", lw=3)
     if title:
         fig.suptitle(title)
     return fig
@@ -175,7 +196,7 @@ def plot_vit_attention(
         for j, (arr, name) in enumerate(((ours, "transflow"), (theirs, "HF ViTLayer"))):
             ax = row[j]
             im = ax.imshow(arr, cmap="viridis", vmin=0, vmax=vmax)
-            ax.plot(q_c, q_r, marker="x", color="red", ms=7, mew=1.8)
+            ax.plot(q_c, q_r, marker="x", color="red", ms=7, mew=1.8, ls="", label="query $x^*$")
             ax.set_title(
                 f"head {h}, {name}\n"
                 + rf"$\gamma(x^*, x_{{\mathrm{{cls}}}})$ = {rec['cls_weight']:.3f}"
@@ -190,6 +211,7 @@ def plot_vit_attention(
         for ax in row:
             ax.set_xlabel("patch column")
             ax.set_ylabel("patch row")
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=1)
     fig.suptitle(
         title
         or f"attention kernel of the query patch $x^*$ = ({q_r}, {q_c}) (red ×) on the "

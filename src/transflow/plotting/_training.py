@@ -15,7 +15,8 @@ def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title:
 
     ``runs`` maps a label to a history (list of logged dicts) or to the columns of
     :func:`transflow.control.curves_from_history` (e.g. a run's ``curves.npz``); training
-    entries are thin lines, evaluation (held-out) entries markers.
+    entries are thin lines, evaluation (held-out) entries markers; one key below the
+    panels names every curve and the 0.95 accuracy line.
     """
 
     from ..control import curves_from_history
@@ -34,9 +35,11 @@ def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title:
         )
     ax_l.set(xlabel="step", ylabel="cross-entropy", yscale="log", title="loss")
     ax_a.set(xlabel="step", ylabel="accuracy", ylim=(0, 1.02), title="accuracy")
-    ax_a.axhline(0.95, color="gray", ls=":", lw=0.8)
-    ax_l.legend(loc="best")
-    ax_a.legend(loc="lower right")
+    ax_a.axhline(0.95, color="0.4", ls=":", lw=1, label="accuracy 0.95")
+    # one key for both panels, below them: the same runs, train and test, and the 0.95 line
+    handles, labels = ax_l.get_legend_handles_labels()
+    h_a, l_a = ax_a.get_legend_handles_labels()
+    fig.legend(handles + h_a[-1:], labels + l_a[-1:], loc="outside lower center", ncol=5)
     for ax in (ax_l, ax_a):
         ax.grid(True, which="both")
         if n_eval < 2:

@@ -1,0 +1,308 @@
+"""Figures of the ``experiment=depth`` and ``experiment=schemes`` runs (written into their
+run directories): accuracy, convergence and control smoothness against the evaluation
+depth, and the scheme comparison with its stability regions. Same style as every other
+figure (:func:`transflow.plotting.figure_style`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._style import new_figure, smoke_note, styled
+
+__all__ = [
+    "model_label",
+    "plot_depth_accuracy",
+    "plot_depth_convergence",
+    "plot_depth_smoothness",
+    "plot_schemes",
+]
+
+#: Line styles that keep coinciding curves visible: colour, marker, filled, dashes, size.
+_STYLES = (
+    ("C0", "o", True, "-", 6.5),
+    ("C1", "s", False, (0, (5, 2)), 5.0),
+    ("C2", "^", False, (0, (1, 1.2)), 5.0),
+    ("C3", "D", False, (0, (4, 1.5, 1, 1.5)), 4.0),
+    ("C4", "v", False, "-", 4.0),
+    ("C5", "P", False, (0, (5, 2)), 4.0),
+)
+
+
+def model_label(name: str) -> str:
+    """A reader's name for a model identifier of the depth experiment.
+
+    Example:
+        >>> model_label("per_layer_lie"), model_label("path")
+        ('per-layer θ, Lie scheme', 'path-controlled θ(t)')
+    """
+    if name == "path":
+        return "path-controlled θ(t)"
+    if name.startswith("per_layer_"):
+        scheme = name[len("per_layer_") :]
+        pretty = {"lie": "Lie", "strang": "Strang", "prenorm": "pre-norm"}.get(scheme, scheme)
+        return f"per-layer θ, {pretty.replace('_', ' ')} scheme"
+    return name.replace("_", " ")
+
+
+def _num(x: float, digits: int = 2) -> str:
+    """``x`` to ``digits`` decimals, never ``-0.00``."""
+    s = f"{x:.{digits}f}"
+    return s[1:] if s.lstrip("-").strip("0.") == "" and s.startswith("-") else s
+
+
+def _integer_ticks(axis, values) -> None:
+    import matplotlib.ticker as mticker
+
+    values = sorted({int(v) for v in values})
+    axis.set_ticks(values, [str(v) for v in values])
+    axis.set_minor_formatter(mticker.NullFormatter())
+
+
+def _styled_line(ax, x, y, i: int, **kw):
+    col, mk, filled, ls, ms = _STYLES[i % len(_STYLES)]
+    return ax.plot(
+        x, y, color=col, marker=mk, mfc=col if filled else "none", ls=ls, ms=ms, zorder=3, **kw
+    )[0]
+
+
+@styled
+def plot_depth_accuracy(depths, results: dict[str, dict[str, Any]]):
+    """Test accuracy against the evaluation depth N_t (same T, Δt = T/N_t), one line per
+    model (distinct marker and dashes, so coinciding curves stay visible), the adaptive
+    (diffrax) accuracy of a model as a dotted line in its colour; ticks at the depths run.
+
+    ``results``: model name → ``{"accuracy": [...], optionally "adaptive_accuracy"}``.
+
+    Example:
+        >>> from transflow.plotting import plot_depth_accuracy
+        >>> r = {"path": {"accuracy": [0.9, 0.95], "adaptive_accuracy": 0.96}}
+        >>> len(plot_depth_accuracy([2, 4], r).axes)
+        1
+    """
+    fig, ax = new_figure(3.4)
+    for i, (name, r) in enumerate(results.items()):
+        line = _styled_line(ax, depths, r["accuracy"], i, label=model_label(name))
+        if "adaptive_accuracy" in r:
+            ax.axhline(
+                r["adaptive_accuracy"],
+                color=line.get_color(),
+                ls=":",
+                lw=1,
+                label=f"{model_label(name)}, adaptive step (diffrax)",
+            )
+    ax.set_xscale("log", base=2)
+    _integer_ticks(ax.xaxis, depths)
+    ax.set_xlabel(r"evaluation depth $N_t$ (same $T$, $\Delta t = T/N_t$)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("digits: test accuracy against the evaluation depth")
+    ax.grid(True, which="both")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    if len(depths) < 3:
+        smoke_note(ax, f"smoke size: {len(depths)} depths")
+    return fig
+
+
+@styled
+def plot_depth_convergence(depths, successive, order: float):
+    """‖out(2N) − out(N)‖ / ‖out(N₀)‖ against N_t, log–log, with the fitted order and a
+    slope −1 guide drawn a factor 3 below the data; ticks at the depths run.
+
+    Example:
+        >>> from transflow.plotting import plot_depth_convergence
+        >>> len(plot_depth_convergence([2, 4, 8], [0.1, 0.05], 1.0).axes)
+        1
+    """
+    import numpy as np
+
+    fig, ax = new_figure(3.2)
+    n = np.asarray(depths[: len(successive)], float)
+    succ = np.asarray(successive, float)
+    ax.loglog(n, succ, "o-", color="C0", label=f"path model, fitted order {_num(order)}")
+    c = float(np.nanmin(succ * n))
+    ax.loglog(n, c / 3 / n, color="0.35", ls=(0, (5, 2)), lw=1, label="slope −1 (first order)")
+    _integer_ticks(ax.xaxis, n)
+    ax.set_xlabel(r"evaluation depth $N_t$")
+    ax.set_ylabel(r"$\|\mathrm{out}(2N_t) - \mathrm{out}(N_t)\| / \|\mathrm{out}(N_0)\|$")
+    ax.set_title("convergence of the path model's outputs under refinement")
+    ax.grid(True, which="both")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    if len(n) < 3:
+        smoke_note(ax, f"smoke size: {len(n)} refinements")
+    return fig
+
+
+@styled
+def plot_depth_smoothness(scaling: dict[str, dict[str, Any]]):
+    """max ‖θ(t+sΔt) − θ(t)‖ / rms ‖θ‖ against the stride s, one line per model with its
+    fitted exponent β (never printed as −0.00); ticks at the strides.
+
+    Example:
+        >>> from transflow.plotting import plot_depth_smoothness
+        >>> s = {"path": {"strides": [1, 2, 4], "max_increment": [0.1, 0.2, 0.4], "beta": 1.0}}
+        >>> len(plot_depth_smoothness(s).axes)
+        1
+    """
+    fig, ax = new_figure(3.2)
+    strides = set()
+    for i, (name, s) in enumerate(scaling.items()):
+        strides |= {int(v) for v in s["strides"]}
+        _styled_line(
+            ax,
+            s["strides"],
+            s["max_increment"],
+            i,
+            label=f"{model_label(name)}: β = {_num(s['beta'])}",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _integer_ticks(ax.xaxis, strides)
+    ax.set_xlabel(r"stride $s$ (controls sampled at the finest depth)")
+    ax.set_ylabel(r"$\max\|\theta(t+s\Delta t) - \theta(t)\| / \mathrm{rms}\|\theta\|$")
+    ax.set_title(r"smoothness of the controls: increment $\propto s^\beta$")
+    ax.grid(True, which="both")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
+
+
+#: Per task: (record key, y label, chance level or None).
+_METRIC = {
+    "digits": ("accuracy", "test accuracy", 0.1),
+    "sequence": ("accuracy", "test accuracy", None),
+    "text": ("bpc", "validation bits/char (lower is better)", None),
+}
+
+
+@styled
+def plot_schemes(
+    rows: dict[tuple[str, str], dict[str, Any]],
+    *,
+    tasks: list[str],
+    schemes: list[str],
+    stable: dict[str, Any],
+    chance: dict[str, float] | None = None,
+):
+    """The scheme comparison: per task, the metric at Δt/2, Δt (trained) and 2Δt per
+    scheme (bars: mean over seeds, error bars: ± std over seeds), with the chance level
+    where known; and the boundaries |R(z/2, z/2)| = 1 of the stability regions of the
+    schemes in ``stable``, with a note naming the schemes not drawn and why.
+
+    The y range of a panel is set by the Δt/2 and Δt bars; a 2Δt bar beyond it is cut at
+    the top and its value written above it (so a 12-bit bar does not squash 3.1 vs 3.3).
+    ``chance``: task → chance level (default: digits 0.1; pass the sequence task's
+    ``1/vocab``).
+    """
+    import numpy as np
+
+    from transflow import make_scheme, stability_function
+
+    chance = {**{t: m[2] for t, m in _METRIC.items() if m[2] is not None}, **(chance or {})}
+    fig, axes = new_figure(3.6, 1, len(tasks) + 1, squeeze=False)
+    axes = axes[0]
+    width = 0.27
+    x = np.arange(len(schemes))
+    variants = [
+        ("_half_dt", r"$\Delta t/2$"),
+        ("", r"$\Delta t$ (trained)"),
+        ("_double_dt", r"$2\Delta t$"),
+    ]
+    n_seeds = 0
+    for ax, task in zip(axes, tasks):
+        metric, label, _ = _METRIC.get(task, ("accuracy", "test accuracy", None))
+        stats = {}
+        for suffix, _lab in variants:
+            vals = [np.asarray(rows[(task, s)][metric + suffix], float) for s in schemes]
+            n_seeds = max(n_seeds, max(len(v) for v in vals))
+            stats[suffix] = (
+                np.array([v.mean() for v in vals]),
+                np.array([v.std() for v in vals]),
+            )
+        core = np.concatenate(
+            [stats[k][0] + sgn * stats[k][1] for k in ("_half_dt", "") for sgn in (-1, 1)]
+        )
+        if metric == "accuracy":
+            lo, hi = 0.0, 1.0
+        else:
+            span = max(float(core.max() - core.min()), 1e-3)
+            lo, hi = float(core.min() - 0.6 * span), float(core.max() + 1.2 * span)
+        for j, (suffix, lab) in enumerate(variants):
+            m, e = stats[suffix]
+            shown = np.minimum(m, hi)
+            ax.bar(
+                x + (j - 1) * width,
+                shown - lo,
+                width,
+                bottom=lo,
+                yerr=np.where(m > hi, 0.0, e),
+                color=f"C{j}",
+                capsize=2,
+                error_kw={"ecolor": "k", "lw": 0.8},
+                label=lab,
+            )
+            for xi, mi in zip(x + (j - 1) * width, m):
+                if mi > hi:  # cut: say the value inside the bar's top
+                    ax.text(
+                        xi,
+                        hi - 0.02 * (hi - lo),
+                        f"{mi:.1f}↑",
+                        ha="center",
+                        va="top",
+                        fontsize=6,
+                        rotation=90,
+                        color="white",
+                    )
+        if task in chance:
+            ax.axhline(chance[task], color="0.3", ls=(0, (4, 2)), lw=1, label="chance level")
+        ax.set_ylim(lo, hi)
+        ax.set_xticks(x, schemes, rotation=60, ha="right")
+        ax.set_xlabel("scheme")
+        ax.set_ylabel(label)
+        ax.set_title(task)
+    ax = axes[-1]
+    re, im = np.meshgrid(np.linspace(-5, 1, 241), np.linspace(-3.5, 3.5, 241))
+    z = re + 1j * im
+    drawn, flat = [], []
+    for i, s in enumerate([s for s in schemes if s in stable]):
+        sch = make_scheme(s, ffn_branch_dt="2dt") if s == "imex" else make_scheme(s)
+        r = np.abs(np.asarray(stability_function(sch, z / 2, z / 2)))
+        if not (r.min() < 1.0 < r.max()):
+            flat.append(f"{s}: |R| {'<' if r.max() < 1 else '>'} 1 in the whole window")
+            continue
+        ax.contour(re, im, r, levels=[1.0], linewidths=1.2, colors=[f"C{i + 3}"])
+        ax.plot([], [], color=f"C{i + 3}", label=f"{s}: |R| = 1")
+        drawn.append(s)
+    missing = [s for s in schemes if s not in stable]
+    note = flat + ([f"not analysed: {', '.join(missing)}"] if missing else [])
+    if note:
+        ax.text(
+            0.03,
+            0.03,
+            "\n".join(note),
+            transform=ax.transAxes,
+            fontsize=6,
+            va="bottom",
+            bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "0.7", "alpha": 0.9},
+        )
+    ax.axhline(0, color="k", lw=0.5)
+    ax.axvline(0, color="k", lw=0.5)
+    ax.set_xlabel(r"Re $\Delta t\lambda$")
+    ax.set_ylabel(r"Im $\Delta t\lambda$")
+    ax.set_title("stability: |R| = 1\n(Δtλ split equally)")
+    if drawn:
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.22), fontsize=6, ncol=2)
+    keyed: dict[str, Any] = {}
+    for a in axes[:-1]:
+        for h, lab in zip(*a.get_legend_handles_labels()):
+            keyed.setdefault(lab, h)
+    from matplotlib.lines import Line2D
+
+    keyed[f"± std over {n_seeds} seed(s)"] = Line2D([], [], color="k", marker="|", ms=8, ls="")
+    handles, labels = list(keyed.values()), list(keyed)
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncol=len(handles),
+        title=f"bars: mean over {n_seeds} seed(s); error bars: ± std over the seeds; "
+        "a bar cut at the top says its value",
+    )
+    return fig
