@@ -45,6 +45,20 @@ __all__ = ["Config", "run", "resolve_model_path"]
 
 _ARCHS = ("vit", "gpt2", "bert", "llama", "torch_encoder")
 
+#: Names checked before any work, smoke runs included (transflow-run help analyze).
+CHOICES = {
+    "source": ("digits", "random"),
+    "arch": _ARCHS,
+    "interpolation": ("constant", "linear", "both"),
+}
+
+
+def check(cfg) -> None:
+    """Before any work: ``task.model_path`` exists and is a model (else a ValueError or
+    FileNotFoundError naming it)."""
+    if cfg.model_path:
+        resolve_model_path(cfg.model_path)
+
 
 @dataclass
 class Config:

@@ -55,6 +55,16 @@ _DEFAULT_SCHEMES = [
     "imex",
 ]
 _SMOKE_SCHEMES = ["prenorm", "imex"]
+
+
+def _scheme_names():
+    from transflow import SCHEME_NAMES
+
+    return SCHEME_NAMES
+
+
+#: Names checked before any work, smoke runs included (transflow-run help schemes).
+CHOICES = {"schemes": _scheme_names, "tasks": TASKS}
 #: Pre-norm-field schemes whose order is measured (one Dopri8 reference for all of them).
 _ORDER_SCHEMES = ["prenorm", "macaron", "strang", "heun", "midpoint", "rk4", "ode_rk2"]
 
@@ -95,7 +105,12 @@ def _train(cfg: Config, ctx, task: str, scheme: str, seed: int):
         tcfg = dataclasses.replace(base, d=cfg.d, n_steps=n, **common)
     if ctx.smoke:
         tcfg = dataclasses.replace(
-            tcfg, d=8, n_heads=1, steps=min(tcfg.steps, 6), log_every=3, warmup_steps=1
+            tcfg,
+            d=ctx.smoke_value("task.d", tcfg.d, 8) if task != "text" else 8,
+            n_heads=1,
+            steps=ctx.smoke_value("task.steps", tcfg.steps, min(tcfg.steps, 6)),
+            log_every=3,
+            warmup_steps=1,
         )
         if task == "sequence":
             tcfg = dataclasses.replace(tcfg, n_test=64)
@@ -352,8 +367,9 @@ def run(cfg: Config, ctx) -> dict:
 
     from transflow import SCHEME_NAMES, declared_order, make_scheme
 
-    schemes = list(_SMOKE_SCHEMES) if ctx.smoke else [str(s) for s in cfg.schemes]
-    seeds = [0] if ctx.smoke else [int(s) for s in cfg.seeds]
+    # smoke: two schemes and one seed, unless given on the command line (then kept)
+    schemes = ctx.smoke_value("task.schemes", [str(s) for s in cfg.schemes], list(_SMOKE_SCHEMES))
+    seeds = ctx.smoke_value("task.seeds", [int(s) for s in cfg.seeds], [0])
     tasks = [str(t) for t in cfg.tasks]
     for s in schemes:
         if s not in SCHEME_NAMES:

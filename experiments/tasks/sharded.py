@@ -27,7 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Config", "ParallelConfig", "run"]
+__all__ = ["CHOICES", "Config", "ParallelConfig", "run"]
+
+#: Names checked before any work, smoke runs included (transflow-run help sharded).
+CHOICES = {
+    "scheme": ("lie", "prenorm"),
+    "grid": ("gauss", "index"),
+    "parallel.methods": ("gspmd", "ring", "gspmd+chunked"),
+    "memory_methods": ("gspmd", "ring", "gspmd+chunked"),
+}
 
 
 def _default_assignments() -> dict[str, Any]:
