@@ -60,7 +60,9 @@ __all__ = [
     "precheck",
     "compose",
     "describe",
+    "expand_sweep",
     "experiment_help",
+    "parse_command",
     "prune",
     "task_reads",
     "front_page",
@@ -322,20 +324,18 @@ def prune(cfg: DictConfig, task_name: str) -> DictConfig:
         ['claims', 'precision', 'seed', 'smoke', 'task']
     """
     reads = task_reads(task_name)
-    # Keep the typed nodes: copy, then delete what the task does not read.
-    out = cfg.copy()
-    with _open_dict(out):
-        for g in GROUPS:
-            if g not in out or g in reads:
-                continue
-            keep = [r.split(".", 1)[1] for r in reads if r.startswith(g + ".")]
-            if not keep:
-                del out[g]
-                continue
-            node = out[g]
-            for k in list(node.keys()):
-                if k not in keep:
-                    del node[k]
+    out = OmegaConf.create({})
+    for key in cfg.keys():
+        if key not in GROUPS:
+            out[key] = cfg._get_node(key)
+        elif key in reads:
+            out[key] = cfg._get_node(key)  # the whole group, typed
+        else:
+            keep = [r.split(".", 1)[1] for r in reads if r.startswith(key + ".")]
+            if keep:
+                node = OmegaConf.to_container(cfg[key], resolve=False, enum_to_str=True)
+                out[key] = {k: v for k, v in node.items() if k in keep}
+    OmegaConf.set_struct(out, True)
     return out
 
 
@@ -393,6 +393,8 @@ def check_config(cfg: DictConfig, task_name: str):
 
 
 def _plain(v: Any) -> str:
+    if isinstance(v, dict):
+        return json.dumps(to_jsonable(v), separators=(",", ":"))
     if isinstance(v, list | tuple):
         return "[" + ",".join(map(str, v)) + "]"
     return str(v)
@@ -786,7 +788,7 @@ def _option_lines(cls: type, obj: Any, task_name: str, choices: dict, prefix: st
             sub = {k.split(".", 1)[1]: v for k, v in choices.items() if k.startswith(f.name + ".")}
             lines += _option_lines(type(value), value, task_name, sub, key + ".")
             continue
-        shown = _plain(OmegaConf.to_container(value) if hasattr(value, "keys") else value)
+        shown = _plain(value)
         allowed = ""
         if f.name in choices:
             allowed = "one of " + ", ".join(map(str, _choices(choices[f.name])))
@@ -886,10 +888,87 @@ def list_experiments() -> str:
     return "\n".join(f"{n:<{width}}{text}" for n, text in sorted(about.items()))
 
 
-def _hydra_flags(argv: Sequence[str]):
-    from hydra._internal.utils import get_args_parser
+#: Hydra's command-line flags that take a value (``--cfg job``); ``--info`` may take one.
+_FLAGS_WITH_VALUE = {
+    "--cfg": "cfg",
+    "-c": "cfg",
+    "--package": "package",
+    "-p": "package",
+    "--config-path": "config_path",
+    "-cp": "config_path",
+    "--config-name": "config_name",
+    "-cn": "config_name",
+    "--config-dir": "config_dir",
+    "-cd": "config_dir",
+    "--experimental-rerun": "rerun",
+    "--shell-completion": "shell_completion",
+    "-sc": "shell_completion",
+}
+_BOOL_FLAGS = {
+    "--help": "help",
+    "-h": "help",
+    "--hydra-help": "hydra_help",
+    "--resolve": "resolve",
+    "--run": "run",
+    "-r": "run",
+    "--multirun": "multirun",
+    "-m": "multirun",
+}
 
-    return get_args_parser().parse_args(list(argv))
+
+def parse_command(argv: Sequence[str]) -> dict[str, Any]:
+    """Split ``transflow-run`` arguments into Hydra's flags and the overrides.
+
+    Example:
+        >>> c = parse_command(["-m", "experiment=depth", "--cfg", "job", "seed=0,1"])
+        >>> c["overrides"], c["cfg"], c["multirun"], c["help"]
+        (['experiment=depth', 'seed=0,1'], 'job', True, False)
+    """
+    out: dict[str, Any] = {v: False for v in _BOOL_FLAGS.values()}
+    out.update({v: None for v in _FLAGS_WITH_VALUE.values()}, info=None, overrides=[])
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
+        if name in _BOOL_FLAGS:
+            out[_BOOL_FLAGS[name]] = True
+        elif name in _FLAGS_WITH_VALUE:
+            if not eq:
+                i += 1
+                value = args[i] if i < len(args) else ""
+            out[_FLAGS_WITH_VALUE[name]] = value
+        elif name in ("--info", "-i"):
+            out["info"] = value or "all"
+            if not eq and i + 1 < len(args) and "=" not in args[i + 1]:
+                if not args[i + 1].startswith("-"):
+                    i += 1
+                    out["info"] = args[i]
+        else:
+            out["overrides"].append(a)
+        i += 1
+    return out
+
+
+def expand_sweep(overrides: Sequence[str]) -> list[list[str]]:
+    """The jobs of a sweep: every combination of the swept values (``seed=0,1``).
+
+    Example:
+        >>> expand_sweep(["experiment=clustering", "seed=0,1"])
+        [['experiment=clustering', 'seed=0'], ['experiment=clustering', 'seed=1']]
+    """
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    choices = []
+    for o in OverridesParser.create().parse_overrides(list(overrides)):
+        if o.is_sweep_override():
+            key = o.get_key_element()
+            choices.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            choices.append([o.input_line])
+    return [list(job) for job in itertools.product(*choices)]
 
 
 #: Sweeps with more jobs than this are checked on their first jobs only before starting.
@@ -960,11 +1039,7 @@ def precheck(overrides: Sequence[str]) -> list[tuple[list[str], DictConfig, str]
         >>> [task for _, _, task in precheck(["experiment=clustering", "seed=0,1"])]
         ['clustering', 'clustering']
     """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(list(overrides))
-    jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    jobs = expand_sweep(overrides)
     tasks: dict[tuple[str, ...], str] = {}
     out = []
     for job in jobs[:PRECHECK_MAX_JOBS]:
@@ -1057,16 +1132,19 @@ def main() -> None:
         if len(argv) == 2 and argv[0] == "help":
             print(experiment_help(argv[1]))
             return
-        flags = _hydra_flags(argv)
-        if flags.help or flags.hydra_help or flags.info or flags.shell_completion:
-            exp = [override_key(o) == "experiment" and o.split("=", 1)[1] for o in flags.overrides]
-            exp = [e for e in exp if e]
-            if flags.help and exp:
+        flags = parse_command(argv)
+        if flags["help"] or flags["hydra_help"] or flags["info"] or flags["shell_completion"]:
+            ovs = flags["overrides"]
+            exp = [o.split("=", 1)[1] for o in ovs if override_key(o) == "experiment"]
+            if flags["help"] and exp:
                 print(experiment_help(exp[-1]))
                 return
             _hydra_main()
             return
-        jobs = precheck(flags.overrides)
+        if flags["config_path"] or flags["config_name"] or flags["config_dir"] or flags["rerun"]:
+            _hydra_main()  # another config tree: Hydra checks it
+            return
+        jobs = precheck(flags["overrides"])
     except Exception as e:  # noqa: BLE001 - config errors and Hydra's, in one line
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
@@ -1075,9 +1153,9 @@ def main() -> None:
             print(_say_error(e), file=sys.stderr, flush=True)
             raise SystemExit(2) from None
         raise
-    if flags.cfg == "job" and not flags.package and len(jobs) == 1:
+    if flags["cfg"] == "job" and not flags["package"] and len(jobs) == 1:
         _, cfg, task_name = jobs[0]
-        print(OmegaConf.to_yaml(prune(cfg, task_name), resolve=flags.resolve), end="")
+        print(OmegaConf.to_yaml(prune(cfg, task_name), resolve=flags["resolve"]), end="")
         return
     _COMMAND = list(argv)
     _hydra_main()
