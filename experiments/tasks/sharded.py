@@ -144,7 +144,7 @@ def run(cfg: Config, ctx) -> dict:
             d_model=16,
             d_ff=16,
             n_layers=1,
-            methods=["gspmd"],
+            methods=ctx.smoke_value("task.parallel.methods", list(par.methods), ["gspmd"]),
             dtypes=list(ctx.dtypes)[-1:],
         )
         # two assignments that between them split all three logical axes
