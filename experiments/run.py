@@ -664,6 +664,11 @@ def run_in_process(
     return run_job(cfg, run_dir=run_dir, task_name=task_name, overrides=overrides), cfg
 
 
+def _readers() -> dict[str, tuple[str, ...]]:
+    tasks, _ = discover()
+    return {t: task_reads(t) for t in sorted(tasks) if task_reads(t)}
+
+
 def front_page(*, hydra_help: bool = False) -> str:
     """The text of ``transflow-run --help`` / ``transflow-run list``: usage, the experiments
     (one line each, from the ``# About:`` line of ``configs/experiment/<name>.yaml``) and
@@ -686,6 +691,8 @@ def front_page(*, hydra_help: bool = False) -> str:
         "  transflow-run experiment=NAME task.FIELD=V    change one parameter of the task",
         "  transflow-run experiment=NAME --cfg job       print the composed config, run nothing",
         "  transflow-run list                            the experiments, one line each",
+        "  transflow-run help NAME                       one experiment's options: default,",
+        "  transflow-run experiment=NAME --help          type, allowed range, meaning",
         "",
         "Experiments (experiment=NAME; configs/experiment/NAME.yaml; the file's comment says",
         "the runtime and the expected result):",
@@ -707,8 +714,11 @@ def front_page(*, hydra_help: bool = False) -> str:
         "                                auto (default) = enforce for one run, record in sweeps",
         "  hydra.run.dir=DIR / hydra.sweep.dir=DIR   where the results go",
         "",
-        "Values are checked before any compute (unknown keys, types, ranges such as",
-        "task.n_tokens > 0); the error names the key. Docs: docs/experiments.md.",
+        "Every job is checked before any compute or directory (unknown keys, types, ranges",
+        "such as task.n_tokens > 0, names such as task.schemes, and overrides of the groups",
+        "grid/model/scheme the task does not read); the error names the key. Groups read:",
+        *(f"  {t}: {', '.join(r)}" for t, r in _readers().items()),
+        "Docs: docs/experiments.md.",
     ]
     if hydra_help:
         lines += ["", "Config groups:", "$APP_CONFIG_GROUPS", "Hydra's own options: --hydra-help"]
