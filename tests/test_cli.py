@@ -613,3 +613,25 @@ def test_killed_run_records_killed_with_the_time(tmp_path, sig):
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", status["killed"])
     assert f"KILLED ({sig})" in err and "Traceback" not in err
     assert not (run_dir / "DONE").exists()
+
+
+def test_checkpoints_live_under_the_documented_root_keyed_by_code_version(tmp_path, monkeypatch):
+    import transflow.control._tasks as tasks
+    from transflow.control import DigitsConfig
+
+    monkeypatch.setenv("TRANSFLOW_CHECKPOINT_ROOT", str(tmp_path / "root"))
+    elsewhere = tmp_path / "my" / "chosen" / "run"
+
+    def where():
+        cfg = DigitsConfig()
+        return tasks.checkpoint_dir_for("train_digits", cfg, elsewhere, seed=0, smoke=False)
+
+    first = where()
+    assert first.parent == tmp_path / "root" and first.name.startswith("train_digits-")
+    monkeypatch.setattr(tasks, "_CODE_VERSION", ["changedcode0"])
+    second = where()
+    assert second.parent == first.parent and second != first  # a code change: a new key
+    monkeypatch.delenv("TRANSFLOW_CHECKPOINT_ROOT")
+    monkeypatch.chdir(tmp_path)
+    third = where()
+    assert third.parent == tmp_path / "outputs" / "checkpoints"
