@@ -307,9 +307,15 @@ def check_overrides(overrides: Sequence[str], task_name: str) -> None:
         if not (top in reads if key == top else _reads_key(key, reads)):
             bad.append(key)
     if bad:
+        partly = [
+            f"only {', '.join(r for r in reads if r.startswith(k + '.'))} of {k}"
+            for k in bad
+            if k in GROUPS and any(r.startswith(k + ".") for r in reads)
+        ]
         raise ConfigValueError(
             f"{', '.join(bad)}: not read by task '{task_name}', so the override would change "
-            f"nothing. It reads: {_what_it_reads(task_name, reads)}. Remove the override "
+            f"nothing{' (it reads ' + '; '.join(partly) + ')' if partly else ''}. It reads: "
+            f"{_what_it_reads(task_name, reads)}. Remove the override "
             f"(`transflow-run help {task_name}` lists the options)."
         )
 
