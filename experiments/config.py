@@ -20,7 +20,9 @@ This module imports neither JAX nor torch.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,8 @@ from omegaconf import II, MISSING
 
 __all__ = [
     "Activation",
+    "complete",
+    "options_without",
     "ClaimsMode",
     "GridConfig",
     "GridKind",
@@ -167,3 +171,80 @@ def register_schemas() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="base_config", node=RunConfig)
+
+
+def options_without(
+    base: type,
+    set_by_task: typing.Iterable[str],
+    *,
+    name: str,
+    defaults: dict | None = None,
+    hints: dict[str, str] | None = None,
+) -> type:
+    """A dataclass with the fields of ``base`` except ``set_by_task`` (one name per option).
+
+    A task that builds a library config (``DepthDigitsConfig``) from its own fields
+    (``task.steps``, ``task.d``, the scheme of each model) exposes the remaining fields
+    under this class, so ``task.digits.steps`` does not exist beside ``task.steps`` and
+    ``task.digits.scheme=foo`` is an unknown key instead of a value silently ignored.
+    ``defaults`` replace defaults of ``base``; ``hints`` say, per dropped field, which
+    option sets it (for the error message). :func:`complete` builds the ``base`` instance
+    back.
+
+    Example:
+        >>> @dataclass
+        ... class Base:
+        ...     steps: int = 10
+        ...     lr: float = 0.1
+        >>> Opts = options_without(Base, ["steps"], name="Opts")
+        >>> [f.name for f in dataclasses.fields(Opts)]
+        ['lr']
+        >>> complete(Opts(lr=0.5), steps=3)
+        Base(steps=3, lr=0.5)
+    """
+    drop = set(set_by_task)
+    unknown = drop - {f.name for f in dataclasses.fields(base)}
+    if unknown:
+        raise ValueError(
+            f"options_without: {sorted(unknown)} are not fields of {base.__name__}; its "
+            f"fields are {[f.name for f in dataclasses.fields(base)]}."
+        )
+    types = typing.get_type_hints(base)
+    defaults = dict(defaults or {})
+    spec = []
+    for f in dataclasses.fields(base):
+        if f.name in drop:
+            continue
+        if f.name in defaults:
+            value = defaults.pop(f.name)
+            kw = (
+                {"default_factory": (lambda v=value: type(v)(v))}
+                if isinstance(value, list | dict)
+                else {"default": value}
+            )
+        elif f.default is not dataclasses.MISSING:
+            kw = {"default": f.default}
+        elif f.default_factory is not dataclasses.MISSING:
+            kw = {"default_factory": f.default_factory}
+        else:
+            kw = {}
+        spec.append((f.name, types[f.name], field(**kw)))
+    if defaults:
+        raise ValueError(f"options_without: `defaults` names unknown fields {sorted(defaults)}.")
+    cls = dataclasses.make_dataclass(name, spec)
+    cls.__doc__ = (
+        f"The options of {base.__name__} that the task does not set itself (it sets "
+        f"{', '.join(sorted(drop))})."
+    )
+    cls.base = base
+    cls.set_by_task = tuple(sorted(drop))
+    cls.set_by_task_hints = dict(hints or {})
+    return cls
+
+
+def complete(options: Any, **set_by_task: Any) -> Any:
+    """The ``base`` config of an :func:`options_without` instance: its fields plus
+    ``set_by_task`` (fields the task sets and does not give keep ``base``'s defaults)."""
+    cls = type(options)
+    values = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    return cls.base(**values, **set_by_task)

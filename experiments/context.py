@@ -64,8 +64,10 @@ class RunContext:
         smoke: ``debug=smoke``: the task must shrink itself to run in a few seconds.
         seed: the job's seed (top-level ``seed``).
         precision: ``"fp32"``, ``"fp64"`` or ``"both"``; x64 is enabled for the last two.
-        cfg: the whole composed config (``grid``, ``model``, ``scheme``, ``task``, ...),
-            or ``None`` when a task is run outside ``transflow-run``.
+        cfg: the whole composed config (``task``, ``seed``, ... and the groups ``grid``,
+            ``model``, ``scheme`` the task reads), or ``None`` outside ``transflow-run``.
+        overrides: the command-line overrides of this job (``task.schemes=[lie,heun]``);
+            :meth:`smoke_value` keeps a value the user gave there.
 
     Example:
         >>> import tempfile, pathlib
@@ -80,9 +82,11 @@ class RunContext:
     seed: int = 0
     precision: str = "both"
     cfg: Any = None
+    overrides: tuple[str, ...] = ()
     #: seconds between two progress lines of :meth:`progress`
     progress_every: float = 5.0
     claims: list[dict[str, Any]] = dataclasses.field(default_factory=list, init=False, repr=False)
+    _smoke_said: set = dataclasses.field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self):
         self.run_dir = pathlib.Path(self.run_dir)
@@ -144,6 +148,48 @@ class RunContext:
         """
         return Progress(iterable, total=total, desc=desc, every=self.progress_every)
 
+    def given(self, key: str) -> bool:
+        """Whether ``key`` (``"task.schemes"``) or a key below it was set on the command line.
+
+        Example:
+            >>> import tempfile
+            >>> ctx = RunContext(pathlib.Path(tempfile.mkdtemp()), overrides=("task.seeds=[1]",))
+            >>> ctx.given("task.seeds"), ctx.given("task.schemes")
+            (True, False)
+        """
+        for item in self.overrides:
+            k = str(item).split("=", 1)[0].lstrip("+~")
+            if k == key or k.startswith(key + ".") or key.startswith(k + "."):
+                return True
+        return False
+
+    def smoke_value(self, key: str, value: Any, small: Any) -> Any:
+        """The value of option ``key`` for this run: ``small`` under ``debug=smoke`` unless
+        the user gave ``key`` on the command line (then ``value``, the user's choice).
+
+        Smoke mode shrinks sizes but never silently replaces an explicit choice: a value
+        it replaces is reported in one line (console and ``run.log``).
+
+        Example:
+            >>> import tempfile
+            >>> ctx = RunContext(pathlib.Path(tempfile.mkdtemp()), smoke=True)
+            >>> ctx.smoke_value("task.seeds", [0, 1, 2], [0])
+            [0]
+            >>> ctx.overrides = ("task.seeds=[1,2]",)
+            >>> ctx.smoke_value("task.seeds", [1, 2], [0])
+            [1, 2]
+        """
+        if not self.smoke or self.given(key) or value == small:
+            return value
+        if key in self._smoke_said:
+            return small
+        self._smoke_said.add(key)
+        self.message(
+            f"debug=smoke: {key}={_short(small)} (instead of {_short(value)}; give {key}=... "
+            "to keep a value)"
+        )
+        return small
+
     def message(self, text: str) -> None:
         """Say ``text`` on the console and in ``run.log`` (e.g. "resumed from ...")."""
         logging.getLogger(LOGGER).info("%s", text)
@@ -202,6 +248,11 @@ class RunContext:
         """Append markdown ``text`` (a paragraph, a table, ...) to ``report.md``."""
         with self.report_path.open("a") as f:
             f.write(text.rstrip("\n") + "\n\n")
+
+
+def _short(v: Any) -> str:
+    text = str(to_jsonable(list(v) if isinstance(v, tuple) else v)).replace("'", "")
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def release_compiled() -> None:
@@ -297,7 +348,16 @@ def claims_markdown(claims: list[dict[str, Any]], mode: str = "enforce") -> str:
 
 
 class ClaimsFailed(RuntimeError):
-    """Raised by ``transflow-run`` after the task when an enforced claim check failed."""
+    """Raised by ``transflow-run`` after the task when an enforced claim check failed.
+
+    ``claims`` holds the failed claims (dicts as in ``summary.json``), ``run_dir`` the
+    run directory; ``transflow-run`` prints one line per claim, not a traceback.
+    """
+
+    def __init__(self, message: str, claims: list | None = None, run_dir: Any = None):
+        super().__init__(message)
+        self.claims = list(claims or [])
+        self.run_dir = run_dir
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:

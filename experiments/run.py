@@ -20,7 +20,9 @@ the layout of a run directory is described in :mod:`transflow.experiments.contex
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import enum
 import json
 import logging
 import pathlib
@@ -46,13 +48,23 @@ from .context import (
     to_jsonable,
 )
 from .tasks import discover, register_tasks
-from .validate import ConfigValueError, validate
+from .validate import ConfigValueError, rule_for, validate
 
 __all__ = [
     "CONFIG_DIR",
+    "GROUPS",
     "check_config",
+    "check_overrides",
+    "check_task_keys",
+    "list_experiments",
+    "precheck",
     "compose",
     "describe",
+    "expand_sweep",
+    "experiment_help",
+    "parse_command",
+    "prune",
+    "task_reads",
     "front_page",
     "main",
     "register_configs",
@@ -165,9 +177,30 @@ def _describe_overrides(cfg: DictConfig) -> str:
     return ""
 
 
+#: The command line of this process (``main`` sets it), quoted in ``report.md``.
+_COMMAND: list[str] | None = None
+
+
+def _command(overrides: str, multirun: bool) -> str:
+    """The command that ran: ``transflow-run`` and its arguments as typed (``main``), else
+    (a job run in-process) ``transflow-run`` with the job's overrides."""
+    import shlex
+
+    if _COMMAND is not None:
+        cmd = " ".join(["transflow-run", *map(shlex.quote, _COMMAND)])
+        if multirun and overrides:
+            cmd += f"` · this job: `{overrides}"
+        return cmd
+    return (
+        "transflow-run " + ("-m " if multirun else "") + overrides
+        if overrides
+        else ("transflow-run")
+    )
+
+
 def _report_header(task_name: str, cfg: DictConfig, overrides: str, multirun: bool) -> str:
     about = describe().get(task_name, "")
-    cmd = "transflow-run " + ("-m " if multirun else "") + (overrides or f"task={task_name}")
+    cmd = _command(overrides, multirun).strip()
     return (
         f"# {task_name}" + (f": {about}" if about else "") + "\n\n"
         f"Command: `{cmd}` · seed {cfg.get('seed', 0)} · precision {_value(cfg.get('precision'))}"
@@ -187,21 +220,152 @@ def _claims_mode(cfg: DictConfig, multirun: bool) -> str:
     return mode
 
 
-def check_config(cfg: DictConfig, task_name: str):
-    """Validate a composed config before any compute; returns ``(module, task object)``.
+#: The top-level config groups; a task reads those it names in its module's ``READS``.
+GROUPS = ("grid", "model", "scheme")
 
-    Raises :class:`~omegaconf.errors.ConfigKeyError` for a key the task's ``Config`` does
-    not have (``+task.typo=1``, which Hydra lets through because ``task`` is open in
-    :class:`RunConfig`) and :class:`~transflow.experiments.validate.ConfigValueError` for
-    a value out of range (``task.n_tokens=-3``); both name the key. Writes nothing.
-    """
+#: Top-level keys every task reads (through ``ctx``) besides ``task.*``.
+COMMON_KEYS = ("seed", "precision", "claims", "smoke")
+
+
+def _task_module(task_name: str):
     tasks, errors = discover()
     if task_name not in tasks:
         why = errors.get(task_name, "no such file")
         raise RuntimeError(
             f"task '{task_name}' (experiments/tasks/{task_name}.py) is not available:\n{why}"
         )
-    module = tasks[task_name]
+    return tasks[task_name]
+
+
+def task_reads(task_name: str) -> tuple[str, ...]:
+    """The parts of the top-level groups (``grid``, ``model``, ``scheme``) task
+    ``task_name`` reads: its module's ``READS`` (a group, ``"model"``, or one key,
+    ``"grid.n_tokens"``); ``()`` for a task that reads none.
+
+    Example:
+        >>> task_reads("equivalence")
+        ('grid.n_tokens', 'grid.n_features', 'model')
+        >>> task_reads("clustering")
+        ()
+    """
+    reads = tuple(str(r) for r in getattr(_task_module(task_name), "READS", ()))
+    for r in reads:
+        if r.split(".")[0] not in GROUPS:
+            raise ValueError(
+                f"experiments/tasks/{task_name}.py: READS entry {r!r} is not in a top-level "
+                f"group {GROUPS}."
+            )
+    return reads
+
+
+def override_key(item: str) -> str:
+    """The config key of one command-line override: ``+grid.n_tokens=4,8`` → ``grid.n_tokens``,
+    ``scheme=lie`` → ``scheme``, ``hydra/launcher=x`` → ``hydra/launcher``.
+
+    Example:
+        >>> override_key("+grid.n_tokens=4,8"), override_key("~scheme")
+        ('grid.n_tokens', 'scheme')
+    """
+    key = str(item).split("=", 1)[0].lstrip("+~")
+    return key.split("@", 1)[0]
+
+
+def _reads_key(key: str, reads: Sequence[str]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in reads)
+
+
+def _what_it_reads(task_name: str, reads: Sequence[str]) -> str:
+    fields = [f.name for f in dataclasses.fields(_task_module(task_name).Config)]
+    parts = [f"task.* ({', '.join(fields)})", ", ".join(COMMON_KEYS)]
+    if reads:
+        parts.append(", ".join(reads))
+    return "; ".join(parts)
+
+
+def check_overrides(overrides: Sequence[str], task_name: str) -> None:
+    """Refuse overrides of the top-level groups task ``task_name`` does not read.
+
+    ``scheme=lie_2dt`` or ``grid.n_tokens=8`` for a task that reads no ``scheme``/``grid``
+    would change nothing: raises :class:`ConfigValueError` naming every such key and
+    listing what the task reads. Composition only; writes nothing.
+
+    Example:
+        >>> check_overrides(["task.t1=2", "seed=1"], "clustering")
+        >>> check_overrides(["scheme=lie", "grid.n_tokens=4"], "clustering")
+        Traceback (most recent call last):
+        ...
+        transflow.experiments.validate.ConfigValueError: scheme, grid.n_tokens: not read ...
+    """
+    reads = task_reads(task_name)
+    bad = []
+    for item in overrides:
+        key = override_key(item)
+        top = key.split(".")[0].split("/")[0]
+        if top not in GROUPS or key in bad:
+            continue
+        # choosing another file of a group (grid=uniform) needs the whole group read
+        if not (top in reads if key == top else _reads_key(key, reads)):
+            bad.append(key)
+    if bad:
+        partly = [
+            f"only {', '.join(r for r in reads if r.startswith(k + '.'))} of {k}"
+            for k in bad
+            if k in GROUPS and any(r.startswith(k + ".") for r in reads)
+        ]
+        raise ConfigValueError(
+            f"{', '.join(bad)}: not read by task '{task_name}', so the override would change "
+            f"nothing{' (it reads ' + '; '.join(partly) + ')' if partly else ''}. It reads: "
+            f"{_what_it_reads(task_name, reads)}. Remove the override "
+            f"(`transflow-run help {task_name}` lists the options)."
+        )
+
+
+def prune(cfg: DictConfig, task_name: str) -> DictConfig:
+    """A copy of ``cfg`` holding only what task ``task_name`` reads: the top-level groups
+    (or keys of them) in its ``READS``, ``task`` and the common keys.
+
+    Example:
+        >>> cfg, task = compose(["experiment=clustering"])
+        >>> sorted(prune(cfg, task))
+        ['claims', 'precision', 'seed', 'smoke', 'task']
+    """
+    reads = task_reads(task_name)
+    out = OmegaConf.create({})
+    for key in cfg.keys():
+        if key not in GROUPS:
+            out[key] = cfg._get_node(key)
+        elif key in reads:
+            out[key] = cfg._get_node(key)  # the whole group, typed
+        else:
+            keep = [r.split(".", 1)[1] for r in reads if r.startswith(key + ".")]
+            if keep:
+                node = OmegaConf.to_container(cfg[key], resolve=False, enum_to_str=True)
+                out[key] = {k: v for k, v in node.items() if k in keep}
+    OmegaConf.set_struct(out, True)
+    return out
+
+
+def _choices(spec: Any) -> tuple:
+    return tuple(spec() if callable(spec) else spec)
+
+
+def _get_path(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_config(cfg: DictConfig, task_name: str):
+    """Validate a composed config before any compute; returns ``(module, task object)``.
+
+    Raises :class:`~omegaconf.errors.ConfigKeyError` for a key the task's ``Config`` does
+    not have (``+task.typo=1``, which Hydra lets through because ``task`` is open in
+    :class:`RunConfig`) and :class:`~transflow.experiments.validate.ConfigValueError` for
+    a value out of range (``task.n_tokens=-3``), a name not among the task's ``CHOICES``
+    (``task.schemes=[lie,foo]``) or a value the task's ``check(cfg)`` refuses (a missing
+    ``task.model_path``); each names the key. Writes nothing.
+    """
+    module = _task_module(task_name)
     fields = {f.name for f in dataclasses.fields(module.Config)}
     extra = sorted(set(cfg.task.keys()) - fields)
     if extra:
@@ -211,8 +375,79 @@ def check_config(cfg: DictConfig, task_name: str):
         )
     task_cfg = OmegaConf.merge(OmegaConf.structured(module.Config), cfg.task)
     task_obj = OmegaConf.to_object(task_cfg)
-    validate(cfg, task_name, task_obj)
+    validate(prune(cfg, task_name), task_name, task_obj)
+    for path, spec in getattr(module, "CHOICES", {}).items():
+        allowed = _choices(spec)
+        value = _get_path(task_obj, path)
+        values = list(value) if isinstance(value, list | tuple) else [value]
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            raise ConfigValueError(
+                f"task.{path}: {', '.join(repr(b) for b in bad)} "
+                f"{'is' if len(bad) == 1 else 'are'} not allowed; choose from "
+                f"{', '.join(map(str, allowed))} (got task.{path}={_plain(value)})."
+            )
+    check = getattr(module, "check", None)
+    if check is not None:
+        try:
+            check(task_obj)
+        except ConfigValueError:
+            raise
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            raise ConfigValueError(str(e)) from None
     return module, task_obj
+
+
+def _plain(v: Any) -> str:
+    if isinstance(v, dict):
+        return json.dumps(to_jsonable(v), separators=(",", ":"))
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(map(str, v)) + "]"
+    return str(v)
+
+
+class Killed(BaseException):
+    """SIGTERM during a job (raised by ``transflow-run``'s handler; SIGINT raises
+    ``KeyboardInterrupt``): ``status.json`` records KILLED with the time."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """Turn SIGTERM into :class:`Killed` inside the block (main thread only)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Killed(signum)
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _job_overrides(overrides: Sequence[str] | None) -> list[str]:
+    if overrides is not None:
+        return [str(o) for o in overrides]
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            return [str(o) for o in HydraConfig.get().overrides.task]
+    except Exception:  # noqa: BLE001 - informative only
+        pass
+    return []
 
 
 def run_job(
@@ -225,30 +460,40 @@ def run_job(
 ) -> dict[str, Any]:
     """Run one composed job: the task ``task_name`` with ``cfg.task`` in ``run_dir``.
 
-    First validates the config (:func:`check_config`: unknown task keys, values out of
-    range); an invalid config raises before anything is written into ``run_dir``. Then
-    writes ``status.json`` (RUNNING, then COMPLETED or FAILED with the traceback),
-    ``report.md`` (a header naming the task and the command, the task's sections, the
-    summary table and the claim checks), ``summary.json`` (the dict returned by the task),
-    ``run.log`` (the run's log: what it printed, progress lines, claim verdicts) and, last,
-    an empty ``DONE`` marker.
+    First validates the config (:func:`check_overrides`: no override of a group the task
+    does not read; :func:`check_config`: unknown task keys, values out of range, names);
+    an invalid config raises :class:`ConfigValueError` (or ``ConfigKeyError``) before
+    anything is written into ``run_dir``. The job sees only what its task reads
+    (:func:`prune`), and ``.hydra/config.yaml`` is rewritten to say so. Then writes
+    ``status.json`` (RUNNING, then COMPLETED, FAILED with the traceback, or KILLED with
+    the time on SIGTERM/SIGINT), ``report.md`` (a header quoting the command, the task's
+    sections, the summary table and the claim checks), ``summary.json`` (the dict
+    returned by the task), ``run.log`` and, last, an empty ``DONE`` marker.
+
+    A :class:`ConfigValueError` raised by the task itself before it wrote any result (a
+    name it refuses) is a config error too: the files of the run are removed again.
 
     Claims (``cfg.claims``): under ``enforce`` a failing enforced claim raises
-    :class:`ClaimsFailed` after everything is written (status FAILED, no ``DONE``); under
-    ``record`` it is recorded (``status.json`` has ``claims: FAILED`` and
-    ``failed_claims``) and the job completes. ``auto`` is ``record`` when ``multirun`` is
-    true (a sweep), else ``enforce``. Exceptions are re-raised after ``status.json`` says
-    FAILED. ``overrides`` (the command-line overrides, for the header of ``report.md``)
-    default to Hydra's.
+    :class:`ClaimsFailed` (with the failed claims) after everything is written (status
+    FAILED, no ``DONE``); under ``record`` it is recorded (``status.json`` has ``claims:
+    FAILED`` and ``failed_claims``) and the job completes. ``auto`` is ``record`` when
+    ``multirun`` is true (a sweep), else ``enforce``. Other exceptions are re-raised after
+    ``status.json`` says FAILED. ``overrides`` (the command-line overrides) default to
+    Hydra's.
     """
     # Hydra's job logging is at INFO; JAX's backend probing would fill run.log with noise.
     logging.getLogger("jax").setLevel(logging.WARNING)
+    ov_list = _job_overrides(overrides)
+    check_overrides(ov_list, task_name)
     module, task_obj = check_config(cfg, task_name)
+    cfg = prune(cfg, task_name)
     mode = _claims_mode(cfg, multirun)
     run_dir = pathlib.Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("DONE", "summary.json", "report.md"):
         (run_dir / stale).unlink(missing_ok=True)
+    if (run_dir / ".hydra" / "config.yaml").exists():  # Hydra's copy holds every group
+        (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     status: dict[str, Any] = {
         "status": "RUNNING",
         "task": task_name,
@@ -257,8 +502,8 @@ def run_job(
     }
     _write_json(run_dir / "status.json", status)
     t0 = time.perf_counter()
-    overrides = " ".join(overrides) if overrides is not None else _describe_overrides(cfg)
-    with RunLog(run_dir, task=task_name, heartbeat=HEARTBEAT_S) as runlog:
+    overrides = " ".join(ov_list)
+    with RunLog(run_dir, task=task_name, heartbeat=HEARTBEAT_S) as runlog, _sigterm_raises():
         log = runlog.logger
         log.info(
             "task '%s' in %s%s (claims=%s)",
@@ -278,6 +523,7 @@ def run_job(
                 seed=int(cfg.seed),
                 precision=Precision(_value(cfg.precision)).value,
                 cfg=cfg,
+                overrides=tuple(ov_list),
             )
             ctx.report(_report_header(task_name, cfg, overrides, multirun))
             with _Precision(_value(cfg.precision)):
@@ -314,20 +560,43 @@ def run_job(
                     f"(see {run_dir / 'summary.json'}, key 'claims')"
                 )
                 if mode == "enforce":
-                    raise ClaimsFailed(msg + "; claims=record records them without failing.")
+                    failed = [c for c in ctx.claims if c["enforced"] and not c["pass"]]
+                    raise ClaimsFailed(
+                        msg + "; claims=record records them without failing.", failed, run_dir
+                    )
                 log.warning("%s; recorded, not enforced (claims=record)", msg)
                 status.update(claims="FAILED", failed_claims=ctx.failed_claims)
             elif ctx.claims:
                 status.update(claims="PASS")
-        except BaseException as e:
+        except ConfigValueError as e:
+            # The task refused an option before producing anything: a config error, not
+            # a failed run. Remove what this job wrote (the caller removes the directory).
+            leftovers = {p.name for p in run_dir.iterdir()} - {
+                ".hydra",
+                "run.log",
+                "status.json",
+                "report.md",
+            }
+            if not leftovers:
+                for name in ("status.json", "report.md"):
+                    (run_dir / name).unlink(missing_ok=True)
+                (run_dir / ".hydra" / "resolved.yaml").unlink(missing_ok=True)
+                raise
+            _fail(status, run_dir, t0, log, e)
+            raise
+        except (KeyboardInterrupt, Killed) as e:
+            name = "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)
             status.update(
-                status="FAILED",
+                status="KILLED",
+                signal=name,
+                killed=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 seconds=round(time.perf_counter() - t0, 3),
-                error=f"{type(e).__name__}: {e}",
-                traceback=traceback.format_exc(),
             )
             _write_json(run_dir / "status.json", status)
-            log.error("FAILED: %s: %s\n%s", type(e).__name__, e, status["traceback"].rstrip())
+            log.error("KILLED (%s) after %.1f s", name, status["seconds"])
+            raise
+        except BaseException as e:
+            _fail(status, run_dir, t0, log, e)
             raise
         status.update(status="COMPLETED", seconds=round(time.perf_counter() - t0, 3))
         _write_json(run_dir / "status.json", status)
@@ -342,6 +611,17 @@ def run_job(
             " ".join(files),
         )
     return result
+
+
+def _fail(status: dict, run_dir: pathlib.Path, t0: float, log: Any, e: BaseException) -> None:
+    status.update(
+        status="FAILED",
+        seconds=round(time.perf_counter() - t0, 3),
+        error=f"{type(e).__name__}: {e}",
+        traceback=traceback.format_exc(),
+    )
+    _write_json(run_dir / "status.json", status)
+    log.error("FAILED: %s: %s\n%s", type(e).__name__, e, status["traceback"].rstrip())
 
 
 def compose(overrides: Sequence[str] = (), *, config_dir: str | pathlib.Path = CONFIG_DIR):
@@ -381,11 +661,18 @@ def run_in_process(
     and ``.hydra/overrides.yaml`` as ``transflow-run`` does. Returns ``(summary, cfg)``.
     """
     cfg, task_name = compose(overrides)
+    check_overrides(overrides, task_name)  # before anything is written
+    check_config(cfg, task_name)
     run_dir = pathlib.Path(run_dir)
     (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
-    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(prune(cfg, task_name)))
     (run_dir / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(list(overrides)))
     return run_job(cfg, run_dir=run_dir, task_name=task_name, overrides=overrides), cfg
+
+
+def _readers() -> dict[str, tuple[str, ...]]:
+    tasks, _ = discover()
+    return {t: task_reads(t) for t in sorted(tasks) if task_reads(t)}
 
 
 def front_page(*, hydra_help: bool = False) -> str:
@@ -410,6 +697,8 @@ def front_page(*, hydra_help: bool = False) -> str:
         "  transflow-run experiment=NAME task.FIELD=V    change one parameter of the task",
         "  transflow-run experiment=NAME --cfg job       print the composed config, run nothing",
         "  transflow-run list                            the experiments, one line each",
+        "  transflow-run help NAME                       one experiment's options: default,",
+        "  transflow-run experiment=NAME --help          type, allowed range, meaning",
         "",
         "Experiments (experiment=NAME; configs/experiment/NAME.yaml; the file's comment says",
         "the runtime and the expected result):",
@@ -431,8 +720,11 @@ def front_page(*, hydra_help: bool = False) -> str:
         "                                auto (default) = enforce for one run, record in sweeps",
         "  hydra.run.dir=DIR / hydra.sweep.dir=DIR   where the results go",
         "",
-        "Values are checked before any compute (unknown keys, types, ranges such as",
-        "task.n_tokens > 0); the error names the key. Docs: docs/experiments.md.",
+        "Every job is checked before any compute or directory (unknown keys, types, ranges",
+        "such as task.n_tokens > 0, names such as task.schemes, and overrides of the groups",
+        "grid/model/scheme the task does not read); the error names the key. Groups read:",
+        *(f"  {t}: {', '.join(r)}" for t, r in _readers().items()),
+        "Docs: docs/experiments.md.",
     ]
     if hydra_help:
         lines += ["", "Config groups:", "$APP_CONFIG_GROUPS", "Hydra's own options: --hydra-help"]
@@ -460,6 +752,347 @@ def _remove_invalid_run_dir(run_dir: pathlib.Path) -> None:
             parent = parent.parent
 
 
+def _field_comments(cls: type) -> dict[str, str]:
+    """Field name → its comment in the dataclass source (the ``# ...`` on the field's line,
+    else the comment lines right above it), over the class and its dataclass bases."""
+    import inspect
+    import re
+
+    out: dict[str, str] = {}
+    base = getattr(cls, "base", None)  # an options_without class: its base's comments
+    for klass in [*reversed(base.__mro__ if base else ()), *reversed(cls.__mro__)]:
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            lines = inspect.getsource(klass).splitlines()
+        except (OSError, TypeError):
+            continue
+        above: list[str] = []
+        for line in lines[1:]:
+            stripped = line.strip()
+            if stripped.startswith("#"):
+                above.append(stripped.lstrip("#").strip())
+                continue
+            m = re.match(r"\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$", line)
+            if m and not stripped.startswith(("def ", "@", '"""')):
+                text = m.group(2) or " ".join(above)
+                if text:
+                    out[m.group(1)] = text
+            above = []
+    return out
+
+
+def _type_name(tp: Any) -> str:
+    name = getattr(tp, "__name__", None) or str(tp)
+    return str(name).replace("typing.", "")
+
+
+def _option_lines(cls: type, obj: Any, task_name: str, choices: dict, prefix: str) -> list[str]:
+    import typing
+
+    comments = _field_comments(cls)
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - help text only
+        hints = {}
+    lines = []
+    for f in dataclasses.fields(cls):
+        value = getattr(obj, f.name, None)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            lines.append(f"  {key}.*  ({type(value).__name__}: its fields below)")
+            sub = {k.split(".", 1)[1]: v for k, v in choices.items() if k.startswith(f.name + ".")}
+            lines += _option_lines(type(value), value, task_name, sub, key + ".")
+            continue
+        shown = _plain(value)
+        allowed = ""
+        if f.name in choices:
+            allowed = "one of " + ", ".join(map(str, _choices(choices[f.name])))
+            if isinstance(value, list | tuple):
+                allowed = "each " + allowed
+        elif isinstance(value, bool):
+            allowed = "true | false"
+        elif isinstance(value, enum.Enum):
+            allowed = " | ".join(m.value for m in type(value))
+        else:
+            rule = rule_for(task_name, f.name)
+            if rule is not None and (
+                isinstance(value, int | float)
+                or (isinstance(value, list | tuple) and value and not isinstance(value[0], str))
+            ):
+                allowed = ("each " if isinstance(value, list | tuple) else "") + rule.describe()
+        tp = _type_name(hints.get(f.name, f.type))
+        lines.append(f"  {key}={shown}  [{tp}{'; ' + allowed if allowed else ''}]")
+        if f.name in comments:
+            lines.append(f"      {comments[f.name]}")
+    return lines
+
+
+def _experiment_comment(name: str) -> list[str]:
+    path = CONFIG_DIR / "experiment" / f"{name}.yaml"
+    out = []
+    for line in path.read_text().splitlines():
+        if line.startswith("# @package") or line.startswith("# About:"):
+            continue
+        if not line.startswith("#"):
+            break
+        out.append("  " + line.lstrip("#").strip())
+    return out
+
+
+def experiment_help(name: str) -> str:
+    """The help of one experiment (``transflow-run experiment=NAME --help`` or
+    ``transflow-run help NAME``): its description, runtime and expected result, and every
+    option with its default, type, allowed range and meaning.
+
+    Example:
+        >>> text = experiment_help("clustering")
+        >>> "task.t1=20.0" in text and "> 0" in text
+        True
+    """
+    about = describe()
+    if name not in about:
+        raise ConfigValueError(
+            f"experiment={name}: no such experiment; choose from {', '.join(sorted(about))} "
+            "(transflow-run list)."
+        )
+    cfg, task_name = compose([f"experiment={name}"])
+    module = _task_module(task_name)
+    task_obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(module.Config), cfg.task))
+    reads = task_reads(task_name)
+    lines = [
+        f"transflow-run experiment={name}: {about[name]}",
+        "",
+        *_experiment_comment(name),
+        "",
+        f"Options of task '{task_name}' (experiments/tasks/{task_name}.py; set with "
+        "task.FIELD=VALUE, lists as task.FIELD=[a,b]); default [type; allowed]:",
+        *_option_lines(module.Config, task_obj, task_name, getattr(module, "CHOICES", {}), "task."),
+        "",
+        "Common options:",
+        "  debug=smoke                   shrink the sizes to run in seconds (options given on",
+        "                                the command line are kept; replaced ones are reported)",
+        f"  seed={cfg.seed}  [int; >= 0]",
+        f"  precision={_value(cfg.precision)}  [fp32 | fp64 | both]",
+        "  claims=auto  [auto | enforce | record]",
+    ]
+    if reads:
+        pruned = prune(cfg, task_name)
+        lines += ["", "Top-level groups it reads:"]
+        for g in GROUPS:
+            if g in pruned:
+                for k, v in pruned[g].items_ex(resolve=False):
+                    rule = rule_for("", str(k))
+                    lines.append(
+                        f"  {g}.{k}={_plain(_value(v))}"
+                        + (f"  [{rule.describe()}]" if rule is not None else "")
+                    )
+    else:
+        lines += ["", "It reads no group grid, model or scheme (overriding one is an error)."]
+    return "\n".join(lines)
+
+
+def list_experiments() -> str:
+    """``transflow-run list``: one line per experiment (name and description).
+
+    Example:
+        >>> any(line.startswith("clustering") for line in list_experiments().splitlines())
+        True
+    """
+    about = describe()
+    width = max(len(n) for n in about) + 2
+    return "\n".join(f"{n:<{width}}{text}" for n, text in sorted(about.items()))
+
+
+#: Hydra's command-line flags that take a value (``--cfg job``); ``--info`` may take one.
+_FLAGS_WITH_VALUE = {
+    "--cfg": "cfg",
+    "-c": "cfg",
+    "--package": "package",
+    "-p": "package",
+    "--config-path": "config_path",
+    "-cp": "config_path",
+    "--config-name": "config_name",
+    "-cn": "config_name",
+    "--config-dir": "config_dir",
+    "-cd": "config_dir",
+    "--experimental-rerun": "rerun",
+    "--shell-completion": "shell_completion",
+    "-sc": "shell_completion",
+}
+_BOOL_FLAGS = {
+    "--help": "help",
+    "-h": "help",
+    "--hydra-help": "hydra_help",
+    "--resolve": "resolve",
+    "--run": "run",
+    "-r": "run",
+    "--multirun": "multirun",
+    "-m": "multirun",
+}
+
+
+def parse_command(argv: Sequence[str]) -> dict[str, Any]:
+    """Split ``transflow-run`` arguments into Hydra's flags and the overrides.
+
+    Example:
+        >>> c = parse_command(["-m", "experiment=depth", "--cfg", "job", "seed=0,1"])
+        >>> c["overrides"], c["cfg"], c["multirun"], c["help"]
+        (['experiment=depth', 'seed=0,1'], 'job', True, False)
+    """
+    out: dict[str, Any] = {v: False for v in _BOOL_FLAGS.values()}
+    out.update({v: None for v in _FLAGS_WITH_VALUE.values()}, info=None, overrides=[])
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
+        if name in _BOOL_FLAGS:
+            out[_BOOL_FLAGS[name]] = True
+        elif name in _FLAGS_WITH_VALUE:
+            if not eq:
+                i += 1
+                value = args[i] if i < len(args) else ""
+            out[_FLAGS_WITH_VALUE[name]] = value
+        elif name in ("--info", "-i"):
+            out["info"] = value or "all"
+            if not eq and i + 1 < len(args) and "=" not in args[i + 1]:
+                if not args[i + 1].startswith("-"):
+                    i += 1
+                    out["info"] = args[i]
+        else:
+            out["overrides"].append(a)
+        i += 1
+    return out
+
+
+def expand_sweep(overrides: Sequence[str]) -> list[list[str]]:
+    """The jobs of a sweep: every combination of the swept values (``seed=0,1``).
+
+    Example:
+        >>> expand_sweep(["experiment=clustering", "seed=0,1"])
+        [['experiment=clustering', 'seed=0'], ['experiment=clustering', 'seed=1']]
+    """
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    choices = []
+    for o in OverridesParser.create().parse_overrides(list(overrides)):
+        if o.is_sweep_override():
+            key = o.get_key_element()
+            choices.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            choices.append([o.input_line])
+    return [list(job) for job in itertools.product(*choices)]
+
+
+#: Sweeps with more jobs than this are checked on their first jobs only before starting.
+PRECHECK_MAX_JOBS = 256
+
+
+def check_task_keys(overrides: Sequence[str], task_name: str) -> None:
+    """Refuse ``task.A.B=...`` overrides naming no option of task ``task_name``.
+
+    Hydra's own message for these ("Could not override 'task.digits.scheme'") does not
+    say why; this one names the key and the options at that level, and for a field the
+    task sets itself (:func:`~transflow.experiments.config.options_without`) the name to
+    use instead.
+
+    Example:
+        >>> check_task_keys(["task.digits.scheme=foo"], "depth")
+        Traceback (most recent call last):
+        ...
+        transflow.experiments.validate.ConfigValueError: task.digits.scheme: not an option ...
+    """
+    import typing
+
+    root = _task_module(task_name).Config
+    for item in overrides:
+        key = override_key(item)
+        if not key.startswith("task.") or str(item).startswith("~"):
+            continue
+        cls, seen = root, "task"
+        for part in key.split(".")[1:]:
+            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+                break  # below a dict/list field (task.parallel.assignments.x): not typed
+            names = [f.name for f in dataclasses.fields(cls)]
+            if part not in names:
+                why = ""
+                if part in getattr(cls, "set_by_task", ()):
+                    top = [f.name for f in dataclasses.fields(root)]
+                    hint = getattr(cls, "set_by_task_hints", {}).get(part)
+                    if hint is None and part in top:
+                        hint = f"task.{part}"
+                    why = f" The task sets {part} itself" + (
+                        f" from {hint}; set that instead." if hint else "."
+                    )
+                raise ConfigValueError(
+                    f"{seen}.{part}: not an option of task '{task_name}'.{why} The options "
+                    f"of {seen} are: {', '.join(names)}."
+                )
+            try:
+                cls = typing.get_type_hints(cls).get(part)
+            except Exception:  # noqa: BLE001 - untyped below this point
+                break
+            seen = f"{seen}.{part}"
+
+
+def _select_keys(job: Sequence[str]) -> tuple[str, ...]:
+    return tuple(o for o in job if override_key(o) in ("experiment", "task"))
+
+
+def precheck(overrides: Sequence[str]) -> list[tuple[list[str], DictConfig, str]]:
+    """Check every job of ``transflow-run [-m] <overrides>`` before Hydra creates anything.
+
+    Expands sweeps (``a=1,2``) into their jobs and checks each: the task it selects, no
+    override of a group the task does not read (:func:`check_overrides`), no unknown
+    ``task.*`` key (:func:`check_task_keys`), then the composed config
+    (:func:`check_config`). Returns ``(job overrides, cfg, task)`` per job checked;
+    raises the first config error.
+
+    Example:
+        >>> [task for _, _, task in precheck(["experiment=clustering", "seed=0,1"])]
+        ['clustering', 'clustering']
+    """
+    jobs = expand_sweep(overrides)
+    tasks: dict[tuple[str, ...], str] = {}
+    out = []
+    for job in jobs[:PRECHECK_MAX_JOBS]:
+        job = [o for o in job if not override_key(o).startswith(("hydra.", "hydra/"))]
+        select = _select_keys(job)
+        if select not in tasks:
+            tasks[select] = compose(select)[1]
+        check_overrides(job, tasks[select])
+        check_task_keys(job, tasks[select])
+        cfg, task_name = compose(job)
+        check_config(cfg, task_name)
+        out.append((job, cfg, task_name))
+    return out
+
+
+def _say_error(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    if isinstance(e, ConfigKeyError | ConfigValueError):
+        return f"transflow-run: invalid config: {text}"
+    return f"transflow-run: {type(e).__name__}: {text}"
+
+
+def _claims_failed_exit(e: ClaimsFailed, sweep_dir: pathlib.Path | None = None) -> SystemExit:
+    lines = [f"transflow-run: claim FAILED: {claim_line(c)}" for c in e.claims]
+    lines.append(f"transflow-run: summary: {pathlib.Path(e.run_dir) / 'summary.json'} (report.md)")
+    if sweep_dir is not None:
+        from .sweep import write_sweep_summary
+
+        s = write_sweep_summary(sweep_dir)
+        lines.append(
+            f"transflow-run: sweep stopped (claims=enforce) after {s['n_jobs']} job(s); summary "
+            f"in {sweep_dir / 'sweep_summary.md'} (.csv, .json)"
+        )
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return SystemExit(1)
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
@@ -477,22 +1110,70 @@ def _hydra_main(cfg: DictConfig) -> None:
         )
     except (ConfigValueError, ConfigKeyError) as e:
         _remove_invalid_run_dir(run_dir)
-        if multirun:
-            raise
         # One clear line instead of a traceback; nothing was computed or kept.
-        raise SystemExit(f"transflow-run: invalid config: {e}") from None
+        print(_say_error(e), file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    except ClaimsFailed as e:
+        raise _claims_failed_exit(
+            e, pathlib.Path(str(hc.sweep.dir)) if multirun else None
+        ) from None
+    except (KeyboardInterrupt, Killed) as e:
+        name = "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)
+        print(
+            f"transflow-run: KILLED ({name}); status.json says KILLED; partial results in "
+            f"{run_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(130 if name == "SIGINT" else 143) from None
 
 
 def main() -> None:
-    """Console script ``transflow-run``: register configs and tasks, then run Hydra.
+    """Console script ``transflow-run``.
 
-    ``transflow-run list`` prints the experiments and exits; ``--help`` shows the same
-    front page (:func:`front_page`) with the config groups.
+    ``transflow-run list`` prints one line per experiment; ``transflow-run help NAME`` and
+    ``transflow-run experiment=NAME --help`` print that experiment's options;
+    ``--help`` alone the front page (:func:`front_page`). Otherwise every job of the
+    command is composed and checked (:func:`precheck`) before Hydra creates a directory:
+    a config error is one line on stderr, exit status 2. ``--cfg job`` prints the config
+    the task sees (:func:`prune`). Then Hydra runs the jobs.
     """
-    if sys.argv[1:] == ["list"]:
-        print(front_page())
+    global _COMMAND
+    argv = sys.argv[1:]
+    if argv == ["list"]:
+        print(list_experiments())
         return
     register_configs()
+    try:
+        if len(argv) == 2 and argv[0] == "help":
+            print(experiment_help(argv[1]))
+            return
+        flags = parse_command(argv)
+        if flags["help"] or flags["hydra_help"] or flags["info"] or flags["shell_completion"]:
+            ovs = flags["overrides"]
+            exp = [o.split("=", 1)[1] for o in ovs if override_key(o) == "experiment"]
+            if flags["help"] and exp:
+                print(experiment_help(exp[-1]))
+                return
+            _hydra_main()
+            return
+        if flags["config_path"] or flags["config_name"] or flags["config_dir"] or flags["rerun"]:
+            _hydra_main()  # another config tree: Hydra checks it
+            return
+        jobs = precheck(flags["overrides"])
+    except Exception as e:  # noqa: BLE001 - config errors and Hydra's, in one line
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        if isinstance(e, ConfigValueError | HydraException | OmegaConfBaseException):
+            print(_say_error(e), file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
+        raise
+    if flags["cfg"] == "job" and not flags["package"] and len(jobs) == 1:
+        _, cfg, task_name = jobs[0]
+        print(OmegaConf.to_yaml(prune(cfg, task_name), resolve=flags["resolve"]), end="")
+        return
+    _COMMAND = list(argv)
     _hydra_main()
 
 

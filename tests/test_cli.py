@@ -4,6 +4,7 @@ checked before compute, progress lines when piped, ``run.log``, resuming a finis
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 import typing
@@ -24,8 +25,44 @@ def test_help_lists_every_experiment_and_explains_experiment_vs_task(tmp_path):
     assert "experiment= or task=?" in text and "task=NAME only swaps the code" in text
     assert "claims=auto|enforce|record" in text
     listed = _transflow_run("list", cwd=tmp_path)
-    assert listed.returncode == 0 and all(f"  {n} " in listed.stdout for n in EXPERIMENTS)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == EXPERIMENTS  # one line per experiment
+    assert all(len(ln.split()) > 3 for ln in lines)  # each with its description
     assert not any(tmp_path.iterdir()), "--help/list must not create run directories"
+
+
+def test_experiment_help_lists_its_options_with_meaning_and_range(tmp_path):
+    """`transflow-run experiment=depth --help` (and `help depth`): the experiment's own page."""
+    proc = _transflow_run("experiment=depth", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert text.startswith("transflow-run experiment=depth: continuous depth")
+    assert "Runtime:" in text  # the experiment file's comment
+    assert "task.path_dt=0.05  [float; > 0]" in text
+    assert "the path model's step at n_steps" in text  # the field's comment
+    assert "task.digits.gradient=backprop  [str; one of backprop, checkpointed, adjoint]" in text
+    assert "task.digits.steps" not in text and "task.digits.scheme" not in text
+    assert "Common options:" in text
+    assert "Config groups" not in text  # not Hydra's generic page
+    assert _transflow_run("help", "depth", cwd=tmp_path).stdout == text
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_help_shows_every_task_option(name):
+    from transflow.experiments.run import compose, experiment_help
+    from transflow.experiments.tasks import discover
+
+    text = experiment_help(name)
+    _, task = compose([f"experiment={name}"])
+    module = discover()[0][task]
+    for f in dataclasses.fields(module.Config):
+        assert f"  task.{f.name}" in text, f"{name}: task.{f.name} missing from its help"
+    for line in text.splitlines():
+        m = re.match(r"  task\.([\w.]+)=(\S+)  \[(\w+)", line)
+        if m and m.group(3) in ("int", "float"):
+            assert ";" in line, f"{name}: no allowed range on {line!r}"
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -105,13 +142,16 @@ def test_bad_task_value_is_rejected_naming_the_key(task, tmp_path):
     ["grid.n_tokens=0", "grid.n_features=-1", "model.nhead=0", "scheme.dt=-0.5", "seed=-1"],
 )
 def test_bad_group_value_is_rejected_naming_the_key(override, tmp_path):
+    """Equivalence reads grid.n_tokens/n_features and model: their values are range-checked;
+    it reads no scheme, so scheme.dt is refused as an option that would change nothing."""
     from transflow.experiments.run import compose, run_job
     from transflow.experiments.validate import ConfigValueError
 
     key = override.split("=")[0]
     cfg, task = compose(["debug=smoke", override])
-    with pytest.raises(ConfigValueError, match=re.escape(f"{key} = ")):
-        run_job(cfg, run_dir=tmp_path / "run", task_name=task)
+    expected = f"{key}: not read by task" if key.startswith("scheme") else f"{key} = "
+    with pytest.raises(ConfigValueError, match=re.escape(expected)):
+        run_job(cfg, run_dir=tmp_path / "run", task_name=task, overrides=["debug=smoke", override])
     assert not (tmp_path / "run").exists()
 
 
@@ -280,3 +320,318 @@ def test_cli_piped_full_training_prints_a_progress_line_every_10_s(tmp_path):
     assert len(stamps) >= 3
     gaps = [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:])]
     assert max(gaps) <= 10, gaps
+
+
+# --------------------------------------------------------------------------- what a task reads
+TOP_GROUPS = ("grid", "model", "scheme")
+
+
+def _group_overrides(group: str) -> list[str]:
+    """Two overrides of ``group``: another option file, and one field of it."""
+    from test_experiments import CONFIGS as configs
+
+    options = sorted(p.stem for p in (configs / group).glob("*.yaml"))
+    field = {"grid": "grid.n_tokens=5", "model": "model.nhead=1", "scheme": "scheme.dt=0.5"}
+    return [f"{group}={options[-1]}", field[group]]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("group", TOP_GROUPS)
+def test_every_experiment_reads_or_refuses_every_group(name, group):
+    """Every experiment x every top-level group: an override of the group is either read by
+    the task (it stays in the composed config the task sees) or refused before any work,
+    naming the key and listing what the task reads. Composition only."""
+    from transflow.experiments.run import compose, precheck, prune, task_reads
+    from transflow.experiments.validate import ConfigValueError
+
+    base, task = compose([f"experiment={name}"])
+    reads = task_reads(task)
+    seen = prune(base, task)
+    assert all(g in seen for g in TOP_GROUPS if any(r.split(".")[0] == g for r in reads))
+    assert not any(g in seen for g in TOP_GROUPS if not any(r.split(".")[0] == g for r in reads))
+    for override in _group_overrides(group):
+        key = override.split("=")[0]
+        if key in reads or any(key.startswith(r + ".") for r in reads):
+            [(_, cfg, _)] = precheck([f"experiment={name}", override])
+            assert group in prune(cfg, task)
+        else:
+            with pytest.raises(ConfigValueError) as err:
+                precheck([f"experiment={name}", override])
+            msg = str(err.value)
+            assert msg.startswith(f"{key}: not read by task '{task}'")
+            assert "It reads: task.* (" in msg
+
+
+def test_issue_sweep_over_unread_groups_stops_naming_them(tmp_path):
+    """The sweep of issue 36 stops before any job, naming scheme and grid.n_tokens."""
+    import time
+
+    t0 = time.perf_counter()
+    proc = _transflow_run(
+        "-m",
+        "experiment=clustering",
+        "debug=smoke",
+        "scheme=lie,lie_2dt",
+        "grid.n_tokens=4,8",
+        cwd=tmp_path,
+    )
+    assert proc.returncode != 0
+    assert "scheme, grid.n_tokens: not read by task 'clustering'" in proc.stderr, proc.stderr
+    assert "task.* (n_tokens, d, t1, dt, temperature)" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not any(tmp_path.iterdir()), "no sweep directory for a refused sweep"
+    assert time.perf_counter() - t0 < 60
+
+
+def test_unknown_scheme_name_fails_in_seconds_also_in_smoke(tmp_path):
+    import time
+
+    t0 = time.perf_counter()
+    proc = _transflow_run(
+        "experiment=schemes", "task.schemes=[lie,foo]", "debug=smoke", cwd=tmp_path
+    )
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode != 0
+    assert proc.stderr.startswith("transflow-run: invalid config: task.schemes: 'foo'")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())
+    assert elapsed < 60, elapsed  # composition only (~5 s on a loaded 2-core machine)
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            "task.digits.scheme=foo",
+            "task.digits.scheme: not an option of task 'depth'. The task "
+            "sets scheme itself from task.baselines",
+        ),
+        (
+            "task.digits.steps=3",
+            "task.digits.steps: not an option of task 'depth'. The task sets "
+            "steps itself from task.steps",
+        ),
+        (
+            "task.digits.d=8",
+            "task.digits.d: not an option of task 'depth'. The task sets d itself from task.d",
+        ),
+        ("task.digits.gradient=foo", "task.digits.gradient: 'foo' is not allowed"),
+        ("task.baselines=[lie,foo]", "task.baselines: 'foo' is not allowed"),
+        ("task.path=foo", "task.path: 'foo' is not allowed"),
+    ],
+)
+def test_depth_has_one_name_per_option_and_checks_names(override, expected):
+    from transflow.experiments.run import precheck
+    from transflow.experiments.validate import ConfigValueError
+
+    for smoke in ([], ["debug=smoke"]):
+        with pytest.raises(ConfigValueError, match=re.escape(expected)):
+            precheck(["experiment=depth", *smoke, override])
+    precheck(["experiment=depth", "debug=smoke", "task.digits.lr=0.01", "task.steps=3"])
+
+
+def test_depth_builds_the_digits_config_from_its_own_options():
+    from transflow.experiments.config import complete
+    from transflow.experiments.tasks.depth import Config
+
+    from transflow.control import DepthDigitsConfig
+
+    cfg = Config(steps=7, d=16)
+    dcfg = complete(cfg.digits, d=cfg.d, n_steps=cfg.n_steps, steps=cfg.steps, scheme="lie")
+    assert isinstance(dcfg, DepthDigitsConfig)
+    assert (dcfg.steps, dcfg.d, dcfg.scheme, dcfg.lr) == (7, 16, "lie", DepthDigitsConfig().lr)
+
+
+def test_model_path_is_checked_before_any_work(tmp_path):
+    proc = _transflow_run(
+        "experiment=analyze", "debug=smoke", f"task.model_path={tmp_path}/missing", cwd=tmp_path
+    )
+    assert proc.returncode != 0
+    assert "model_path" in proc.stderr and "missing" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not any(p.name != "missing" for p in tmp_path.iterdir())
+
+
+def test_cfg_job_and_saved_config_hold_only_what_the_task_reads(tmp_path):
+    import yaml
+    from transflow.experiments.run import run_in_process
+
+    proc = _transflow_run("experiment=clustering", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    shown = yaml.safe_load(proc.stdout)
+    assert sorted(shown) == ["claims", "precision", "seed", "smoke", "task"]
+    proc = _transflow_run("experiment=equivalence", "--cfg", "job", "--resolve", cwd=tmp_path)
+    shown = yaml.safe_load(proc.stdout)
+    assert shown["grid"] == {"n_tokens": 8, "n_features": 16}
+    assert shown["model"]["d_model"] == 16 and "scheme" not in shown
+    assert not any(tmp_path.iterdir())
+    run_in_process(["experiment=clustering", "debug=smoke"], tmp_path / "run")
+    saved = yaml.safe_load((tmp_path / "run" / ".hydra" / "config.yaml").read_text())
+    assert sorted(saved) == ["claims", "precision", "seed", "smoke", "task"]
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "Command: `transflow-run experiment=clustering debug=smoke`" in report
+
+
+def test_a_sweep_over_a_group_the_task_reads_changes_its_results(tmp_path):
+    """equivalence reads grid.n_tokens: two values, two different comparisons (and the
+    smoke run keeps the value given on the command line instead of shrinking it)."""
+    from transflow.experiments.run import run_in_process
+
+    base = ["experiment=equivalence", "debug=smoke", "precision=fp64", "task.encoder_layers=0"]
+    base += ["task.norm_first=[false]", "task.activation=[relu]", "task.nhead=[1]"]
+    out = {}
+    for n in (3, 6):
+        summary, _ = run_in_process([*base, f"grid.n_tokens={n}"], tmp_path / str(n))
+        report = (tmp_path / str(n) / "report.md").read_text()
+        assert f"{n} tokens" in report
+        assert summary["all_pass"]
+        out[n] = summary["max_abs_fp64"]
+    assert out[3] != out[6]
+
+
+# --------------------------------------------------------------------------- smoke
+def test_smoke_keeps_what_the_user_gave_and_reports_what_it_replaces(tmp_path, caplog):
+    from transflow.experiments.context import RunContext
+
+    ctx = RunContext(tmp_path, smoke=True, overrides=("task.schemes=[lie,heun]",))
+    with caplog.at_level(logging.INFO, logger="transflow.run"):
+        assert ctx.smoke_value("task.schemes", ["lie", "heun"], ["prenorm", "imex"]) == [
+            "lie",
+            "heun",
+        ]
+        assert ctx.smoke_value("task.seeds", [0, 1, 2], [0]) == [0]
+        assert ctx.smoke_value("task.seeds", [0, 1, 2], [0]) == [0]  # reported once
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "debug=smoke: task.seeds=[0] (instead of [0, 1, 2]; give task.seeds=... to keep a value)"
+    ]
+    full = RunContext(tmp_path, smoke=False)
+    assert full.smoke_value("task.seeds", [0, 1, 2], [0]) == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------- failures
+def test_failing_claim_is_one_line_per_claim_and_the_summary_path(tmp_path):
+    """clustering at full size over a short horizon: the tokens do not cluster, the enforced
+    claim fails; the command says so in one line per claim, no traceback, exit 1."""
+    run_dir = tmp_path / "run"
+    args = ["experiment=clustering", "task.n_tokens=6", "task.t1=0.3"]
+    proc = _transflow_run(*args, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert err[0].startswith("transflow-run: claim FAILED: min pairwise cosine at t = T: ")
+    assert err[-1] == f"transflow-run: summary: {run_dir / 'summary.json'} (report.md)"
+    assert len(err) == 2 and "Traceback" not in proc.stderr + proc.stdout
+    assert "HYDRA_FULL_ERROR" not in proc.stderr
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "FAILED" and status["error"].startswith("ClaimsFailed")
+    report = (run_dir / "report.md").read_text()
+    assert "Command: `transflow-run experiment=clustering task.n_tokens=6 task.t1=0.3 " in report
+
+
+def test_failing_claim_in_an_enforced_sweep_stops_it_with_its_summary(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = _transflow_run(
+        "-m",
+        "experiment=clustering",
+        "task.n_tokens=6",
+        "task.t1=0.3,0.4",
+        "claims=enforce",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    err = proc.stderr.strip().splitlines()
+    assert err[0].startswith("transflow-run: claim FAILED: min pairwise cosine at t = T")
+    assert err[-1].startswith("transflow-run: sweep stopped (claims=enforce) after 1 job(s)")
+    assert str(sweep / "sweep_summary.md") in err[-1]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    summary = json.loads((sweep / "sweep_summary.json").read_text())
+    assert [r["claims"] for r in summary["rows"]] == ["FAILED: min pairwise cosine at t = T"]
+
+
+def test_config_error_raised_inside_a_task_leaves_no_run_directory(tmp_path, monkeypatch):
+    import types
+
+    import transflow.experiments.run as runmod
+    from omegaconf import OmegaConf
+    from transflow.experiments.validate import ConfigValueError
+
+    @dataclasses.dataclass
+    class Config:
+        name: str = "foo"
+
+    def run(cfg, ctx):
+        raise ConfigValueError(f"task.name: {cfg.name!r} is not a scheme")
+
+    probe = types.SimpleNamespace(Config=Config, run=run)
+    monkeypatch.setattr(runmod, "discover", lambda: ({"probe": probe}, {}))
+    cfg = OmegaConf.create({"task": {}, "smoke": True, "seed": 0, "precision": "fp32"})
+    with pytest.raises(ConfigValueError, match="task.name"):
+        runmod.run_job(cfg, run_dir=tmp_path / "run", task_name="probe")
+    left = {p.name for p in (tmp_path / "run").iterdir()}
+    assert left <= {".hydra", "run.log"}, left  # what _remove_invalid_run_dir removes
+    assert not (tmp_path / "run" / "status.json").exists()
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", pytest.param("SIGINT", marks=pytest.mark.slow)])
+def test_killed_run_records_killed_with_the_time(tmp_path, sig):
+    """A run stopped by a signal says KILLED (with the signal and the time), not RUNNING."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from test_experiments import BIN, _env
+
+    run_dir = tmp_path / "run"
+    args = ["experiment=clustering", "task.t1=500", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(
+        [str(BIN / "transflow-run"), *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        deadline = time.time() + 120
+        log = run_dir / "run.log"
+        while time.time() < deadline:
+            if log.exists() and "task 'clustering' in" in log.read_text():
+                break
+            time.sleep(0.2)
+        assert log.exists(), "the run did not start"
+        time.sleep(1.0)
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    assert proc.returncode == (130 if sig == "SIGINT" else 143), err[-2000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "KILLED" and status["signal"] == sig
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", status["killed"])
+    assert f"KILLED ({sig})" in err and "Traceback" not in err
+    assert not (run_dir / "DONE").exists()
+
+
+def test_checkpoints_live_under_the_documented_root_keyed_by_code_version(tmp_path, monkeypatch):
+    import transflow.control._tasks as tasks
+    from transflow.control import DigitsConfig
+
+    monkeypatch.setenv("TRANSFLOW_CHECKPOINT_ROOT", str(tmp_path / "root"))
+    elsewhere = tmp_path / "my" / "chosen" / "run"
+
+    def where():
+        cfg = DigitsConfig()
+        return tasks.checkpoint_dir_for("train_digits", cfg, elsewhere, seed=0, smoke=False)
+
+    first = where()
+    assert first.parent == tmp_path / "root" and first.name.startswith("train_digits-")
+    monkeypatch.setattr(tasks, "_CODE_VERSION", ["changedcode0"])
+    second = where()
+    assert second.parent == first.parent and second != first  # a code change: a new key
+    monkeypatch.delenv("TRANSFLOW_CHECKPOINT_ROOT")
+    monkeypatch.chdir(tmp_path)
+    third = where()
+    assert third.parent == tmp_path / "outputs" / "checkpoints"

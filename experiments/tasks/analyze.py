@@ -45,6 +45,20 @@ __all__ = ["Config", "run", "resolve_model_path"]
 
 _ARCHS = ("vit", "gpt2", "bert", "llama", "torch_encoder")
 
+#: Names checked before any work, smoke runs included (transflow-run help analyze).
+CHOICES = {
+    "source": ("digits", "random"),
+    "arch": _ARCHS,
+    "interpolation": ("constant", "linear", "both"),
+}
+
+
+def check(cfg) -> None:
+    """Before any work: ``task.model_path`` exists and is a model (else a ValueError or
+    FileNotFoundError naming it)."""
+    if cfg.model_path:
+        resolve_model_path(cfg.model_path)
+
 
 @dataclass
 class Config:
@@ -295,10 +309,11 @@ def run(cfg, ctx) -> dict:
     dtype = _dtype()
     factors = [int(k) for k in cfg.factors]
     n_inputs = cfg.n_inputs
-    if ctx.smoke:
-        cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.seq_len = 2, 16, 32, 8
-        cfg.image_size, cfg.patch_size = 16, 8
-        n_inputs = min(n_inputs, 4)
+    if ctx.smoke:  # small sizes, except those given on the command line
+        small = dict(n_layers=2, d_model=16, d_ff=32, seq_len=8, image_size=16, patch_size=8)
+        for key, value in small.items():
+            setattr(cfg, key, ctx.smoke_value(f"task.{key}", getattr(cfg, key), value))
+        n_inputs = ctx.smoke_value("task.n_inputs", n_inputs, min(n_inputs, 4))
         factors = [k for k in factors if k <= 2] or [1, 2]
     info: dict = {"source": kind}
     if kind in ("digits", "transflow"):
@@ -329,7 +344,7 @@ def run(cfg, ctx) -> dict:
 
     interps = ("constant", "linear") if cfg.interpolation == "both" else (cfg.interpolation,)
     if ctx.smoke:
-        interps = interps[:1]
+        interps = tuple(ctx.smoke_value("task.interpolation", list(interps), list(interps[:1])))
     res = analyze(
         model,
         x,

@@ -24,7 +24,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Config", "run"]
+__all__ = ["CHOICES", "Config", "run"]
+
+
+def _names(attr: str):
+    import transflow.continuous
+
+    return getattr(transflow.continuous, attr)
+
+
+#: Names checked before any work, smoke runs included (transflow-run help convergence).
+CHOICES = {
+    "submodels": lambda: _names("SUBMODELS"),
+    "schemes": lambda: _names("SCHEMES"),
+    "b_splitting": ("tangent", "full", "both"),
+}
 
 
 @dataclass
@@ -61,8 +75,10 @@ def run(cfg, ctx) -> dict:
         )
     splittings = ["tangent", "full"] if cfg.b_splitting == "both" else [cfg.b_splitting]
     submodels, schemes, n_steps = list(cfg.submodels), list(cfg.schemes), list(cfg.n_steps)
-    if ctx.smoke:
-        submodels, schemes, n_steps = submodels[:1], schemes[:2], [4, 8]
+    if ctx.smoke:  # one sub-model, two schemes, N = 4, 8 unless given on the command line
+        submodels = ctx.smoke_value("task.submodels", submodels, submodels[:1])
+        schemes = ctx.smoke_value("task.schemes", schemes, schemes[:2])
+        n_steps = ctx.smoke_value("task.n_steps", n_steps, [4, 8])
     records = []
     for sub in ctx.progress(submodels, total=len(submodels), desc="sub-models"):
         for res in convergence_study(

@@ -38,7 +38,78 @@ from dataclasses import dataclass, field
 
 from transflow.control import DepthDigitsConfig
 
-__all__ = ["Config", "run"]
+from ..config import complete, options_without
+
+__all__ = ["CHOICES", "Config", "DigitsOptions", "run"]
+
+#: The fields of DepthDigitsConfig this task sets itself, from its own options (task.d,
+#: task.n_steps, task.steps) or per model (task.baselines, task.path, ...): one name each.
+DigitsOptions = options_without(
+    DepthDigitsConfig,
+    [
+        "d",
+        "n_steps",
+        "steps",
+        "checkpoint_dir",
+        "path",
+        "path_size",
+        "scheme",
+        "train_depths",
+        "smoothness",
+        "dt",
+    ],
+    name="DigitsOptions",
+    hints={
+        "scheme": "task.baselines (the per-layer models; the path model is prenorm)",
+        "path": "task.path (the path model; the per-layer models have none)",
+        "dt": "task.path_dt (the path model; the per-layer models have dt = 1)",
+        "checkpoint_dir": "the run directory",
+    },
+)
+
+
+def _scheme_names():
+    from transflow import SCHEME_NAMES
+
+    return SCHEME_NAMES
+
+
+def _path_kinds():
+    from transflow.continuous import PATH_KINDS
+
+    return tuple(PATH_KINDS)
+
+
+def _gradients():
+    from transflow.control import GRADIENTS
+
+    return tuple(GRADIENTS)
+
+
+#: Names checked before any work, smoke runs included (transflow-run help depth).
+CHOICES = {
+    "path": _path_kinds,
+    "baselines": _scheme_names,
+    "second_order": lambda: ("", *_scheme_names()),
+    "text_path_scheme": _scheme_names,
+    # the FFN activations of transflow (LayerControls.activation)
+    "adjoint_activation": (
+        "tanh",
+        "relu",
+        "relu6",
+        "identity",
+        "gelu",
+        "gelu_tanh",
+        "gelu_fast",
+        "quick_gelu",
+        "silu",
+        "mish",
+        "sigmoid",
+        "leaky_relu",
+    ),
+    "memory_gradients": _gradients,
+    "digits.gradient": _gradients,
+}
 
 
 @dataclass
@@ -85,27 +156,23 @@ class Config:
     # the text path model's scheme: Heun (second order) on the pre-LN field; with the
     # first-order "prenorm" the change at 4x was 2.1 % (docs/depth.md)
     text_path_scheme: str = "heun"
-    digits: DepthDigitsConfig = field(default_factory=DepthDigitsConfig)  # other fields
+    # the digits model's other options (DepthDigitsConfig without the fields set above)
+    digits: DigitsOptions = field(default_factory=DigitsOptions)
 
 
 def _train(cfg: Config, ctx, name: str, **over):
     from transflow.control import DEPTH_DIGITS, run_training
 
-    dcfg = dataclasses.replace(
-        cfg.digits,
-        d=cfg.d,
-        n_steps=cfg.n_steps,
-        steps=cfg.steps,
-        checkpoint_dir="run",
-        **over,
+    dcfg = complete(
+        cfg.digits, d=cfg.d, n_steps=cfg.n_steps, steps=cfg.steps, checkpoint_dir="run", **over
     )
     if ctx.smoke:  # a wiring check: tiny model, a few steps, depths 2 and 4
         dcfg = dataclasses.replace(
             dcfg,
-            d=8,
+            d=ctx.smoke_value("task.d", dcfg.d, 8),
             n_heads=1,
             n_steps=2,
-            steps=min(dcfg.steps, 10),
+            steps=ctx.smoke_value("task.steps", dcfg.steps, min(dcfg.steps, 10)),
             eval_every=10,
             log_every=5,
             warmup_steps=2,
@@ -138,7 +205,7 @@ def run(cfg: Config, ctx) -> dict:
     depths = [int(n) for n in cfg.depths]
     n_train = cfg.n_steps
     if ctx.smoke:
-        depths, n_train = [2, 4, 8], 2
+        depths, n_train = ctx.smoke_value("task.depths", depths, [2, 4, 8]), 2
     models = {}
     summaries = {}
     for base in cfg.baselines:

@@ -38,7 +38,13 @@ from typing import Any
 
 from transflow.interop import EquivalenceConfig
 
-__all__ = ["Config", "run"]
+__all__ = ["Config", "READS", "run"]
+
+#: The top-level config it reads: the sequence length and width (grid.n_tokens,
+#: grid.n_features = model.d_model) and the reference layer (model); the layers are
+#: compared on the index grid with the Lie/pre-norm step torch's layer defines, so the
+#: grid kind and the scheme group mean nothing here.
+READS = ("grid.n_tokens", "grid.n_features", "model")
 
 
 @dataclass
@@ -90,7 +96,7 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         n_tokens, model_cfg = int(full.grid.n_tokens), full.model
         d_model = int(model_cfg.d_model)
     if ctx.smoke:
-        n_tokens = min(n_tokens, 4)
+        n_tokens = ctx.smoke_value("grid.n_tokens", n_tokens, min(n_tokens, 4))
     dtypes = tuple(ctx.dtypes)
     sub_dtype = "float64" if "float64" in dtypes else "float32"
     with fast_eager():

@@ -12,7 +12,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Config", "run"]
+__all__ = ["CHOICES", "Config", "run"]
+
+#: Section names of ``task.only``, checked before any work (transflow-run help expressivity).
+CHOICES = {
+    "only": (
+        "construction",
+        "cpwl",
+        "outside_box",
+        "softmax",
+        "regions",
+        "partition",
+        "c8",
+        "precision",
+        "slice",
+    )
+}
 
 
 @dataclass

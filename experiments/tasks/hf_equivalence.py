@@ -65,6 +65,8 @@ FAMILIES = (
 # every family but the vision ones takes a padding mask
 MASKABLE = tuple(f for f in FAMILIES if f not in ("vit", "cvt"))
 SMOKE_FAMILIES = ("bert", "llama", "rope", "heads")  # smoke: one row of rope and heads
+#: Names checked before any work, smoke runs included (transflow-run help hf_equivalence).
+CHOICES = {"families": FAMILIES}
 
 # the scaled rotary embeddings (HF rope_parameters / the legacy rope_scaling keyword)
 ROPES = {
@@ -459,7 +461,10 @@ def run(cfg, ctx) -> dict:
         raise ValueError(
             f"`task.families` has unknown entries {unknown}; choose from {list(FAMILIES)}."
         )
-    families = [f for f in cfg.families if f in SMOKE_FAMILIES] if ctx.smoke else cfg.families
+    families = list(cfg.families)
+    if ctx.smoke:
+        small = [f for f in families if f in SMOKE_FAMILIES]
+        families = ctx.smoke_value("task.families", families, small)
     n = 1 if ctx.smoke else int(cfg.n_configs)
     todo = []
     for fam in families:

@@ -38,7 +38,37 @@ from dataclasses import dataclass, field
 
 from transflow.control import DepthTextConfig, DigitsConfig, SequenceConfig
 
+from ..config import complete, options_without
+
 __all__ = ["Config", "run"]
+
+#: Set by the task for every training (one name per option): the scheme (task.schemes),
+#: the step budget (task.steps) and, for digits/sequence, the width and depth (task.d,
+#: task.n_steps, task.sequence_n_steps).
+_SET = ["scheme", "steps", "eval_every", "checkpoint_dir"]
+_HINTS = {
+    "scheme": "task.schemes",
+    "eval_every": "the task (evaluated once, at the end)",
+    "checkpoint_dir": "the task (no checkpoints)",
+}
+DigitsOptions = options_without(
+    DigitsConfig, [*_SET, "d", "n_steps"], name="DigitsOptions", hints=_HINTS
+)
+SequenceOptions = options_without(
+    SequenceConfig,
+    [*_SET, "d", "n_steps"],
+    name="SequenceOptions",
+    hints={**_HINTS, "n_steps": "task.sequence_n_steps"},
+)
+TextOptions = options_without(
+    DepthTextConfig,
+    _SET,
+    name="TextOptions",
+    hints=_HINTS,
+    defaults=dict(
+        path="none", dt=1.0, d=32, n_heads=2, context=64, n_steps=4, batch_size=32, n_val=256
+    ),
+)
 
 #: The tasks ``task.tasks`` accepts.
 TASKS = ("digits", "sequence", "text")
@@ -55,6 +85,16 @@ _DEFAULT_SCHEMES = [
     "imex",
 ]
 _SMOKE_SCHEMES = ["prenorm", "imex"]
+
+
+def _scheme_names():
+    from transflow import SCHEME_NAMES
+
+    return SCHEME_NAMES
+
+
+#: Names checked before any work, smoke runs included (transflow-run help schemes).
+CHOICES = {"schemes": _scheme_names, "tasks": TASKS}
 #: Pre-norm-field schemes whose order is measured (one Dopri8 reference for all of them).
 _ORDER_SCHEMES = ["prenorm", "macaron", "strang", "heun", "midpoint", "rk4", "ode_rk2"]
 
@@ -72,15 +112,12 @@ class Config:
     sequence_n_steps: int = 2  # sorting depth N (Δt = 1)
     n_sensitivity: int = 32  # test inputs for the finite-time Lyapunov exponent
     order_tol: float = 0.2  # claim: |fitted order - declared order|
-    digits: DigitsConfig = field(default_factory=DigitsConfig)  # other fields
-    sequence: SequenceConfig = field(default_factory=SequenceConfig)
+    # the other options of each task's config (without those set above)
+    digits: DigitsOptions = field(default_factory=DigitsOptions)
+    sequence: SequenceOptions = field(default_factory=SequenceOptions)
     # The text task's own size (task.d/n_steps are digits'; steps is shared): per-layer
     # controls (path="none"), Δt = 1, sized for 2 CPU cores.
-    text: DepthTextConfig = field(
-        default_factory=lambda: DepthTextConfig(
-            path="none", dt=1.0, d=32, n_heads=2, context=64, n_steps=4, batch_size=32, n_val=256
-        )
-    )
+    text: TextOptions = field(default_factory=TextOptions)
 
 
 def _train(cfg: Config, ctx, task: str, scheme: str, seed: int):
@@ -88,14 +125,19 @@ def _train(cfg: Config, ctx, task: str, scheme: str, seed: int):
 
     common = {"scheme": scheme, "steps": cfg.steps, "eval_every": 0, "checkpoint_dir": "none"}
     if task == "text":
-        tcfg = dataclasses.replace(cfg.text, **common)
+        tcfg = complete(cfg.text, **common)
     else:
         base = cfg.digits if task == "digits" else cfg.sequence
         n = cfg.n_steps if task == "digits" else cfg.sequence_n_steps
-        tcfg = dataclasses.replace(base, d=cfg.d, n_steps=n, **common)
+        tcfg = complete(base, d=cfg.d, n_steps=n, **common)
     if ctx.smoke:
         tcfg = dataclasses.replace(
-            tcfg, d=8, n_heads=1, steps=min(tcfg.steps, 6), log_every=3, warmup_steps=1
+            tcfg,
+            d=ctx.smoke_value("task.d", tcfg.d, 8) if task != "text" else 8,
+            n_heads=1,
+            steps=ctx.smoke_value("task.steps", tcfg.steps, min(tcfg.steps, 6)),
+            log_every=3,
+            warmup_steps=1,
         )
         if task == "sequence":
             tcfg = dataclasses.replace(tcfg, n_test=64)
@@ -352,8 +394,9 @@ def run(cfg: Config, ctx) -> dict:
 
     from transflow import SCHEME_NAMES, declared_order, make_scheme
 
-    schemes = list(_SMOKE_SCHEMES) if ctx.smoke else [str(s) for s in cfg.schemes]
-    seeds = [0] if ctx.smoke else [int(s) for s in cfg.seeds]
+    # smoke: two schemes and one seed, unless given on the command line (then kept)
+    schemes = ctx.smoke_value("task.schemes", [str(s) for s in cfg.schemes], list(_SMOKE_SCHEMES))
+    seeds = ctx.smoke_value("task.seeds", [int(s) for s in cfg.seeds], [0])
     tasks = [str(t) for t in cfg.tasks]
     for s in schemes:
         if s not in SCHEME_NAMES:

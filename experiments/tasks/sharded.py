@@ -27,7 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Config", "ParallelConfig", "run"]
+__all__ = ["CHOICES", "Config", "ParallelConfig", "run"]
+
+#: Names checked before any work, smoke runs included (transflow-run help sharded).
+CHOICES = {
+    "scheme": ("lie", "prenorm"),
+    "grid": ("gauss", "index"),
+    "parallel.methods": ("gspmd", "ring", "gspmd+chunked"),
+    "memory_methods": ("gspmd", "ring", "gspmd+chunked"),
+}
 
 
 def _default_assignments() -> dict[str, Any]:
@@ -136,7 +144,7 @@ def run(cfg: Config, ctx) -> dict:
             d_model=16,
             d_ff=16,
             n_layers=1,
-            methods=["gspmd"],
+            methods=ctx.smoke_value("task.parallel.methods", list(par.methods), ["gspmd"]),
             dtypes=list(ctx.dtypes)[-1:],
         )
         # two assignments that between them split all three logical axes

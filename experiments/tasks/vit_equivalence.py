@@ -25,7 +25,10 @@ from typing import Any
 
 from transflow.interop import HF_FAMILIES
 
-__all__ = ["Config", "run"]
+__all__ = ["CHOICES", "Config", "run"]
+
+#: Names checked before any work, smoke runs included (transflow-run help vit_equivalence).
+CHOICES = {"families": HF_FAMILIES}
 
 
 @dataclass
@@ -51,7 +54,9 @@ def run(cfg: Config, ctx) -> dict:
 
     jax.config.update("jax_enable_x64", True)
     n = 1 if ctx.smoke else int(cfg.n_configs)
-    families = list(cfg.families)[:1] if ctx.smoke else list(cfg.families)
+    families = list(cfg.families)
+    if ctx.smoke:
+        families = ctx.smoke_value("task.families", families, families[:1])
     rows = hf_equivalence_rows(
         families,
         n,

@@ -171,19 +171,76 @@ def _as_config(cls, cfg) -> Any:
     return cls(**{n: get(n) for n in names})
 
 
+#: Environment variable naming the root of the shared training checkpoints
+#: (``checkpoint_dir="auto"``); default ``outputs/checkpoints`` in the working directory.
+CHECKPOINT_ROOT_ENV = "TRANSFLOW_CHECKPOINT_ROOT"
+
+
+def checkpoint_root() -> pathlib.Path:
+    """The documented root of ``checkpoint_dir="auto"`` checkpoints:
+    ``$TRANSFLOW_CHECKPOINT_ROOT``, else ``outputs/checkpoints`` under the working
+    directory (where ``transflow-run`` writes ``outputs/`` by default), whatever
+    ``hydra.run.dir`` says.
+
+    Example:
+        >>> checkpoint_root().name  # without $TRANSFLOW_CHECKPOINT_ROOT
+        'checkpoints'
+    """
+    import os
+
+    root = os.environ.get(CHECKPOINT_ROOT_ENV)
+    return pathlib.Path(root) if root else pathlib.Path.cwd() / "outputs" / "checkpoints"
+
+
+_CODE_VERSION: list[str] = []
+
+
+def code_version() -> str:
+    """A short hash of transflow's source (the package's ``.py`` files and the
+    experiments' tasks): checkpoints of ``checkpoint_dir="auto"`` are keyed by it, so a
+    rerun after a code change trains again instead of returning the old numbers.
+
+    Example:
+        >>> len(code_version())
+        12
+    """
+    if not _CODE_VERSION:
+        import importlib.util
+
+        import transflow
+
+        h = hashlib.sha256(transflow.__version__.encode())
+        roots = [pathlib.Path(transflow.__file__).parent]
+        spec = importlib.util.find_spec("transflow.experiments")
+        if spec is not None and spec.submodule_search_locations:
+            roots += [pathlib.Path(p) for p in spec.submodule_search_locations]
+        seen = set()
+        for root in roots:
+            for path in sorted(root.rglob("*.py")):
+                real = path.resolve()
+                if real in seen:
+                    continue
+                seen.add(real)
+                h.update(path.relative_to(root).as_posix().encode())
+                h.update(path.read_bytes())
+        _CODE_VERSION.append(h.hexdigest()[:12])
+    return _CODE_VERSION[0]
+
+
 def checkpoint_dir_for(
     name: str, cfg, run_dir: pathlib.Path, *, seed: int, smoke: bool
 ) -> pathlib.Path | None:
     """Where a task keeps its checkpoints.
 
-    ``cfg.checkpoint_dir``: ``"auto"`` → ``<run_dir>/../../checkpoints/<name>-<hash>``, a
-    directory keyed by a hash of every config field that changes the training trajectory
-    (plus seed and smoke), so rerunning the same command finds it even though
-    ``transflow-run`` gives each run a new time-stamped directory
-    (``outputs/<task>/<time>/`` → ``outputs/checkpoints/``); ``"run"`` →
-    ``<run_dir>/checkpoints`` (no resume across commands; also what ``"auto"`` means in
-    smoke mode, so smoke runs never touch the real checkpoints); ``"none"``/``""`` → no
-    checkpoints; anything else is a path.
+    ``cfg.checkpoint_dir``: ``"auto"`` → ``<checkpoint_root()>/<name>-<hash>``, a
+    directory under the documented root (``$TRANSFLOW_CHECKPOINT_ROOT``, else
+    ``outputs/checkpoints`` in the working directory) keyed by a hash of every config
+    field that changes the training trajectory, the seed, smoke and the code version
+    (:func:`code_version`), so rerunning the same command with the same code finds it
+    even though ``transflow-run`` gives each run a new time-stamped directory; ``"run"``
+    → ``<run_dir>/checkpoints`` (no resume across commands; also what ``"auto"`` means
+    in smoke mode, so smoke runs never touch the real checkpoints); ``"none"``/``""`` →
+    no checkpoints; anything else is a path.
     """
     spec = str(cfg.checkpoint_dir)
     if spec in ("", "none"):
@@ -197,9 +254,9 @@ def checkpoint_dir_for(
         for f in dataclasses.fields(cfg)
         if f.name not in _NOT_TRAJECTORY
     }
-    key.update(seed=seed, smoke=smoke, task=name)
+    key.update(seed=seed, smoke=smoke, task=name, code=code_version())
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    return run_dir.resolve().parent.parent / "checkpoints" / f"{name}-{digest}"
+    return checkpoint_root() / f"{name}-{digest}"
 
 
 def _scheme(name: str, ffn_branch_dt: str, relax_tau: float = 1.0):
