@@ -165,6 +165,11 @@ class CharNgram:
                 f"`history` must have shape (len(target), order − 1) = "
                 f"({len(target)}, {order - 1}), got {hist.shape}."
             )
+        for name, a in (("history", hist), ("target", target)):
+            if a.size and (a.min() < 0 or a.max() >= self.vocab):
+                raise ValueError(
+                    f"`{name}` ids must be in [0, vocab={self.vocab}), got [{a.min()}, {a.max()}]."
+                )
         v = np.int64(self.vocab)
         p = np.full(len(target), 1.0 / self.vocab)
         for k in range(1, order + 1):
@@ -196,10 +201,10 @@ class CharNgram:
         its own with at most ``order − 1`` characters of history."""
         order = self._check_order(order)
         x, y = np.asarray(x, np.int64), np.asarray(y, np.int64)
-        if x.ndim != 2 or x.shape != y.shape:
+        if x.ndim != 2 or x.shape != y.shape or x.size == 0:
             raise ValueError(
-                f"`x` and `y` must be (windows, length) arrays of one shape, got {x.shape} "
-                f"and {y.shape}."
+                f"`x` and `y` must be non-empty (windows, length) arrays of one shape, got "
+                f"{x.shape} and {y.shape}."
             )
         out = np.empty(x.shape, np.float64)
         n_win, length = x.shape
