@@ -172,6 +172,19 @@ def test_window_overlap_on_a_constructed_example():
     assert window_overlap(big, np.array([[0xD800, 0xDFFF], [0xDFFF, 0xD800]])) == 0.5
     with pytest.raises(ValueError, match="windows"):
         window_overlap(train, np.array([1, 2]))
+    assert window_overlap(np.array([1, 2]), np.array([[1, 2, 3]])) == 0.0  # longer than train
+
+
+def test_window_overlap_agrees_with_a_plain_search():
+    rng = np.random.default_rng(8)
+    for vocab, length in ((2, 8), (3, 6), (300, 3)):
+        train = rng.integers(0, vocab, 500)
+        windows = rng.integers(0, vocab, (40, length))
+        windows[:10] = [train[i : i + length] for i in rng.integers(0, 500 - length, 10)]
+        hay = [tuple(train[i : i + length]) for i in range(500 - length + 1)]
+        want = np.mean([tuple(w) in set(hay) for w in windows])
+        assert window_overlap(train, windows) == want
+        assert 0.25 <= want < 1.0  # both found and missing windows
 
 
 def test_text_baselines_score_the_task_validation_windows():

@@ -246,12 +246,33 @@ def window_overlap(train, windows) -> float:
         if not np.issubdtype(a.dtype, np.integer) or (a.size and a.min() < 0):
             raise ValueError(f"`{name}` must hold non-negative int ids, got {a.dtype}.")
 
-    def text(a) -> str:  # ids as code points (offset past the surrogates): str search
-        a = np.asarray(a, np.uint32)
-        return np.where(a < 0xD800, a, a + 0x800).astype("<u4").tobytes().decode("utf-32-le")
-
-    haystack = text(train)
-    return float(np.mean([text(w) in haystack for w in windows]))
+    length = windows.shape[1]
+    if len(train) < length:
+        return 0.0
+    # Every length-L substring of train by a polynomial hash mod 2⁶⁴ (prefix sums of
+    # (id + 1)·B⁻ʲ, vectorised), then an exact comparison with the candidates of equal
+    # hash: a collision cannot make a window count as found.
+    base = 0x9E3779B97F4A7C15  # odd: invertible mod 2⁶⁴
+    inv = pow(base, -1, 2**64)
+    t = train.astype(np.uint64) + np.uint64(1)
+    n = len(t)
+    inv_pow = np.cumprod(np.full(n, inv, np.uint64))
+    inv_pow = np.concatenate([np.ones(1, np.uint64), inv_pow[:-1]])  # B⁻ʲ
+    base_pow = np.cumprod(np.full(n - length + 1, base, np.uint64))
+    base_pow = np.concatenate([np.ones(1, np.uint64), base_pow[:-1]])  # Bⁱ
+    prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(t * inv_pow, dtype=np.uint64)])
+    train_hash = (prefix[length:] - prefix[:-length]) * base_pow  # Σ_j t[i+j] B⁻ʲ
+    order = np.argsort(train_hash, kind="stable")
+    sorted_hash = train_hash[order]
+    w = windows.astype(np.uint64) + np.uint64(1)
+    win_hash = (w * inv_pow[:length]).sum(axis=1, dtype=np.uint64)
+    lo = np.searchsorted(sorted_hash, win_hash, "left")
+    hi = np.searchsorted(sorted_hash, win_hash, "right")
+    found = [
+        any(np.array_equal(train[i : i + length], row) for i in order[a:b])
+        for row, a, b in zip(windows, lo, hi)
+    ]
+    return float(np.mean(found))
 
 
 def text_baselines(cfg=None, orders=(1, 2, 3, 4, 5)) -> dict[str, Any]:
