@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from fractions import Fraction
 
@@ -336,3 +337,24 @@ def test_depth_text_table_reports_the_baselines():
     report = depth._text_table(text)
     assert "| 1-gram | 2-gram | 3-gram | 4-gram | 5-gram | overlap |" in report
     assert "| 4.6000 | 3.3000 | 2.4000 | 2.0000 | 1.8000 | 8.0 % |" in report
+
+
+def test_text_task_trains_on_the_stdlib_corpus():
+    """DEPTH_TEXT with corpus="stdlib": the model's vocabulary and batches come from it."""
+    import jax
+
+    from transflow.control import DEPTH_TEXT
+
+    cfg = DepthTextConfig(
+        d=8, n_heads=1, n_steps=2, context=8, n_val=4, batch_size=3, path="none", dt=1.0
+    )
+    cfg = dataclasses.replace(cfg, corpus="stdlib", max_chars=300_000)
+    split = load_text_split(cfg.val_fraction, "stdlib", 300_000)
+    problem = DEPTH_TEXT.setup(cfg, 0, jax.random.key(0))
+    assert problem.extra["vocab"] == len(split.vocab) != 103
+    assert problem.extra["n_train_chars"] == len(split.train)
+    x, y = problem.batch(2)
+    assert x.shape == (3, 8) and (x[:, 1:] == y[:, :-1]).all()
+    text = "".join(split.vocab[i] for i in split.train)
+    assert all("".join(split.vocab[i] for i in row) in text for row in x)
+    assert problem.model(x[0]).shape == (8, len(split.vocab))
