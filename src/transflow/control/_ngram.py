@@ -9,8 +9,9 @@ of :data:`~transflow.control.DEPTH_TEXT` has to beat.
   :class:`~transflow.control.DepthTextConfig` run is scored on, and
   :func:`baselines_table`, the markdown table the experiments put in their reports.
 
-The smoothing is interpolated Kneser–Ney (Chen & Goodman 1999, §3.5, one discount per
-order): for a context h of length k − 1 (suffix h' of length k − 2) ::
+The smoothing is interpolated Kneser–Ney (Kneser & Ney 1995, in the interpolated form of
+Chen & Goodman 1999; one discount per order): for a context h of length k − 1 (suffix
+h' of length k − 2) ::
 
     P_k(c | h) = max(N_k(h c) − D_k, 0) / N_k(h ·) + D_k T_k(h ·) / N_k(h ·) · P_{k−1}(c | h')
 
@@ -19,8 +20,9 @@ never seen in training, ``T_k(h ·)`` the number of distinct characters seen aft
 ``N_k`` are the raw counts at the order that is queried and the *continuation* counts
 (the number of distinct characters seen before the k-gram) at the orders below it.
 The discount of each table is Ney's closed form ``D = n₁ / (n₁ + 2 n₂)`` from its
-count-of-counts (n_r: k-grams seen exactly r times), so nothing is fitted on held-out
-text and the validation text is never used.
+count-of-counts (n_r: k-grams seen exactly r times; 0.5 where n₁ or n₂ is 0, e.g. the
+unigram table of a large text), so nothing is fitted on held-out text and the
+validation text is never used.
 
 Context handling matches the neural models: a window is scored on its own, so the
 target at position i of a window (the (i+2)-th character) is predicted from the i + 1
@@ -50,7 +52,7 @@ class _Table:
         self.ctx_types = types.astype(np.float64)
         if discount is None:
             n1, n2 = int(np.sum(counts == 1)), int(np.sum(counts == 2))
-            # Ney's estimate; 0.5 when a count-of-counts is empty (tiny texts only)
+            # Ney's estimate; 0.5 when n1 or n2 is 0 (e.g. unigrams: no rare character)
             discount = n1 / (n1 + 2 * n2) if n1 and n2 else 0.5
         self.discount = float(discount)
 
@@ -68,8 +70,8 @@ class CharNgram:
 
     One fit serves every order up to ``max_order``: :meth:`prob`, :meth:`distribution`
     and :meth:`bits_per_char` take the ``order`` to use. ``discount`` (a float in (0, 1))
-    replaces Ney's per-table estimate ``n₁ / (n₁ + 2 n₂)`` by one discount for every
-    table; the fitted ones are in :attr:`discounts`.
+    replaces Ney's per-table estimate ``n₁ / (n₁ + 2 n₂)`` (0.5 where n₁ or n₂ is 0) by
+    one discount for every table; the fitted ones are in :attr:`discounts`.
 
     Example:
         >>> import numpy as np
