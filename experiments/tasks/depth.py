@@ -401,7 +401,15 @@ def run(cfg: Config, ctx) -> dict:
         **(
             {}
             if text is None
-            else {f"text_bpc_{k}": v["bpc"] for k, v in text.items() if k != "depths"}
+            else {
+                **{
+                    f"text_bpc_{k}": v["bpc"]
+                    for k, v in text.items()
+                    if k not in ("depths", "baselines")
+                },
+                "text_ngram_bpc": text["baselines"]["bpc"],  # orders 1..5
+                "text_val_overlap": text["baselines"]["overlap"],
+            }
         ),
         "jax_devices": str(jax.devices()),
     }
@@ -511,6 +519,7 @@ def _text(cfg: Config, ctx) -> dict:
         bits_per_char,
         depth_accuracy,
         run_training,
+        text_baselines,
         validation_windows,
     )
 
@@ -566,10 +575,15 @@ def _text(cfg: Config, ctx) -> dict:
             "cpu_seconds": summary["cpu_seconds"],
             "scheme": tcfg.scheme,
         }
+    # n-gram count baselines on the same validation windows (issue 37): reported, not claimed
+    out["baselines"] = text_baselines(base)
+    ctx.log({"kind": "text_baselines", **out["baselines"]})
     return out
 
 
 def _text_table(text: dict | None) -> str:
+    from transflow.control import baselines_table
+
     if not text:
         return ""
     depths = text["depths"]
@@ -583,7 +597,8 @@ def _text_table(text: dict | None) -> str:
         "\n\nText (pydoc_data.topics, validation bits per character):\n\n"
         f"| model | scheme | parameters | {' | '.join(f'N={n}' for n in depths)} "
         "| change at 4x | CPU s |\n"
-        f"|---|---|---|{'---|' * len(depths)}---|---|\n{rows}"
+        f"|---|---|---|{'---|' * len(depths)}---|---|\n{rows}\n\n"
+        + baselines_table(text["baselines"])
     )
 
 

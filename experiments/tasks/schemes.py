@@ -218,6 +218,18 @@ def _measure_all(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
         yield task, scheme, seed, rec, count
 
 
+def _text_baselines(cfg: Config, ctx) -> dict:
+    """n-gram baselines (:func:`transflow.control.text_baselines`, issue 37) on the
+    validation windows the text runs are scored on (``_train``'s text config: its smoke
+    size has ``context=16, n_val=16``); logged, reported, not claimed."""
+    from transflow.control import text_baselines
+
+    tcfg = dataclasses.replace(cfg.text, context=16, n_val=16) if ctx.smoke else cfg.text
+    b = text_baselines(tcfg)
+    ctx.log({"kind": "text_baselines", **b})
+    return b
+
+
 def _ftle(model, xs, key) -> float:
     """Mean over ``xs`` of log σ_max(∂u_T/∂u_0) / T of the model's flow.
 
@@ -393,6 +405,7 @@ def run(cfg: Config, ctx) -> dict:
     import numpy as np
 
     from transflow import SCHEME_NAMES, declared_order, make_scheme
+    from transflow.control import baselines_table
 
     # smoke: two schemes and one seed, unless given on the command line (then kept)
     schemes = ctx.smoke_value("task.schemes", [str(s) for s in cfg.schemes], list(_SMOKE_SCHEMES))
@@ -415,6 +428,7 @@ def run(cfg: Config, ctx) -> dict:
         for key, v in rec.items():
             row[key].append(float(v))
 
+    baselines = _text_baselines(cfg, ctx) if "text" in tasks else None
     orders = _orders(cfg, ctx)
     identity_err, stable = _stability(schemes, ctx, ctx.smoke)
     imex = _imex_check(ctx) if "imex" in schemes else None
@@ -461,6 +475,8 @@ def run(cfg: Config, ctx) -> dict:
                 f"{'—' if dt_star is None else f'{dt_star:.3f}'} |"
             )
         sections.append("\n".join(lines))
+        if key == "bpc" and baselines is not None:  # n-gram counts on the same windows
+            sections.append(baselines_table(baselines))
     order_lines = ", ".join(
         f"{k} {o['observed']:.2f} (declared {o['declared']})" for k, o in orders.items()
     )
@@ -493,6 +509,9 @@ def run(cfg: Config, ctx) -> dict:
     if imex is not None:
         out["imex_cost_ratio"] = imex["cost_ratio"]
     out.update({f"n_params_{t}": sorted(v) for t, v in n_params.items()})
+    if baselines is not None:
+        out["text_ngram_bpc"] = baselines["bpc"]  # orders 1..5
+        out["text_val_overlap"] = baselines["overlap"]
     return out
 
 

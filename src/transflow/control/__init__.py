@@ -22,7 +22,10 @@ checkpoints, resume.
   :func:`depth_loss` (random depth per batch, smoothness penalty; gradients by
   backpropagation, checkpointing or the continuous adjoint, :func:`flow_logits`),
   :data:`DEPTH_DIGITS`, :data:`DEPTH_TEXT` (a character-level LM on ``pydoc_data.topics``,
-  bits per character, :func:`make_char_lm`),
+  bits per character, :func:`make_char_lm`; ``corpus="stdlib"``: the standard library's
+  ``.py`` files split by file, :func:`stdlib_files`), and its baselines:
+  :func:`text_baselines` (interpolated Kneser–Ney :class:`CharNgram` models, the
+  train/validation :func:`window_overlap`, :func:`baselines_table`),
   (:class:`DepthDigitsConfig`: digits with controls θ(t) from
   :mod:`transflow.continuous`).
 - Figures: :func:`transflow.plotting.plot_training_curves` of :func:`curves_from_history`.
@@ -63,6 +66,12 @@ from ._depth import (
     flow_logits as flow_logits,
 )
 from ._memory import gradient_peak_rss as gradient_peak_rss
+from ._ngram import (
+    CharNgram as CharNgram,
+    baselines_table as baselines_table,
+    text_baselines as text_baselines,
+    window_overlap as window_overlap,
+)
 from ._tasks import (
     DEPTH_DIGITS as DEPTH_DIGITS,
     DIGITS as DIGITS,
@@ -79,12 +88,15 @@ from ._tasks import (
     run_training as run_training,
 )
 from ._text import (
+    CORPORA as CORPORA,
     DEPTH_TEXT as DEPTH_TEXT,
+    STDLIB_EXCLUDED_DIRS as STDLIB_EXCLUDED_DIRS,
     DepthTextConfig as DepthTextConfig,
     TextSplit as TextSplit,
     bits_per_char as bits_per_char,
     load_text_split as load_text_split,
     make_char_lm as make_char_lm,
+    stdlib_files as stdlib_files,
     text_windows as text_windows,
     validation_windows as validation_windows,
 )
