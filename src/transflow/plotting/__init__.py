@@ -35,6 +35,7 @@ from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
 from ._expressivity import plot_partition, plot_regions, plot_slice, plot_softmax
 from ._parallel import plot_sharded_memory
 from ._style import FIGURE_WIDTH, STYLE, LogTicks, figure_style, new_figure, smoke_note
+from ._trained import plot_trained_partition, plot_trained_regions
 from ._training import plot_training_curves
 
 __all__ = [
@@ -58,6 +59,8 @@ __all__ = [
     "plot_regions",
     "plot_slice",
     "plot_softmax",
+    "plot_trained_partition",
+    "plot_trained_regions",
     # _benchmarks
     "BENCHMARK_PARTS",
     "plot_benchmarks",
