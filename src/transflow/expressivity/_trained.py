@@ -348,6 +348,9 @@ def model_apply(kind: str, params, xs, lam=None):
     return jax.vmap(lambda x: _transformer_apply(params, x, lam))(xs)
 
 
+_apply_jit = jax.jit(model_apply, static_argnums=0)
+
+
 # --------------------------------------------------------------------------- readings
 class ConstantQueryTransformer(HardmaxTransformer):
     """A :class:`HardmaxTransformer` whose attention queries are constants (``W_Q = 0``),
@@ -453,8 +456,8 @@ def reading_gap(params, lam: float, *, dim: int, n: int = 2001) -> float:
     try:
         xs = jnp.asarray(_grid(dim, k), jnp.float64)
         p = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
-        hard = model_apply("transformer", p, xs)
-        soft = model_apply("transformer", p, xs, lam)
+        hard = _apply_jit("transformer", p, xs)
+        soft = _apply_jit("transformer", p, xs, jnp.float64(lam))
         return float(jnp.max(jnp.abs(hard - soft)))
     finally:
         jax.config.update("jax_enable_x64", old)
@@ -550,11 +553,11 @@ def train_model(
     d = target.dim
     xs = jnp.asarray(_grid(d, 2001 if d == 1 else 64), jnp.float32)
     y = target.fn(xs)
-    mse_hard = float(jnp.mean((model_apply(kind, params, xs) - y) ** 2))  # hardmax reading
+    mse_hard = float(jnp.mean((_apply_jit(kind, params, xs) - y) ** 2))  # hardmax reading
     rec = {"loss": hist, "seconds": seconds, "mse": mse_hard}
     if kind == "transformer":
         rec["mse_softmax"] = float(
-            jnp.mean((model_apply(kind, params, xs, jnp.float32(lam_end)) - y) ** 2)
+            jnp.mean((_apply_jit(kind, params, xs, jnp.float32(lam_end)) - y) ** 2)
         )
     return params, rec
 
