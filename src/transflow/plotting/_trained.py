@@ -43,7 +43,7 @@ def plot_trained_regions(rows, *, title: str = "linear regions against depth: tr
         rt = [r for r in rows if r["target"] == target]
         depths = sorted({r["depth"] for r in rt})
         cap = [next(r["capacity"] for r in rt if r["depth"] == D) for D in depths]
-        ax.semilogy(depths, cap, "k--", lw=1, label=r"construction $(2T-1)^{d(D-1)}$")
+        ax.semilogy(depths, cap, "k--", lw=1, label=r"construction realizes $(2T-1)^{d(D-1)}$")
         for (kind, key), (col, mk, ls, lab) in styles.items():
             means, stds, ds = [], [], []
             for D in depths:
@@ -70,18 +70,26 @@ def plot_trained_regions(rows, *, title: str = "linear regions against depth: tr
             ax.axhline(tr, color="0.5", lw=0.8, ls="-.", label=f"target ({tr} regions)")
         ax.set_yscale("log")
         ax.set_title(f"{target} ($d = {rt[0]['dim']}$)")
-        ax.set_xlabel("depth $D$ (blocks / hidden layers)")
-        ax.set_ylabel("certified linear regions on the box")
+        ax.set_xlabel("depth $D$")
+        ax.set_ylabel("certified linear regions on $[0, 1]^d$")
         ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))
         ax.grid(True, which="both")
         if len(depths) < 3:
             smoke_note(ax, f"smoke size: depths {', '.join(map(str, depths))} only")
     n_seeds = len({r["seed"] for r in rows})
-    axes[0].legend(
-        loc="upper center",
-        bbox_to_anchor=(0.5 * len(axes), -0.22),
+    handles, labels = [], []
+    for ax in axes:  # the union of the panels' entries (the target line differs per panel)
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
         ncol=3,
-        title=f"markers: mean over {n_seeds} seeds; bars: ± std over seeds",
+        title=f"markers: mean over {n_seeds} seeds; error bars: ± std over seeds; "
+        "depth D = blocks (transformer) or hidden layers (MLP)",
     )
     if title:
         fig.suptitle(title)
