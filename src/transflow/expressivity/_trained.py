@@ -64,7 +64,9 @@ __all__ = [
     "train_model",
 ]
 
+#: The training targets of :func:`make_target` (1-D: sawtooth, smooth1d; 2-D: zigzag2d, smooth2d).
 TARGETS = ("sawtooth", "smooth1d", "zigzag2d", "smooth2d")
+#: The model kinds of the study: the constant-query hardmax transformer and the ReLU MLP.
 MODEL_KINDS = ("transformer", "mlp")
 
 
