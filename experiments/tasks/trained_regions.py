@@ -210,7 +210,7 @@ def run(cfg, ctx) -> dict:
     )
     # every pattern the grid sees is a region: a grid count above the exact count would
     # mean the exact counter lost regions (enforced). The two-sided heuristic [c(n), c(n) +
-    # c(n) - c(n/4)] was enforced in the first full run and failed for 3 of 102 models
+    # c(n) - c(n/4)] was enforced in the first full run and failed for 3 of 96 models
     # (regions thinner than the 2-D grid spacing): it is now recorded (docs/trained-regions.md).
     ctx.claim(
         "init counts below the sampling estimate (the grid's lower bound)",
