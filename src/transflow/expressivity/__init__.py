@@ -59,6 +59,20 @@ from ._softmax import (
     softmax_gap_error as softmax_gap_error,
     softmax_max_constant as softmax_max_constant,
 )
+from ._studies import (
+    c8_regions as c8_regions,
+    construction_checks as construction_checks,
+    max_errors as max_errors,
+    outside_box_errors as outside_box_errors,
+    partition_2d as partition_2d,
+    precision_rows as precision_rows,
+    random_maxout as random_maxout,
+    region_rows as region_rows,
+    relu_and_cpwl_checks as relu_and_cpwl_checks,
+    slice_study as slice_study,
+    softmax_multilayer_rows as softmax_multilayer_rows,
+    softmax_rows as softmax_rows,
+)
 from ._trained import (
     MODEL_KINDS as MODEL_KINDS,
     TARGETS as TARGETS,
@@ -77,18 +91,4 @@ from ._trained import (
     reading_gap as reading_gap,
     sampling_estimate as sampling_estimate,
     train_model as train_model,
-)
-from ._studies import (
-    c8_regions as c8_regions,
-    construction_checks as construction_checks,
-    max_errors as max_errors,
-    outside_box_errors as outside_box_errors,
-    partition_2d as partition_2d,
-    precision_rows as precision_rows,
-    random_maxout as random_maxout,
-    region_rows as region_rows,
-    relu_and_cpwl_checks as relu_and_cpwl_checks,
-    slice_study as slice_study,
-    softmax_multilayer_rows as softmax_multilayer_rows,
-    softmax_rows as softmax_rows,
 )
