@@ -445,6 +445,27 @@ def _stable(schemes=("prenorm", "strang", "imex")) -> dict:
     return {s: {"dt_star": 1.0} for s in schemes}
 
 
+def _trained_rows(depths=(1, 2, 3), seeds=(0, 1, 2)):
+    """Records of experiments/tasks/trained_regions.py (synthetic counts)."""
+    rows = []
+    for target, dim in (("sawtooth", 1), ("zigzag2d", 2)):
+        for D in depths:
+            for seed in seeds:
+                for kind in ("transformer", "mlp"):
+                    n = 5 * D + seed + (3 if kind == "mlp" else 0)
+                    rows.append(
+                        dict(target=target, dim=dim, kind=kind, depth=D, seed=seed,
+                             regions=n, regions_init=n - 1, capacity=7 ** (dim * (D - 1)),
+                             target_regions=16 if dim == 1 else 9)
+                    )  # fmt: skip
+    return rows
+
+
+def _trained_partition():
+    p = _partitions("smoke")["zigzag"]
+    return P.plot_trained_partition(p, p, model_title="trained", target_title="target")
+
+
 # (function, case) -> callable() returning a figure; "smoke" cases carry the
 # records of the experiments' debug=smoke runs (one depth, a missing part, two points).
 CASES = {
@@ -534,6 +555,11 @@ CASES = {
         schemes=["prenorm", "imex"],
         stable=_stable(("prenorm",)),
     ),
+    ("plot_trained_regions", "full"): lambda: P.plot_trained_regions(_trained_rows()),
+    ("plot_trained_regions", "smoke"): lambda: P.plot_trained_regions(
+        _trained_rows((1, 2), (0, 1))
+    ),
+    ("plot_trained_partition", "full"): _trained_partition,
 }
 
 
@@ -550,6 +576,7 @@ FAST_CASES = {
     ("plot_flow_clustering", "full"),
     ("plot_sharded_memory", "full"),
     ("plot_token_trajectories", "full"),
+    ("plot_trained_regions", "full"),
 }
 
 

@@ -21,6 +21,10 @@ Public API:
 - Studies (records for the experiment task and the paper figures): :func:`softmax_rows`,
   :func:`region_rows`, :func:`partition_2d`, :func:`relu_and_cpwl_checks`,
   :func:`c8_regions`, :func:`precision_rows`, :func:`slice_study`, ….
+- Trained expressivity (issue #39, docs/trained-regions.md): :func:`init_transformer`,
+  :func:`init_mlp`, :func:`train_model` (softmax with annealed λ, read with hardmax),
+  :func:`hardmax_reading` (:class:`ConstantQueryTransformer`), :func:`certified_regions`,
+  :func:`sampling_estimate`, :func:`make_target`, :func:`constructed_capacity`, ….
 """
 
 from ._certify import CertificationError as CertificationError
@@ -68,4 +72,23 @@ from ._studies import (
     slice_study as slice_study,
     softmax_multilayer_rows as softmax_multilayer_rows,
     softmax_rows as softmax_rows,
+)
+from ._trained import (
+    MODEL_KINDS as MODEL_KINDS,
+    TARGETS as TARGETS,
+    ConstantQueryTransformer as ConstantQueryTransformer,
+    Target as Target,
+    certified_regions as certified_regions,
+    constructed_capacity as constructed_capacity,
+    hardmax_reading as hardmax_reading,
+    init_mlp as init_mlp,
+    init_transformer as init_transformer,
+    make_target as make_target,
+    mlp_network as mlp_network,
+    mlp_width_for as mlp_width_for,
+    model_apply as model_apply,
+    n_params as n_params,
+    reading_gap as reading_gap,
+    sampling_estimate as sampling_estimate,
+    train_model as train_model,
 )

@@ -43,6 +43,7 @@ from ._experiments import (
 from ._expressivity import plot_partition, plot_regions, plot_slice, plot_softmax
 from ._parallel import plot_sharded_memory
 from ._style import FIGURE_WIDTH, STYLE, LogTicks, figure_style, new_figure, smoke_note
+from ._trained import plot_trained_partition, plot_trained_regions
 from ._training import plot_training_curves
 
 __all__ = [
@@ -66,6 +67,8 @@ __all__ = [
     "plot_regions",
     "plot_slice",
     "plot_softmax",
+    "plot_trained_partition",
+    "plot_trained_regions",
     # _benchmarks
     "BENCHMARK_PARTS",
     "plot_benchmarks",

@@ -1,0 +1,128 @@
+"""Trained expressivity (issue #39): training, the hardmax reading, certified counts against
+an independent dense-grid count, and the errors for bad options."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transflow import expressivity as ex
+
+
+@pytest.fixture
+def x64():
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", old)
+
+
+def test_training_reduces_loss_tiny():
+    t = ex.make_target("sawtooth", teeth_log2=1)
+    p0 = ex.init_transformer(
+        jax.random.PRNGKey(0), dim=1, depth=1, n_tokens=2, width=4, n_heads=1, ffn_width=4
+    )
+    xs = jnp.linspace(0.0, 1.0, 257, dtype=jnp.float32)[:, None]
+    apply = jax.jit(ex.model_apply, static_argnums=0)
+    before = float(jnp.mean((apply("transformer", p0, xs, 1.0) - t.fn(xs)) ** 2))
+    p, rec = ex.train_model("transformer", p0, t, steps=60, lr=1e-2, batch=64, lam_end=10.0)
+    after = float(jnp.mean((apply("transformer", p, xs, 10.0) - t.fn(xs)) ** 2))
+    assert after < 0.5 * before
+    assert rec["loss"][-1] < rec["loss"][0]
+    assert set(rec) == {"loss", "seconds", "mse", "mse_softmax"}
+
+
+def test_readings_match_the_trained_forward(x64):
+    p = ex.init_transformer(jax.random.PRNGKey(3), dim=2, depth=2)
+    xs = np.random.default_rng(0).uniform(0, 1, (8, 2))
+    hard = ex.hardmax_reading(p)
+    assert hard.affine_logits and hard.hardmax
+    p64 = jax.tree.map(jnp.float64, p)
+    ours = np.asarray(ex.model_apply("transformer", p64, xs))
+    theirs = np.asarray(jax.vmap(hard)(jnp.asarray(xs))[:, 0])
+    np.testing.assert_allclose(theirs, ours, rtol=1e-12, atol=1e-12)
+    soft = ex.hardmax_reading(p, lam=7.0)
+    ours = np.asarray(ex.model_apply("transformer", p64, xs, 7.0))
+    theirs = np.asarray(jax.vmap(soft)(jnp.asarray(xs))[:, 0])
+    np.testing.assert_allclose(theirs, ours, rtol=1e-12, atol=1e-12)
+    # the softmax model approaches the hardmax reading as λ grows (sampled, away from ties)
+    assert ex.reading_gap(p, 1e6, dim=2, n=400) < ex.reading_gap(p, 1.0, dim=2, n=400)
+
+
+@pytest.mark.parametrize(
+    "kind, dim, depth, seed",
+    [("transformer", 1, 2, 0), ("mlp", 1, 2, 0), ("transformer", 2, 1, 1), ("mlp", 2, 2, 0)],
+)
+def test_certified_count_equals_dense_grid(kind, dim, depth, seed, x64):
+    key = jax.random.PRNGKey(seed)
+    if kind == "transformer":
+        p = ex.init_transformer(key, dim=dim, depth=depth, n_tokens=3, width=4)
+    else:
+        p = ex.init_mlp(key, dim=dim, depth=depth, width=4)
+    r = ex.certified_regions(kind, p, dim=dim)
+    assert r.certified
+    f = ex.hardmax_reading(p) if kind == "transformer" else ex.mlp_network(p)
+    n = 200000 if dim == 1 else 400
+    grid = ex.grid_region_count(
+        f, [0.0] * dim if dim == 2 else 0.0, [1.0] * dim if dim == 2 else 1.0, n
+    )
+    assert r.activation == grid["patterns"]
+    if dim == 1:
+        assert r.linear == grid["linear"]
+    est = ex.sampling_estimate(kind, p, dim=dim, n=n)
+    assert est["estimate"] <= r.activation <= est["estimate"] + est["error"]
+
+
+def test_target_counts_certified(x64):
+    for name, k in (("sawtooth", 3), ("zigzag2d", 1)):
+        t = ex.make_target(name, teeth_log2=k)
+        lo, hi = (0.0, 1.0) if t.dim == 1 else ([0.0, 0.0], [1.0, 1.0])
+        r = ex.count_linear_regions(t.network, lo, hi)
+        assert r.certified and r.linear == t.regions
+        xs = np.random.default_rng(0).uniform(0, 1, (20, t.dim))
+        np.testing.assert_allclose(
+            np.asarray(t.fn(jnp.asarray(xs))), [float(t.network(x)[0]) for x in xs], atol=1e-12
+        )
+
+
+def test_mlp_width_matches_parameter_count():
+    def mlp_params(w, dim, D):
+        return ex.n_params(ex.init_mlp(jax.random.PRNGKey(0), dim=dim, depth=D, width=w))
+
+    for dim, D in ((2, 3),):
+        P = ex.n_params(ex.init_transformer(jax.random.PRNGKey(0), dim=dim, depth=D))
+        w = ex.mlp_width_for(P, dim=dim, depth=D)
+        gaps = [abs(mlp_params(v, dim, D) - P) for v in (w - 1, w, w + 1)]
+        assert gaps[1] == min(gaps)  # the closest width
+
+
+@pytest.mark.parametrize(
+    "call, option",
+    [
+        (lambda: ex.init_transformer(jax.random.PRNGKey(0), dim=1, depth=0), "depth"),
+        (lambda: ex.init_transformer(jax.random.PRNGKey(0), dim=1, depth=2.5), "depth"),
+        (lambda: ex.init_transformer(jax.random.PRNGKey(0), dim=1, depth=1, width=0), "width"),
+        (lambda: ex.init_transformer(jax.random.PRNGKey(0), dim=3, depth=1), "dim"),
+        (lambda: ex.init_mlp(jax.random.PRNGKey(0), dim=1, depth=-1, width=4), "depth"),
+        (lambda: ex.init_mlp(jax.random.PRNGKey(0), dim=1, depth=1, width=0), "width"),
+        (lambda: ex.make_target("square"), "name"),
+        (lambda: ex.make_target("sawtooth", teeth_log2=-1), "teeth_log2"),
+        (lambda: ex.mlp_width_for(100, dim=1, depth=0), "depth"),
+        (lambda: ex.certified_regions("cnn", {}, dim=1), "kind"),
+        (lambda: ex.constructed_capacity(dim=1, depth=0, n_tokens=3), "depth"),
+    ],
+)
+def test_bad_options_name_the_option(call, option):
+    with pytest.raises(ValueError, match=f"`{option}`"):
+        call()
+
+
+def test_bad_training_options():
+    t = ex.make_target("smooth1d")
+    p = ex.init_mlp(jax.random.PRNGKey(0), dim=1, depth=1, width=2)
+    with pytest.raises(ValueError, match="`lam_start`"):
+        ex.train_model("transformer", p, t, steps=10, lam_start=10.0, lam_end=1.0)
+    with pytest.raises(ValueError, match="`steps`"):
+        ex.train_model("mlp", p, t, steps=1)
+    with pytest.raises(ValueError, match="`kind`"):
+        ex.train_model("rnn", p, t, steps=10)
