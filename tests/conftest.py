@@ -20,6 +20,10 @@ if os.environ.get("TRANSFLOW_TEST_XLA_O0") == "1":
     _O0 = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_O0}".strip()
 
+import json  # noqa: E402
+import resource  # noqa: E402
+import time  # noqa: E402
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
@@ -62,3 +66,34 @@ def getkey():
         return sub
 
     return _getkey
+
+
+#: TRANSFLOW_TEST_CPU_LOG=path: append one JSON line per test (node id, CPU seconds of the
+#: worker and of its child processes, wall seconds) to ``path.<worker>``. CPU time, unlike
+#: the wall time of ``--durations``, does not grow with the load of a shared machine; it
+#: is what decides which tests belong in the fast tier (docs/reliability.md).
+_CPU_LOG = os.environ.get("TRANSFLOW_TEST_CPU_LOG")
+
+if _CPU_LOG:
+
+    def _cpu(who: int) -> float:
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        own, kids, wall = (
+            _cpu(resource.RUSAGE_SELF),
+            _cpu(resource.RUSAGE_CHILDREN),
+            time.perf_counter(),
+        )
+        yield
+        record = {
+            "test": item.nodeid,
+            "cpu": round(_cpu(resource.RUSAGE_SELF) - own, 3),
+            "cpu_children": round(_cpu(resource.RUSAGE_CHILDREN) - kids, 3),
+            "wall": round(time.perf_counter() - wall, 3),
+        }
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(f"{_CPU_LOG}.{worker}", "a") as f:
+            f.write(json.dumps(record) + "\n")
