@@ -58,7 +58,8 @@ SLOW_MODULES = {
     "transflow.control._adjoint",
     "transflow.control._memory",
     "transflow._layer_schemes",
-    "transflow._execution",
+    "transflow._integrate",
+    "transflow._evolve",
 }
 
 

@@ -31,13 +31,7 @@ Public API (re-exported from private modules, equinox style):
   :mod:`transflow.parallel` (sharded evolution).
 """
 
-# First: the old private module paths of the model classes (now in transflow.models)
-# stay importable for one release; read from outside transflow, they warn.
-from . import _moved as _moved
-from ._chunked import (
-    chunked_attention as chunked_attention,
-    online_softmax_attention as online_softmax_attention,
-)
+from ._chunked import online_softmax_attention as online_softmax_attention
 from ._controls import (
     AttentionParams as AttentionParams,
     FFNParams as FFNParams,
@@ -47,13 +41,14 @@ from ._controls import (
     stack_controls as stack_controls,
     unstack_controls as unstack_controls,
 )
-from ._execution import (
+from ._evolve import evolve as evolve
+from ._grid import Grid as Grid
+from ._integrate import (
     Adaptive as Adaptive,
     ConstantSteps as ConstantSteps,
     Remat as Remat,
     SaveAt as SaveAt,
 )
-from ._grid import Grid as Grid
 from ._layer_schemes import (
     SCHEME_NAMES as SCHEME_NAMES,
     TABLEAUS as TABLEAUS,
@@ -88,6 +83,7 @@ from ._operators import (
     attention as attention,
     attention_scores as attention_scores,
     attention_weights as attention_weights,
+    chunked_attention as chunked_attention,
     cross_attention as cross_attention,
     linear_y as linear_y,
     project_s1 as project_s1,
@@ -97,7 +93,6 @@ from ._splitting import (
     AbstractScheme as AbstractScheme,
     LieScheme as LieScheme,
     PreNormScheme as PreNormScheme,
-    evolve as evolve,
     ffn_branch as ffn_branch,
 )
 from .models._causal import CausalScheme as CausalScheme

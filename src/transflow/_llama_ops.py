@@ -590,12 +590,3 @@ def check_not_hf_mask(attention_mask) -> None:
             "(1 = keep, 0 = padding) is a key padding mask: pass "
             "`key_padding_mask=transflow.mask_from_hf(mask)` (i.e. mask == 0)."
         )
-
-
-def __getattr__(name: str):
-    # ``RMSDecoder`` moved to :mod:`transflow.models` (issue 28); the old path still works.
-    if name == "RMSDecoder":
-        from ._moved import moved
-
-        return moved(__name__, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,35 +17,36 @@ With Δt = 1 this is exactly one post-LN Transformer encoder layer (docs/spec/co
 §3.5).
 
 A scheme is a small immutable object with a ``step`` method; schemes carry options (such
-as the FFN branch time step of docs/spec/continuous-model.md §3.2) but no state.
+as the FFN branch time step of docs/spec/continuous-model.md §3.2) but no state. A
+consistent scheme (``consistent``) also has a continuous limit, its ``vector_field``.
+:class:`RelaxedLieScheme` is the Lie scheme with every projection P relaxed to
+``u + (Δt/τ)(P(u) − u)`` (the same step code, another :meth:`LieScheme.toward`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from ._controls import FFNParams, LayerControls, NormParams, num_steps
-from ._errors import as_input, check_choice, check_finite, param_dtype
-from ._execution import Adaptive, ConstantSteps, Remat, SaveAt
+from ._controls import FFNParams, LayerControls, NormParams
+from ._errors import check_choice
 from ._grid import Grid
 from ._operators import Implementation, activation_fn, attention, project_s1, wmul
 
-if TYPE_CHECKING:
-    from .continuous._paths import ControlPath
-
-__all__ = ["AbstractScheme", "LieScheme", "PreNormScheme", "RematMode", "evolve", "ffn_branch"]
+__all__ = [
+    "AbstractScheme",
+    "LieScheme",
+    "PreNormScheme",
+    "RelaxedLieScheme",
+    "check_consistent",
+    "ffn_branch",
+]
 
 Substeps = dict[str, Float[Array, "n d"]]
-
-#: Rematerialisation of :func:`evolve` in reverse mode: ``"none"``, ``"step"``
-#: (``jax.checkpoint`` per step) or ``"nested"`` (two-level √N_t checkpointing).
-RematMode = Literal["none", "step", "nested"]
 
 
 def _project(v, norm: NormParams, grid: Grid | None, eps_scale: float = 1.0):
@@ -98,6 +99,11 @@ def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
     return masks
 
 
+def _exact(u, p):
+    """The exact projection sub-step ``P(u)`` (the paper's; see :meth:`LieScheme.toward`)."""
+    return p
+
+
 def ffn_branch(
     z: Float[Array, "n d"], ffn: FFNParams, dt: float | Array = 1.0, *, record: bool = False
 ):
@@ -107,13 +113,18 @@ def ffn_branch(
     are ``Z W + b``. The activation (for ReLU: the projection onto S2) follows every
     sub-step but the last, or every sub-step if ``ffn.activation_on_last``.
     """
+    return _ffn_branch(z, ffn, dt, _exact, record)
+
+
+def _ffn_branch(z, ffn: FFNParams, dt, toward, record: bool):
+    """:func:`ffn_branch` whose activation sub-steps are ``toward(z, act(z))``."""
     act = activation_fn(ffn.activation)
     J = ffn.num_substeps
     states = []
     for j in range(J):
         z = _ffn_substep(z, ffn, j, dt)
         if j < J - 1 or ffn.activation_on_last:
-            z = act(z)
+            z = toward(z, act(z))
         states.append(z)
     return (z, states) if record else z
 
@@ -141,6 +152,41 @@ class AbstractScheme(eqx.Module):
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         raise NotImplementedError
+
+    @property
+    def consistent(self) -> bool:
+        """Whether ``step(u, θ, Δt) = u + Δt f(u, θ) + O(Δt²)`` for a vector field f (the
+        scheme has a continuous limit, :meth:`vector_field`). True unless a scheme says
+        otherwise (the paper's :class:`LieScheme`: its projections do not depend on Δt)."""
+        return True
+
+    def vector_field(
+        self, u: Float[Array, "n d"], controls: LayerControls, *, grid: Grid | None = None
+    ) -> Float[Array, "n d"]:
+        """``f(u, θ) = ∂/∂Δt step(u, θ, Δt) at Δt = 0`` (one forward-mode JVP of one step).
+
+        The continuous right-hand side of a consistent scheme
+        (:func:`transflow.continuous.vector_field` evaluates it along a path).
+        """
+        check_consistent(self)
+
+        def step(dt):
+            return self.step(u, controls, dt, grid=grid)
+
+        zero = jnp.zeros((), u.dtype)
+        return jax.jvp(step, (zero,), (jnp.ones_like(zero),))[1]
+
+
+def check_consistent(scheme) -> None:
+    """TypeError unless ``scheme`` is a scheme with a vector field (:attr:`consistent`)."""
+    if not isinstance(scheme, AbstractScheme):
+        raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
+    if not scheme.consistent:
+        raise TypeError(
+            "the paper's LieScheme is not consistent with an ODE (its projections do not "
+            "depend on Δt), so it has no vector field; use RelaxedLieScheme(tau=...) (the "
+            "relaxed post-LN reading) or PreNormScheme."
+        )
 
 
 class LieScheme(AbstractScheme):
@@ -221,6 +267,7 @@ class LieScheme(AbstractScheme):
         attention_mask=None,
     ):
         c = controls
+        toward = self.toward(dt)
         u1 = self.attention_substep(
             u,
             c.attn,
@@ -229,15 +276,93 @@ class LieScheme(AbstractScheme):
             causal=causal,
             **_masks(key_padding_mask, attention_mask),
         )
-        u2 = self.norm_substep(u1, c.norm1, grid=grid)
+        u2 = toward(u1, self.norm_substep(u1, c.norm1, grid=grid))
         ffn_dt = dt if self.ffn_branch_dt == "dt" else 2 * dt
-        z, states = ffn_branch(u2, c.ffn, ffn_dt, record=True)
+        z, states = _ffn_branch(u2, c.ffn, ffn_dt, toward, record=True)
         u5 = 0.5 * (z + u2)
-        u6 = self.norm_substep(u5, c.norm2, grid=grid, closing=True)
+        u6 = toward(u5, self.norm_substep(u5, c.norm2, grid=grid, closing=True))
         if not return_substeps:
             return u6
         names = self.substep_names(c)
         return u6, dict(zip(names, (u1, u2, *states, u5, u6)))
+
+    def toward(self, dt):
+        """The projection sub-steps ``(u, P(u)) -> u⁺``: the paper's exact ``P(u)``."""
+        return _exact
+
+    @property
+    def consistent(self) -> bool:
+        return False
+
+
+class RelaxedLieScheme(LieScheme):
+    """The post-LN Lie scheme with relaxed projections ``u + (Δt/τ)(P(u) − u)``.
+
+    Every projection of :class:`~transflow.LieScheme` (the two LayerNorms and the S2
+    activations between FFN sub-steps) becomes a relaxation towards the set at rate 1/τ;
+    the attention and FFN sub-steps and the ½-relaxation are unchanged. With Δt = τ it is
+    the paper's scheme (``u + (P(u) − u) = P(u)``); for fixed τ the scheme is consistent
+    and refines at first order to the penalised ODE of :func:`vector_field`. Δt/τ > 1
+    over-relaxes (past the set), so evaluate with Δt ≤ τ. FFN sub-steps must be residual
+    (lifting maps ``Z W + b`` have no Δt).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import LayerControls, LieScheme
+        >>> from transflow.continuous import RelaxedLieScheme
+        >>> theta = LayerControls.random(4, key=jax.random.key(0))
+        >>> u = jax.random.normal(jax.random.key(1), (3, 4))
+        >>> a = RelaxedLieScheme(tau=1.0).step(u, theta, 1.0)  # Δt = τ: the paper's layer
+        >>> bool(jnp.allclose(a, LieScheme().step(u, theta, 1.0), atol=1e-5))
+        True
+    """
+
+    tau: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        if isinstance(self.tau, bool) or not isinstance(self.tau, int | float) or not self.tau > 0:
+            raise ValueError(
+                f"RelaxedLieScheme: `tau` (the relaxation time of the projections) must be a "
+                f"number > 0, got {self.tau!r}; tau = dt reproduces the paper's projections."
+            )
+        check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
+        check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
+
+    def step(
+        self,
+        u,
+        controls,
+        dt=1.0,
+        *,
+        grid=None,
+        causal=False,
+        return_substeps=False,
+        key_padding_mask=None,
+        attention_mask=None,
+    ):
+        if not all(controls.ffn.residual):
+            raise ValueError(
+                "RelaxedLieScheme needs residual FFN sub-steps (square W_j: Ω_y → Ω_y); "
+                "lifting sub-steps (d_ff set) have no Δt, so no consistent relaxed reading."
+            )
+        return super().step(
+            u,
+            controls,
+            dt,
+            grid=grid,
+            causal=causal,
+            return_substeps=return_substeps,
+            **_masks(key_padding_mask, attention_mask),
+        )
+
+    def toward(self, dt):
+        """The relaxed projection sub-steps ``u + (Δt/τ)(P(u) − u)``."""
+        r = dt / self.tau
+        return lambda u, p: u + r * (p - u)
+
+    @property
+    def consistent(self) -> bool:
+        return True
 
 
 class PreNormScheme(AbstractScheme):
@@ -309,374 +434,3 @@ def pre_ln_step(scheme, attend, u, controls, dt, *, grid: Grid | None, record: b
     if not record:
         return u2
     return u2, dict(zip(scheme.substep_names(c), (p1, u1, p2, *states, u2)))
-
-
-def evolve(
-    u0: Float[Array, "n d"],
-    controls: LayerControls | ControlPath,
-    scheme: AbstractScheme | None = None,
-    *,
-    dt: float | Array | None = None,
-    grid: Grid | None = None,
-    causal: bool = False,
-    final_norm: NormParams | None = None,
-    saveat: SaveAt | None = None,
-    remat: Remat | bool | RematMode = False,
-    stepsize_controller: ConstantSteps | Adaptive | None = None,
-    n_steps: int | None = None,
-    attention_implementation: Implementation | None = None,
-    key_padding_mask: Bool[Array, " n"] | None = None,
-    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
-    save_trajectory: bool | None = None,
-    remat_chunk: int | None = None,
-    unroll: bool | int | Literal["auto"] | None = None,
-):
-    """Evolve ``u0`` over N_t time steps with stacked controls (``lax.scan``) or a path.
-
-    The problem is given by ``u0``, ``controls``, ``scheme``, ``dt``, ``grid``, ``causal``,
-    ``final_norm`` and the masks; how it is computed by three option objects, as diffrax
-    groups them (docs/model.md): ``saveat`` (:class:`~transflow.SaveAt`), ``remat``
-    (:class:`~transflow.Remat`) and ``stepsize_controller``
-    (:class:`~transflow.ConstantSteps`, the default, or :class:`~transflow.Adaptive`). The
-    legacy keywords ``save_trajectory``, ``remat=True/"step"/"nested"``, ``remat_chunk``
-    and ``unroll`` are still accepted and give identical results; giving a legacy keyword
-    together with the object that replaces it is a ``ValueError``.
-
-    Args:
-        u0: initial condition f on the grid, shape ``(n_tokens, d)``.
-        controls: :class:`LayerControls` stacked over time (:func:`stack_controls`), or a
-            :class:`~transflow.continuous.ControlPath` θ(t): with ``ConstantSteps`` it is
-            sampled at the midpoints of ``n_steps`` uniform steps of Δt = (t1 − t0)/N
-            (as :func:`transflow.continuous.evolve_path`); with ``Adaptive`` its interval
-            is solved adaptively.
-        scheme: the splitting scheme (default: the paper's :class:`LieScheme`).
-        dt: time step Δt of stacked controls (``None``: the paper's 1). A path sets its
-            own Δt, so ``dt`` must stay ``None`` with a path.
-        grid: the grid; ``None`` is the paper's index grid.
-        causal: restrict attention to x̃ ≤ x (decoders).
-        final_norm: an optional closing projection after the last step (e.g. the
-            ``norm`` of a ``torch.nn.TransformerEncoder``).
-        saveat: :class:`~transflow.SaveAt`; ``SaveAt(steps=True)`` also returns the
-            states after every step, ``(N_t, n, d)``. ``None``: the final state only.
-        remat: rematerialisation for reverse mode, a :class:`~transflow.Remat` (see there;
-            the forward value is the same for all) or the legacy spelling:
-            ``False``/``"none"`` = ``Remat()`` (every sub-step state stored, O(N_t)),
-            ``True``/``"step"`` = ``Remat("step")`` (``jax.checkpoint`` per step),
-            ``"nested"`` = ``Remat("nested")`` (two-level checkpointing, the N_t steps
-            in ⌊N_t/k⌋ chunks of k plus a remainder; ≈ N_t/k + k stored states, ≈ 2√N_t
-            at the default k = ⌈√N_t⌉, for about one extra forward pass).
-        stepsize_controller: :class:`~transflow.ConstantSteps` (default ``None``:
-            ``ConstantSteps()``; the loop's ``unroll`` option) or
-            :class:`~transflow.Adaptive` (the continuous limit of a consistent scheme
-            solved by :func:`transflow.continuous.solve_adaptive`; returns the final state
-            and takes neither ``SaveAt(steps=True)``, ``Remat`` modes other than
-            ``"none"``, ``causal`` nor masks).
-        n_steps: the number of uniform steps N of a path with ``ConstantSteps``. Stacked
-            controls have N_t = their leading axis (``n_steps``, if given, must match).
-        attention_implementation: overrides the scheme's ``implementation`` field
-            (``"auto"``, ``"dense"`` or ``"chunked"``, see :func:`transflow.attention`);
-            ``None`` keeps the scheme's choice.
-        key_padding_mask: ``(n,)`` bool, **True = padded** (torch's polarity): the padded
-            tokens get zero weight in every step's attention integral; padded rows evolve
-            but never influence kept rows (docs/masks.md).
-        attention_mask: ``(n, n)`` or ``(1|H, n, n)``: bool **True = may attend**, or an
-            additive float; the same mask in every step. ``None`` (default) for both
-            masks is the unmasked computation, unchanged.
-        save_trajectory: legacy for ``saveat=SaveAt(steps=save_trajectory)``.
-        remat_chunk: legacy for ``remat=Remat("nested", chunk=remat_chunk)`` (steps per
-            chunk k of ``remat="nested"``; ``None`` for ⌈√N_t⌉).
-        unroll: legacy for ``stepsize_controller=ConstantSteps(unroll=unroll)``. The
-            layer loop: ``"auto"`` (the default): unrolled for N_t ≤
-            ``AUTO_UNROLL_STEPS`` (8) steps, a rolled ``lax.scan`` above. Unrolling saves
-            the scan's stacked residual buffers (zero-filled and sliced on every call),
-            about 8-10 % of a training step (docs/performance.md), for a compile time that
-            grows with N_t, hence the bound. ``True``/``False`` or a positive int (steps
-            per loop iteration) choose explicitly; values and gradients are the same.
-
-    Returns:
-        u at T = N_t Δt, or ``(u_T, trajectory)`` with ``SaveAt(steps=True)``.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from transflow import LayerControls, Remat, SaveAt, stack_controls, evolve
-        >>> keys = jax.random.split(jax.random.key(0), 3)
-        >>> theta = stack_controls([LayerControls.random(8, key=k) for k in keys])
-        >>> u0 = jnp.ones((4, 8)) + jnp.arange(8.0)
-        >>> evolve(u0, theta).shape
-        (4, 8)
-        >>> bool(jnp.allclose(evolve(u0, theta, remat=Remat("nested")), evolve(u0, theta)))
-        True
-        >>> u_T, traj = evolve(u0, theta, saveat=SaveAt(steps=True))  # = save_trajectory=True
-        >>> traj.shape
-        (3, 4, 8)
-        >>> evolve(u0, theta, saveat=SaveAt(), save_trajectory=True)
-        Traceback (most recent call last):
-        ...
-        ValueError: `save_trajectory=True` and `saveat=SaveAt()` both set what evolve returns;
-        pass only saveat=SaveAt(steps=True).
-    """
-    saving = _saving(saveat, save_trajectory)
-    mode, chunk_option = _remat_option(remat, remat_chunk)
-    controller = _controller(stepsize_controller, unroll)
-    scheme = LieScheme() if scheme is None else scheme
-    if not isinstance(scheme, AbstractScheme):
-        raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
-    if attention_implementation is not None:
-        check_choice(
-            "attention_implementation", attention_implementation, ("auto", "dense", "chunked")
-        )
-        if not hasattr(scheme, "implementation"):
-            raise TypeError(
-                f"`attention_implementation` needs a scheme with an `implementation` field "
-                f"(LieScheme, PreNormScheme); got {type(scheme).__name__}."
-            )
-        scheme = dataclasses.replace(scheme, implementation=attention_implementation)
-    path = _as_path(controls)
-    if isinstance(controller, Adaptive):
-        return _evolve_adaptive(
-            u0,
-            controls,
-            path is not None,
-            scheme,
-            controller,
-            dt=dt,
-            grid=grid,
-            causal=causal,
-            final_norm=final_norm,
-            saving=saving,
-            mode=mode,
-            n_steps=n_steps,
-            masked=key_padding_mask is not None or attention_mask is not None,
-        )
-    if path is not None:
-        if n_steps is None:
-            raise ValueError(
-                "`n_steps` is required when `controls` is a ControlPath with ConstantSteps: "
-                "the path is sampled at the midpoints of n_steps uniform steps; e.g. "
-                "evolve(u0, path, scheme, n_steps=16), or "
-                "stepsize_controller=Adaptive() for an adaptive solve."
-            )
-        if dt is not None:
-            raise ValueError(
-                f"`dt` must be None when `controls` is a ControlPath (Δt = (t1 − t0)/n_steps "
-                f"= {path.step_size(n_steps)!r}), got dt={dt!r}; drop dt."
-            )
-        dt = path.step_size(n_steps)
-        controls = path.sample(n_steps, "midpoint")
-    elif n_steps is not None and n_steps != num_steps(controls):
-        raise ValueError(
-            f"`n_steps` is for a ControlPath; stacked controls have N_t = "
-            f"{num_steps(controls)} (their leading axis), got n_steps={n_steps!r}; drop "
-            f"n_steps or pass a path (transflow.continuous.PiecewiseConstant(controls))."
-        )
-    dt = 1.0 if dt is None else dt
-    save_trajectory = saving
-    u0 = as_input(
-        "u0",
-        u0,
-        param_dtype(controls),
-        ndim=2,
-        shape=(grid.n_tokens if grid is not None else None, controls.d_model),
-    )
-    n_steps = num_steps(controls)
-    chunk = _chunk_size(n_steps, chunk_option)
-    unroll = _check_unroll(controller.unroll, n_steps)
-    heads = getattr(controls.attn, "n_heads", None)  # CvT: ConvAttentionParams (no masks)
-    masks = check_masks(scheme, u0, heads, key_padding_mask, attention_mask)
-    u0 = check_finite("u0", u0)
-
-    def body(u, theta):
-        u_next = scheme.step(u, theta, dt, grid=grid, causal=causal, **masks)
-        return u_next, (u_next if save_trajectory else None)
-
-    if mode == "nested":
-        u_T, traj = _scan_nested(jax.checkpoint(body), u0, controls, n_steps, chunk, unroll)
-    else:
-        step = jax.checkpoint(body) if mode == "step" else body
-        u_T, traj = jax.lax.scan(step, u0, controls, unroll=unroll)
-    if final_norm is not None:
-        u_T = _project(u_T, final_norm, grid)
-        if save_trajectory:
-            traj = traj.at[-1].set(u_T)
-    return (u_T, traj) if save_trajectory else u_T
-
-
-def _saving(saveat, save_trajectory) -> bool:
-    """``SaveAt.steps`` from the new object or the legacy keyword (not both)."""
-    if saveat is not None and not isinstance(saveat, SaveAt):
-        raise TypeError(
-            f"`saveat` must be a transflow.SaveAt (e.g. SaveAt(steps=True)) or None, got "
-            f"{type(saveat).__name__}."
-        )
-    if save_trajectory is None:
-        return False if saveat is None else saveat.steps
-    if saveat is not None:
-        raise ValueError(
-            f"`save_trajectory={save_trajectory!r}` and `saveat={saveat!r}` both set what "
-            f"evolve returns; pass only saveat=SaveAt(steps={bool(save_trajectory)!r})."
-        )
-    if not isinstance(save_trajectory, bool):
-        raise ValueError(
-            f"`save_trajectory` must be True or False, got {save_trajectory!r}; prefer "
-            f"saveat=SaveAt(steps=True)."
-        )
-    return save_trajectory
-
-
-def _remat_option(remat, remat_chunk) -> tuple[str, int | None]:
-    """(mode, chunk) from a :class:`Remat` or the legacy ``remat``/``remat_chunk``."""
-    if isinstance(remat, Remat):
-        if remat_chunk is not None:
-            raise ValueError(
-                f"`remat_chunk={remat_chunk!r}` and `remat={remat!r}` both set the "
-                f"rematerialisation; pass only remat=Remat('nested', chunk={remat_chunk!r})."
-            )
-        return remat.mode, remat.chunk
-    return _remat_mode(remat), remat_chunk
-
-
-def _controller(stepsize_controller, unroll):
-    """The step-size controller from the new object or the legacy ``unroll`` (not both)."""
-    if stepsize_controller is None:
-        if unroll is None:
-            return ConstantSteps()
-        _check_unroll(unroll, 1)  # the legacy message, before any object is built
-        return ConstantSteps(unroll=unroll)
-    if not isinstance(stepsize_controller, ConstantSteps | Adaptive):
-        raise TypeError(
-            f"`stepsize_controller` must be transflow.ConstantSteps(...) (uniform steps) or "
-            f"transflow.Adaptive(rtol=..., atol=..., solver=...) (an adaptive diffrax solve), "
-            f"got {type(stepsize_controller).__name__}."
-        )
-    if unroll is not None:
-        raise ValueError(
-            f"`unroll={unroll!r}` and `stepsize_controller={stepsize_controller!r}` both set "
-            f"how the steps are taken; pass only "
-            f"stepsize_controller=ConstantSteps(unroll={unroll!r})."
-        )
-    return stepsize_controller
-
-
-def _as_path(controls):
-    """``controls`` if it is a ``transflow.continuous.ControlPath``, else ``None``."""
-    from .continuous._paths import ControlPath
-
-    return controls if isinstance(controls, ControlPath) else None
-
-
-def _evolve_adaptive(
-    u0,
-    controls,
-    is_path,
-    scheme,
-    controller,
-    *,
-    dt,
-    grid,
-    causal,
-    final_norm,
-    saving,
-    mode,
-    n_steps,
-    masked,
-):
-    """``evolve`` with ``stepsize_controller=Adaptive(...)``: :func:`solve_adaptive`."""
-    from .continuous._controls import PiecewiseConstant
-    from .continuous._depth import solve_adaptive
-
-    name = f"stepsize_controller={controller!r}"
-    refused = [
-        (saving, "saveat=SaveAt(steps=True)", "the adaptive steps are not layers; use SaveAt()"),
-        (mode != "none", f"remat={mode!r}", "use Adaptive(adjoint=...) instead"),
-        (n_steps is not None, f"n_steps={n_steps!r}", "the solver chooses its steps"),
-        (causal, "causal=True", "wrap the scheme in CausalScheme"),
-        (masked, "masks", "the adaptive solve takes no masks"),
-        (is_path and dt is not None, f"dt={dt!r}", "a path sets its own interval"),
-    ]
-    for bad, what, fix in refused:
-        if bad:
-            raise ValueError(f"`{what}` is not supported with `{name}`: {fix}.")
-    if is_path:
-        path = controls
-    else:
-        tau = 1.0 if dt is None else dt
-        if isinstance(tau, bool) or not isinstance(tau, int | float):
-            raise ValueError(
-                f"`dt` must be a Python number with Adaptive and stacked controls (the "
-                f"layers become PiecewiseConstant(controls, tau=dt)), got {type(dt).__name__}."
-            )
-        path = PiecewiseConstant(controls, tau=float(tau))
-    u0 = as_input("u0", u0, param_dtype(controls), ndim=2)
-    u0 = check_finite("u0", u0)
-    u_T = solve_adaptive(
-        u0,
-        path,
-        scheme,
-        grid=grid,
-        solver=controller.solver,
-        rtol=controller.rtol,
-        atol=controller.atol,
-        dt0=controller.dt0,
-        max_steps=controller.max_steps,
-        adjoint=controller.adjoint,
-    ).u
-    if final_norm is not None:
-        u_T = _project(u_T, final_norm, grid)
-    return u_T
-
-
-def _remat_mode(remat) -> str:
-    if remat is True or remat is False:
-        return "step" if remat else "none"
-    if remat in ("none", "step", "nested"):
-        return remat
-    raise ValueError(
-        f"`remat` must be False/'none', True/'step' or 'nested' (√N_t checkpointing), got "
-        f"{remat!r}."
-    )
-
-
-def _chunk_size(n: int, chunk: int | None) -> int:
-    if chunk is None:
-        return max(1, math.isqrt(n - 1) + 1 if n > 1 else 1)
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(
-            f"`remat_chunk` must be a positive int (steps per chunk) or None (⌈√N_t⌉), "
-            f"got {chunk!r}."
-        )
-    return min(chunk, n)
-
-
-AUTO_UNROLL_STEPS = 8
-"""``evolve(..., unroll="auto")`` unrolls the layer loop up to this many steps."""
-
-
-def _check_unroll(unroll, n_steps: int):
-    if isinstance(unroll, str) and unroll == "auto":
-        return True if n_steps <= AUTO_UNROLL_STEPS else 1
-    if isinstance(unroll, bool) or (isinstance(unroll, int) and unroll >= 1):
-        return unroll
-    raise ValueError(
-        f"`unroll` must be 'auto', True, False or a positive int (steps per loop iteration), got "
-        f"{unroll!r}."
-    )
-
-
-def _scan_nested(step, u0, controls, n: int, k: int, unroll: bool | int = 1):
-    """``lax.scan(step, u0, controls)`` as a checkpointed scan over chunks of k steps."""
-    n_chunks, rem = divmod(n, k)
-
-    @jax.checkpoint
-    def run_chunk(u, thetas):
-        return jax.lax.scan(step, u, thetas, unroll=unroll)
-
-    head = jax.tree.map(lambda x: x[: n_chunks * k].reshape(n_chunks, k, *x.shape[1:]), controls)
-    u, traj = jax.lax.scan(run_chunk, u0, head)
-    if traj is not None:
-        traj = traj.reshape(n_chunks * k, *traj.shape[2:])
-    if rem:
-        tail = jax.tree.map(lambda x: x[n_chunks * k :], controls)
-        u, tail_traj = jax.lax.scan(step, u, tail, unroll=unroll)
-        if traj is not None:
-            traj = jax.numpy.concatenate([traj, tail_traj])
-    return u, traj

@@ -180,7 +180,7 @@ def _output(model, x, grid, causal):
     if isinstance(model, FlowModel):
         return model.features(jnp.asarray(x))
     if isinstance(model, CvtStageModel):
-        from .._splitting import evolve
+        from .._evolve import evolve
 
         u0, hw = model.initial_condition(jnp.asarray(x))
         return evolve(u0, model.controls, model.scheme(hw))

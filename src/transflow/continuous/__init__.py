@@ -4,18 +4,16 @@ diffrax reference solves of the well-posed sub-models, and convergence studies.
 See ``docs/continuous.md`` and docs/spec/continuous-model.md §3, §7 (Q9, Q10), §8.4, §8.10.
 """
 
+from .._evolve import evolve_path as evolve_path
+from .._integrate import SOLVERS as SOLVERS, AdaptiveResult as AdaptiveResult
+from .._splitting import RelaxedLieScheme as RelaxedLieScheme
 from ._controls import (
     KernelAttention as KernelAttention,
     KernelLinear as KernelLinear,
-    PiecewiseConstant as PiecewiseConstant,
     SmoothPath as SmoothPath,
 )
 from ._depth import (
-    SOLVERS as SOLVERS,
-    AdaptiveResult as AdaptiveResult,
-    RelaxedLieScheme as RelaxedLieScheme,
     compare_adjoints as compare_adjoints,
-    evolve_path as evolve_path,
     solve_adaptive as solve_adaptive,
     vector_field as vector_field,
 )
@@ -36,6 +34,7 @@ from ._paths import (
     PATH_KINDS as PATH_KINDS,
     BasisExpansion as BasisExpansion,
     ControlPath as ControlPath,
+    PiecewiseConstant as PiecewiseConstant,
     PiecewiseLinear as PiecewiseLinear,
     TimeEmbeddingNet as TimeEmbeddingNet,
     init_path as init_path,

@@ -55,6 +55,10 @@ class CausalScheme(AbstractScheme):
     def substep_names(self, controls) -> tuple[str, ...]:
         return self.inner.substep_names(controls)
 
+    @property
+    def consistent(self) -> bool:
+        return self.inner.consistent  # causal attention: the same consistency
+
     def step(
         self,
         u,

@@ -23,8 +23,10 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._controls import LayerControls, stack_controls
 from .._errors import as_input
+from .._evolve import evolve
 from .._grid import Grid
-from .._splitting import AbstractScheme, LieScheme, RematMode, evolve
+from .._integrate import ConstantSteps, Remat, RematMode
+from .._splitting import AbstractScheme, LieScheme
 from ..continuous._paths import ControlPath, init_path
 from ._vit import patchify as vision_patchify
 
@@ -210,10 +212,10 @@ class FlowModel(eqx.Module):
             u0,
             controls,
             self.scheme,
-            remat=self.remat,
+            remat=Remat(self.remat),
+            stepsize_controller=ConstantSteps(unroll=self.unroll),
             dt=dt,
             grid=self.embed.grid(),
-            unroll=self.unroll,
         )
 
     def readout(self, u: Float[Array, "n d"]) -> Float[Array, "*n c"]:
