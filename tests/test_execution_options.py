@@ -2,8 +2,8 @@
 
 The objects select one program each: the same jaxpr as the ``lax.scan`` written out by
 hand (final state, trajectory, gradients; ``Remat("nested")`` against the plain scan is
-tests/test_splitting.py's; the legacy keywords they replaced are gone, CHANGELOG.md), bad options are errors that name the option, and the
-adaptive route is ``solve_adaptive`` itself.
+tests/test_splitting.py's; the legacy keywords they replaced are gone, CHANGELOG.md), bad
+options are errors that name the option, and the adaptive route is ``solve_adaptive``.
 """
 
 from __future__ import annotations

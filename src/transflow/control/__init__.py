@@ -4,7 +4,7 @@ checkpoints, resume.
 - Models: :class:`FlowModel` (embedding → split-scheme evolution → read-out),
   :class:`PatchEmbedding` (ViT-style, 2-D token grid), :class:`TokenEmbedding`,
   :func:`make_vit`, :func:`make_seq`.
-- Gradients: ``transflow.evolve(..., remat="nested")`` (√N_t two-level
+- Gradients: ``transflow.evolve(..., remat=Remat("nested"))`` (√N_t two-level
   rematerialisation), :func:`grads_to_torch_layout` (compare with torch autograd).
 - Training: :func:`make_step` (one jitted loss/grad/optax step), :func:`make_optimizer`,
   :func:`train` (checkpointing and bitwise-exact resume), :func:`evaluate`.

@@ -8,7 +8,7 @@ model (Legendre K = 4, pre-LN, as ``experiment=depth``) on a batch of random ima
 that nothing from an earlier measurement (compiled programs, allocator caches) is
 counted. ``gradient`` is one of
 :data:`~transflow.control.GRADIENTS`: ``"backprop"`` stores a state per step (the model's
-``remat="step"``), ``"checkpointed"`` and ``"adjoint"`` do not.
+``FlowModel.remat="step"``), ``"checkpointed"`` and ``"adjoint"`` do not.
 """
 
 from __future__ import annotations
