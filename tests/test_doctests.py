@@ -59,7 +59,6 @@ SLOW_MODULES = {
     "transflow.control._memory",
     "transflow._layer_schemes",
     "transflow._integrate",
-    "transflow._evolve",
 }
 
 
