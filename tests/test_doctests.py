@@ -57,7 +57,8 @@ SLOW_MODULES = {
     "transflow.control._depth",
     "transflow.control._adjoint",
     "transflow.control._memory",
-    "transflow._layer_schemes",
+    "transflow.schemes._stability",
+    "transflow.schemes._registry",
     "transflow._integrate",
 }
 

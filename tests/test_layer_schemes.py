@@ -257,7 +257,7 @@ def test_post_norm_order_is_limited_to_one_by_the_projections(name):
     local O(h²) error: the observed order is 1 with Heun sub-flows too (the declared order
     says 1)."""
     from transflow import reference_solution
-    from transflow._splitting import _project
+    from transflow.schemes._base import _project
 
     path = _smooth_path()
     u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)

@@ -16,8 +16,9 @@ Public API (re-exported from private modules, equinox style):
   :func:`cross_attention` (keys/values from a memory on its own token grid).
 - Encoder–decoder: :class:`SplitDecoder`, :class:`SplitEncoderDecoder`,
   :class:`DecoderLayerControls` (``torch.nn.TransformerDecoder``/``Transformer``).
-- Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`,
-  :class:`CausalScheme` (decoders), :func:`evolve`, :class:`SplitTransformer`.
+- Schemes (:mod:`transflow.schemes`, one module per family): :class:`LieScheme` (the
+  paper's), :class:`PreNormScheme`, :class:`CausalScheme` (decoders); :func:`evolve`,
+  :class:`SplitTransformer`.
 - How :func:`evolve` computes (diffrax style, docs/model.md): :class:`SaveAt` (what is
   returned), :class:`Remat` (rematerialisation in reverse mode), :class:`ConstantSteps`
   and :class:`Adaptive` (step-size controllers).
@@ -49,28 +50,6 @@ from ._integrate import (
     Remat as Remat,
     SaveAt as SaveAt,
 )
-from ._layer_schemes import (
-    SCHEME_NAMES as SCHEME_NAMES,
-    TABLEAUS as TABLEAUS,
-    ButcherTableau as ButcherTableau,
-    IMEXScheme as IMEXScheme,
-    RungeKuttaScheme as RungeKuttaScheme,
-    StrangScheme as StrangScheme,
-    amplification_factor as amplification_factor,
-    confirm_stable_dt as confirm_stable_dt,
-    declared_order as declared_order,
-    largest_stable_dt as largest_stable_dt,
-    linear_run_growth as linear_run_growth,
-    linear_step_matrix as linear_step_matrix,
-    linearised_stability as linearised_stability,
-    make_scheme as make_scheme,
-    perturbation_growth as perturbation_growth,
-    reference_solution as reference_solution,
-    spectral_radius as spectral_radius,
-    stability_function as stability_function,
-    stage_controls as stage_controls,
-    sub_field_jacobians as sub_field_jacobians,
-)
 from ._masks import (
     causal_mask as causal_mask,
     mask_from_hf as mask_from_hf,
@@ -89,12 +68,6 @@ from ._operators import (
     project_s1 as project_s1,
     project_s2 as project_s2,
 )
-from ._splitting import (
-    AbstractScheme as AbstractScheme,
-    LieScheme as LieScheme,
-    PreNormScheme as PreNormScheme,
-    ffn_branch as ffn_branch,
-)
 from .models._causal import CausalScheme as CausalScheme
 from .models._decoder import (
     DecoderLayerControls as DecoderLayerControls,
@@ -102,5 +75,31 @@ from .models._decoder import (
     SplitEncoderDecoder as SplitEncoderDecoder,
 )
 from .models._encoder import SplitTransformer as SplitTransformer
+from .schemes import (
+    SCHEME_NAMES as SCHEME_NAMES,
+    TABLEAUS as TABLEAUS,
+    AbstractScheme as AbstractScheme,
+    ButcherTableau as ButcherTableau,
+    IMEXScheme as IMEXScheme,
+    LieScheme as LieScheme,
+    PreNormScheme as PreNormScheme,
+    RungeKuttaScheme as RungeKuttaScheme,
+    StrangScheme as StrangScheme,
+    amplification_factor as amplification_factor,
+    confirm_stable_dt as confirm_stable_dt,
+    declared_order as declared_order,
+    ffn_branch as ffn_branch,
+    largest_stable_dt as largest_stable_dt,
+    linear_run_growth as linear_run_growth,
+    linear_step_matrix as linear_step_matrix,
+    linearised_stability as linearised_stability,
+    make_scheme as make_scheme,
+    perturbation_growth as perturbation_growth,
+    reference_solution as reference_solution,
+    spectral_radius as spectral_radius,
+    stability_function as stability_function,
+    stage_controls as stage_controls,
+    sub_field_jacobians as sub_field_jacobians,
+)
 
 __version__ = "0.1.0"

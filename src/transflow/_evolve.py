@@ -25,7 +25,8 @@ from ._errors import as_input, check_choice, check_finite, param_dtype
 from ._grid import Grid
 from ._integrate import Adaptive, ConstantSteps, Remat, SaveAt, scan_steps
 from ._operators import Implementation
-from ._splitting import AbstractScheme, LieScheme, _project, check_masks
+from .schemes._base import AbstractScheme, _project, check_masks
+from .schemes._lie import LieScheme
 
 if TYPE_CHECKING:
     from .continuous._paths import ControlPath

@@ -44,7 +44,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ._errors import check_choice
 from ._operators import activation_fn, wmul
-from ._splitting import AbstractScheme
+from .schemes._base import AbstractScheme
 
 __all__ = [
     "RMSNormParams",

@@ -20,8 +20,8 @@ from jaxtyping import Array, Float
 
 from .._controls import NormParams, num_steps
 from .._grid import Grid
-from .._splitting import AbstractScheme, _project
 from ..models._encoder import SplitTransformer
+from ..schemes._base import AbstractScheme, _project
 
 __all__ = [
     "Flow",

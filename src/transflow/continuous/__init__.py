@@ -6,7 +6,7 @@ See ``docs/continuous.md`` and docs/spec/continuous-model.md §3, §7 (Q9, Q10),
 
 from .._evolve import evolve_path as evolve_path
 from .._integrate import SOLVERS as SOLVERS, AdaptiveResult as AdaptiveResult
-from .._splitting import RelaxedLieScheme as RelaxedLieScheme
+from ..schemes._lie import RelaxedLieScheme as RelaxedLieScheme
 from ._controls import (
     KernelAttention as KernelAttention,
     KernelLinear as KernelLinear,

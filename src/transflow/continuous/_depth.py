@@ -12,7 +12,7 @@
 The relaxed post-LN reading :class:`~transflow.continuous.RelaxedLieScheme` (every
 projection P replaced by ``u ← u + (Δt/τ)(P(u) − u)``, an explicit Euler step of the
 penalty flow ``u' = −(u − P(u))/τ``, a Moreau–Yosida regularisation of the normal cone
-N_S) lives with the Lie scheme in ``transflow._splitting``; fixed-step runs of a path
+N_S) lives with the Lie scheme in ``transflow.schemes._lie``; fixed-step runs of a path
 (:func:`~transflow.continuous.evolve_path`) with :func:`transflow.evolve`.
 
 Which reading has which limit (docs/depth.md):
@@ -40,7 +40,7 @@ from jaxtyping import Array, Float
 
 from .._grid import Grid
 from .._integrate import AdaptiveResult, _check_tol, _diffrax_solver, solve_ode
-from .._splitting import AbstractScheme, check_consistent
+from ..schemes._base import AbstractScheme, check_consistent
 from ._paths import ControlPath
 
 __all__ = ["vector_field", "solve_adaptive", "compare_adjoints"]

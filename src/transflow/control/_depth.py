@@ -346,8 +346,8 @@ def flow_logits(
     """
     import diffrax
 
-    from .._splitting import check_consistent as _check_consistent
     from ..continuous._depth import vector_field
+    from ..schemes._base import check_consistent as _check_consistent
 
     model = _check_model(model)
     _check_gradient(gradient, checkpoints)

@@ -11,7 +11,8 @@ from .._errors import as_input, check_finite, param_dtype
 from .._evolve import evolve
 from .._grid import Grid
 from .._integrate import Adaptive, ConstantSteps, Remat, SaveAt
-from .._splitting import AbstractScheme, LieScheme, check_masks
+from ..schemes._base import AbstractScheme, check_masks
+from ..schemes._lie import LieScheme
 
 __all__ = ["SplitTransformer"]
 

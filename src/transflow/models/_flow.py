@@ -26,8 +26,9 @@ from .._errors import as_input
 from .._evolve import evolve
 from .._grid import Grid
 from .._integrate import ConstantSteps, Remat, RematMode
-from .._splitting import AbstractScheme, LieScheme
 from ..continuous._paths import ControlPath, init_path
+from ..schemes._base import AbstractScheme
+from ..schemes._lie import LieScheme
 from ._vit import patchify as vision_patchify
 
 __all__ = ["PatchEmbedding", "TokenEmbedding", "FlowModel", "patchify", "make_vit", "make_seq"]
