@@ -22,7 +22,7 @@ from jaxtyping import Array, Bool, Float
 
 from .._controls import FFNParams, LayerControls, NormParams
 from .._grid import Grid
-from .._operators import activation_fn, project_s1, wmul
+from .._operators import activation_fn, attention, project_s1, wmul
 
 __all__ = ["AbstractScheme", "check_consistent", "check_masks", "ffn_branch"]
 
@@ -79,6 +79,22 @@ def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
     return masks
 
 
+def attend(scheme, v, attn, *, grid, causal, masks):
+    """The attention operator 𝒜(v) of a scheme's controls with the scheme's kernel options
+    (``hardmax``, ``temperature``, ``implementation``): the one attention call of every
+    family's sub-steps."""
+    return attention(
+        v,
+        attn,
+        grid=grid,
+        causal=causal,
+        hardmax=scheme.hardmax,
+        temperature=scheme.temperature,
+        implementation=scheme.implementation,
+        **masks,
+    )
+
+
 def _exact(u, p):
     """The exact projection sub-step ``P(u)`` (the paper's; see :meth:`LieScheme.toward`)."""
     return p
@@ -127,7 +143,20 @@ class AbstractScheme(eqx.Module):
         """One step. Schemes that take masks accept ``key_padding_mask`` (True = padded)
         and ``attention_mask`` (True = may attend, or additive float) and pass them to
         every attention sub-step (see :func:`transflow.attention`); a scheme without
-        these keywords is refused by :func:`evolve` when masks are given."""
+        these keywords is refused by :func:`evolve` when masks are given.
+
+        Written once for every family: the family's :meth:`advance` computes the next
+        state and the sub-step states; ``return_substeps=True`` names them by
+        :meth:`substep_names`."""
+        masks = _masks(key_padding_mask, attention_mask)
+        out, states = self.advance(u, controls, dt, grid=grid, causal=causal, masks=masks)
+        if not return_substeps:
+            return out
+        return out, dict(zip(self.substep_names(controls), states))
+
+    def advance(self, u, controls, dt, *, grid, causal, masks) -> tuple:
+        """The family's step: ``(u at tⁿ⁺¹, the sub-step states)`` (``masks``: the mask
+        keywords that are set, for every attention sub-step)."""
         raise NotImplementedError
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:

@@ -10,8 +10,8 @@ from jaxtyping import Array, Float
 
 from .._controls import LayerControls
 from .._errors import check_choice
-from .._operators import Implementation, activation_fn, attention
-from ._base import AbstractScheme, _masks, _project
+from .._operators import Implementation, activation_fn
+from ._base import AbstractScheme, _project, attend
 from ._subfields import Field, _check_options
 
 __all__ = ["IMEXScheme"]
@@ -84,7 +84,7 @@ class IMEXScheme(AbstractScheme):
         rhs = z + s * b
         return jnp.linalg.solve(m.T, rhs.T).T
 
-    def _advance(self, u, dt, attn: Field, p1: Field, p2: Field, act: Field, ws, bs):
+    def _compose(self, u, dt, attn: Field, p1: Field, p2: Field, act: Field, ws, bs):
         r = dt / self.tau
         s = dt if self.ffn_branch_dt == "dt" else 2 * dt
         u1 = u + dt * attn(u)
@@ -99,18 +99,7 @@ class IMEXScheme(AbstractScheme):
         u6 = u5 + r * (p2(u5) - u5)
         return u6, (u1, u2, *states, u5, u6)
 
-    def step(
-        self,
-        u,
-        controls,
-        dt=1.0,
-        *,
-        grid=None,
-        causal=False,
-        return_substeps=False,
-        key_padding_mask=None,
-        attention_mask=None,
-    ):
+    def advance(self, u, controls, dt, *, grid, causal, masks):
         c = controls
         if not all(c.ffn.residual):
             raise ValueError(
@@ -123,21 +112,11 @@ class IMEXScheme(AbstractScheme):
                 "IMEXScheme: `activation_on_last=True` is not supported (the last FFN "
                 "sub-step is linear); use an FFN without an activation after the last step."
             )
-        masks = _masks(key_padding_mask, attention_mask)
 
         def attn(v):
-            return attention(
-                v,
-                c.attn,
-                grid=grid,
-                causal=causal,
-                hardmax=self.hardmax,
-                temperature=self.temperature,
-                implementation=self.implementation,
-                **masks,
-            )
+            return attend(self, v, c.attn, grid=grid, causal=causal, masks=masks)
 
-        out, states = self._advance(
+        return self._compose(
             u,
             dt,
             attn,
@@ -147,6 +126,3 @@ class IMEXScheme(AbstractScheme):
             c.ffn.weights,
             c.ffn.biases,
         )
-        if not return_substeps:
-            return out
-        return out, dict(zip(self.substep_names(c), states))

@@ -31,8 +31,8 @@ import equinox as eqx
 
 from .._controls import LayerControls, NormParams
 from .._errors import check_choice
-from .._operators import Implementation, attention
-from ._base import AbstractScheme, _exact, _ffn_branch, _masks, _project
+from .._operators import Implementation
+from ._base import AbstractScheme, _exact, _ffn_branch, _masks, _project, attend
 
 __all__ = ["LieScheme", "RelaxedLieScheme"]
 
@@ -86,53 +86,24 @@ class LieScheme(AbstractScheme):
     ):
         """Sub-step 1, explicit Euler on attention: ``u + Δt 𝒜(u)`` (masks: see
         :func:`transflow.attention`)."""
-        return u + dt * attention(
-            u,
-            attn,
-            grid=grid,
-            causal=causal,
-            hardmax=self.hardmax,
-            temperature=self.temperature,
-            implementation=self.implementation,
-            **_masks(key_padding_mask, attention_mask),
-        )
+        masks = _masks(key_padding_mask, attention_mask)
+        return u + dt * attend(self, u, attn, grid=grid, causal=causal, masks=masks)
 
     @staticmethod
     def norm_substep(v, norm: NormParams, *, grid=None, closing: bool = False):
         """Sub-steps 2 (``closing=False``) and 4+J (``closing=True``, with ε/4): P_S1."""
         return _project(v, norm, grid, eps_scale=0.25 if closing else 1.0)
 
-    def step(
-        self,
-        u,
-        controls,
-        dt=1.0,
-        *,
-        grid=None,
-        causal=False,
-        return_substeps=False,
-        key_padding_mask=None,
-        attention_mask=None,
-    ):
+    def advance(self, u, controls, dt, *, grid, causal, masks):
         c = controls
         toward = self.toward(dt)
-        u1 = self.attention_substep(
-            u,
-            c.attn,
-            dt,
-            grid=grid,
-            causal=causal,
-            **_masks(key_padding_mask, attention_mask),
-        )
+        u1 = u + dt * attend(self, u, c.attn, grid=grid, causal=causal, masks=masks)
         u2 = toward(u1, self.norm_substep(u1, c.norm1, grid=grid))
         ffn_dt = dt if self.ffn_branch_dt == "dt" else 2 * dt
         z, states = _ffn_branch(u2, c.ffn, ffn_dt, toward, record=True)
         u5 = 0.5 * (z + u2)
         u6 = toward(u5, self.norm_substep(u5, c.norm2, grid=grid, closing=True))
-        if not return_substeps:
-            return u6
-        names = self.substep_names(c)
-        return u6, dict(zip(names, (u1, u2, *states, u5, u6)))
+        return u6, (u1, u2, *states, u5, u6)
 
     def toward(self, dt):
         """The projection sub-steps ``(u, P(u)) -> u⁺``: the paper's exact ``P(u)``."""
@@ -176,32 +147,13 @@ class RelaxedLieScheme(LieScheme):
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
         check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
-    def step(
-        self,
-        u,
-        controls,
-        dt=1.0,
-        *,
-        grid=None,
-        causal=False,
-        return_substeps=False,
-        key_padding_mask=None,
-        attention_mask=None,
-    ):
+    def advance(self, u, controls, dt, *, grid, causal, masks):
         if not all(controls.ffn.residual):
             raise ValueError(
                 "RelaxedLieScheme needs residual FFN sub-steps (square W_j: Ω_y → Ω_y); "
                 "lifting sub-steps (d_ff set) have no Δt, so no consistent relaxed reading."
             )
-        return super().step(
-            u,
-            controls,
-            dt,
-            grid=grid,
-            causal=causal,
-            return_substeps=return_substeps,
-            **_masks(key_padding_mask, attention_mask),
-        )
+        return super().advance(u, controls, dt, grid=grid, causal=causal, masks=masks)
 
     def toward(self, dt):
         """The relaxed projection sub-steps ``u + (Δt/τ)(P(u) − u)``."""

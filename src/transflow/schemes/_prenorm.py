@@ -11,8 +11,8 @@ import equinox as eqx
 from .._controls import LayerControls
 from .._errors import check_choice
 from .._grid import Grid
-from .._operators import Implementation, attention
-from ._base import AbstractScheme, _masks, _project, ffn_branch
+from .._operators import Implementation
+from ._base import AbstractScheme, _project, attend, ffn_branch
 
 __all__ = ["PreNormScheme", "pre_ln_step"]
 
@@ -42,31 +42,11 @@ class PreNormScheme(AbstractScheme):
         J = controls.ffn.num_substeps
         return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
 
-    def step(
-        self,
-        u,
-        controls,
-        dt=1.0,
-        *,
-        grid=None,
-        causal=False,
-        return_substeps=False,
-        key_padding_mask=None,
-        attention_mask=None,
-    ):
-        def attend(p1):
-            return attention(
-                p1,
-                controls.attn,
-                grid=grid,
-                causal=causal,
-                hardmax=self.hardmax,
-                temperature=self.temperature,
-                implementation=self.implementation,
-                **_masks(key_padding_mask, attention_mask),
-            )
+    def advance(self, u, controls, dt, *, grid, causal, masks):
+        def attention_op(p1):
+            return attend(self, p1, controls.attn, grid=grid, causal=causal, masks=masks)
 
-        return pre_ln_step(self, attend, u, controls, dt, grid=grid, record=return_substeps)
+        return _pre_ln(attention_op, u, controls, dt, grid)
 
 
 def pre_ln_step(scheme, attend, u, controls, dt, *, grid: Grid | None, record: bool):
@@ -77,12 +57,17 @@ def pre_ln_step(scheme, attend, u, controls, dt, *, grid: Grid | None, record: b
     scheme passes its convolutional attention); ``record=True`` also returns the sub-step
     states named by ``scheme.substep_names``.
     """
-    c = controls
+    u2, states = _pre_ln(attend, u, controls, dt, grid)
+    if not record:
+        return u2
+    return u2, dict(zip(scheme.substep_names(controls), states))
+
+
+def _pre_ln(attend, u, c, dt, grid):
+    """:func:`pre_ln_step`'s state and its sub-step states."""
     p1 = _project(u, c.norm1, grid)
     u1 = u + dt * attend(p1)
     p2 = _project(u1, c.norm2, grid)
     z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
     u2 = u1 + dt * z
-    if not record:
-        return u2
-    return u2, dict(zip(scheme.substep_names(c), (p1, u1, p2, *states, u2)))
+    return u2, (p1, u1, p2, *states, u2)

@@ -13,7 +13,6 @@ import numpy as np
 from .._controls import LayerControls
 from .._errors import check_choice
 from .._operators import Implementation
-from ._base import _masks
 from ._subfields import Field, _at, _check_options, _ExplicitBase, _is_staged, _Ops
 
 __all__ = ["ButcherTableau", "RungeKuttaScheme", "TABLEAUS"]
@@ -150,7 +149,7 @@ class RungeKuttaScheme(_ExplicitBase):
 
         return layer
 
-    def _advance(self, u, dt, ops_at: Callable[[int], _Ops]):
+    def _compose(self, u, dt, ops_at: Callable[[int], _Ops]):
         tab = self.tableau
         nodes = tab.nodes
         ks = []
@@ -166,19 +165,7 @@ class RungeKuttaScheme(_ExplicitBase):
                 out = out + (dt * bi) * ki
         return out, (*ks, out)
 
-    def step(
-        self,
-        u,
-        controls,
-        dt=1.0,
-        *,
-        grid=None,
-        causal=False,
-        return_substeps=False,
-        key_padding_mask=None,
-        attention_mask=None,
-    ):
-        masks = _masks(key_padding_mask, attention_mask)
+    def advance(self, u, controls, dt, *, grid, causal, masks):
         if _is_staged(controls):
             n = controls.attn.wq.shape[0]
             if n != len(self.nodes):
@@ -195,7 +182,4 @@ class RungeKuttaScheme(_ExplicitBase):
                 cache[i] = self._ops(c, grid, causal, masks, "prenorm")
             return cache[i]
 
-        out, states = self._advance(u, dt, ops_at)
-        if not return_substeps:
-            return out
-        return out, dict(zip(self.substep_names(controls), states))
+        return self._compose(u, dt, ops_at)

@@ -97,7 +97,7 @@ def _rot(z):
 def linear_step_matrix(scheme: AbstractScheme, j_attention, j_ffn, dt):
     """The step matrix S of a scheme on linear sub-fields a(u) = u J_a, g(u) = u J_g.
 
-    Runs the scheme's own step code (:meth:`StrangScheme._advance` …) on the linear
+    Runs the scheme's own step code (:meth:`StrangScheme._compose` …) on the linear
     sub-fields, with the projections the identity; row convention ``u^{n+1} = u S``. For
     :class:`IMEXScheme`, J_g is the linear FFN part taken implicitly (one sub-step, no
     activation). For a parallel Runge–Kutta scheme S = R(Δt (J_a + J_g)).
@@ -111,13 +111,13 @@ def linear_step_matrix(scheme: AbstractScheme, j_attention, j_ffn, dt):
 
     if isinstance(scheme, IMEXScheme):
         zero = jnp.zeros((m,), ja.dtype)
-        out, _ = scheme._advance(eye, dt, lin(ja), _identity, _identity, None, (jg,), (zero,))
+        out, _ = scheme._compose(eye, dt, lin(ja), _identity, _identity, None, (jg,), (zero,))
         return out
     ops = _Ops(lin(ja), lin(jg), _identity, _identity)
     if isinstance(scheme, StrangScheme):
-        return scheme._advance(eye, dt, ops)[0]
+        return scheme._compose(eye, dt, ops)[0]
     if isinstance(scheme, RungeKuttaScheme):
-        return scheme._advance(eye, dt, lambda i: ops)[0]
+        return scheme._compose(eye, dt, lambda i: ops)[0]
     if isinstance(scheme, PreNormScheme):  # the Lie composition of pre_ln_step
         u1 = eye + dt * ops.attn(eye)
         return u1 + dt * ops.ffn(u1)

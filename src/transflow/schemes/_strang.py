@@ -9,7 +9,6 @@ import equinox as eqx
 from .._controls import LayerControls
 from .._errors import check_choice
 from .._operators import Implementation
-from ._base import _masks
 from ._subfields import Field, _check_options, _ExplicitBase, _is_staged, _Ops
 
 __all__ = ["StrangScheme"]
@@ -79,32 +78,17 @@ class StrangScheme(_ExplicitBase):
         k1 = field(u)
         return u + (0.5 * h) * (k1 + field(u + h * k1))
 
-    def _advance(self, u, dt, ops: _Ops):
+    def _compose(self, u, dt, ops: _Ops):
         u1 = ops.proj_ffn(self._flow(ops.ffn, u, 0.5 * dt))
         u2 = ops.proj_attn(self._flow(ops.attn, u1, dt))
         u3 = ops.proj_ffn(self._flow(ops.ffn, u2, 0.5 * dt))
         return u3, (u1, u2, u3)
 
-    def step(
-        self,
-        u,
-        controls,
-        dt=1.0,
-        *,
-        grid=None,
-        causal=False,
-        return_substeps=False,
-        key_padding_mask=None,
-        attention_mask=None,
-    ):
+    def advance(self, u, controls, dt, *, grid, causal, masks):
         if _is_staged(controls):
             raise ValueError(
                 "StrangScheme: `controls` must be one set per step (θ at the step midpoint, "
                 "nodes=(0.5,)), got controls with a stage axis; sample them with "
                 "stage_controls(path, StrangScheme(), n) or path.sample(n)."
             )
-        ops = self._ops(controls, grid, causal, _masks(key_padding_mask, attention_mask), self.form)
-        out, states = self._advance(u, dt, ops)
-        if not return_substeps:
-            return out
-        return out, dict(zip(self.substep_names(controls), states))
+        return self._compose(u, dt, self._ops(controls, grid, causal, masks, self.form))

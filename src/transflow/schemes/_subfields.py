@@ -14,8 +14,7 @@ from jaxtyping import Array
 
 from .._controls import LayerControls
 from .._errors import check_choice
-from .._operators import attention
-from ._base import AbstractScheme, _project, ffn_branch
+from ._base import AbstractScheme, _project, attend, ffn_branch
 
 __all__ = ["Field"]
 
@@ -53,17 +52,8 @@ class _ExplicitBase(AbstractScheme):
     ``hardmax``, ``temperature``, ``implementation``)."""
 
     def _ops(self, c: LayerControls, grid, causal, masks, form: str) -> _Ops:
-        def attend(v):
-            return attention(
-                v,
-                c.attn,
-                grid=grid,
-                causal=causal,
-                hardmax=self.hardmax,
-                temperature=self.temperature,
-                implementation=self.implementation,
-                **masks,
-            )
+        def attention_op(v):
+            return attend(self, v, c.attn, grid=grid, causal=causal, masks=masks)
 
         def p1(v):
             return _project(v, c.norm1, grid)
@@ -73,12 +63,12 @@ class _ExplicitBase(AbstractScheme):
 
         if form == "prenorm":
             return _Ops(
-                lambda v: attend(p1(v)),
+                lambda v: attention_op(p1(v)),
                 lambda v: ffn_branch(p2(v), c.ffn, 1.0),
                 _identity,
                 _identity,
             )
-        return _Ops(attend, lambda v: ffn_branch(v, c.ffn, 1.0), p1, p2)
+        return _Ops(attention_op, lambda v: ffn_branch(v, c.ffn, 1.0), p1, p2)
 
 
 def _check_options(self) -> None:
