@@ -79,6 +79,15 @@ def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
     return masks
 
 
+def check_tau(owner: str, tau) -> None:
+    """ValueError unless ``tau`` (the relaxation time of relaxed projections) is > 0."""
+    if isinstance(tau, bool) or not isinstance(tau, int | float) or not tau > 0:
+        raise ValueError(
+            f"{owner}: `tau` (the relaxation time of the projections) must be a number > 0, "
+            f"got {tau!r}; tau = dt gives the paper's exact projections."
+        )
+
+
 def attend(scheme, v, attn, *, grid, causal, masks):
     """The attention operator 𝒜(v) of a scheme's controls with the scheme's kernel options
     (``hardmax``, ``temperature``, ``implementation``): the one attention call of every

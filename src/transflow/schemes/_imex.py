@@ -11,7 +11,7 @@ from jaxtyping import Array, Float
 from .._controls import LayerControls
 from .._errors import check_choice
 from .._operators import Implementation, activation_fn
-from ._base import AbstractScheme, _project, attend
+from ._base import AbstractScheme, _project, attend, check_tau
 from ._subfields import Field, _check_options
 
 __all__ = ["IMEXScheme"]
@@ -56,11 +56,7 @@ class IMEXScheme(AbstractScheme):
     implementation: Implementation = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
-        if isinstance(self.tau, bool) or not isinstance(self.tau, int | float) or not self.tau > 0:
-            raise ValueError(
-                f"IMEXScheme: `tau` (the relaxation time of the projections) must be a number "
-                f"> 0, got {self.tau!r}; tau = dt gives the paper's exact projections."
-            )
+        check_tau("IMEXScheme", self.tau)
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
         _check_options(self)
 

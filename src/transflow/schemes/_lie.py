@@ -32,7 +32,7 @@ import equinox as eqx
 from .._controls import LayerControls, NormParams
 from .._errors import check_choice
 from .._operators import Implementation
-from ._base import AbstractScheme, _exact, _ffn_branch, _masks, _project, attend
+from ._base import AbstractScheme, _exact, _ffn_branch, _masks, _project, attend, check_tau
 
 __all__ = ["LieScheme", "RelaxedLieScheme"]
 
@@ -139,11 +139,7 @@ class RelaxedLieScheme(LieScheme):
     tau: float = eqx.field(static=True, default=1.0)
 
     def __check_init__(self):
-        if isinstance(self.tau, bool) or not isinstance(self.tau, int | float) or not self.tau > 0:
-            raise ValueError(
-                f"RelaxedLieScheme: `tau` (the relaxation time of the projections) must be a "
-                f"number > 0, got {self.tau!r}; tau = dt reproduces the paper's projections."
-            )
+        check_tau("RelaxedLieScheme", self.tau)
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
         check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
