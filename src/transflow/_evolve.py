@@ -295,7 +295,7 @@ def _evolve_adaptive(
     masked,
 ):
     """``evolve`` with ``stepsize_controller=Adaptive(...)``: ``solve_adaptive``."""
-    from .continuous._depth import solve_adaptive
+    from .continuous._solve import solve_adaptive
     from .continuous._paths import PiecewiseConstant
 
     name = f"stepsize_controller={controller!r}"

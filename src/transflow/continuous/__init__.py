@@ -12,11 +12,6 @@ from ._controls import (
     KernelLinear as KernelLinear,
     SmoothPath as SmoothPath,
 )
-from ._depth import (
-    compare_adjoints as compare_adjoints,
-    solve_adaptive as solve_adaptive,
-    vector_field as vector_field,
-)
 from ._flows import (
     euler_flow as euler_flow,
     linear_flow_exact as linear_flow_exact,
@@ -54,6 +49,11 @@ from ._schemes import (
     paper_lie as paper_lie,
     parallel as parallel,
     strang as strang,
+)
+from ._solve import (
+    compare_adjoints as compare_adjoints,
+    solve_adaptive as solve_adaptive,
+    vector_field as vector_field,
 )
 from ._solver import (
     ProjectionTerm as ProjectionTerm,

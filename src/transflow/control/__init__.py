@@ -42,6 +42,14 @@ from ._adjoint import (
     continuous_loss as continuous_loss,
     discrete_loss as discrete_loss,
 )
+from ._at_depth import (
+    GRADIENTS as GRADIENTS,
+    adaptive_logits as adaptive_logits,
+    at_depth as at_depth,
+    depth_accuracy as depth_accuracy,
+    depth_loss as depth_loss,
+    flow_logits as flow_logits,
+)
 from ._checkpoint import (
     CheckpointError as CheckpointError,
     list_checkpoints as list_checkpoints,
@@ -53,14 +61,6 @@ from ._data import (
     EpochOrder as EpochOrder,
     load_digits_split as load_digits_split,
     sequence_batch as sequence_batch,
-)
-from ._depth import (
-    GRADIENTS as GRADIENTS,
-    adaptive_logits as adaptive_logits,
-    at_depth as at_depth,
-    depth_accuracy as depth_accuracy,
-    depth_loss as depth_loss,
-    flow_logits as flow_logits,
 )
 from ._memory import gradient_peak_rss as gradient_peak_rss
 from ._tasks import (

@@ -42,7 +42,7 @@ def gradient_peak_rss(
         >>> r["peak_rss_bytes"] > 10_000_000, r["n_steps"]
         (True, 2)
     """
-    from ._depth import _check_gradient
+    from ._at_depth import _check_gradient
 
     _check_gradient(gradient, checkpoints)
     for name, v in (("n_steps", n_steps), ("batch_size", batch_size), ("d", d)):

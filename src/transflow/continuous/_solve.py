@@ -1,5 +1,9 @@
 """Continuous-time solves: a consistent scheme's limit along a control path, adaptively.
 
+(The home of continuous-time paths is ``_paths``; of training and evaluation at a depth
+``transflow.control._at_depth``; of a trained model's depth behaviour
+``transflow.analysis._across_depth``.)
+
 - :func:`vector_field`: the continuous right-hand side f(t, u) of a *consistent* scheme,
   ``f(t, u) = ∂/∂Δt step(u, θ(t), Δt) at Δt = 0`` (forward-mode AD in Δt,
   :meth:`transflow.AbstractScheme.vector_field`).
