@@ -295,8 +295,8 @@ def _evolve_adaptive(
     masked,
 ):
     """``evolve`` with ``stepsize_controller=Adaptive(...)``: ``solve_adaptive``."""
-    from .continuous._solve import solve_adaptive
     from .continuous._paths import PiecewiseConstant
+    from .continuous._solve import solve_adaptive
 
     name = f"stepsize_controller={controller!r}"
     refused = [
