@@ -209,3 +209,18 @@ def test_adaptive_final_norm_is_applied():
     norm = NormParams.scalar(0.0, 1.0)
     u = evolve(u0, theta, PreNormScheme(), final_norm=norm, stepsize_controller=Adaptive())
     np.testing.assert_allclose(np.asarray(u).mean(-1), 0.0, atol=1e-6)
+
+
+def test_consistency_is_declared_by_the_scheme_and_seen_through_causal():
+    from transflow import CausalScheme
+    from transflow.continuous import RelaxedLieScheme
+    from transflow.schemes import check_consistent
+
+    assert not LieScheme().consistent and RelaxedLieScheme().consistent
+    assert PreNormScheme().consistent
+    assert not CausalScheme(LieScheme()).consistent
+    assert CausalScheme(RelaxedLieScheme(tau=0.5)).consistent
+    with pytest.raises(TypeError, match="LieScheme is not consistent"):
+        check_consistent(CausalScheme(LieScheme()))
+    with pytest.raises(TypeError, match="`scheme` must be an AbstractScheme, got str"):
+        check_consistent("lie")

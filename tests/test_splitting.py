@@ -323,3 +323,26 @@ def test_wmul_is_the_matrix_product():
     g1 = jax.grad(lambda w: jnp.sum(jnp.sin(wmul(u, w))))(w)
     g2 = jax.grad(lambda w: jnp.sum(jnp.sin(u @ w)))(w)
     np.testing.assert_allclose(g1, g2, rtol=1e-12, atol=1e-13)
+
+
+def test_a_family_writes_only_advance():
+    """The step signature is written once (AbstractScheme.step): a family that defines
+    ``advance`` and ``substep_names`` gets masks, named sub-steps and evolve."""
+    from transflow import AbstractScheme
+
+    class Damped(AbstractScheme):
+        def substep_names(self, controls):
+            return ("half", "out")
+
+        def advance(self, u, controls, dt, *, grid, causal, masks):
+            half = u - 0.5 * dt * u
+            return half - 0.5 * dt * half, (half, half - 0.5 * dt * half)
+
+    theta = stack_controls([LayerControls.random(4, key=jax.random.key(i)) for i in range(3)])
+    u0 = jnp.ones((2, 4))
+    one = jax.tree.map(lambda x: x[0], theta)
+    out, states = Damped().step(u0, one, 0.5, return_substeps=True)
+    assert list(states) == ["half", "out"] and jnp.array_equal(states["out"], out)
+    pad = jnp.array([False, True])
+    u_T = evolve(u0, theta, Damped(), dt=0.5, key_padding_mask=pad)  # masks accepted
+    np.testing.assert_allclose(u_T, 0.75**6 * u0, rtol=1e-12)

@@ -63,7 +63,7 @@ def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
         return masks
     import inspect
 
-    from ._masks import check_attention_mask, check_key_padding_mask
+    from .._masks import check_attention_mask, check_key_padding_mask
 
     n = u.shape[0]
     check_key_padding_mask(key_padding_mask, n)
