@@ -94,6 +94,7 @@ def main(argv=None) -> dict:
     import numpy as np
     import torch
 
+    from transflow import ConstantSteps
     from transflow.interop import from_torch
 
     torch.set_num_threads(threads)
@@ -114,7 +115,8 @@ def main(argv=None) -> dict:
 
     def loss_scan(p, x):  # the rolled layer loop (lax.scan), the default before "auto"
         m = eqx.combine(p, static)
-        return jnp.mean(jax.vmap(lambda u: m(u, unroll=1))(x) ** 2)
+        rolled = ConstantSteps(unroll=1)
+        return jnp.mean(jax.vmap(lambda u: m(u, stepsize_controller=rolled))(x) ** 2)
 
     fwdbwd_scan = jax.jit(jax.value_and_grad(loss_scan))
     m = args.matmul

@@ -12,7 +12,7 @@ analysis (``jax.jit(...).lower(...).compile().memory_analysis()``):
 
 Three rematerialisation modes: ``none`` (store every sub-step), ``step``
 (``jax.checkpoint`` per step: one state per step) and ``nested`` (two-level √N_t
-checkpointing, ``transflow.evolve(..., remat="nested")``). The headline is
+checkpointing, ``transflow.evolve(..., remat=Remat("nested"))``). The headline is
 ``temp(64) / temp(8)`` of the training step with ``nested`` (required: ≤ 2).
 
 Run: ``.venv/bin/python benchmarks/bench_memory.py`` (~1-3 min on 2 cores); writes

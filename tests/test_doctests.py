@@ -55,12 +55,13 @@ MODULES = _modules_with_examples()
 #: 2 cores, so they run in the slow tier (``make test-slow``), like the other checks that
 #: take that long.
 SLOW_MODULES = {
-    "transflow.continuous._depth",
-    "transflow.control._depth",
+    "transflow.continuous._solve",
+    "transflow.control._at_depth",
     "transflow.control._adjoint",
     "transflow.control._memory",
-    "transflow._layer_schemes",
-    "transflow._execution",
+    "transflow.schemes._stability",
+    "transflow.schemes._registry",
+    "transflow._integrate",
 }
 
 

@@ -1,8 +1,9 @@
 """evolve's execution options as objects (SaveAt, Remat, ConstantSteps, Adaptive; issue 26).
 
-The new objects give bit-identical results to the legacy keywords (final state,
-trajectory, gradients for each remat mode), conflicting spellings and bad options are
-errors that name the option, and the adaptive route is ``solve_adaptive`` itself.
+The objects select one program each: the same jaxpr as the ``lax.scan`` written out by
+hand (final state, trajectory, gradients; ``Remat("nested")`` against the plain scan is
+tests/test_splitting.py's; the legacy keywords they replaced are gone, CHANGELOG.md), bad
+options are errors that name the option, and the adaptive route is ``solve_adaptive``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from transflow import (
     Remat,
     SaveAt,
     evolve,
+    project_s1,
     stack_controls,
 )
 from transflow.continuous import PiecewiseConstant, evolve_path, init_path, solve_adaptive
@@ -53,72 +55,65 @@ def _jaxpr(fn, *args):
     return str(jax.make_jaxpr(fn)(*args))
 
 
+def _plain_scan(u0, theta, *, steps, checkpoint=False, unroll=True, dt=1.0, norm=None):
+    """evolve written out by hand: one lax.scan of LieScheme().step after the input check."""
+    from transflow._errors import check_finite
+
+    u0 = check_finite("u0", u0)
+
+    def body(u, th):
+        v = LieScheme().step(u, th, dt)
+        return v, (v if steps else None)
+
+    u, traj = jax.lax.scan(jax.checkpoint(body) if checkpoint else body, u0, theta, unroll=unroll)
+    if norm is not None:
+        u = project_s1(u, norm.bias, norm.gain, eps=norm.eps)
+        traj = traj.at[-1].set(u) if steps else None
+    return (u, traj) if steps else u
+
+
 @pytest.mark.parametrize("steps", [False, True])
-def test_saveat_traces_to_the_save_trajectory_program(steps):
-    """The same jaxpr, so the same bits (final state and trajectory)."""
+def test_saveat_traces_to_the_plain_scan(steps):
+    """SaveAt selects the returned trajectory of one lax.scan: the same jaxpr as the scan
+    written out (so the same bits), with a closing norm on the last saved state."""
     theta, u0 = _theta(), _u0()
     norm = NormParams.scalar(0.0, 1.0)
     opts = {"final_norm": norm, "dt": 0.5}
     new = _jaxpr(lambda u: evolve(u, theta, saveat=SaveAt(steps=steps), **opts), u0)
-    old = _jaxpr(lambda u: evolve(u, theta, save_trajectory=steps, **opts), u0)
-    assert new == old
-
-
-REMAT_PAIRS = [
-    ({"remat": False}, Remat()),
-    ({"remat": True}, Remat("step")),
-    ({"remat": "step"}, Remat("step")),
-    ({"remat": "nested"}, Remat("nested")),
-    ({"remat": "nested", "remat_chunk": 2}, Remat("nested", chunk=2)),  # 2 chunks + 1
-]
+    ref = _jaxpr(lambda u: _plain_scan(u, theta, steps=steps, dt=0.5, norm=norm), u0)
+    assert new == ref
 
 
 def _loss_and_grad():
     w = jax.random.normal(jax.random.key(2), (N_TOKENS, D))
 
-    def loss(args, **opts):
-        uT, traj = evolve(args[1], args[0], **opts)
+    def loss(args, run):
+        uT, traj = run(args[1], args[0])
         return jnp.sum(w * uT) + jnp.sum(traj**2), traj
 
     return jax.value_and_grad(loss, has_aux=True)
 
 
-@pytest.mark.parametrize("legacy, remat", REMAT_PAIRS)
-def test_remat_object_traces_to_the_legacy_program(legacy, remat):
-    """Value, trajectory and gradient (w.r.t. controls and u0): the same jaxpr, so the
-    same bits (tracing only, no compilation)."""
+@pytest.mark.parametrize("remat, checkpoint", [(Remat(), False), (Remat("step"), True)])
+def test_remat_traces_to_the_plain_scan(remat, checkpoint):
+    """Value, trajectory and gradient (w.r.t. controls and u0): Remat() is the plain scan,
+    Remat("step") the scan of jax.checkpoint(step) (tracing only, no compilation)."""
     args = (_theta(), _u0())
     grad = _loss_and_grad()
-    new = jax.make_jaxpr(lambda a: grad(a, saveat=SaveAt(steps=True), remat=remat))(args)
-    old = jax.make_jaxpr(lambda a: grad(a, save_trajectory=True, **legacy))(args)
-    assert str(new) == str(old)
+    run_new = lambda u, th: evolve(u, th, saveat=SaveAt(steps=True), remat=remat)
+    run_ref = lambda u, th: _plain_scan(u, th, steps=True, checkpoint=checkpoint)
+    new = jax.make_jaxpr(lambda a: grad(a, run_new))(args)
+    assert str(new) == str(jax.make_jaxpr(lambda a: grad(a, run_ref))(args))
 
 
-def test_new_objects_equal_legacy_keywords_bitwise():
-    """Evaluated (the tests above compare jaxprs): nested remat with a remainder chunk,
-    the final state and the trajectory, bit for bit."""
-    theta, u0 = _theta(3), _u0()
-    new = evolve(u0, theta, saveat=SaveAt(steps=True), remat=Remat("nested", chunk=2))
-    _same(new, evolve(u0, theta, save_trajectory=True, remat="nested", remat_chunk=2))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("legacy, remat", REMAT_PAIRS)
-def test_new_objects_equal_legacy_gradients_bitwise(legacy, remat):
-    """Evaluated gradients for every remat mode (slow tier: one compilation each)."""
-    args = (_theta(3), _u0())
-    grad = _loss_and_grad()
-    new = jax.jit(lambda a: grad(a, saveat=SaveAt(steps=True), remat=remat))
-    old = jax.jit(lambda a: grad(a, save_trajectory=True, **legacy))
-    _same(new(args), old(args))
-
-
-@pytest.mark.parametrize("unroll", ["auto", False, 2])
-def test_constant_steps_traces_to_the_unroll_program(unroll):
+@pytest.mark.parametrize("unroll, scan_unroll", [("auto", True), (False, False), (2, 2)])
+def test_constant_steps_traces_to_the_unroll_program(unroll, scan_unroll):
+    """ConstantSteps(unroll) is lax.scan's unroll ("auto": unrolled at N_t = 5 ≤ 8)."""
     theta, u0 = _theta(), _u0()
     new = _jaxpr(lambda u: evolve(u, theta, stepsize_controller=ConstantSteps(unroll=unroll)), u0)
-    assert new == _jaxpr(lambda u: evolve(u, theta, unroll=unroll), u0)
-    if unroll == "auto":  # the default controller is today's default call
+    ref = _jaxpr(lambda u: _plain_scan(u, theta, steps=False, unroll=scan_unroll), u0)
+    assert new == ref
+    if unroll == "auto":  # the default controller is the default call
         assert new == _jaxpr(lambda u: evolve(u, theta), u0)
 
 
@@ -147,14 +142,10 @@ def test_bad_options_name_the_option(build, match):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"save_trajectory": True, "saveat": SaveAt()}, r"`save_trajectory=True` and `saveat="),
-        ({"save_trajectory": False, "saveat": SaveAt(steps=True)}, r"save_trajectory.*saveat"),
-        ({"remat": Remat("nested"), "remat_chunk": 2}, r"`remat_chunk=2` and `remat=Remat"),
-        ({"unroll": 2, "stepsize_controller": ConstantSteps()}, r"`unroll=2` and `stepsize_"),
         ({"n_steps": 4}, r"`n_steps` is for a ControlPath.*N_t = 5"),
         ({"stepsize_controller": Adaptive(), "saveat": SaveAt(steps=True)}, r"SaveAt\(steps"),
-        ({"stepsize_controller": Adaptive(), "remat": "step"}, r"`remat='step'` is not"),
-        ({"stepsize_controller": Adaptive(), "remat": Remat("nested")}, r"remat='nested'"),
+        ({"stepsize_controller": Adaptive(), "remat": Remat("step")}, r"`remat=Remat\(.*'step'"),
+        ({"stepsize_controller": Adaptive(), "remat": Remat("nested")}, r"mode='nested'"),
         ({"stepsize_controller": Adaptive(), "causal": True}, r"`causal=True` is not supp"),
         ({"stepsize_controller": Adaptive(), "n_steps": 4}, r"`n_steps=4` is not supported"),
     ],
@@ -180,7 +171,7 @@ def _path():
 def test_path_with_constant_steps_equals_evolve_path():
     path, u0 = _path(), _u0()
     new = evolve(u0, path, PreNormScheme(), n_steps=6, saveat=SaveAt(steps=True))
-    old = evolve_path(u0, path, PreNormScheme(), 6, save_trajectory=True)
+    old = evolve_path(u0, path, PreNormScheme(), 6, saveat=SaveAt(steps=True))
     _same(new, old)
     with pytest.raises(ValueError, match="`n_steps` is required when `controls` is a Control"):
         evolve(u0, path, PreNormScheme())
@@ -218,3 +209,18 @@ def test_adaptive_final_norm_is_applied():
     norm = NormParams.scalar(0.0, 1.0)
     u = evolve(u0, theta, PreNormScheme(), final_norm=norm, stepsize_controller=Adaptive())
     np.testing.assert_allclose(np.asarray(u).mean(-1), 0.0, atol=1e-6)
+
+
+def test_consistency_is_declared_by_the_scheme_and_seen_through_causal():
+    from transflow import CausalScheme
+    from transflow.continuous import RelaxedLieScheme
+    from transflow.schemes import check_consistent
+
+    assert not LieScheme().consistent and RelaxedLieScheme().consistent
+    assert PreNormScheme().consistent
+    assert not CausalScheme(LieScheme()).consistent
+    assert CausalScheme(RelaxedLieScheme(tau=0.5)).consistent
+    with pytest.raises(TypeError, match="LieScheme is not consistent"):
+        check_consistent(CausalScheme(LieScheme()))
+    with pytest.raises(TypeError, match="`scheme` must be an AbstractScheme, got str"):
+        check_consistent("lie")

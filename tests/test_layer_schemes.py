@@ -16,6 +16,7 @@ from transflow import (
     IMEXScheme,
     LayerControls,
     RungeKuttaScheme,
+    SaveAt,
     StrangScheme,
     declared_order,
     evolve,
@@ -256,7 +257,7 @@ def test_post_norm_order_is_limited_to_one_by_the_projections(name):
     local O(h²) error: the observed order is 1 with Heun sub-flows too (the declared order
     says 1)."""
     from transflow import reference_solution
-    from transflow._splitting import _project
+    from transflow.schemes._base import _project
 
     path = _smooth_path()
     u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
@@ -490,9 +491,8 @@ def random_layer_trajectory():
         D, n_heads=2, activation="gelu", dtype=jnp.float64, key=jax.random.key(0)
     )
     u0 = jax.random.normal(jax.random.key(1), (4, D), jnp.float64)
-    _, traj = evolve(
-        u0, stack_controls([th] * 3), make_scheme("prenorm"), dt=0.25, save_trajectory=True
-    )
+    steps = SaveAt(steps=True)
+    _, traj = evolve(u0, stack_controls([th] * 3), make_scheme("prenorm"), dt=0.25, saveat=steps)
     return th, jnp.concatenate([u0[None], traj])
 
 

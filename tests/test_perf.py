@@ -90,7 +90,7 @@ def test_evolve_program_size_is_independent_of_depth(getkey):
 def test_auto_unroll_unrolls_short_loops_and_scans_long_ones(getkey):
     """``unroll="auto"`` (the default): no loop up to AUTO_UNROLL_STEPS steps (the faster
     backward), one rolled scan above (bounded compile time); the values are the same."""
-    from transflow._splitting import AUTO_UNROLL_STEPS
+    from transflow._integrate import AUTO_UNROLL_STEPS
 
     one = LayerControls.random(8, n_heads=2, d_ff=16, key=getkey())
     u = jax.random.normal(getkey(), (5, 8))

@@ -10,12 +10,15 @@ import pytest
 
 from transflow import (
     AttentionParams,
+    ConstantSteps,
     FFNParams,
     Grid,
     LayerControls,
     LieScheme,
     NormParams,
     PreNormScheme,
+    Remat,
+    SaveAt,
     SplitTransformer,
     evolve,
     project_s1,
@@ -113,7 +116,7 @@ def test_evolve_equals_python_loop_and_saves_trajectory(getkey):
     layers = [_paper_controls(8, getkey()) for _ in range(5)]
     theta = stack_controls(layers)
     u0 = jax.random.normal(getkey(), (6, 8))
-    uT, traj = evolve(u0, theta, save_trajectory=True, dt=0.7)
+    uT, traj = evolve(u0, theta, saveat=SaveAt(steps=True), dt=0.7)
     u = u0
     for n, c in enumerate(layers):
         u = LieScheme().step(u, c, 0.7)
@@ -126,8 +129,8 @@ def test_remat_gives_identical_gradients(getkey):
     theta = stack_controls([_paper_controls(8, getkey()) for _ in range(4)])
     u0 = jax.random.normal(getkey(), (5, 8))
     loss = lambda th, remat: jnp.sum(evolve(u0, th, remat=remat) ** 3)
-    g1 = jax.grad(loss)(theta, False)
-    g2 = jax.grad(loss)(theta, True)
+    g1 = jax.grad(loss)(theta, Remat())
+    g2 = jax.grad(loss)(theta, Remat("step"))
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
@@ -138,7 +141,7 @@ def test_remat_gives_identical_gradients(getkey):
     [(5, None), pytest.param(10, 3, marks=pytest.mark.slow)],
 )
 def test_nested_remat_equals_plain_evolve(getkey, n_steps, chunk):
-    """remat="nested" (√N_t two-level checkpointing): same value, gradient, trajectory."""
+    """Remat("nested") (√N_t two-level checkpointing): same value, gradient, trajectory."""
     theta = stack_controls(
         [LayerControls.random(8, n_heads=2, key=getkey()) for _ in range(n_steps)]
     )
@@ -146,12 +149,12 @@ def test_nested_remat_equals_plain_evolve(getkey, n_steps, chunk):
     w = jax.random.normal(getkey(), (5, 8))
 
     def loss(t, **opts):
-        uT, traj = evolve(u0, t, save_trajectory=True, **opts)
+        uT, traj = evolve(u0, t, saveat=SaveAt(steps=True), **opts)
         return jnp.sum(w * uT), traj
 
     f_ref = jax.jit(jax.value_and_grad(loss, has_aux=True))
     f = jax.jit(
-        jax.value_and_grad(lambda t: loss(t, remat="nested", remat_chunk=chunk), has_aux=True)
+        jax.value_and_grad(lambda t: loss(t, remat=Remat("nested", chunk=chunk)), has_aux=True)
     )
     (v_ref, traj_ref), g_ref = f_ref(theta)
     (v, traj), g = f(theta)
@@ -163,13 +166,24 @@ def test_nested_remat_equals_plain_evolve(getkey, n_steps, chunk):
 
 
 @pytest.mark.parametrize(
-    "kwargs,match", [({"remat_chunk": 0}, "remat_chunk"), ({"remat": "sqrt"}, "remat")]
+    "kwargs,match",
+    [
+        ({"remat": "nested"}, r"`remat` must be a transflow.Remat or None, got 'nested'"),
+        ({"remat": True}, r"`remat` must be a transflow.Remat .*remat=Remat\('step'\)"),
+        ({"saveat": True}, r"`saveat` must be a transflow.SaveAt or None, got True"),
+    ],
 )
-def test_evolve_bad_remat_options_name_the_argument(getkey, kwargs, match):
+def test_evolve_bad_option_types_name_the_argument(getkey, kwargs, match):
     theta = stack_controls([LayerControls.random(8, key=getkey())])
-    opts = {"remat": "nested", **kwargs}
-    with pytest.raises(ValueError, match=match):
-        evolve(jnp.ones((3, 8)) * jnp.arange(8.0), theta, **opts)
+    with pytest.raises(TypeError, match=match):
+        evolve(jnp.ones((3, 8)) * jnp.arange(8.0), theta, **kwargs)
+
+
+@pytest.mark.parametrize("legacy", ["save_trajectory", "remat_chunk", "unroll"])
+def test_evolve_legacy_keywords_are_gone(getkey, legacy):
+    theta = stack_controls([LayerControls.random(8, key=getkey())])
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{legacy}'"):
+        evolve(jnp.ones((3, 8)), theta, **{legacy: 2})
 
 
 def test_evolve_program_size_is_independent_of_depth(getkey):
@@ -276,13 +290,14 @@ def test_grid_validation():
     "remat, unroll", [("none", True), pytest.param("nested", 3, marks=pytest.mark.slow)]
 )
 def test_unroll_changes_nothing_but_speed(remat, unroll):
-    """evolve(unroll=...) gives the same values and gradients as the rolled loop (float64)."""
+    """ConstantSteps(unroll=...) gives the values and gradients of the rolled loop (float64)."""
     keys = jax.random.split(jax.random.key(3), 4)
     theta = stack_controls([LayerControls.random(8, n_heads=2, key=k) for k in keys])
     u0 = jax.random.normal(jax.random.key(4), (6, 8))
 
     def loss(th, unroll):
-        return jnp.sum(evolve(u0, th, remat=remat, unroll=unroll) ** 2)
+        steps = ConstantSteps(unroll=unroll)
+        return jnp.sum(evolve(u0, th, remat=Remat(remat), stepsize_controller=steps) ** 2)
 
     vg = jax.jit(jax.value_and_grad(loss), static_argnums=1)
     ref, g_ref = vg(theta, 1)
@@ -296,7 +311,7 @@ def test_unroll_changes_nothing_but_speed(remat, unroll):
 def test_unroll_rejects_bad_values(bad):
     theta = stack_controls([LayerControls.random(8, key=jax.random.key(0))])
     with pytest.raises(ValueError, match="unroll"):
-        evolve(jnp.ones((3, 8)), theta, unroll=bad)
+        evolve(jnp.ones((3, 8)), theta, stepsize_controller=ConstantSteps(unroll=bad))
 
 
 def test_wmul_is_the_matrix_product():
@@ -308,3 +323,26 @@ def test_wmul_is_the_matrix_product():
     g1 = jax.grad(lambda w: jnp.sum(jnp.sin(wmul(u, w))))(w)
     g2 = jax.grad(lambda w: jnp.sum(jnp.sin(u @ w)))(w)
     np.testing.assert_allclose(g1, g2, rtol=1e-12, atol=1e-13)
+
+
+def test_a_family_writes_only_advance():
+    """The step signature is written once (AbstractScheme.step): a family that defines
+    ``advance`` and ``substep_names`` gets masks, named sub-steps and evolve."""
+    from transflow import AbstractScheme
+
+    class Damped(AbstractScheme):
+        def substep_names(self, controls):
+            return ("half", "out")
+
+        def advance(self, u, controls, dt, *, grid, causal, masks):
+            half = u - 0.5 * dt * u
+            return half - 0.5 * dt * half, (half, half - 0.5 * dt * half)
+
+    theta = stack_controls([LayerControls.random(4, key=jax.random.key(i)) for i in range(3)])
+    u0 = jnp.ones((2, 4))
+    one = jax.tree.map(lambda x: x[0], theta)
+    out, states = Damped().step(u0, one, 0.5, return_substeps=True)
+    assert list(states) == ["half", "out"] and jnp.array_equal(states["out"], out)
+    pad = jnp.array([False, True])
+    u_T = evolve(u0, theta, Damped(), dt=0.5, key_padding_mask=pad)  # masks accepted
+    np.testing.assert_allclose(u_T, 0.75**6 * u0, rtol=1e-12)

@@ -6,8 +6,10 @@
   interpreter's ``sys.modules`` after importing it);
 - docs/architectures.md lists every public model class of ``transflow.models`` with its
   module;
-- the old import paths still give the same objects; the old private module paths warn
-  when read from outside transflow.
+- the public import paths give the same objects; the old private module paths are gone
+  (CHANGELOG.md);
+- the modules of ``src/transflow`` import each other without a cycle (issue 36): the
+  import graph of module- and function-level imports has no strongly connected component.
 """
 
 from __future__ import annotations
@@ -193,26 +195,203 @@ def test_public_old_paths_are_plain_reexports(public, name):
 
 
 @pytest.mark.parametrize(
-    ("old", "name"),
+    "old",
     [
-        ("transflow._model", "SplitTransformer"),
-        ("transflow._decoder", "SplitDecoder"),
-        ("transflow._causal", "CausalDecoder"),
-        ("transflow._heads", "HeadModel"),
-        ("transflow.vision._vit", "VisionTransformer"),
-        ("transflow.vision._cvt", "CvtModel"),
-        ("transflow.control._model", "FlowModel"),
-        ("transflow._llama_ops", "RMSDecoder"),
+        "transflow._model",
+        "transflow._decoder",
+        "transflow._causal",
+        "transflow._heads",
+        "transflow._moved",
+        "transflow.vision._vit",
+        "transflow.vision._cvt",
+        "transflow.control._model",
     ],
 )
-def test_private_old_paths_resolve_and_warn(old, name):
-    module = importlib.import_module(old)
-    with pytest.warns(DeprecationWarning, match=f"{name} moved to `transflow.models"):
-        value = getattr(module, name)
-    assert value is getattr(transflow.models, name)
+def test_old_private_paths_are_gone(old):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
-def test_private_old_path_from_import_warns():
-    with pytest.warns(DeprecationWarning, match="transflow._model.SplitTransformer"):
-        from transflow._model import SplitTransformer
-    assert SplitTransformer is transflow.SplitTransformer
+def test_llama_ops_no_longer_resolves_rms_decoder():
+    import transflow._llama_ops as ops
+
+    with pytest.raises(AttributeError):
+        ops.RMSDecoder  # noqa: B018
+
+
+# --- the import graph of src/transflow (issue 36): no cycle between modules ----------------
+
+
+def _module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _imports(tree: ast.AST):
+    """Every import statement at any depth (module, class, function), and every
+    ``importlib.import_module("literal")`` call, except under ``if TYPE_CHECKING:`` (never
+    run). Yields ``(level, module, names)``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield 0, a.name, ()
+        elif isinstance(node, ast.ImportFrom):
+            yield node.level, node.module, tuple(a.name for a in node.names)
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield 0, node.args[0].value, ()
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def import_graph(root: pathlib.Path = SRC, missing: list | None = None) -> dict[str, set[str]]:
+    """``module -> {modules of the package it imports}`` from the sources' AST: module- and
+    function-level imports, relative ones resolved; ``from P import m`` of a submodule
+    ``m`` is an edge to ``P.m``, of a name defined in ``P`` an edge to ``P``. Imports of a
+    module of the package that has no file are appended to ``missing``."""
+    files = {_module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    top = root.name
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps = set()
+        for level, module, names in _imports(ast.parse(path.read_text())):
+            if level:
+                base = package.split(".")[: len(package.split(".")) - level + 1]
+                target = ".".join(base + ([module] if module else []))
+            else:
+                target = module
+            for n in names:
+                if f"{target}.{n}" in files:
+                    deps.add(f"{target}.{n}")
+                elif target in files:
+                    deps.add(target)
+            if not names and target in files:
+                deps.add(target)
+            in_package = target == top or target.startswith(top + ".")
+            if missing is not None and in_package and target not in files:
+                missing.append(f"{name} imports {target}")
+        deps.discard(name)
+        graph[name] = deps
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+
+    def connect(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return sorted(out)
+
+
+def test_import_graph_sees_relative_function_level_and_import_module_imports(tmp_path):
+    pkg = tmp_path / "transflow"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from ._a import f\n")
+    (pkg / "_a.py").write_text("def f():\n    from .sub import _b\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "_b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .. import _c\n"
+        "def g():\n    import importlib\n    return importlib.import_module('transflow._a')\n"
+    )
+    (pkg / "_c.py").write_text("from .sub._b import g\ndef h():\n    from ._gone import x\n")
+    missing: list[str] = []
+    graph = import_graph(pkg, missing=missing)
+    assert missing == ["transflow._c imports transflow._gone"]
+    assert graph["transflow"] == {"transflow._a"}
+    assert graph["transflow._a"] == {"transflow.sub._b"}
+    assert graph["transflow.sub._b"] == {"transflow._a"}  # not _c: TYPE_CHECKING only
+    assert graph["transflow._c"] == {"transflow.sub._b"}
+    assert import_cycles(graph) == [["transflow._a", "transflow.sub._b"]]
+
+
+#: The one cycle left, inside transflow.expressivity (its helpers are shared between the
+#: region counters and the constructions); that package is being reworked on another
+#: branch (issue 36 leaves it to that work). Any other cycle fails, and so does this entry
+#: once the cycle is gone, so that it is removed here.
+KNOWN_CYCLES = [
+    [
+        "transflow.expressivity._construction",
+        "transflow.expressivity._exact1d",
+        "transflow.expressivity._exact2d",
+        "transflow.expressivity._hardmax",
+        "transflow.expressivity._regions",
+    ]
+]
+
+
+def test_every_import_of_a_transflow_module_finds_its_file():
+    """A moved module leaves no import of its old path (a function-level import fails only
+    when the function runs)."""
+    missing: list[str] = []
+    import_graph(missing=missing)
+    assert not missing, missing
+
+
+def test_no_import_cycle_between_the_modules_of_transflow():
+    cycles = import_cycles(import_graph())
+    new = [c for c in cycles if c not in KNOWN_CYCLES]
+    assert not new, "import cycles (module- or function-level imports):\n" + "\n".join(
+        " <-> ".join(c) for c in new
+    )
+    gone = [c for c in KNOWN_CYCLES if c not in cycles]
+    assert not gone, f"no longer a cycle, remove it from KNOWN_CYCLES: {gone}"
+
+
+def test_the_core_imports_no_layer_above_it():
+    """The integrator imports no transflow module but the error helpers; the schemes and
+    evolve import nothing of the models, the subpackages or the experiments (the
+    continuous-time paths and solves only inside evolve's functions)."""
+    graph = import_graph()
+    assert graph["transflow._integrate"] <= {"transflow._errors"}, graph["transflow._integrate"]
+    upper = ("transflow.models", "transflow.control", "transflow.analysis", "transflow.interop")
+    core = [n for n in graph if n.startswith("transflow.schemes")]
+    for name in ("transflow._integrate", "transflow._evolve", *core):
+        bad = {m for m in graph[name] if m.startswith(upper)}
+        assert not bad, f"{name} imports {sorted(bad)}"

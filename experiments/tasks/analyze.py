@@ -244,7 +244,7 @@ def _inputs(model, cfg, seed: int, n: int, dtype):
     import jax.numpy as jnp
     import numpy as np
 
-    from transflow.analysis._depth import _input_rank
+    from transflow.analysis._across_depth import _input_rank
     from transflow.control import FlowModel, load_digits_split
     from transflow.interop import CausalDecoder
     from transflow.vision import VisionTransformer
@@ -409,7 +409,7 @@ def run(cfg, ctx) -> dict:
     )
     ctx.claim("refine1_minus_model_max_abs", ident, tol)
     from transflow.analysis import refine_controls
-    from transflow.analysis._depth import _controls_of
+    from transflow.analysis._across_depth import _controls_of
 
     c = _controls_of(model)
     lin1 = refine_controls(c, 1, "linear")

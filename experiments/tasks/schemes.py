@@ -310,6 +310,7 @@ def _stability(names: list[str], ctx, smoke: bool) -> tuple[float, dict[str, dic
 
     from transflow import (
         LayerControls,
+        SaveAt,
         amplification_factor,
         confirm_stable_dt,
         evolve,
@@ -328,8 +329,9 @@ def _stability(names: list[str], ctx, smoke: bool) -> tuple[float, dict[str, dic
             8, n_heads=2, activation="gelu", dtype=jnp.float64, key=jax.random.key(0)
         )
         u0 = jax.random.normal(jax.random.key(1), (4, 8), jnp.float64)
+        steps = SaveAt(steps=True)
         _, traj = evolve(
-            u0, stack_controls([th] * 3), make_scheme("prenorm"), dt=0.25, save_trajectory=True
+            u0, stack_controls([th] * 3), make_scheme("prenorm"), dt=0.25, saveat=steps
         )
         traj = jnp.concatenate([u0[None], traj])
         for name in names:

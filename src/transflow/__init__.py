@@ -16,8 +16,9 @@ Public API (re-exported from private modules, equinox style):
   :func:`cross_attention` (keys/values from a memory on its own token grid).
 - Encoder–decoder: :class:`SplitDecoder`, :class:`SplitEncoderDecoder`,
   :class:`DecoderLayerControls` (``torch.nn.TransformerDecoder``/``Transformer``).
-- Schemes: :class:`LieScheme` (the paper's), :class:`PreNormScheme`,
-  :class:`CausalScheme` (decoders), :func:`evolve`, :class:`SplitTransformer`.
+- Schemes (:mod:`transflow.schemes`, one module per family): :class:`LieScheme` (the
+  paper's), :class:`PreNormScheme`, :class:`CausalScheme` (decoders); :func:`evolve`,
+  :class:`SplitTransformer`.
 - How :func:`evolve` computes (diffrax style, docs/model.md): :class:`SaveAt` (what is
   returned), :class:`Remat` (rematerialisation in reverse mode), :class:`ConstantSteps`
   and :class:`Adaptive` (step-size controllers).
@@ -31,13 +32,7 @@ Public API (re-exported from private modules, equinox style):
   :mod:`transflow.parallel` (sharded evolution).
 """
 
-# First: the old private module paths of the model classes (now in transflow.models)
-# stay importable for one release; read from outside transflow, they warn.
-from . import _moved as _moved
-from ._chunked import (
-    chunked_attention as chunked_attention,
-    online_softmax_attention as online_softmax_attention,
-)
+from ._chunked import online_softmax_attention as online_softmax_attention
 from ._controls import (
     AttentionParams as AttentionParams,
     FFNParams as FFNParams,
@@ -47,34 +42,13 @@ from ._controls import (
     stack_controls as stack_controls,
     unstack_controls as unstack_controls,
 )
-from ._execution import (
+from ._evolve import evolve as evolve
+from ._grid import Grid as Grid
+from ._integrate import (
     Adaptive as Adaptive,
     ConstantSteps as ConstantSteps,
     Remat as Remat,
     SaveAt as SaveAt,
-)
-from ._grid import Grid as Grid
-from ._layer_schemes import (
-    SCHEME_NAMES as SCHEME_NAMES,
-    TABLEAUS as TABLEAUS,
-    ButcherTableau as ButcherTableau,
-    IMEXScheme as IMEXScheme,
-    RungeKuttaScheme as RungeKuttaScheme,
-    StrangScheme as StrangScheme,
-    amplification_factor as amplification_factor,
-    confirm_stable_dt as confirm_stable_dt,
-    declared_order as declared_order,
-    largest_stable_dt as largest_stable_dt,
-    linear_run_growth as linear_run_growth,
-    linear_step_matrix as linear_step_matrix,
-    linearised_stability as linearised_stability,
-    make_scheme as make_scheme,
-    perturbation_growth as perturbation_growth,
-    reference_solution as reference_solution,
-    spectral_radius as spectral_radius,
-    stability_function as stability_function,
-    stage_controls as stage_controls,
-    sub_field_jacobians as sub_field_jacobians,
 )
 from ._masks import (
     causal_mask as causal_mask,
@@ -88,17 +62,11 @@ from ._operators import (
     attention as attention,
     attention_scores as attention_scores,
     attention_weights as attention_weights,
+    chunked_attention as chunked_attention,
     cross_attention as cross_attention,
     linear_y as linear_y,
     project_s1 as project_s1,
     project_s2 as project_s2,
-)
-from ._splitting import (
-    AbstractScheme as AbstractScheme,
-    LieScheme as LieScheme,
-    PreNormScheme as PreNormScheme,
-    evolve as evolve,
-    ffn_branch as ffn_branch,
 )
 from .models._causal import CausalScheme as CausalScheme
 from .models._decoder import (
@@ -107,5 +75,31 @@ from .models._decoder import (
     SplitEncoderDecoder as SplitEncoderDecoder,
 )
 from .models._encoder import SplitTransformer as SplitTransformer
+from .schemes import (
+    SCHEME_NAMES as SCHEME_NAMES,
+    TABLEAUS as TABLEAUS,
+    AbstractScheme as AbstractScheme,
+    ButcherTableau as ButcherTableau,
+    IMEXScheme as IMEXScheme,
+    LieScheme as LieScheme,
+    PreNormScheme as PreNormScheme,
+    RungeKuttaScheme as RungeKuttaScheme,
+    StrangScheme as StrangScheme,
+    amplification_factor as amplification_factor,
+    confirm_stable_dt as confirm_stable_dt,
+    declared_order as declared_order,
+    ffn_branch as ffn_branch,
+    largest_stable_dt as largest_stable_dt,
+    linear_run_growth as linear_run_growth,
+    linear_step_matrix as linear_step_matrix,
+    linearised_stability as linearised_stability,
+    make_scheme as make_scheme,
+    perturbation_growth as perturbation_growth,
+    reference_solution as reference_solution,
+    spectral_radius as spectral_radius,
+    stability_function as stability_function,
+    stage_controls as stage_controls,
+    sub_field_jacobians as sub_field_jacobians,
+)
 
 __version__ = "0.1.0"

@@ -27,6 +27,9 @@ outside, query blocks inside), so reverse-mode AD is memory-linear too.
 Hardmax (λ → ∞, Yun et al. 2020) is the same recursion with the running maximum of the
 scores and the indicator of the maximizers instead of the exponentials; ties are averaged
 with the token weights, as in the dense operator.
+
+The operator-level wrapper :func:`transflow.chunked_attention` (same arguments as
+:func:`transflow.attention`) lives in ``transflow._operators``, which calls this module.
 """
 
 from __future__ import annotations
@@ -37,12 +40,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from ._controls import AttentionParams
 from ._errors import as_input, check_array
-from ._grid import Grid
 from ._masks import check_attention_mask, check_key_padding_mask, key_log_weights, mask_bias
 
-__all__ = ["chunked_attention", "online_softmax_attention"]
+__all__ = ["online_softmax_attention"]
 
 
 def _check_block(name: str, value) -> int:
@@ -454,52 +455,3 @@ def online_softmax_attention(
         if pq or pk:
             bias = jnp.pad(bias, ((0, 0), (0, pq), (0, pk)))
     return _attend(q, k, v, log_weights, bias, bool(causal), bool(hardmax), bq, bk, True, uniform)
-
-
-def chunked_attention(
-    u: Float[Array, "n d"],
-    p: AttentionParams,
-    *,
-    grid: Grid | None = None,
-    causal: bool = False,
-    hardmax: bool = False,
-    temperature: float = 1.0,
-    scale: float | None = None,
-    query_block: int = 512,
-    key_block: int = 512,
-    key_padding_mask: Bool[Array, " n"] | None = None,
-    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
-) -> Float[Array, "n d"]:
-    """The attention integral operator with memory linear in the token grid.
-
-    Same operator and arguments as :func:`transflow.attention` (token quadrature weights,
-    per-head feature weights, causal, hardmax, temperature, explicit scale, rectangular
-    heads, ``key_padding_mask``, ``attention_mask``), evaluated with
-    :func:`online_softmax_attention`. Equivalent to
-    ``attention(..., implementation="chunked")``.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from transflow import AttentionParams, attention, chunked_attention
-        >>> p = AttentionParams.random(8, n_heads=2, key=jax.random.key(0))
-        >>> u = jax.random.normal(jax.random.key(1), (300, 8))
-        >>> a = chunked_attention(u, p, query_block=64, key_block=128)
-        >>> bool(jnp.allclose(a, attention(u, p, implementation="dense"), atol=1e-5))
-        True
-    """
-    from ._operators import attention
-
-    return attention(
-        u,
-        p,
-        grid=grid,
-        causal=causal,
-        hardmax=hardmax,
-        temperature=temperature,
-        scale=scale,
-        implementation="chunked",
-        query_block=query_block,
-        key_block=key_block,
-        key_padding_mask=key_padding_mask,
-        attention_mask=attention_mask,
-    )

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from ._activations import activation_fn
+
 __all__ = [
     "AttentionParams",
     "FFNParams",
@@ -175,8 +177,6 @@ class FFNParams(eqx.Module):
                 f"FFNParams: `weights`, `biases` and `residual` must have the same length "
                 f"J >= 1, got {len(self.weights)}, {len(self.biases)}, {len(self.residual)}."
             )
-        from ._operators import activation_fn
-
         activation_fn(self.activation)  # validates the name
         for j in range(J):
             w, b = self.weights[j], self.biases[j]

@@ -44,7 +44,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ._errors import check_choice
 from ._operators import activation_fn, wmul
-from ._splitting import AbstractScheme
+from .schemes._base import AbstractScheme
 
 __all__ = [
     "RMSNormParams",
@@ -499,18 +499,7 @@ class RMSPreNormScheme(AbstractScheme):
     def substep_names(self, controls) -> tuple[str, ...]:
         return ("rms1", "attention", "rms2", "gate", "ffn", "residual")
 
-    def step(
-        self,
-        u,
-        controls,
-        dt=1.0,
-        *,
-        grid=None,
-        causal=False,
-        return_substeps=False,
-        key_padding_mask=None,
-        attention_mask=None,
-    ):
+    def advance(self, u, controls, dt, *, grid, causal, masks):
         if grid is not None:
             raise ValueError(
                 "RMSPreNormScheme: rotary positions are token indices; `grid` must be None "
@@ -518,20 +507,14 @@ class RMSPreNormScheme(AbstractScheme):
             )
         c = controls
         p1 = project_sphere(u, c.norm1.gain, eps=c.norm1.eps)
-        u1 = u + dt * rotary_attention(
-            p1,
-            c.attn,
-            causal=causal,
-            implementation=self.implementation,
-            key_padding_mask=key_padding_mask,
-            attention_mask=attention_mask,
+        attn = rotary_attention(
+            p1, c.attn, causal=causal, implementation=self.implementation, **masks
         )
+        u1 = u + dt * attn
         p2 = project_sphere(u1, c.norm2.gain, eps=c.norm2.eps)
         z, hidden = gated_ffn(p2, c.ffn, record=True)
         u2 = u1 + dt * z
-        if not return_substeps:
-            return u2
-        return u2, dict(zip(self.substep_names(c), (p1, u1, p2, hidden, z, u2)))
+        return u2, (p1, u1, p2, hidden, z, u2)
 
 
 def random_rms_controls(
@@ -590,12 +573,3 @@ def check_not_hf_mask(attention_mask) -> None:
             "(1 = keep, 0 = padding) is a key padding mask: pass "
             "`key_padding_mask=transflow.mask_from_hf(mask)` (i.e. mask == 0)."
         )
-
-
-def __getattr__(name: str):
-    # ``RMSDecoder`` moved to :mod:`transflow.models` (issue 28); the old path still works.
-    if name == "RMSDecoder":
-        from ._moved import moved
-
-        return moved(__name__, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

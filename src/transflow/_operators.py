@@ -22,6 +22,11 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Bool, Float
 
+from ._activations import (
+    PROJECTION_ACTIVATIONS as PROJECTION_ACTIVATIONS,
+    activation_fn as activation_fn,
+    project_s2 as project_s2,
+)
 from ._controls import AttentionParams
 from ._errors import as_input, param_dtype
 from ._grid import Grid
@@ -43,6 +48,7 @@ __all__ = [
     "project_s2",
     "linear_y",
     "activation_fn",
+    "chunked_attention",
 ]
 
 
@@ -585,11 +591,6 @@ def project_s1(
     return jnp.where(degenerate, jnp.broadcast_to(sigma1, out.shape), out)
 
 
-def project_s2(v: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
-    """Projection onto S2 = {u ≥ 0}: ``max(v, 0)`` (ReLU). Equals (I + τN_{S2})^{-1} ∀τ > 0."""
-    return jnp.maximum(as_input("v", v, nonempty=()), 0)
-
-
 def linear_y(
     u: Float[Array, "n d_in"],
     w: Float[Array, "d_in d_out"],
@@ -604,66 +605,48 @@ def linear_y(
     return out if b is None else out + b
 
 
-def _gelu_fast(z):
-    # HF's FastGELUActivation: the tanh approximation with the constant rounded to 10 digits
-    return 0.5 * z * (1.0 + jnp.tanh(z * 0.7978845608 * (1.0 + 0.044715 * z * z)))
+def chunked_attention(
+    u: Float[Array, "n d"],
+    p: AttentionParams,
+    *,
+    grid: Grid | None = None,
+    causal: bool = False,
+    hardmax: bool = False,
+    temperature: float = 1.0,
+    scale: float | None = None,
+    query_block: int = 512,
+    key_block: int = 512,
+    key_padding_mask: Bool[Array, " n"] | None = None,
+    attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
+) -> Float[Array, "n d"]:
+    """The attention integral operator with memory linear in the token grid.
 
-
-def _leaky_relu(slope: float):
-    return lambda z: jnp.where(z >= 0, z, z * slope)
-
-
-_ACTIVATIONS = {
-    "relu": project_s2,
-    "relu6": lambda z: jnp.clip(z, 0, 6),
-    "identity": lambda z: z,
-    "gelu": lambda z: jax.nn.gelu(z, approximate=False),
-    "gelu_tanh": lambda z: jax.nn.gelu(z, approximate=True),
-    "gelu_fast": _gelu_fast,
-    "quick_gelu": lambda z: z * jax.nn.sigmoid(1.702 * z),
-    "silu": jax.nn.silu,
-    "mish": lambda z: z * jnp.tanh(jax.nn.softplus(z)),
-    "tanh": jnp.tanh,
-    "sigmoid": jax.nn.sigmoid,
-    "leaky_relu": _leaky_relu(0.01),
-}
-
-#: Activations that are projections onto a closed convex set of the hidden field (an
-#: implicit step, the same for every Δt): relu onto S2 = {u ≥ 0}, relu6 onto the box
-#: {0 ≤ u ≤ 6}, identity onto the whole space. Every other activation is an explicit
-#: pointwise map.
-PROJECTION_ACTIVATIONS = ("relu", "relu6", "identity")
-
-
-def activation_fn(name: str):
-    """Pointwise activation of the FFN sub-step by name.
-
-    - projections (:data:`PROJECTION_ACTIVATIONS`): ``relu`` (onto S2 = {u ≥ 0}),
-      ``relu6`` (onto the box {0 ≤ u ≤ 6}), ``identity``;
-    - explicit pointwise maps (extensions): ``gelu`` (exact erf), ``gelu_tanh`` (the tanh
-      approximation; HF's gelu_new / gelu_pytorch_tanh), ``gelu_fast`` (HF's, constant
-      0.7978845608), ``quick_gelu`` (z σ(1.702 z)), ``silu`` (z σ(z), swish), ``mish``
-      (z tanh(softplus z)), ``tanh``, ``sigmoid``, ``leaky_relu`` (slope 0.01) and
-      ``leaky_relu:<slope>`` (e.g. ``"leaky_relu:0.2"``; not a projection: it is not
-      idempotent).
+    Same operator and arguments as :func:`transflow.attention` (token quadrature weights,
+    per-head feature weights, causal, hardmax, temperature, explicit scale, rectangular
+    heads, ``key_padding_mask``, ``attention_mask``), evaluated with
+    :func:`online_softmax_attention`. Equivalent to
+    ``attention(..., implementation="chunked")``.
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> from transflow._operators import activation_fn
-        >>> activation_fn("leaky_relu:0.5")(jnp.array([-2.0, 3.0])).tolist()
-        [-1.0, 3.0]
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import AttentionParams, attention, chunked_attention
+        >>> p = AttentionParams.random(8, n_heads=2, key=jax.random.key(0))
+        >>> u = jax.random.normal(jax.random.key(1), (300, 8))
+        >>> a = chunked_attention(u, p, query_block=64, key_block=128)
+        >>> bool(jnp.allclose(a, attention(u, p, implementation="dense"), atol=1e-5))
+        True
     """
-    if isinstance(name, str) and name.startswith("leaky_relu:"):
-        try:
-            slope = float(name.split(":", 1)[1])
-        except ValueError:
-            slope = float("nan")
-        if slope == slope and abs(slope) != float("inf"):
-            return _leaky_relu(slope)
-    try:
-        return _ACTIVATIONS[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"unsupported activation {name!r}; expected one of {sorted(_ACTIVATIONS)} or "
-            "'leaky_relu:<slope>'."
-        ) from None
+    return attention(
+        u,
+        p,
+        grid=grid,
+        causal=causal,
+        hardmax=hardmax,
+        temperature=temperature,
+        scale=scale,
+        implementation="chunked",
+        query_block=query_block,
+        key_block=key_block,
+        key_padding_mask=key_padding_mask,
+        attention_mask=attention_mask,
+    )

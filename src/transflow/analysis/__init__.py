@@ -21,7 +21,7 @@ every ``from_torch``/``from_hf`` layer or stack), :class:`~transflow.vision.Visi
 See ``docs/analysis.md``.
 """
 
-from ._depth import (
+from ._across_depth import (
     control_blocks as control_blocks,
     control_increments as control_increments,
     control_path as control_path,

@@ -20,8 +20,8 @@ from jaxtyping import Array, Float
 
 from .._controls import NormParams, num_steps
 from .._grid import Grid
-from .._splitting import AbstractScheme, _project
 from ..models._encoder import SplitTransformer
+from ..schemes._base import AbstractScheme, _project
 
 __all__ = [
     "Flow",
@@ -180,7 +180,7 @@ def _output(model, x, grid, causal):
     if isinstance(model, FlowModel):
         return model.features(jnp.asarray(x))
     if isinstance(model, CvtStageModel):
-        from .._splitting import evolve
+        from .._evolve import evolve
 
         u0, hw = model.initial_condition(jnp.asarray(x))
         return evolve(u0, model.controls, model.scheme(hw))

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._splitting import LieScheme
+from ..schemes._lie import LieScheme
 from ._flow import Flow, as_flow, iter_steps
 
 __all__ = [

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._depth import control_increments, increment_scaling, refinement_study
+from ._across_depth import control_increments, increment_scaling, refinement_study
 from ._flow import as_flow, model_output
 from ._geometry import step_diagnostics
 

@@ -4,20 +4,13 @@ diffrax reference solves of the well-posed sub-models, and convergence studies.
 See ``docs/continuous.md`` and docs/spec/continuous-model.md §3, §7 (Q9, Q10), §8.4, §8.10.
 """
 
+from .._evolve import evolve_path as evolve_path
+from .._integrate import SOLVERS as SOLVERS, AdaptiveResult as AdaptiveResult
+from ..schemes._lie import RelaxedLieScheme as RelaxedLieScheme
 from ._controls import (
     KernelAttention as KernelAttention,
     KernelLinear as KernelLinear,
-    PiecewiseConstant as PiecewiseConstant,
     SmoothPath as SmoothPath,
-)
-from ._depth import (
-    SOLVERS as SOLVERS,
-    AdaptiveResult as AdaptiveResult,
-    RelaxedLieScheme as RelaxedLieScheme,
-    compare_adjoints as compare_adjoints,
-    evolve_path as evolve_path,
-    solve_adaptive as solve_adaptive,
-    vector_field as vector_field,
 )
 from ._flows import (
     euler_flow as euler_flow,
@@ -36,6 +29,7 @@ from ._paths import (
     PATH_KINDS as PATH_KINDS,
     BasisExpansion as BasisExpansion,
     ControlPath as ControlPath,
+    PiecewiseConstant as PiecewiseConstant,
     PiecewiseLinear as PiecewiseLinear,
     TimeEmbeddingNet as TimeEmbeddingNet,
     init_path as init_path,
@@ -55,6 +49,11 @@ from ._schemes import (
     paper_lie as paper_lie,
     parallel as parallel,
     strang as strang,
+)
+from ._solve import (
+    compare_adjoints as compare_adjoints,
+    solve_adaptive as solve_adaptive,
+    vector_field as vector_field,
 )
 from ._solver import (
     ProjectionTerm as ProjectionTerm,

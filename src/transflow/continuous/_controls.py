@@ -1,8 +1,7 @@
 """Continuous controls θ(t) and kernels W(ξ, y) as functions.
 
-- :class:`PiecewiseConstant`: the paper's controls, one set per layer, constant on
-  ``[t_start + n τ, t_start + (n+1) τ)`` (docs/spec/continuous-model.md §2.6); τ = 1 is "one layer
-  per unit time".
+- :class:`~transflow.continuous.PiecewiseConstant` (in ``_paths``, with the other
+  :class:`~transflow.continuous.ControlPath` kinds): the paper's controls, one per layer.
 - :class:`SmoothPath`: ``θ(t) = θ_0 + sin(ω t) θ_1`` leaf by leaf, a smooth control for
   convergence studies in Δt.
 - :class:`KernelAttention`, :class:`KernelLinear`: continuous kernels ``W(ξ, y, t)`` that any
@@ -21,80 +20,15 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array
 
-from .._controls import AttentionParams, num_steps
+from .._controls import AttentionParams
 from .._grid import Grid
-from ._paths import ControlPath, Where
+from ._paths import ControlPath
 
-__all__ = ["PiecewiseConstant", "SmoothPath", "KernelAttention", "KernelLinear"]
+__all__ = ["SmoothPath", "KernelAttention", "KernelLinear"]
 
 Kernel = Callable[[Array, Array, Array], Array]
-
-
-class PiecewiseConstant(ControlPath):
-    """Piecewise-constant controls from a stack (leading time axis) of per-layer controls.
-
-    ``θ(t) = stacked[n]`` for ``t ∈ [t_start + nτ, t_start + (n+1)τ)``, with ``n`` clipped
-    to ``[0, N−1]``. A relative tolerance of ``1e-9`` on the layer index makes the left
-    end points of the layers (the times where the paper evaluates θⁿ) robust to round-off.
-    A :class:`~transflow.continuous.ControlPath` on ``[t_start, t_start + Nτ]``:
-    ``sample(k·N)`` is the model refined k times (:func:`transflow.analysis.refine`).
-
-    Example:
-        >>> import jax
-        >>> from transflow import LayerControls, stack_controls
-        >>> from transflow.continuous import PiecewiseConstant
-        >>> theta = stack_controls([LayerControls.random(4, key=jax.random.key(i))
-        ...                         for i in range(3)])
-        >>> path = PiecewiseConstant(theta)
-        >>> bool((path(1.5).attn.wq == theta.attn.wq[1]).all())
-        True
-    """
-
-    stacked: Any
-    tau: float = eqx.field(static=True, default=1.0)
-    t_start: float = eqx.field(static=True, default=0.0)
-
-    def __check_init__(self):
-        if not self.tau > 0:
-            raise ValueError(f"PiecewiseConstant: `tau` must be > 0, got {self.tau!r}.")
-
-    @property
-    def n_pieces(self) -> int:
-        return num_steps(self.stacked)
-
-    def index(self, t) -> Array:
-        s = (jnp.asarray(t) - self.t_start) / self.tau
-        n = jnp.floor(s + 1e-9 * jnp.maximum(1.0, jnp.abs(s))).astype(jnp.int32)
-        return jnp.clip(n, 0, self.n_pieces - 1)
-
-    def __call__(self, t):
-        i = self.index(t)
-        return jax.tree.map(lambda x: x[i], self.stacked)
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        return float(self.t_start), float(self.t_start + self.n_pieces * self.tau)
-
-    def sample(self, n_steps: int, where: Where = "midpoint"):
-        """The layer of every sample time, found in NumPy (static indices; a gather)."""
-        s = (self.times(n_steps, where) - self.t_start) / self.tau
-        idx = np.floor(s + 1e-9 * np.maximum(1.0, np.abs(s))).astype(int)
-        idx = np.clip(idx, 0, self.n_pieces - 1)
-        return jax.tree.map(lambda x: x[idx], self.stacked)
-
-    def smoothness(self, n_quad: int = 16) -> Array:
-        """Σ_n ‖θⁿ⁺¹ − θⁿ‖² / τ: the energy of the piecewise-linear interpolant through
-        the layers (θ' of the step function itself is a sum of Dirac masses)."""
-        del n_quad
-        sq = sum(
-            jnp.sum((x[1:] - x[:-1]) ** 2)
-            for x in jax.tree.leaves(self.stacked)
-            if eqx.is_inexact_array(x)
-        )
-        return sq / self.tau
 
 
 class SmoothPath(ControlPath):

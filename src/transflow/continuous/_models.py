@@ -42,7 +42,8 @@ from jaxtyping import Array, Float
 from .._controls import LayerControls
 from .._grid import Grid
 from .._operators import activation_fn, attention, linear_y, project_s1, project_s2
-from .._splitting import LieScheme, _ffn_substep
+from ..schemes._base import _ffn_substep
+from ..schemes._lie import LieScheme
 from ._schemes import Flow
 from ._solver import ProjectionTerm, flows_from_terms
 

@@ -32,9 +32,12 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PRNGKeyArray
 
+from .._controls import num_steps
+
 __all__ = [
     "PATH_KINDS",
     "ControlPath",
+    "PiecewiseConstant",
     "PiecewiseLinear",
     "BasisExpansion",
     "TimeEmbeddingNet",
@@ -186,6 +189,70 @@ def _weighted(values, lo, hi, w):
         return a[lo] * (1 - wa) + a[hi] * wa
 
     return jax.tree.map(interp, values)
+
+
+class PiecewiseConstant(ControlPath):
+    """Piecewise-constant controls from a stack (leading time axis) of per-layer controls.
+
+    ``θ(t) = stacked[n]`` for ``t ∈ [t_start + nτ, t_start + (n+1)τ)``, with ``n`` clipped
+    to ``[0, N−1]``. A relative tolerance of ``1e-9`` on the layer index makes the left
+    end points of the layers (the times where the paper evaluates θⁿ) robust to round-off.
+    A :class:`~transflow.continuous.ControlPath` on ``[t_start, t_start + Nτ]``:
+    ``sample(k·N)`` is the model refined k times (:func:`transflow.analysis.refine`).
+
+    Example:
+        >>> import jax
+        >>> from transflow import LayerControls, stack_controls
+        >>> from transflow.continuous import PiecewiseConstant
+        >>> theta = stack_controls([LayerControls.random(4, key=jax.random.key(i))
+        ...                         for i in range(3)])
+        >>> path = PiecewiseConstant(theta)
+        >>> bool((path(1.5).attn.wq == theta.attn.wq[1]).all())
+        True
+    """
+
+    stacked: Any
+    tau: float = eqx.field(static=True, default=1.0)
+    t_start: float = eqx.field(static=True, default=0.0)
+
+    def __check_init__(self):
+        if not self.tau > 0:
+            raise ValueError(f"PiecewiseConstant: `tau` must be > 0, got {self.tau!r}.")
+
+    @property
+    def n_pieces(self) -> int:
+        return num_steps(self.stacked)
+
+    def index(self, t) -> Array:
+        s = (jnp.asarray(t) - self.t_start) / self.tau
+        n = jnp.floor(s + 1e-9 * jnp.maximum(1.0, jnp.abs(s))).astype(jnp.int32)
+        return jnp.clip(n, 0, self.n_pieces - 1)
+
+    def __call__(self, t):
+        i = self.index(t)
+        return jax.tree.map(lambda x: x[i], self.stacked)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return float(self.t_start), float(self.t_start + self.n_pieces * self.tau)
+
+    def sample(self, n_steps: int, where: Where = "midpoint"):
+        """The layer of every sample time, found in NumPy (static indices; a gather)."""
+        s = (self.times(n_steps, where) - self.t_start) / self.tau
+        idx = np.floor(s + 1e-9 * np.maximum(1.0, np.abs(s))).astype(int)
+        idx = np.clip(idx, 0, self.n_pieces - 1)
+        return jax.tree.map(lambda x: x[idx], self.stacked)
+
+    def smoothness(self, n_quad: int = 16) -> Array:
+        """Σ_n ‖θⁿ⁺¹ − θⁿ‖² / τ: the energy of the piecewise-linear interpolant through
+        the layers (θ' of the step function itself is a sum of Dirac masses)."""
+        del n_quad
+        sq = sum(
+            jnp.sum((x[1:] - x[:-1]) ** 2)
+            for x in jax.tree.leaves(self.stacked)
+            if eqx.is_inexact_array(x)
+        )
+        return sq / self.tau
 
 
 class PiecewiseLinear(ControlPath):
@@ -472,8 +539,6 @@ def init_path(
     else:
         draws = [first] + [draw(kk) for kk in keys[1:k]]
     if kind == "per_layer":
-        from ._controls import PiecewiseConstant
-
         return PiecewiseConstant(stack_leading(draws), tau=(t1 - t0) / k, t_start=t0)
     if kind == "linear":
         return PiecewiseLinear(stack_leading(draws), None, t0, t1)

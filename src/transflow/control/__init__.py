@@ -4,7 +4,7 @@ checkpoints, resume.
 - Models: :class:`FlowModel` (embedding → split-scheme evolution → read-out),
   :class:`PatchEmbedding` (ViT-style, 2-D token grid), :class:`TokenEmbedding`,
   :func:`make_vit`, :func:`make_seq`.
-- Gradients: ``transflow.evolve(..., remat="nested")`` (√N_t two-level
+- Gradients: ``transflow.evolve(..., remat=Remat("nested"))`` (√N_t two-level
   rematerialisation), :func:`grads_to_torch_layout` (compare with torch autograd).
 - Training: :func:`make_step` (one jitted loss/grad/optax step), :func:`make_optimizer`,
   :func:`train` (checkpointing and bitwise-exact resume), :func:`evaluate`.
@@ -45,6 +45,14 @@ from ._adjoint import (
     continuous_loss as continuous_loss,
     discrete_loss as discrete_loss,
 )
+from ._at_depth import (
+    GRADIENTS as GRADIENTS,
+    adaptive_logits as adaptive_logits,
+    at_depth as at_depth,
+    depth_accuracy as depth_accuracy,
+    depth_loss as depth_loss,
+    flow_logits as flow_logits,
+)
 from ._checkpoint import (
     CheckpointError as CheckpointError,
     list_checkpoints as list_checkpoints,
@@ -56,14 +64,6 @@ from ._data import (
     EpochOrder as EpochOrder,
     load_digits_split as load_digits_split,
     sequence_batch as sequence_batch,
-)
-from ._depth import (
-    GRADIENTS as GRADIENTS,
-    adaptive_logits as adaptive_logits,
-    at_depth as at_depth,
-    depth_accuracy as depth_accuracy,
-    depth_loss as depth_loss,
-    flow_logits as flow_logits,
 )
 from ._memory import gradient_peak_rss as gradient_peak_rss
 from ._ngram import (

@@ -8,7 +8,7 @@ model (Legendre K = 4, pre-LN, as ``experiment=depth``) on a batch of random ima
 that nothing from an earlier measurement (compiled programs, allocator caches) is
 counted. ``gradient`` is one of
 :data:`~transflow.control.GRADIENTS`: ``"backprop"`` stores a state per step (the model's
-``remat="step"``), ``"checkpointed"`` and ``"adjoint"`` do not.
+``FlowModel.remat="step"``), ``"checkpointed"`` and ``"adjoint"`` do not.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def gradient_peak_rss(
         >>> r["peak_rss_bytes"] > 10_000_000, r["n_steps"]
         (True, 2)
     """
-    from ._depth import _check_gradient
+    from ._at_depth import _check_gradient
 
     _check_gradient(gradient, checkpoints)
     for name, v in (("n_steps", n_steps), ("batch_size", batch_size), ("d", d)):

@@ -18,7 +18,7 @@ def _child(n_steps: int, gradient: str, batch_size: int, d: int, checkpoints: in
     import jax.numpy as jnp
 
     from transflow import PreNormScheme
-    from transflow.control._depth import depth_loss
+    from transflow.control._at_depth import depth_loss
     from transflow.models._flow import make_vit
 
     model = make_vit(

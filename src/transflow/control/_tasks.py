@@ -371,7 +371,7 @@ def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
     import jax
 
     from ..continuous import PATH_KINDS
-    from ._depth import depth_loss
+    from ._at_depth import depth_loss
 
     if cfg.path != "none" and cfg.path not in PATH_KINDS:
         raise ValueError(f"`path` must be 'none' or one of {PATH_KINDS}, got {cfg.path!r}.")

@@ -330,7 +330,7 @@ def _setup_depth_text(cfg: DepthTextConfig, seed: int, key):
     import jax
 
     from ..continuous import PATH_KINDS
-    from ._depth import depth_loss
+    from ._at_depth import depth_loss
     from ._tasks import Problem, _scheme
     from ._train import evaluate
 

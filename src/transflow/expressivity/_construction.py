@@ -26,7 +26,7 @@ from jaxtyping import Array, Bool, Float
 from .._controls import AttentionParams, FFNParams
 from .._errors import as_input, param_dtype
 from .._operators import attention as _attention_op, attention_scores
-from .._splitting import ffn_branch
+from ..schemes._base import ffn_branch
 from ._maxout import MaxoutNetwork, ibp_bounds
 from ._pwl import AbstractPiecewiseLinear, exact_argmax, gamma, odot, to_fraction_array
 from ._softmax import softmax_deltas, softmax_error_bound

@@ -17,10 +17,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .._controls import AttentionParams, FFNParams, LayerControls, stack_controls
-from .._splitting import LieScheme
 from ..models._causal import CausalScheme
 from ..models._encoder import SplitTransformer
 from ..models._text import TextEmbedding, TextEncoder
+from ..schemes._lie import LieScheme
 from ._acts import hf_activation
 from ._torch import _arr, _norm
 

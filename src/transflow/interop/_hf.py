@@ -27,7 +27,6 @@ import jax.numpy as jnp
 
 from .._controls import AttentionParams, FFNParams, LayerControls, stack_controls
 from .._errors import CheckpointError
-from .._splitting import PreNormScheme
 from ..models._causal import CausalDecoder, CausalScheme, TokenEmbedding
 from ..models._cvt import (
     ConvAttentionParams,
@@ -40,6 +39,7 @@ from ..models._cvt import (
 )
 from ..models._encoder import SplitTransformer
 from ..models._vit import ClassTokenReadout, PatchEmbedding, VisionTransformer
+from ..schemes._prenorm import PreNormScheme
 from . import _bert, _hf_heads, _llama, _t5
 from ._acts import hf_activation, torch_activation
 from ._torch import _arr, _check_module, _norm, _resolve_dtype, _torch

@@ -12,9 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import AttentionParams, FFNParams, LayerControls, NormParams, stack_controls
-from .._splitting import LieScheme, PreNormScheme
 from ..models._decoder import DecoderLayerControls, SplitDecoder, SplitEncoderDecoder
 from ..models._encoder import SplitTransformer
+from ..schemes._lie import LieScheme
+from ..schemes._prenorm import PreNormScheme
 
 __all__ = [
     "from_torch",

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._errors import as_input
-from .._splitting import AbstractScheme
+from ..schemes._base import AbstractScheme
 from ._encoder import SplitTransformer
 
 __all__ = ["CausalScheme", "TokenEmbedding", "CausalDecoder"]
@@ -54,6 +54,10 @@ class CausalScheme(AbstractScheme):
 
     def substep_names(self, controls) -> tuple[str, ...]:
         return self.inner.substep_names(controls)
+
+    @property
+    def consistent(self) -> bool:
+        return self.inner.consistent  # causal attention: the same consistency
 
     def step(
         self,

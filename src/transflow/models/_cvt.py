@@ -34,8 +34,10 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import AttentionParams, FFNParams, NormParams, num_steps
 from .._errors import as_input, check_choice, param_dtype
+from .._evolve import evolve
 from .._operators import attention_weights, project_s1
-from .._splitting import AbstractScheme, PreNormScheme, evolve, pre_ln_step
+from ..schemes._base import AbstractScheme
+from ..schemes._prenorm import PreNormScheme, pre_ln_step
 
 __all__ = [
     "DepthwiseConv2d",

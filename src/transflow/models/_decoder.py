@@ -34,7 +34,7 @@ from .._errors import check_array, check_finite, check_step
 from .._grid import Grid
 from .._masks import check_attention_mask, check_key_padding_mask
 from .._operators import attention, cross_attention
-from .._splitting import _masks, _project, ffn_branch
+from ..schemes._base import _masks, _project, ffn_branch
 from ._encoder import SplitTransformer
 
 __all__ = ["DecoderLayerControls", "SplitDecoder", "SplitEncoderDecoder"]

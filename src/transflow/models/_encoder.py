@@ -8,8 +8,11 @@ from jaxtyping import Array, Bool, Float
 
 from .._controls import LayerControls, NormParams, num_steps
 from .._errors import as_input, check_finite, check_step, param_dtype
+from .._evolve import evolve
 from .._grid import Grid
-from .._splitting import AbstractScheme, LieScheme, check_masks, evolve
+from .._integrate import Adaptive, ConstantSteps, Remat, SaveAt
+from ..schemes._base import AbstractScheme, check_masks
+from ..schemes._lie import LieScheme
 
 __all__ = ["SplitTransformer"]
 
@@ -64,9 +67,9 @@ class SplitTransformer(eqx.Module):
         *,
         grid: Grid | None = None,
         causal: bool = False,
-        save_trajectory: bool = False,
-        remat: bool = False,
-        unroll: bool | int | str = "auto",
+        saveat: SaveAt | None = None,
+        remat: Remat | None = None,
+        stepsize_controller: ConstantSteps | Adaptive | None = None,
         key_padding_mask: Bool[Array, " n"] | None = None,
         attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ):
@@ -75,8 +78,9 @@ class SplitTransformer(eqx.Module):
         ``key_padding_mask`` ``(n,)`` bool, True = padded (torch's polarity);
         ``attention_mask`` ``(n, n)``/``(1|H, n, n)``, bool True = may attend, or an
         additive float. Batch with ``jax.vmap(model)(u, key_padding_mask=pad)``.
-        ``unroll``: the layer loop, ``"auto"`` (unrolled up to 8 layers, a faster backward
-        pass), ``True``/``False`` or steps per iteration (see :func:`transflow.evolve`).
+        ``saveat``, ``remat``, ``stepsize_controller``: how it is computed, as in
+        :func:`transflow.evolve` (e.g. ``stepsize_controller=ConstantSteps(unroll=1)``
+        for a rolled layer loop).
         """
         u = self._check(u, grid)
         return evolve(
@@ -87,9 +91,9 @@ class SplitTransformer(eqx.Module):
             grid=grid,
             causal=causal,
             final_norm=self.final_norm,
-            save_trajectory=save_trajectory,
+            saveat=saveat,
             remat=remat,
-            unroll=unroll,
+            stepsize_controller=stepsize_controller,
             key_padding_mask=key_padding_mask,
             attention_mask=attention_mask,
         )

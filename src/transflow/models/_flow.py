@@ -23,9 +23,12 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._controls import LayerControls, stack_controls
 from .._errors import as_input, check_step
+from .._evolve import evolve
 from .._grid import Grid
-from .._splitting import AbstractScheme, LieScheme, RematMode, evolve
+from .._integrate import ConstantSteps, Remat, RematMode
 from ..continuous._paths import ControlPath, init_path
+from ..schemes._base import AbstractScheme
+from ..schemes._lie import LieScheme
 from ._vit import patchify as vision_patchify
 
 __all__ = ["PatchEmbedding", "TokenEmbedding", "FlowModel", "patchify", "make_vit", "make_seq"]
@@ -211,10 +214,10 @@ class FlowModel(eqx.Module):
             u0,
             controls,
             self.scheme,
-            remat=self.remat,
+            remat=Remat(self.remat),
+            stepsize_controller=ConstantSteps(unroll=self.unroll),
             dt=dt,
             grid=self.embed.grid(),
-            unroll=self.unroll,
         )
 
     def readout(self, u: Float[Array, "n d"]) -> Float[Array, "*n c"]:

@@ -43,7 +43,7 @@ from .._controls import AttentionParams, FFNParams
 from .._errors import check_array
 from .._llama_ops import GatedFFNParams, RMSNormParams, gated_ffn, project_sphere
 from .._operators import attention, cross_attention
-from .._splitting import ffn_branch
+from ..schemes._base import ffn_branch
 
 __all__ = [
     "RelativePositionBias",

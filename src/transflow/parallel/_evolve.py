@@ -34,8 +34,10 @@ from .._controls import LayerControls, NormParams, num_steps
 from .._errors import as_input, check_array, check_choice, param_dtype
 from .._grid import Grid
 from .._operators import _head_scale
-from .._splitting import AbstractScheme, LieScheme, PreNormScheme, _project
 from ..models._encoder import SplitTransformer
+from ..schemes._base import AbstractScheme, _project
+from ..schemes._lie import LieScheme
+from ..schemes._prenorm import PreNormScheme
 from . import _ring
 from ._mesh import ShardAxes, as_axes, axis_size
 

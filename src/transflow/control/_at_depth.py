@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..continuous._controls import PiecewiseConstant
-from ..continuous._depth import solve_adaptive
+from ..continuous._paths import PiecewiseConstant
+from ..continuous._solve import solve_adaptive
 from ..models._flow import FlowModel
 from ._train import cross_entropy_loss
 
@@ -346,7 +346,8 @@ def flow_logits(
     """
     import diffrax
 
-    from ..continuous._depth import _check_consistent, vector_field
+    from ..continuous._solve import vector_field
+    from ..schemes._base import check_consistent as _check_consistent
 
     model = _check_model(model)
     _check_gradient(gradient, checkpoints)

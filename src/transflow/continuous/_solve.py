@@ -1,0 +1,215 @@
+"""Continuous-time solves: a consistent scheme's limit along a control path, adaptively.
+
+(The home of continuous-time paths is ``_paths``; of training and evaluation at a depth
+``transflow.control._at_depth``; of a trained model's depth behaviour
+``transflow.analysis._across_depth``.)
+
+- :func:`vector_field`: the continuous right-hand side f(t, u) of a *consistent* scheme,
+  ``f(t, u) = ∂/∂Δt step(u, θ(t), Δt) at Δt = 0`` (forward-mode AD in Δt,
+  :meth:`transflow.AbstractScheme.vector_field`).
+- :func:`solve_adaptive`: ``u' = f(t, u)`` with diffrax (Tsit5, Dopri5 or Dopri8, a PID
+  step-size controller; the integrator ``transflow._integrate.solve_ode``), returning the
+  number of vector-field evaluations.
+- :func:`compare_adjoints`: the continuous adjoint (``BacksolveAdjoint``) against
+  backpropagation through the adaptive solver's steps (``RecursiveCheckpointAdjoint``).
+
+The relaxed post-LN reading :class:`~transflow.continuous.RelaxedLieScheme` (every
+projection P replaced by ``u ← u + (Δt/τ)(P(u) − u)``, an explicit Euler step of the
+penalty flow ``u' = −(u − P(u))/τ``, a Moreau–Yosida regularisation of the normal cone
+N_S) lives with the Lie scheme in ``transflow.schemes._lie``; fixed-step runs of a path
+(:func:`~transflow.continuous.evolve_path`) with :func:`transflow.evolve`.
+
+Which reading has which limit (docs/depth.md):
+
+- the paper's :class:`~transflow.LieScheme`: P does not depend on Δt, so the scheme is not
+  consistent with any ODE; as Δt → 0 each step still moves the state by O(1);
+- :class:`~transflow.continuous.RelaxedLieScheme` with τ fixed, Δt → 0: first-order
+  convergence to the penalised ODE
+  ``u' = 𝒜(u) + (P_{S1}(u) − u)/τ + ½ c [Σ_j (u W_j + b_j) + m (act(u) − u)/τ]
+  + (P_{S1}'(u) − u)/τ`` (c = 1 or 2 the FFN branch step, m the number of activations);
+- τ → 0 (at fixed Δt ≤ τ… with Δt/τ → 1 it *is* the paper's scheme: Δt = τ gives the exact
+  projections); τ → 0 in the ODE: the penalty forces u onto S, the formal limit being the
+  projected (normal-cone) dynamics of the paper's inclusion, where it exists;
+- :class:`~transflow.PreNormScheme`: consistent (explicit Euler on 𝒜∘P_{S1} + ℱ∘P_{S1'}).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._grid import Grid
+from .._integrate import AdaptiveResult, _check_tol, _diffrax_solver, solve_ode
+from ..schemes._base import AbstractScheme, check_consistent
+from ._paths import ControlPath
+
+__all__ = ["vector_field", "solve_adaptive", "compare_adjoints"]
+
+
+def vector_field(scheme: AbstractScheme, path: ControlPath, *, grid: Grid | None = None):
+    """The right-hand side ``f(t, u) = ∂_Δt scheme.step(u, θ(t), Δt) |_{Δt=0}``.
+
+    For a consistent one-step scheme, ``step(u, θ, Δt) = u + Δt f(u) + O(Δt²)``; f is
+    computed exactly by forward-mode AD in Δt (one JVP of one step). Consistent schemes:
+    :class:`~transflow.PreNormScheme` (f = 𝒜(P_{S1} u) + ℱ(P_{S1'} u)) and
+    :class:`~transflow.continuous.RelaxedLieScheme`; the paper's
+    :class:`~transflow.LieScheme` is refused.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import LayerControls, PreNormScheme
+        >>> from transflow.continuous import PiecewiseConstant, stack_leading, vector_field
+        >>> theta = LayerControls.random(4, key=jax.random.key(0))
+        >>> f = vector_field(PreNormScheme(), PiecewiseConstant(stack_leading([theta])))
+        >>> u = jax.random.normal(jax.random.key(1), (3, 4))
+        >>> h = 1e-4  # f ≈ (step(u, h) − u)/h
+        >>> fd = (PreNormScheme().step(u, theta, h) - u) / h
+        >>> bool(jnp.allclose(f(0.5, u), fd, atol=1e-2))
+        True
+    """
+    check_consistent(scheme)
+    if not isinstance(path, ControlPath):
+        raise TypeError(f"`path` must be a ControlPath, got {type(path).__name__}.")
+
+    def f(t, u):
+        return scheme.vector_field(u, path(t), grid=grid)
+
+    return f
+
+
+def solve_adaptive(
+    u0: Float[Array, "n d"],
+    path: ControlPath,
+    scheme: AbstractScheme,
+    *,
+    grid: Grid | None = None,
+    solver: str = "tsit5",
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+    dt0: float | None = None,
+    max_steps: int = 4096,
+    adjoint: Any = "recursive",
+) -> AdaptiveResult:
+    """``u' = f(t, u)`` (:func:`vector_field`) over the path's interval, adaptively.
+
+    Args:
+        u0: the initial state.
+        path: the controls θ(t).
+        scheme: a consistent scheme (:class:`~transflow.PreNormScheme`,
+            :class:`~transflow.continuous.RelaxedLieScheme`) whose continuous limit is solved.
+        solver: ``"tsit5"`` or ``"dopri5"`` (diffrax, order 5 with an embedded order-4
+            error estimate) or ``"dopri8"`` (order 8), with a
+            :class:`diffrax.PIDController` of ``rtol``/``atol``.
+        dt0: the first step (default: a quarter of the interval).
+        adjoint: ``"recursive"`` (diffrax's ``RecursiveCheckpointAdjoint``:
+            backpropagation through the solver), ``"backsolve"`` (``BacksolveAdjoint``:
+            the continuous adjoint ODE solved backwards) or a diffrax adjoint object.
+
+    Returns:
+        An :class:`AdaptiveResult` (the final state and the evaluation counts).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import LayerControls, PreNormScheme
+        >>> from transflow.continuous import evolve_path, init_path, solve_adaptive
+        >>> path = init_path("legendre", lambda k: LayerControls.random(4, key=k), 2,
+        ...                  key=jax.random.key(0))
+        >>> u0 = jax.random.normal(jax.random.key(1), (3, 4))
+        >>> res = solve_adaptive(u0, path, PreNormScheme(), rtol=1e-6, atol=1e-6)
+        >>> err = [float(jnp.max(jnp.abs(res.u - evolve_path(u0, path, PreNormScheme(), n))))
+        ...        for n in (64, 256)]  # fixed steps converge to it at first order
+        >>> round(err[0] / err[1]), int(res.nfev) == 1 + 6 * int(res.num_steps)
+        (4, True)
+    """
+    check_consistent(scheme)
+
+    def rhs(t, u, p):
+        return vector_field(scheme, p, grid=grid)(t, u)
+
+    return solve_ode(
+        rhs,
+        u0,
+        path.interval,
+        path,
+        solver=solver,
+        rtol=rtol,
+        atol=atol,
+        dt0=dt0,
+        max_steps=max_steps,
+        adjoint=adjoint,
+    )
+
+
+def compare_adjoints(
+    u0: Float[Array, "n d"],
+    path: ControlPath,
+    scheme: AbstractScheme,
+    *,
+    target: Float[Array, "n d"] | None = None,
+    rtol: float = 1e-10,
+    atol: float = 1e-10,
+    solver: str = "tsit5",
+    max_steps: int = 100_000,
+) -> dict[str, Any]:
+    """The continuous adjoint against backpropagation through the adaptive solve.
+
+    The gradient of ``ℓ = ½‖u(T) − target‖²`` (``target`` defaults to ones) with respect
+    to every inexact array of ``path`` and to ``u0``, where u(T) is
+    :func:`solve_adaptive`'s, by ``BacksolveAdjoint`` (the adjoint ODE solved backwards,
+    optimise-then-discretise) and by ``RecursiveCheckpointAdjoint`` (the exact derivative
+    of the solver's steps, discretise-then-optimise). Both approximate the same gradient
+    with an error set by the tolerances, **if the vector field is C¹ in u**: with the
+    paper's ReLU activation f is only Lipschitz (a kink where a pre-activation crosses
+    0), the adjoint equation has discontinuous coefficients, the step-size controller
+    does not see them, and the two gradients differ by ~1e-6 however tight the
+    tolerances (docs/depth.md). Use a smooth activation (``tanh``, ``gelu``) to check the
+    adjoint itself.
+
+    Returns:
+        ``{"recursive", "backsolve"}`` (the flat gradients), ``"relative_difference"``
+        ``‖g_back − g_rec‖ / ‖g_rec‖``, ``"loss"`` and ``"num_steps"`` of the forward solve.
+
+    Example:
+        >>> import jax
+        >>> from transflow import LayerControls, PreNormScheme
+        >>> from transflow.continuous import compare_adjoints, init_path
+        >>> draw = lambda k: LayerControls.random(2, n_heads=1, activation="tanh", key=k)
+        >>> path = init_path("linear", draw, 2, key=jax.random.key(0), smooth=False)
+        >>> u0 = jax.random.normal(jax.random.key(1), (2, 2))
+        >>> r = compare_adjoints(u0, path, PreNormScheme(), rtol=1e-5, atol=1e-5)
+        >>> r["relative_difference"] < 1e-3
+        True
+    """
+    rtol, atol = _check_tol("rtol", rtol), _check_tol("atol", atol)
+    _diffrax_solver(solver)
+    check_consistent(scheme)
+    target = jnp.ones_like(u0) if target is None else target
+
+    def loss(pu, adjoint):
+        res = solve_adaptive(
+            pu[1],
+            pu[0],
+            scheme,
+            solver=solver,
+            rtol=rtol,
+            atol=atol,
+            adjoint=adjoint,
+            max_steps=max_steps,
+        )
+        return 0.5 * jnp.sum((res.u - target) ** 2), res.num_steps
+
+    out: dict[str, Any] = {}
+    for adjoint in ("recursive", "backsolve"):
+        (value, n), g = eqx.filter_value_and_grad(lambda pu, a=adjoint: loss(pu, a), has_aux=True)(
+            (path, u0)
+        )
+        leaves = jax.tree.leaves(eqx.filter(g, eqx.is_inexact_array))
+        out[adjoint] = jnp.concatenate([jnp.ravel(x) for x in leaves])
+        out["loss"], out["num_steps"] = float(value), int(n)
+    norm = jnp.linalg.norm(out["recursive"])
+    out["relative_difference"] = float(jnp.linalg.norm(out["backsolve"] - out["recursive"]) / norm)
+    return out

@@ -1,0 +1,57 @@
+"""Splitting schemes: one time step of the continuous model = one layer.
+
+One module per family, as diffrax keeps its solvers, all on one base class
+(:class:`AbstractScheme`: ``step``, ``substep_names``, ``consistent``, ``vector_field``;
+an ``order`` where a family declares one):
+
+- ``_base``: the abstraction and the shared sub-steps (attention, projection, FFN branch);
+- ``_lie``: :class:`LieScheme` (the paper's post-LN splitting) and
+  :class:`RelaxedLieScheme` (its projections relaxed at rate 1/τ);
+- ``_prenorm``: :class:`PreNormScheme` (pre-LN, explicit Euler on composite operators);
+- ``_strang``: :class:`StrangScheme` (Strang splitting, the Macaron layer);
+- ``_runge_kutta``: :class:`RungeKuttaScheme` with :class:`ButcherTableau` data;
+- ``_imex``: :class:`IMEXScheme` (implicit linear FFN sub-steps);
+- ``_subfields``: the sub-fields a, g the Strang and Runge–Kutta steps are written in;
+- ``_registry``: :func:`make_scheme` by name, :func:`declared_order`, :func:`stage_controls`;
+- ``_stability``: linear stability (amplification factors, step matrices, stable Δt).
+
+Every name is also exported by :mod:`transflow`. The sub-model splittings of
+:mod:`transflow.continuous` (``lie``, ``strang``, … as :class:`~transflow.continuous.
+SplittingScheme` data over abstract flows) are the same compositions of sub-flows,
+written for the convergence studies of the well-posed sub-models (docs/architecture.md).
+"""
+
+from ._base import (
+    AbstractScheme as AbstractScheme,
+    check_consistent as check_consistent,
+    check_masks as check_masks,
+    ffn_branch as ffn_branch,
+)
+from ._imex import IMEXScheme as IMEXScheme
+from ._lie import LieScheme as LieScheme, RelaxedLieScheme as RelaxedLieScheme
+from ._prenorm import PreNormScheme as PreNormScheme, pre_ln_step as pre_ln_step
+from ._registry import (
+    SCHEME_NAMES as SCHEME_NAMES,
+    declared_order as declared_order,
+    make_scheme as make_scheme,
+    stage_controls as stage_controls,
+)
+from ._runge_kutta import (
+    TABLEAUS as TABLEAUS,
+    ButcherTableau as ButcherTableau,
+    RungeKuttaScheme as RungeKuttaScheme,
+)
+from ._stability import (
+    amplification_factor as amplification_factor,
+    confirm_stable_dt as confirm_stable_dt,
+    largest_stable_dt as largest_stable_dt,
+    linear_run_growth as linear_run_growth,
+    linear_step_matrix as linear_step_matrix,
+    linearised_stability as linearised_stability,
+    perturbation_growth as perturbation_growth,
+    reference_solution as reference_solution,
+    spectral_radius as spectral_radius,
+    stability_function as stability_function,
+    sub_field_jacobians as sub_field_jacobians,
+)
+from ._strang import StrangScheme as StrangScheme

@@ -1,0 +1,383 @@
+"""Linear stability of the schemes: amplification factors on the linear test problem,
+step matrices of linearised dynamics, and the stable Δt of a layer's linearisation.
+
+:func:`stability_function` is each scheme's amplification factor on u' = (λ_a + λ_g) u
+with the two sub-fields as rates, :func:`amplification_factor` measures it by running the
+scheme's own step code on linear sub-fields, and :func:`linear_step_matrix` is the step
+matrix of linearised dynamics u' = u (J_a + J_g).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Complex, Float
+
+from .._controls import LayerControls
+from .._integrate import solve_ode
+from ._base import AbstractScheme, check_consistent
+from ._imex import IMEXScheme
+from ._prenorm import PreNormScheme
+from ._runge_kutta import RungeKuttaScheme
+from ._strang import StrangScheme
+from ._subfields import _identity, _Ops
+
+__all__ = [
+    "amplification_factor",
+    "confirm_stable_dt",
+    "largest_stable_dt",
+    "linear_run_growth",
+    "linear_step_matrix",
+    "linearised_stability",
+    "perturbation_growth",
+    "reference_solution",
+    "spectral_radius",
+    "stability_function",
+    "sub_field_jacobians",
+]
+
+
+# ----------------------------------------------------------------------- linear stability
+def _poly(coef, z):
+    return sum(float(c) * z**k for k, c in enumerate(coef))
+
+
+def _complex(z):
+    return jnp.asarray(z).astype(jnp.result_type(1j))
+
+
+def stability_function(scheme: AbstractScheme, z_attention, z_ffn):
+    """The amplification factor R on the linear test problem u' = (λ_a + λ_g) u.
+
+    ``z_attention = Δt λ_a`` and ``z_ffn = Δt λ_g`` are the sub-fields' rates (the linear
+    test problem of a splitting: two commuting linear sub-fields). For IMEX, λ_a is the
+    explicit (attention) part and λ_g the linear FFN part taken implicitly, with one FFN
+    sub-step (J = 1) and the projections and activations the identity.
+
+    - pre-norm (Lie, Euler sub-flows): (1 + z_a)(1 + z_g)
+    - Strang: R_s(z_g/2) R_s(z_a) R_s(z_g/2), R_s(z) = 1 + z (Euler) or 1 + z + z²/2 (Heun)
+    - Runge–Kutta, parallel field: R_RK(z_a + z_g) (its stability polynomial);
+      layer field: R_RK((1 + z_a)(1 + z_g) − 1)
+    - IMEX: (1 + z_a) · ½ (1 + 1/(1 − c z_g)), c = 1 (``ffn_branch_dt="dt"``) or 2
+
+    Example:
+        >>> from transflow import RungeKuttaScheme, stability_function
+        >>> complex(stability_function(RungeKuttaScheme("heun"), -1.0, 0.0))
+        (0.5+0j)
+    """
+    za = _complex(z_attention)
+    zg = _complex(z_ffn)
+    if isinstance(scheme, StrangScheme):
+        rs = (lambda z: 1 + z) if scheme.substep == "euler" else (lambda z: 1 + z + z * z / 2)
+        return rs(zg / 2) * rs(za) * rs(zg / 2)
+    if isinstance(scheme, RungeKuttaScheme):
+        coef = scheme.tableau.polynomial()
+        z = za + zg if scheme.field == "parallel" else (1 + za) * (1 + zg) - 1
+        return _poly(coef, z)
+    if isinstance(scheme, IMEXScheme):
+        c = 1.0 if scheme.ffn_branch_dt == "dt" else 2.0
+        return (1 + za) * 0.5 * (1 + 1 / (1 - c * zg))
+    if isinstance(scheme, PreNormScheme):
+        return (1 + za) * (1 + zg)
+    raise TypeError(
+        f"stability_function: no stability function for {type(scheme).__name__} (the paper's "
+        "LieScheme applies Δt-independent projections, which a linear test problem lacks)."
+    )
+
+
+def _rot(z):
+    """The real 2×2 matrix of multiplication by z = x + iy on row vectors (x, y)."""
+    return jnp.array([[z.real, z.imag], [-z.imag, z.real]])
+
+
+def linear_step_matrix(scheme: AbstractScheme, j_attention, j_ffn, dt):
+    """The step matrix S of a scheme on linear sub-fields a(u) = u J_a, g(u) = u J_g.
+
+    Runs the scheme's own step code (:meth:`StrangScheme._compose` …) on the linear
+    sub-fields, with the projections the identity; row convention ``u^{n+1} = u S``. For
+    :class:`IMEXScheme`, J_g is the linear FFN part taken implicitly (one sub-step, no
+    activation). For a parallel Runge–Kutta scheme S = R(Δt (J_a + J_g)).
+    """
+    ja, jg = jnp.asarray(j_attention), jnp.asarray(j_ffn)
+    m = ja.shape[0]
+    eye = jnp.eye(m, dtype=ja.dtype)
+
+    def lin(j):
+        return lambda u: u @ j
+
+    if isinstance(scheme, IMEXScheme):
+        zero = jnp.zeros((m,), ja.dtype)
+        out, _ = scheme._compose(eye, dt, lin(ja), _identity, _identity, None, (jg,), (zero,))
+        return out
+    ops = _Ops(lin(ja), lin(jg), _identity, _identity)
+    if isinstance(scheme, StrangScheme):
+        return scheme._compose(eye, dt, ops)[0]
+    if isinstance(scheme, RungeKuttaScheme):
+        return scheme._compose(eye, dt, lambda i: ops)[0]
+    if isinstance(scheme, PreNormScheme):  # the Lie composition of pre_ln_step
+        u1 = eye + dt * ops.attn(eye)
+        return u1 + dt * ops.ffn(u1)
+    raise TypeError(f"linear_step_matrix: unsupported scheme {type(scheme).__name__}.")
+
+
+def amplification_factor(scheme: AbstractScheme, z_attention, z_ffn) -> Complex[Array, ""]:
+    """The measured amplification factor on u' = (λ_a + λ_g) u (complex rates).
+
+    A complex rate z = x + iy acts on ℝ² as the matrix [[x, y], [−y, x]]; one step of the
+    scheme's code with Δt = 1 and these sub-fields (:func:`linear_step_matrix`) maps
+    (1, 0) to (Re R, Im R).
+
+    Example:
+        >>> from transflow import StrangScheme, amplification_factor, stability_function
+        >>> s = StrangScheme()
+        >>> z = (-0.3 + 0.2j, -0.5 - 0.1j)
+        >>> abs(complex(amplification_factor(s, *z)) - complex(stability_function(s, *z))) < 1e-6
+        True
+    """
+    za = _complex(z_attention)
+    zg = _complex(z_ffn)
+    s = linear_step_matrix(scheme, _rot(za), _rot(zg), 1.0)
+    return jax.lax.complex(s[0, 0], s[0, 1])
+
+
+def reference_solution(
+    u0: Float[Array, "n d"],
+    path,
+    scheme: AbstractScheme,
+    *,
+    rtol: float = 1e-12,
+    atol: float = 1e-12,
+    grid=None,
+    max_steps: int = 100_000,
+) -> Float[Array, "n d"]:
+    """u(T) of the scheme's continuous limit u' = f(t, u) by diffrax's Dopri8 (order 8, PID
+    step control; the integrator's ``solve_ode``), for order studies in float64. ``f`` is
+    the scheme's :meth:`~transflow.AbstractScheme.vector_field` along ``path``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import LayerControls, StrangScheme, evolve, reference_solution
+        >>> from transflow.continuous import init_path
+        >>> with jax.enable_x64(True):
+        ...     path = init_path("legendre", lambda k: LayerControls.random(
+        ...         4, dtype=jnp.float64, key=k), 2, key=jax.random.key(0), smooth=False)
+        ...     u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
+        ...     ref = reference_solution(u0, path, StrangScheme())
+        ...     err = [float(jnp.max(jnp.abs(evolve(u0, path.sample(n), StrangScheme(),
+        ...            dt=path.step_size(n)) - ref))) for n in (8, 16)]
+        >>> round(err[0] / err[1])  # second order: halving Δt divides the error by 4
+        4
+    """
+    check_consistent(scheme)
+    t0, t1 = path.interval
+
+    def f(t, u, _):
+        return scheme.vector_field(u, path(t), grid=grid)
+
+    opts = {"rtol": rtol, "atol": atol, "dt0": (t1 - t0) / 8, "max_steps": max_steps}
+    return solve_ode(f, u0, (t0, t1), solver="dopri8", **opts).u
+
+
+# ------------------------------------------------------- stability of a layer's linearisation
+def sub_field_jacobians(
+    controls: LayerControls, u: Float[Array, "n d"], *, grid=None
+) -> tuple[Float[Array, "m m"], Float[Array, "m m"]]:
+    """Jacobians (m = n·d, row convention: δa = δu J_a) of the pre-norm sub-fields
+    a(u) = 𝒜(P_{S1}u) and g(u) = ℱ(P_{S1'}u) at ``u``: the linearised dynamics
+    δu' = δu (J_a + J_g) of the layer around ``u``."""
+    ops = StrangScheme()._ops(controls, grid, False, {}, "prenorm")
+    shape = u.shape
+
+    def jac(fn):
+        jc = jax.jacfwd(lambda v: fn(v.reshape(shape)).reshape(-1))(u.reshape(-1))
+        return jc.T
+
+    return jac(ops.attn), jac(ops.ffn)
+
+
+def spectral_radius(m: Float[Array, "m m"]) -> float:
+    """max |eigenvalue| (NumPy, float64)."""
+    return float(np.max(np.abs(np.linalg.eigvals(np.asarray(m, np.float64)))))
+
+
+def largest_stable_dt(
+    scheme: AbstractScheme,
+    j_attention: Float[Array, "m m"],
+    j_ffn: Float[Array, "m m"],
+    *,
+    dt_max: float = 64.0,
+    n_grid: int = 200,
+    rtol: float = 1e-6,
+) -> float:
+    """The largest Δt of the first interval (0, Δt*] on which the scheme's step matrix on
+    the linear dynamics u' = u (J_a + J_g) has spectral radius ≤ 1.
+
+    ρ(S(Δt)) is evaluated (:func:`linear_step_matrix`, the scheme's own step code) on a
+    geometric grid of ``n_grid`` steps in [dt_max·1e-6, dt_max]; the first crossing of 1
+    is refined by bisection to relative width ``rtol``. Returns ``inf`` if none is found
+    (e.g. an IMEX step on a dissipative linear part) and 0 if the smallest grid step is
+    already unstable (dynamics with a growing mode: shift it first, see
+    :func:`linearised_stability`).
+    """
+    ja, jg = np.asarray(j_attention, np.float64), np.asarray(j_ffn, np.float64)
+    with jax.enable_x64(True):
+        step_matrix = jax.jit(lambda a, g, h: linear_step_matrix(scheme, a, g, h))
+        ja_j, jg_j = jnp.asarray(ja), jnp.asarray(jg)
+
+    def rho(h):
+        with jax.enable_x64(True):
+            return spectral_radius(step_matrix(ja_j, jg_j, jnp.asarray(h, jnp.float64)))
+
+    grid = dt_max * np.geomspace(1e-6, 1.0, n_grid)
+    prev = None
+    for h in grid:
+        if rho(h) > 1.0 + 1e-12:
+            if prev is None:
+                return 0.0
+            lo, hi = prev, float(h)
+            while hi - lo > rtol * lo:
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if rho(mid) <= 1.0 + 1e-12 else (lo, mid)
+            return lo
+        prev = float(h)
+    return float("inf")
+
+
+def linearised_stability(
+    scheme: AbstractScheme,
+    controls: LayerControls,
+    trajectory: Float[Array, "k n d"],
+    *,
+    margin: float = 0.05,
+    grid=None,
+    **kwargs: Any,
+) -> dict:
+    """The largest stable Δt of ``scheme`` on a layer's linearised dynamics along a trajectory.
+
+    At every state u_k the sub-field Jacobians J_a, J_g (:func:`sub_field_jacobians`) are
+    shifted by −σ/2 each, σ = max Re λ(J_a + J_g) + ``margin`` · ρ(J_a + J_g): the
+    linearised dynamics in the frame of its least stable mode, whose exact solution decays
+    (a random layer has growing modes; without the shift no Δt would be stable, and the
+    scheme's error in them is not an instability). Δt*_k = :func:`largest_stable_dt`;
+    the result is the smallest over the trajectory with its index, the eigenvalues of the
+    shifted J_a + J_g there and the shifted Jacobians (to confirm by a run).
+    """
+    best: dict = {"dt": float("inf")}
+    for k, u in enumerate(trajectory):
+        ja, jg = sub_field_jacobians(controls, u, grid=grid)
+        ja, jg = np.asarray(ja, np.float64), np.asarray(jg, np.float64)
+        lam = np.linalg.eigvals(ja + jg)
+        sigma = float(np.max(lam.real)) + margin * float(np.max(np.abs(lam)))
+        eye = np.eye(ja.shape[0])
+        ja_s, jg_s = ja - 0.5 * sigma * eye, jg - 0.5 * sigma * eye
+        dt = largest_stable_dt(scheme, ja_s, jg_s, **kwargs)
+        if dt < best["dt"]:
+            best = {
+                "dt": dt,
+                "index": k,
+                "shift": sigma,
+                "eigenvalues": lam - sigma,
+                "j_attention": ja_s,
+                "j_ffn": jg_s,
+            }
+    return best
+
+
+def linear_run_growth(
+    scheme: AbstractScheme, j_attention, j_ffn, dt: float, n_steps: int, *, seed: int = 0
+) -> float:
+    """‖u_N‖ / ‖u_0‖ after ``n_steps`` steps of the scheme on u' = u (J_a + J_g) from a
+    random u_0 (the run that confirms a stable Δt: bounded below it, growing above)."""
+    with jax.enable_x64(True):
+        s = linear_step_matrix(scheme, jnp.asarray(j_attention), jnp.asarray(j_ffn), dt)
+        u0 = jax.random.normal(jax.random.key(seed), (1, s.shape[0]), jnp.float64)
+
+        def body(u, _):
+            u = u @ s
+            nrm = jnp.linalg.norm(u)
+            return u / nrm, jnp.log(nrm)
+
+        _, logs = jax.lax.scan(body, u0 / jnp.linalg.norm(u0), None, length=n_steps)
+        return float(jnp.exp(jnp.sum(logs)))
+
+
+def confirm_stable_dt(
+    scheme: AbstractScheme,
+    j_attention: Float[Array, "m m"],
+    j_ffn: Float[Array, "m m"],
+    dt_star: float,
+    *,
+    factor: float = 0.05,
+    min_steps: int = 2000,
+    max_steps: int = 1_000_000,
+    growth: float = 1e4,
+) -> dict:
+    """Confirm a largest stable Δt* by runs: ``(1 − factor) Δt*`` must stay bounded and
+    ``(1 + factor) Δt*`` must grow.
+
+    How fast the run above grows is ρ(S)ⁿ, ρ the spectral radius of the step matrix there.
+    For the explicit schemes ρ leaves 1 steeply (2000 steps grow by many orders); for an
+    IMEX step it can leave 1 slowly (ρ = 1.0006 at 1.05 Δt* on a random layer, a factor
+    3 in 2000 steps, less than that for a start vector with a small component in the
+    mode). The run above therefore has ``n = ln(growth) / ln ρ`` steps (at least
+    ``min_steps``, at most ``max_steps``), so an instability shows as a growth by
+    ``growth`` whatever its rate. Returns the growth of both runs, their spectral radii
+    and step counts.
+
+    Example:
+        >>> import numpy as np
+        >>> from transflow import make_scheme
+        >>> j = -np.eye(2)  # u' = -2u in two halves; pre-norm factor (1 − Δt)²: Δt* = 2
+        >>> r = confirm_stable_dt(make_scheme("prenorm"), j, j, 2.0)
+        >>> bool(r["growth_below"] < 1 < 10 < r["growth_above"])
+        True
+    """
+    with jax.enable_x64(True):
+        ja, jg = jnp.asarray(j_attention, jnp.float64), jnp.asarray(j_ffn, jnp.float64)
+        lo, hi = (1.0 - factor) * dt_star, (1.0 + factor) * dt_star
+        rho_lo = spectral_radius(linear_step_matrix(scheme, ja, jg, lo))
+        rho_hi = spectral_radius(linear_step_matrix(scheme, ja, jg, hi))
+    n_hi = min_steps
+    if rho_hi > 1.0:
+        n_hi = int(min(max_steps, max(min_steps, np.ceil(np.log(growth) / np.log(rho_hi)))))
+    return {
+        "growth_below": linear_run_growth(scheme, ja, jg, lo, min_steps),
+        "growth_above": linear_run_growth(scheme, ja, jg, hi, n_hi),
+        "rho_below": rho_lo,
+        "rho_above": rho_hi,
+        "steps_below": min_steps,
+        "steps_above": n_hi,
+    }
+
+
+def perturbation_growth(
+    fn: Callable[[Array], Array], x: Array, *, key, n_iter: int = 20
+) -> Float[Array, ""]:
+    """The largest singular value of the Jacobian of ``fn`` at ``x`` (power iteration on
+    JᵀJ with one JVP and one VJP per iteration): the worst-case growth ‖δy‖/‖δx‖ of a small
+    input perturbation. ``log(growth)/T`` is the finite-time Lyapunov exponent of a flow
+    over time T (the sensitivity measure of Tong et al.).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import perturbation_growth
+        >>> a = jnp.diag(jnp.array([3.0, 1.0, 0.5]))
+        >>> g = perturbation_growth(lambda v: a @ v, jnp.ones(3), key=jax.random.key(0))
+        >>> round(float(g), 4)
+        3.0
+    """
+    v = jax.random.normal(key, jnp.shape(x), jnp.result_type(x))
+    v = v / jnp.linalg.norm(v)
+    _, vjp = jax.vjp(fn, x)
+
+    def body(v, _):
+        jv = jax.jvp(fn, (x,), (v,))[1]
+        w = vjp(jv)[0]
+        return w / jnp.linalg.norm(w), None
+
+    v, _ = jax.lax.scan(body, v, None, length=n_iter)
+    return jnp.linalg.norm(jax.jvp(fn, (x,), (v,))[1])
