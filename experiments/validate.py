@@ -118,6 +118,18 @@ RULES: dict[str, Rule] = {
     "tokens_a": POSITIVE,
     "tokens_b": POSITIVE,
     "max_regions": POSITIVE,
+    # text corpus cap (0: the whole corpus)
+    "max_chars": NON_NEGATIVE,
+    # trained_regions
+    "teeth_log2": POSITIVE,
+    "zigzag_depth": POSITIVE,
+    "depths_2d": POSITIVE,
+    "head_dim": POSITIVE,
+    "ffn_width": POSITIVE,
+    "lam_start": POSITIVE,
+    "lam_end": POSITIVE,
+    "grid_1d": POSITIVE,
+    "count_time_budget": POSITIVE,
     "large_regions": POSITIVE,
     "partition_tokens": POSITIVE,
     "partition_depth": POSITIVE,

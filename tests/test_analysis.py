@@ -534,7 +534,8 @@ def test_analyze_the_trained_digits_model(tmp_path):
 
 def test_analyze_bad_model_path_stops_before_compute(tmp_path):
     missing = tmp_path / "no_such_model"
-    with pytest.raises(FileNotFoundError, match="no_such_model"):
+    # checked with the config, before any work (experiments/tasks/analyze.py: check)
+    with pytest.raises(ValueError, match="task.model_path.*no_such_model.*does not exist"):
         _run([f"task.model_path={missing}"], tmp_path / "run1")
     assert not (tmp_path / "run1" / "metrics.jsonl").exists()
     (tmp_path / "junk").mkdir()

@@ -56,25 +56,23 @@ def test_license_file_matches_the_metadata():
     assert cff["license"] == project["license"]
 
 
-def test_repository_url_is_the_same_everywhere():
+def test_no_placeholder_repository_or_site_address():
+    """No public repository or documentation site exists yet: no file states an address
+    for them (a placeholder sent users nowhere, issue #38)."""
     import yaml
 
-    urls = _project()["urls"]
-    repo = urls["Repository"]
-    assert repo.startswith("https://github.com/"), urls
-    assert urls["Issues"] == repo + "/issues"
-    # mkdocs.yml uses !!python/name tags in some setups: read only the keys needed.
+    assert "urls" not in _project()
     mk = {
-        k: v
+        k
         for line in (REPO / "mkdocs.yml").read_text().splitlines()
         if ":" in line and not line.startswith((" ", "#"))
-        for k, v in [line.split(":", 1)]
+        for k in [line.split(":", 1)[0]]
     }
-    assert mk["repo_url"].strip() == repo
-    assert mk["site_url"].strip() == urls["Documentation"]
+    assert not mk & {"repo_url", "site_url", "repo_name"}
     cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
-    assert cff["repository-code"] == repo
-    assert cff["url"] == urls["Documentation"]
+    assert not set(cff) & {"repository-code", "url", "repository"}
+    for path in ("pyproject.toml", "mkdocs.yml", "CITATION.cff", "README.md"):
+        assert "transflow-dev" not in (REPO / path).read_text(), path
 
 
 def test_readme_install_line_takes_cpu_torch_and_names_the_extras():
@@ -135,7 +133,7 @@ def test_wheel_ships_the_license(wheel):
         (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         metadata = z.read(meta).decode()
     assert "License-Expression: Apache-2.0" in metadata
-    assert "Project-URL: Repository, https://github.com/" in metadata
+    assert "Project-URL:" not in metadata  # no placeholder address (no public repository yet)
 
 
 def test_installed_wheel_runs_an_experiment_from_any_directory(wheel, tmp_path):

@@ -54,11 +54,8 @@ class Config:
     claim_all_certified: bool = True
     claim_init_lower_bound: bool = True
     claim_training_reduces_loss: bool = True
-    # smoke (debug=smoke): every code path, small
-    smoke_depths: list[int] = field(default_factory=lambda: [1, 2])
-    smoke_seeds: list[int] = field(default_factory=lambda: [0, 1])
-    smoke_steps: int = 100
-    smoke_targets: list[str] = field(default_factory=lambda: ["sawtooth", "zigzag2d"])
+    # debug=smoke runs every code path small: depths [1, 2] (1-D and 2-D), seeds [0, 1],
+    # 100 steps, targets sawtooth and zigzag2d; an option given on the command line is kept.
 
 
 def _ms(vals) -> str:
@@ -90,12 +87,14 @@ def run(cfg, ctx) -> dict:
 
     t_start = time.perf_counter()
     smoke = ctx.smoke
-    depths = list(cfg.smoke_depths if smoke else cfg.depths)
-    depths_2d = list(cfg.smoke_depths if smoke else cfg.depths_2d)
-    seeds = list(cfg.smoke_seeds if smoke else cfg.seeds)
-    steps = int(cfg.smoke_steps if smoke else cfg.steps)
+    depths = list(ctx.smoke_value("task.depths", list(cfg.depths), [1, 2]))
+    depths_2d = list(ctx.smoke_value("task.depths_2d", list(cfg.depths_2d), [1, 2]))
+    seeds = list(ctx.smoke_value("task.seeds", list(cfg.seeds), [0, 1]))
+    steps = int(ctx.smoke_value("task.steps", cfg.steps, 100))
     grid_1d, grid_2d = int(cfg.grid_1d), int(cfg.grid_2d)
-    target_names = list(cfg.smoke_targets if smoke else cfg.targets)
+    target_names = list(
+        ctx.smoke_value("task.targets", list(cfg.targets), ["sawtooth", "zigzag2d"])
+    )
     if len(seeds) < 2 or (not smoke and len(seeds) < 3):
         raise ValueError(
             f"trained_regions: `seeds` must hold >= 3 seeds (>= 2 at smoke size), got {seeds}."
