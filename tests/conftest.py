@@ -27,6 +27,8 @@ import time  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from _tiers import MOVED_TO_SLOW  # noqa: E402
+
 jax.config.update("jax_enable_x64", True)
 # Strict dtype promotion: an implicit float32/float64 (or int/float) mix in library code is
 # an error in the tests, not a silent upcast (issue #17).
@@ -97,3 +99,21 @@ if _CPU_LOG:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(f"{_CPU_LOG}.{worker}", "a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of ``tests/_tiers.py`` slow (with their reason); on a collection of
+    the whole suite, an id there that names no collected test is an error."""
+    ids = {item.nodeid for item in items}
+    for item in items:
+        reason = MOVED_TO_SLOW.get(item.nodeid)
+        if reason is not None:
+            item.add_marker(pytest.mark.slow(reason=reason))
+    whole = not config.args or [str(a).rstrip("/") for a in config.args] == ["tests"]
+    if whole and not config.getoption("keyword") and not config.getoption("markexpr"):
+        stale = sorted(set(MOVED_TO_SLOW) - ids)
+        if stale:
+            raise pytest.UsageError(
+                "tests/_tiers.py names tests that were not collected (renamed or removed?): "
+                + ", ".join(stale)
+            )
