@@ -101,6 +101,7 @@ if _CPU_LOG:
             f.write(json.dumps(record) + "\n")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m/-k deselect: they see the marks added here
 def pytest_collection_modifyitems(config, items):
     """Mark the tests of ``tests/_tiers.py`` slow (with their reason); on a collection of
     the whole suite, an id there that names no collected test is an error."""
@@ -110,7 +111,7 @@ def pytest_collection_modifyitems(config, items):
         if reason is not None:
             item.add_marker(pytest.mark.slow(reason=reason))
     whole = not config.args or [str(a).rstrip("/") for a in config.args] == ["tests"]
-    if whole and not config.getoption("keyword") and not config.getoption("markexpr"):
+    if whole:
         stale = sorted(set(MOVED_TO_SLOW) - ids)
         if stale:
             raise pytest.UsageError(
