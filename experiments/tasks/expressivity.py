@@ -70,17 +70,7 @@ def run(cfg, ctx) -> dict:
     rng = np.random.default_rng(ctx.seed)
     summary: dict = {}
     sections = set(cfg.only)
-    known = {
-        "construction",
-        "cpwl",
-        "outside_box",
-        "softmax",
-        "regions",
-        "partition",
-        "c8",
-        "precision",
-        "slice",
-    }
+    known = set(CHOICES["only"])
     if sections - known:
         raise ValueError(
             f"task.only: unknown sections {sorted(sections - known)}; choose from {sorted(known)}"
