@@ -18,7 +18,7 @@ from transflow.expressivity import (
     restrict,
     zigzag_maxout,
 )
-from transflow.expressivity._certify import _Exact
+from transflow.expressivity._exact_walk import _Exact
 
 
 # ---------------------------------------------------------------- certificate

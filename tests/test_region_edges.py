@@ -28,8 +28,8 @@ from transflow.expressivity import (
     restrict,
     zigzag_maxout,
 )
-from transflow.expressivity._certify import _Exact
 from transflow.expressivity._exact2d import exact_segments_1d
+from transflow.expressivity._exact_walk import _Exact
 
 
 @pytest.fixture(scope="module")

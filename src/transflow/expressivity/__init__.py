@@ -27,7 +27,7 @@ Public API:
   :func:`sampling_estimate`, :func:`make_target`, :func:`constructed_capacity`, ….
 """
 
-from ._certify import CertificationError as CertificationError
+from ._budget import CertificationError as CertificationError
 from ._construction import (
     MaxoutTransformer as MaxoutTransformer,
     maxout_to_transformer as maxout_to_transformer,

@@ -302,7 +302,7 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
         hit = _SCALED.get(id(params))
         if hit is not None and hit[0] is params:
             return hit[1]
-        from ._hardmax import _scaled_int
+        from ._exact_arith import _scaled_int
 
         blocks = []
         for a, f in self.blocks:
@@ -328,7 +328,7 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
     def _exact_eval_int(self, sp, xin, pattern):
         """:meth:`exact_eval` at a dyadic point in integer arithmetic (every quantity is
         ``M·2^e`` with an integer array M; no rational normalisation): the same values."""
-        from ._hardmax import _fraction_out, _sadd
+        from ._exact_arith import _fraction_out, _sadd
 
         def lin(X, W, b):
             return _sadd((odot(X[0], W[0]), X[1] + W[1]), b)
@@ -383,7 +383,7 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
         blocks, P, A, c = params
         xs = np.asarray(x, dtype=object).reshape(-1)
         if all(type(v) is Fraction and not (v.denominator & (v.denominator - 1)) for v in xs):
-            from ._hardmax import _scaled_input
+            from ._exact_arith import _scaled_input
 
             xin = _scaled_input(xs)
             if xin is not None:

@@ -46,6 +46,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from ._exact_arith import _Dyadic
 from ._pwl import AbstractPiecewiseLinear, safe_float
 
 __all__ = ["QuadraticRoot", "exact_regions_1d"]
@@ -281,106 +282,6 @@ def _exit_root(a, b, c, x: QuadraticRoot):
         if r > x:
             return r
     return None
-
-
-class _Dyadic:
-    """An exact dyadic rational ``m·2^e`` (every float is one): +, −, × and comparisons
-    without the gcd normalisations of :class:`fractions.Fraction` (several times faster);
-    the frozen evaluations at t = 0, ±1, 2 and at dyadic guess points stay dyadic. Mixed
-    with a non-dyadic Fraction, the result is a Fraction."""
-
-    __slots__ = ("m", "e")
-
-    def __init__(self, m: int, e: int):
-        self.m, self.e = m, e
-
-    @staticmethod
-    def of(v):
-        if type(v) is _Dyadic:
-            return v
-        if isinstance(v, int):
-            return _Dyadic(v, 0)
-        if isinstance(v, Fraction):
-            d = v.denominator
-            if d & (d - 1) == 0:
-                return _Dyadic(v.numerator, -(d.bit_length() - 1))
-        return None
-
-    def frac(self) -> Fraction:
-        return Fraction(self.m << self.e) if self.e >= 0 else Fraction(self.m, 1 << -self.e)
-
-    def __float__(self) -> float:
-        """The value with relative error ≤ 2⁻⁵² (±inf on overflow, 0 on underflow)."""
-        m, e = self.m, self.e
-        s = abs(m).bit_length() - 60
-        if s > 0:
-            m, e = m >> s, e + s
-        try:
-            return math.ldexp(float(m), e)
-        except OverflowError:
-            return math.inf if m > 0 else -math.inf
-
-    def _co(self, o):
-        return o if type(o) is _Dyadic else _Dyadic.of(o)
-
-    def __add__(self, o):
-        d = self._co(o)
-        if d is None:
-            return self.frac() + o if isinstance(o, Fraction) else NotImplemented
-        if self.e <= d.e:
-            return _Dyadic(self.m + (d.m << (d.e - self.e)), self.e)
-        return _Dyadic((self.m << (self.e - d.e)) + d.m, d.e)
-
-    __radd__ = __add__
-
-    def __neg__(self):
-        return _Dyadic(-self.m, self.e)
-
-    def __sub__(self, o):
-        return self + (-o)
-
-    def __rsub__(self, o):
-        return (-self) + o
-
-    def __mul__(self, o):
-        d = self._co(o)
-        if d is None:
-            return self.frac() * o if isinstance(o, Fraction) else NotImplemented
-        return _Dyadic(self.m * d.m, self.e + d.e)
-
-    __rmul__ = __mul__
-
-    def _c(self, o) -> int:
-        d = self._co(o)
-        if d is None:
-            f = self.frac()
-            return (f > o) - (f < o)
-        if self.e <= d.e:
-            a, b = self.m, d.m << (d.e - self.e)
-        else:
-            a, b = self.m << (self.e - d.e), d.m
-        return (a > b) - (a < b)
-
-    def __lt__(self, o):
-        return self._c(o) < 0
-
-    def __le__(self, o):
-        return self._c(o) <= 0
-
-    def __gt__(self, o):
-        return self._c(o) > 0
-
-    def __ge__(self, o):
-        return self._c(o) >= 0
-
-    def __eq__(self, o):
-        return self._c(o) == 0
-
-    def __hash__(self):
-        return hash(self.frac())
-
-    def __bool__(self):
-        return self.m != 0
 
 
 def _maybe_dyadic(v):
@@ -675,7 +576,7 @@ def exact_regions_1d(
         >>> r.linear, r.certified
         (9, True)
     """
-    from ._regions import RegionCount, _check_box, _check_model
+    from ._region_count import RegionCount, _check_box, _check_model
 
     if f.in_dim != 1:
         raise ValueError(
@@ -705,7 +606,7 @@ def exact_regions_1d(
     differ: list[bool] = []
     jumps: list[bool] = []
     end = QuadraticRoot.rational(hi_q)
-    from ._certify import check_budget
+    from ._budget import check_budget
 
     while True:
         check_budget("exact 1-D walk")

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._pwl import AbstractPiecewiseLinear, safe_float
-from ._regions import _components
+from ._region_count import _components
 
 METHOD = (
     "exact integer arithmetic: dyadic affine logits per frozen prefix pattern, polygons "
@@ -433,7 +433,7 @@ def _area2(verts) -> Fraction:
 
 def _adjacent_pairs(polys):
     """Pairs of polygons that share a boundary segment of positive length (exact)."""
-    from ._certify import check_budget
+    from ._budget import check_budget
 
     by_line: dict = {}
     for p, (verts, lines) in enumerate(polys):
@@ -481,7 +481,7 @@ def count_2d_exact(f: AbstractPiecewiseLinear, lo, hi) -> dict:
     Raises :class:`NotExact` (or ``NotImplementedError`` from ``exact_eval``) when the
     model has no exact affine program.
     """
-    from ._certify import check_budget
+    from ._budget import check_budget
 
     t0 = time.perf_counter()
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
@@ -583,8 +583,8 @@ def count_2d_certified(f, lo, hi, *, strict: bool, float_count):
     """:func:`count_linear_regions` in 2-D with ``certify=True``: the exact count; if the
     model has no exact program, ``strict`` raises :class:`CertificationError`, otherwise
     the float polygon count ``float_count()`` is returned with ``certified=False``."""
-    from ._certify import CertificationError
-    from ._regions import RegionCount
+    from ._budget import CertificationError
+    from ._region_count import RegionCount
 
     try:
         res = count_2d_exact(f, lo, hi)
@@ -684,12 +684,12 @@ def exact_segments_1d(f: AbstractPiecewiseLinear, A: Fraction, B: Fraction, prog
     enclosures, which cannot separate them.
 
     Returns ``(switches, maps)``: the switches in the open interval (A, B) as
-    ``[(point, maps differ)]`` (as :meth:`transflow.expressivity._certify._Exact.walk`),
+    ``[(point, maps differ)]`` (as :meth:`transflow.expressivity._exact_walk._Exact.walk`),
     and per region the exact ``(slope, intercept)`` Fraction arrays ``(d_out,)``.
     Raises :class:`NotExact` for models without an integer program (the caller walks).
     ``prog``: the model's :func:`program_1d`, if already built.
     """
-    from ._certify import check_budget
+    from ._budget import check_budget
 
     prog = program_1d(f) if prog is None else prog
     ident = _Aff(np.array([[0, 1, 0]], dtype=object), 0)

@@ -24,6 +24,7 @@ from jaxtyping import Array, Float
 from .._controls import AttentionParams, FFNParams
 from .._errors import as_input, param_dtype
 from .._operators import attention as _attention_op, attention_scores
+from ._exact_arith import _dyadic_out, _fraction_out, _sadd, _scaled_input, _scaled_int, _slin
 from ._pwl import AbstractPiecewiseLinear, exact_argmax, to_fraction_array
 
 __all__ = ["HardmaxTransformer"]
@@ -551,44 +552,7 @@ class HardmaxTransformer(AbstractPiecewiseLinear):
 
 
 # --------------------------------------------------------------------------- scaled integers
-def _scaled_int(a) -> tuple[np.ndarray, int]:
-    """A float array as ``(M, e)``: an object array M of Python ints with ``a = M·2^e``
-    exactly (every float is ``m·2^k``; e is the smallest exponent after removing the
-    trailing zero bits of every mantissa)."""
-    a = np.asarray(a, np.float64)
-    mant, ex = np.frexp(a)
-    ms = np.ldexp(mant, 53).astype(np.int64).reshape(-1)  # exact: |mant| < 1
-    es = ex.astype(np.int64).reshape(-1) - 53
-    pairs = []
-    for mi, ei in zip(ms.tolist(), es.tolist()):
-        if mi == 0:
-            pairs.append((0, None))
-            continue
-        tz = (mi & -mi).bit_length() - 1
-        pairs.append((mi >> tz, ei + tz))
-    exps = [e for _, e in pairs if e is not None]
-    e0 = min(exps) if exps else 0
-    out = np.empty(len(pairs), dtype=object)
-    for i, (mi, ei) in enumerate(pairs):
-        out[i] = 0 if ei is None else mi << (ei - e0)
-    return out.reshape(a.shape), e0
-
-
-def _sadd(x, y):
-    """``x + y`` of scaled integer arrays (broadcasting)."""
-    (A, ea), (B, eb) = x, y
-    if ea == eb:
-        return A + B, ea
-    if ea < eb:
-        return A + B * (1 << (eb - ea)), ea
-    return A * (1 << (ea - eb)) + B, eb
-
-
-def _slin(X, W, b):
-    """``X W + b`` of scaled integer arrays."""
-    return _sadd((X[0].dot(W[0]), X[1] + W[1]), b)
-
-
+# (the helpers _scaled_int, _sadd, _slin, ... are in ._exact_arith)
 class _Scaled:
     """The parameters of a :class:`HardmaxTransformer` as scaled integers ``(M, e)``."""
 
@@ -614,50 +578,3 @@ class _Scaled:
         self.P = _scaled_int(model.positional)
         self.A = _scaled_int(model.readout_weight)
         self.c = _scaled_int(model.readout_bias)
-
-
-def _scaled_input(x):
-    """``((M, e), as_dyadic)`` for an input of dyadic rationals (Fractions with a
-    power-of-two denominator, ints, or the counter's dyadic numbers), else None."""
-    from ._exact1d import _Dyadic
-
-    x = np.asarray(x, dtype=object).reshape(-1)
-    pairs, as_dyadic = [], False
-    for v in x:
-        if type(v) is _Dyadic:
-            pairs.append((v.m, v.e))
-            as_dyadic = True
-            continue
-        if isinstance(v, int):
-            v = Fraction(v)
-        if not isinstance(v, Fraction):
-            return None
-        d = v.denominator
-        if d & (d - 1):
-            return None
-        pairs.append((v.numerator, -(d.bit_length() - 1)))
-    e0 = min((e for _, e in pairs), default=0)
-    M = np.empty(len(pairs), dtype=object)
-    for i, (mi, ei) in enumerate(pairs):
-        M[i] = mi << (ei - e0)
-    return (M, e0), as_dyadic
-
-
-def _fraction_out(M, e):
-    M = np.asarray(M, dtype=object)
-    out = np.empty(M.shape, dtype=object)
-    flat, src = out.reshape(-1), M.reshape(-1)
-    for i, v in enumerate(src):
-        flat[i] = Fraction(v << e) if e >= 0 else Fraction(v, 1 << -e)
-    return out
-
-
-def _dyadic_out(M, e):
-    from ._exact1d import _Dyadic
-
-    M = np.asarray(M, dtype=object)
-    out = np.empty(M.shape, dtype=object)
-    flat, src = out.reshape(-1), M.reshape(-1)
-    for i, v in enumerate(src):
-        flat[i] = _Dyadic(int(v), e)
-    return out

@@ -38,7 +38,7 @@ bounds stay valid for the true model everywhere, and later decisions are proved 
 An interval whose split cannot be certified (round-off larger than a gap, coinciding
 switches of several groups, a switch within round-off of an earlier one) becomes a *hole*.
 Each run of holes is recomputed exactly: the exact rational walk of
-:class:`transflow.expressivity._certify._Exact` from a point of the clean zone of the good
+:class:`transflow.expressivity._exact_walk._Exact` from a point of the clean zone of the good
 interval left of it to one right of it (or the domain ends), which counts every switch in
 between. Neighbouring affine maps are different if their slopes differ by more than the
 sum of their slope bounds; otherwise they are compared exactly (frozen exact evaluation
@@ -56,7 +56,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._certify import check_budget
+from ._budget import check_budget
+from ._exact_walk import _Exact
 from ._pwl import safe_float
 
 __all__ = ["IntervalContext", "IntervalAffine", "NotApplicable", "count_1d_layerwise"]
@@ -568,8 +569,6 @@ def _segment(f, exact, A: Fraction, B: Fraction, cache: dict):
 
 def _exact_whole(f, lo, hi, t0, c0, reason: str) -> dict:
     """The whole interval exactly (when float64 bounds are useless)."""
-    from ._certify import _Exact
-
     box = []
 
     def exact():
@@ -625,8 +624,6 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     region. Raises :class:`NotApplicable` if f has no ``interval_forward``, or if the exact
     fallback is needed and unavailable (the caller then uses the point walk, which reports
     or raises)."""
-    from ._certify import _Exact
-
     t0, c0 = time.perf_counter(), time.process_time()
     ctx = IntervalContext(lo, hi)
     ex_model = None

@@ -24,7 +24,6 @@ many points per call.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 
@@ -34,7 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from ._budget import _DEADLINE, BudgetExceeded, check_budget
 from ._pwl import AbstractPiecewiseLinear
+from ._region_count import RegionCount, _check_box, _check_model, _components
 
 __all__ = ["RegionCount", "count_linear_regions", "grid_region_count"]
 
@@ -98,7 +99,6 @@ def _probe_kernel(f, xs, coeffs):
 def _batched(kernel, f, xs: np.ndarray, *extra):
     """Run ``kernel(f, chunk, *extra)`` over ``xs`` in chunks of one fixed size (padded),
     so each kernel compiles once per model structure."""
-    from ._certify import check_budget
 
     n = xs.shape[0]
     outs = []
@@ -150,43 +150,7 @@ class _Evaluator:
 
 
 # --------------------------------------------------------------------------- results
-@dataclasses.dataclass
-class RegionCount:
-    """Result of :func:`count_linear_regions`.
-
-    Attributes:
-        linear: number of linear regions (maximal connected sets where f is affine).
-        activation: number of activation regions (fixed full pattern), ≥ ``linear``.
-        dim: input dimension (1 or 2).
-        slopes: Jacobian ``(activation, d_out, d)`` of every activation region.
-        intercepts: ``(activation, d_out)``.
-        labels: linear-region id of every activation region.
-        breakpoints: 1-D: the activation-region boundaries (midpoints of the final
-            bisection intervals, width ≤ tol), sorted; 2-D: ``None``.
-        polygons: 2-D: vertex arrays ``(V_i, 2)`` of the activation regions; 1-D: ``None``.
-        evaluations: number of model evaluations (pattern points) used; for the 1-D
-            layerwise counter, the interval-layer evaluations divided by the number of
-            decision layers (full forward-pass equivalents) plus exact evaluations.
-        certified: True if the count is certified exact (1-D: every junction between
-            consecutive regions proved with running round-off bounds or recomputed in exact
-            rational arithmetic; 2-D: the whole partition computed in exact integer
-            arithmetic, see ``transflow.expressivity._exact2d`` and ``certificate``).
-        certificate: what was checked, with counts (junctions, exact fallbacks, …).
-    """
-
-    linear: int
-    activation: int
-    dim: int
-    slopes: np.ndarray
-    intercepts: np.ndarray
-    labels: np.ndarray
-    breakpoints: np.ndarray | None = None
-    polygons: list[np.ndarray] | None = None
-    evaluations: int = 0
-    certified: bool = False
-    certificate: dict | None = None
-
-
+# (RegionCount and the checks of the box and the model are in ._region_count)
 def _maps_equal(J1, c1, J2, c2, span, rtol):
     """Equal affine maps up to ``rtol`` relative to their size on the box."""
     if J1.shape[0] == 0:  # one region: nothing to compare
@@ -197,57 +161,6 @@ def _maps_equal(J1, c1, J2, c2, span, rtol):
     sc = np.maximum(np.abs(c1), np.abs(c2)).reshape(c1.shape[0], -1).max(-1)
     scale = sJ * span + sc + np.finfo(np.float64).tiny
     return dJ * span + dc <= rtol * scale
-
-
-def _check_box(f, lo, hi):
-    """The box ``[lo, hi]`` as float64 arrays of shape ``(d,)``, validated.
-
-    float64 also in float32 mode: a certificate covers the box as given, never a box
-    rounded to float32 (issue #38)."""
-    d = f.in_dim
-    out = []
-    for name, v in (("lo", lo), ("hi", hi)):
-        what = f"a finite number or an array of shape ({d},) (the input dimension of `f`)"
-        if v is None:
-            raise ValueError(f"`{name}` must be {what}, got None; pass the box corner.")
-        if isinstance(v, bool | np.bool_):
-            raise TypeError(f"`{name}` must be {what}, got the bool {v!r}.")
-        try:
-            a = np.asarray(v, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"`{name}` must be {what}, got {type(v).__name__} {v!r}.") from err
-        if a.ndim > 1 or (a.ndim == 1 and a.shape != (d,)):
-            raise ValueError(
-                f"`{name}` must be {what}, got shape {a.shape}; pass a scalar (the same bound "
-                f"on every axis) or one bound per input coordinate."
-            )
-        if not np.all(np.isfinite(a)):
-            raise ValueError(
-                f"`{name}` must be finite, got {v!r}: regions are counted on a bounded box; "
-                "give finite bounds (e.g. the range of the data)."
-            )
-        out.append(np.broadcast_to(a, (d,)).copy())
-    lo, hi = out
-    if not np.all(hi > lo):
-        raise ValueError(f"need `lo` < `hi` componentwise, got lo={lo}, hi={hi}.")
-    return lo, hi
-
-
-def _check_params(f):
-    """Refuse a model with NaN or infinite parameters (naming the parameter)."""
-    leaves = jax.tree_util.tree_leaves_with_path(eqx.filter(f, eqx.is_array))
-    for path, leaf in leaves:
-        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
-            continue
-        a = np.asarray(leaf)
-        if not np.all(np.isfinite(a)):
-            bad = "NaN" if np.any(np.isnan(a)) else "infinite"
-            raise ValueError(
-                f"`f` has {bad} parameters: {type(f).__name__}{jax.tree_util.keystr(path)} "
-                f"(shape {a.shape}) holds {int(np.sum(~np.isfinite(a)))} non-finite "
-                "entries; a model with NaN/inf weights has no linear regions to count. "
-                "Check how the weights were made (training divergence, a bad conversion)."
-            )
 
 
 def _check_budget_arg(time_budget):
@@ -440,24 +353,6 @@ def _shared_edge(P: np.ndarray, Q: np.ndarray, tol: float) -> bool:
     return False
 
 
-def _components(n: int, pairs) -> np.ndarray:
-    parent = np.arange(n)
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, j in pairs:
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            parent[max(ri, rj)] = min(ri, rj)
-    roots = np.array([find(i) for i in range(n)])
-    _, labels = np.unique(roots, return_inverse=True)
-    return labels
-
-
 def _map_keys(J, c, span, rtol):
     scale = np.abs(J).max() * span + np.abs(c).max() + np.finfo(np.float64).tiny
     q = max(rtol * 1e3, 1e-9) * scale
@@ -467,7 +362,6 @@ def _map_keys(J, c, span, rtol):
 
 def _count_2d(f, lo, hi, *, rtol, dtype, progress=None) -> RegionCount:
     """Float64 polygon clipping (uncertified); ``progress`` as in :func:`_count_1d`."""
-    from ._certify import check_budget
 
     progress = {} if progress is None else progress
     ev = _Evaluator(f, dtype)
@@ -685,7 +579,6 @@ def count_linear_regions(
     budget = _check_budget_arg(time_budget)
     _check_model(f)
     lo, hi = _check_box(f, lo, hi)
-    from ._certify import _DEADLINE, BudgetExceeded
 
     t0 = time.perf_counter()
     token = _DEADLINE.set(None if budget is None else t0 + budget)
@@ -722,7 +615,6 @@ def _out_of_time(f, lo, hi, exc, t0, budget, progress, certify, n_seed, tol, map
     numpy pass over a layer, one exact evaluation); if that runs out too (or the count was
     already the uncertified one, ``certify=False``), the result holds the lower bounds
     found so far."""
-    from ._certify import _DEADLINE, BudgetExceeded
 
     lower = (
         "`activation` = {} is a lower bound on the activation regions of the (uncertified) "
@@ -782,16 +674,6 @@ def _partial(f, progress) -> RegionCount:
         labels=np.zeros(0, np.int64),
         breakpoints=np.zeros(0) if d == 1 else None,
     )
-
-
-def _check_model(f):
-    if not isinstance(f, AbstractPiecewiseLinear):
-        raise TypeError(
-            "`f` must be a MaxoutNetwork, a MaxoutTransformer or another "
-            f"AbstractPiecewiseLinear, got {type(f).__name__}. For a torch.nn.Sequential "
-            "use MaxoutNetwork.from_torch(module) (or restrict(module, origin, directions))."
-        )
-    _check_params(f)
 
 
 def _covers(f) -> dict:
