@@ -189,9 +189,16 @@ def plot_sweep(
         fig = plot_sweep("multirun/clustering/<date>_<time>", "t_cluster", "task.temperature")
         fig.savefig("t_cluster.png")
     """
-    import matplotlib.pyplot as plt
+    from transflow.plotting import figure_style
 
-    s = load_sweep(sweep)
+    with figure_style():  # the style of every transflow figure (transflow.plotting.STYLE)
+        return _plot_sweep(load_sweep(sweep), y, x, hue=hue, logx=logx, logy=logy, ax=ax)
+
+
+def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
+    from transflow.plotting import new_figure
+    from transflow.plotting._style import finish
+
     rows = s["rows"]
     for key in (x, y, hue):
         if key is not None and key not in s["columns"]:
@@ -200,7 +207,7 @@ def plot_sweep(
                 f"{s['columns']}."
             )
     if ax is None:
-        fig, ax = plt.subplots(figsize=(4.5, 3.2), layout="constrained")
+        fig, ax = new_figure(3.2)
     else:
         fig = ax.figure
     groups: dict[Any, list[dict]] = {}
@@ -215,7 +222,7 @@ def plot_sweep(
         if not pts:
             continue
         xs, ys, bad = zip(*pts)
-        ax.plot(xs, ys, "o-", label=f"{hue} = {label}" if hue else None)
+        ax.plot(xs, ys, "o-", label=f"{hue} = {label}" if hue else y)
         fx = [a for a, b in zip(xs, bad) if b]
         fy = [c for c, b in zip(ys, bad) if b]
         if fx:
@@ -226,10 +233,9 @@ def plot_sweep(
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
-    if hue or any(str(r.get("claims", "")).startswith("FAILED") for r in rows):
-        ax.legend(fontsize="small")
+    ax.legend(fontsize="small")  # every drawn colour is keyed (transflow.plotting checks)
     ax.set_title(f"{y} vs {x} ({len(rows)} jobs)", fontsize="medium")
-    return fig
+    return finish(fig)
 
 
 def _callback_base() -> type:

@@ -17,6 +17,7 @@ import pytest
 
 from transflow import (
     AttentionParams,
+    ConstantSteps,
     LayerControls,
     LieScheme,
     PreNormScheme,
@@ -81,7 +82,11 @@ def test_evolve_program_size_is_independent_of_depth(getkey):
     sizes = {}
     for steps in (1, 2, 48):
         theta = stack_controls([one] * steps)
-        sizes[steps] = len(jax.jit(lambda u, th: evolve(u, th, unroll=1)).lower(u, theta).as_text())
+        sizes[steps] = len(
+            jax.jit(lambda u, th: evolve(u, th, stepsize_controller=ConstantSteps(unroll=1)))
+            .lower(u, theta)
+            .as_text()
+        )
     # Only the shapes in the signature change with depth: the program is one scan body.
     assert sizes[48] <= 1.05 * sizes[2]
     assert sizes[48] <= 1.05 * sizes[1]
@@ -100,7 +105,10 @@ def test_auto_unroll_unrolls_short_loops_and_scans_long_ones(getkey):
         # lax.scan(unroll=True) is a scan of `length` steps per iteration in the jaxpr
         assert f"unroll={unroll}\n" in jaxpr, steps
         np.testing.assert_allclose(
-            evolve(u, theta), evolve(u, theta, unroll=1), rtol=1e-12, atol=1e-12
+            evolve(u, theta),
+            evolve(u, theta, stepsize_controller=ConstantSteps(unroll=1)),
+            rtol=1e-12,
+            atol=1e-12,
         )
     with pytest.raises(ValueError, match="unroll"):
-        evolve(u, stack_controls([one]), unroll="always")
+        ConstantSteps(unroll="always")

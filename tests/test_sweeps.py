@@ -173,6 +173,9 @@ def test_summary_and_plot_of_a_sweep(tmp_path):
     assert list(xs) == [0.5, 1.0, 2.0] and list(ys) == [3.0, 2.0, 1.0]  # FAILED job left out
     marked = [ln for ln in ax.lines if ln.get_label() == "claims FAILED"]
     assert len(marked) == 1 and list(marked[0].get_xdata()) == [0.5]
+    from transflow.plotting._check import figure_problems
+
+    assert figure_problems(fig) == []  # the sweep figure passes the checks of every figure
     with pytest.raises(KeyError, match="columns are"):
         plot_sweep(tmp_path, "nope", "task.temperature")
 

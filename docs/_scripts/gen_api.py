@@ -188,6 +188,27 @@ def _attribute_docs(path: pathlib.Path) -> dict[str, str]:
 _ATTRIBUTE_DOCS: dict[str, dict[str, str]] = {}
 
 
+def _import_source(init: pathlib.Path, name: str) -> list[pathlib.Path]:
+    """The file that ``init`` imports ``name`` from with a relative ``from … import``."""
+    import ast
+
+    try:
+        tree = ast.parse(init.read_text())
+    except (OSError, SyntaxError):
+        return []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level and node.module:
+            if any(a.name == name for a in node.names):
+                base = init.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                path = base.joinpath(*node.module.split("."))
+                for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+                    if candidate.exists():
+                        return [candidate]
+    return []
+
+
 def _attribute_doc(module: ModuleType, name: str) -> str:
     """The docstring of constant ``name`` of ``module``: searched in the module's file and,
     for a package, in the files of its package folder (where ``__init__`` imports it from)."""
@@ -195,7 +216,12 @@ def _attribute_doc(module: ModuleType, name: str) -> str:
     if not file:
         return ""
     here = pathlib.Path(file)
-    files = [here] + (sorted(here.parent.glob("*.py")) if here.name == "__init__.py" else [])
+    # the file a package's __init__ imports the name from (``from .._integrate import
+    # SOLVERS`` in transflow/continuous), then its own files and its subpackages' files
+    package = here.name == "__init__.py"
+    files = [here] + _import_source(here, name)
+    files += sorted(here.parent.glob("*.py")) if package else []
+    files += sorted(here.parent.rglob("*.py")) if package else []
     for path in files:
         key = str(path)
         if key not in _ATTRIBUTE_DOCS:
