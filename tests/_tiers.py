@@ -18,6 +18,7 @@ MOVED_TO_SLOW: dict[str, str] = {
     "tests/test_splitting.py::test_remat_gives_identical_gradients": "remat gradients evaluated; the fast tier compares their programs (tests/test_execution_options.py)",
     "tests/test_splitting.py::test_unroll_changes_nothing_but_speed[none-True]": "one unroll variant of several; the others stay fast",
     "tests/test_parallel_devices.py::test_two_processes_jax_distributed_match_single_process": "two JAX processes; the one-process sharded checks stay fast",
+    "tests/test_parallel_devices.py::test_sharded_equals_single_device_float64_fast": "multi-device processes (14 s CPU); the one-device mesh checks of tests/test_parallel.py stay fast",
     "tests/test_parallel_devices.py::test_token_sharding_memory_falls_like_one_over_p": "a memory-scaling measurement",
     "tests/test_packaging.py::test_installed_wheel_runs_an_experiment_from_any_directory": "builds and installs a wheel, then runs an experiment",
     "tests/test_cli.py::test_cli_piped_training_prints_progress_and_fills_run_log": "a full training through a pipe; the progress logic has fast unit tests",
