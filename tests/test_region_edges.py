@@ -276,7 +276,7 @@ RELU = ([np.array([[0.7]]), np.ones((1, 1))], [np.array([-0.11]), np.zeros(1)])
         (np.zeros((1, 1)), 1.0, {}, ValueError, r"`lo` .*got shape \(1, 1\)"),
         ("a", 1.0, {}, TypeError, "`lo` must be a finite number"),
         (1.0, 0.0, {}, ValueError, "need `lo` < `hi`"),
-        (0.0, 1.0, {"time_budget": True}, TypeError, "`time_budget`.*bool"),
+        (0.0, 1.0, {"time_budget": True}, ValueError, "`time_budget`.*bool"),
         (0.0, 1.0, {"time_budget": 0}, ValueError, "`time_budget`"),
         (0.0, 1.0, {"time_budget": -1.0}, ValueError, "`time_budget`"),
         (0.0, 1.0, {"time_budget": math.nan}, ValueError, "`time_budget`"),

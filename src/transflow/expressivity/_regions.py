@@ -166,8 +166,8 @@ def _maps_equal(J1, c1, J2, c2, span, rtol):
 def _check_budget_arg(time_budget):
     if time_budget is None:
         return None
-    if isinstance(time_budget, bool | np.bool_):
-        raise TypeError(
+    if isinstance(time_budget, bool | np.bool_):  # True is an int, but not a duration
+        raise ValueError(
             f"`time_budget` must be a number of seconds > 0 or None, got the bool "
             f"{time_budget!r}; pass e.g. time_budget=60.0 (None: no limit)."
         )
