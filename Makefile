@@ -26,7 +26,14 @@ run: $(STAMP)
 	$(BIN)/transflow-run
 
 ## The test suite (fast; `slow` tests excluded).
-test: $(STAMP)
+# A native backtrace if a test worker crashes (tests/tools/segv_backtrace.c; issue #40):
+# preloaded when a C compiler built it, otherwise the suite runs without it.
+NATIVE_BT := $(VENV)/segv_backtrace.so
+$(NATIVE_BT): tests/tools/segv_backtrace.c
+	-$(CC) -shared -fPIC -O1 -o $@ $< || echo "no native crash backtraces (no C compiler)"
+
+test: $(STAMP) $(NATIVE_BT)
+	if [ -f $(NATIVE_BT) ]; then export LD_PRELOAD="$(CURDIR)/$(NATIVE_BT)"; fi; \
 	$(BIN)/python -m pytest -m "not slow" -n 2 -q --durations=20
 
 test-slow: $(STAMP)
