@@ -59,6 +59,20 @@ def _release_compiled_programs():
 
 
 @pytest.fixture
+def x64_off():
+    """Examples run as a user runs them: x64 off and JAX's standard dtype promotion (the
+    rest of the suite runs with strict promotion, see conftest.py)."""
+    old = jax.config.jax_enable_x64, jax.config.jax_numpy_dtype_promotion
+    jax.config.update("jax_enable_x64", False)
+    jax.config.update("jax_numpy_dtype_promotion", "standard")
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old[0])
+        jax.config.update("jax_numpy_dtype_promotion", old[1])
+
+
+@pytest.fixture
 def getkey():
     """Return a function producing fresh PRNG keys (deterministic per test)."""
     state = {"key": jax.random.key(0)}

@@ -15,7 +15,6 @@ import os
 import pathlib
 import pkgutil
 
-import jax
 import pytest
 
 from _environ import restore_environ
@@ -78,20 +77,6 @@ def test_modules_found():
     assert "transflow._grid" in MODULES
     assert any(m.startswith("transflow.continuous.") for m in MODULES)
     assert any(m.startswith("transflow.experiments.") for m in MODULES)
-
-
-@pytest.fixture
-def x64_off():
-    """Examples run as a user runs them: x64 off and JAX's standard dtype promotion (the
-    rest of the suite runs with strict promotion, see conftest.py)."""
-    old = jax.config.jax_enable_x64, jax.config.jax_numpy_dtype_promotion
-    jax.config.update("jax_enable_x64", False)
-    jax.config.update("jax_numpy_dtype_promotion", "standard")
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", old[0])
-        jax.config.update("jax_numpy_dtype_promotion", old[1])
 
 
 def test_slow_modules_exist():

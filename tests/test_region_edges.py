@@ -16,7 +16,6 @@ import math
 import time
 from fractions import Fraction
 
-import jax
 import numpy as np
 import pytest
 
@@ -45,19 +44,6 @@ def slack():
         count_linear_regions(zigzag_maxout(2, 8), 0.0, 1.0)
         ts.append(time.perf_counter() - t)
     return max(1.5, 25 * sorted(ts)[1])
-
-
-@pytest.fixture
-def x64_off():
-    """JAX's defaults, as for a user who has not enabled float64."""
-    old = jax.config.jax_enable_x64, jax.config.jax_numpy_dtype_promotion
-    jax.config.update("jax_enable_x64", False)
-    jax.config.update("jax_numpy_dtype_promotion", "standard")
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", old[0])
-        jax.config.update("jax_numpy_dtype_promotion", old[1])
 
 
 @pytest.fixture(params=["layerwise", "point walk"])

@@ -220,8 +220,9 @@ def _attribute_doc(module: ModuleType, name: str) -> str:
     # SOLVERS`` in transflow/continuous), then its own files and its subpackages' files
     package = here.name == "__init__.py"
     files = [here] + _import_source(here, name)
-    files += sorted(here.parent.glob("*.py")) if package else []
-    files += sorted(here.parent.rglob("*.py")) if package else []
+    if package:
+        files += sorted(here.parent.glob("*.py")) + sorted(here.parent.rglob("*.py"))
+    files = list(dict.fromkeys(files))  # each file once, in this order
     for path in files:
         key = str(path)
         if key not in _ATTRIBUTE_DOCS:

@@ -425,6 +425,16 @@ def _count_2d(f, lo, hi, *, rtol, dtype, progress=None) -> RegionCount:
 
 
 # --------------------------------------------------------------------------- 1-D certified
+def _float_count(f, lo, hi, *, n_seed, tol, rtol, split, dtype, progress) -> RegionCount:
+    """The uncertified float count of a 1-D or 2-D model (the dispatch on ``f.in_dim``)."""
+    if f.in_dim == 1:
+        return _count_1d(
+            f, lo, hi, n_seed=n_seed, tol=tol, rtol=rtol, split=split, dtype=dtype,
+            progress=progress,
+        )  # fmt: skip
+    return _count_2d(f, lo, hi, rtol=rtol, dtype=dtype, progress=progress)
+
+
 def _count_1d_cert(f, lo, hi, *, n_seed, rtol, dtype, strict) -> RegionCount:
     from ._certify import count_1d_certified
     from ._layerwise import NotApplicable, count_1d_layerwise
@@ -630,20 +640,10 @@ def _out_of_time(f, lo, hi, exc, t0, budget, progress, certify, n_seed, tol, map
         progress = {"activation": 1}
         dtype = _default_dtype()
         try:
-            if f.in_dim == 1:
-                r = _count_1d(
-                    f,
-                    lo,
-                    hi,
-                    n_seed=n_seed,
-                    tol=tol,
-                    rtol=map_rtol,
-                    split=split,
-                    dtype=dtype,
-                    progress=progress,
-                )
-            else:
-                r = _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype, progress=progress)
+            r = _float_count(
+                f, lo, hi, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype,
+                progress=progress,
+            )  # fmt: skip
             counts, what = "uncertified float64", "the counts are the uncertified float64 ones"
         except BudgetExceeded as exc2:
             r = _partial(f, progress)
@@ -743,19 +743,11 @@ def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, s
             return _count_1d_cert(
                 f, lo, hi, n_seed=n_seed, rtol=map_rtol, dtype=dtype, strict=strict
             )
-        return _count_1d(
-            f,
-            lo,
-            hi,
-            n_seed=n_seed,
-            tol=tol,
-            rtol=map_rtol,
-            split=split,
-            dtype=dtype,
-            progress=progress,
-        )
     if not certify:
-        return _count_2d(f, lo, hi, rtol=map_rtol, dtype=dtype, progress=progress)
+        return _float_count(
+            f, lo, hi, n_seed=n_seed, tol=tol, rtol=map_rtol, split=split, dtype=dtype,
+            progress=progress,
+        )  # fmt: skip
     from ._exact2d import count_2d_certified
 
     return count_2d_certified(
