@@ -6,20 +6,6 @@ float32 checks create float32 arrays explicitly; x64 only changes the default dt
 import os
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-# Compile speed: the tests compile thousands of small programs, and LLVM's optimisation of
-# the generated CPU code is most of that time. TRANSFLOW_TEST_XLA_O0=1 runs XLA's CPU
-# backend at -O0 (about a third off the fast tier; XLA's HLO passes, the flop counts of
-# tests/test_perf.py, memory analyses and the IEEE semantics of every operation are
-# unchanged, and it found a result that depended on two programs rounding alike, in the
-# chunked hardmax backward). It is not the default: in 2 of 3 full -O0 runs one worker died
-# of a segmentation fault at a torch doctest, as one did at the default level (issue #40);
-# every such crash was inside tests/test_doctests.py, whose harness then rewrote the whole
-# environment after each module while XLA threads call getenv (now it restores only what
-# changed: tests/_environ.py, tests/test_environ_safety.py). Subprocesses inherit it.
-if os.environ.get("TRANSFLOW_TEST_XLA_O0") == "1":
-    _O0 = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_O0}".strip()
-
 import json  # noqa: E402
 import resource  # noqa: E402
 import time  # noqa: E402
