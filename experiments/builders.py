@@ -1,4 +1,4 @@
-"""Build library objects from the config groups ``grid``, ``model`` and ``scheme``.
+"""Build library objects from the config groups ``grid`` and ``model``.
 
 Tasks call these from inside ``run`` (they import JAX/torch lazily), e.g.::
 
@@ -18,9 +18,7 @@ from transflow.interop import build_torch_reference, torch_slow_path
 
 __all__ = [
     "build_grid",
-    "build_scheme",
     "build_torch_reference",
-    "scheme_class",
     "torch_slow_path",
 ]
 
@@ -63,54 +61,3 @@ def build_grid(grid_cfg: Any, *, dtype: Any = None):
     raise ValueError(
         f"`grid.kind` must be 'index', 'uniform', 'interval' or 'image', got {kind!r}."
     )
-
-
-def scheme_class(name: str) -> type:
-    """The :class:`transflow.AbstractScheme` subclass called ``name``.
-
-    ``"lie"`` → ``LieScheme``, ``"prenorm"`` → ``PreNormScheme``; any other
-    ``transflow.<Name>Scheme`` (e.g. ``"strang"`` → ``StrangScheme``) is found by name.
-    """
-    import transflow
-
-    known = {}
-    for attr in dir(transflow):
-        obj = getattr(transflow, attr)
-        if (
-            isinstance(obj, type)
-            and issubclass(obj, transflow.AbstractScheme)
-            and attr.endswith("Scheme")
-            and not attr.startswith("Abstract")
-        ):
-            known[attr.removesuffix("Scheme").lower()] = obj
-    key = str(name).lower().replace("_", "").removesuffix("scheme")
-    if key not in known:
-        raise ValueError(
-            f"`scheme.name` must be one of {sorted(known)} (transflow.<Name>Scheme), got {name!r}."
-        )
-    return known[key]
-
-
-def build_scheme(scheme_cfg: Any):
-    """A scheme instance from a ``scheme`` config node (:class:`SchemeConfig`).
-
-    Options the scheme class does not define are ignored, except those given in
-    ``scheme.options``, which must exist.
-    """
-    import dataclasses
-
-    cls = scheme_class(_get(scheme_cfg, "name", "lie"))
-    fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key in ("ffn_branch_dt", "hardmax", "temperature"):
-        if key in fields:
-            kwargs[key] = _get(scheme_cfg, key)
-    options = _get(scheme_cfg, "options", None) or {}
-    for key, value in dict(options).items():
-        if key not in fields:
-            raise ValueError(
-                f"`scheme.options.{key}`: {cls.__name__} has no option {key!r}; its options "
-                f"are {sorted(fields)}."
-            )
-        kwargs[key] = value
-    return cls(**kwargs)

@@ -6,12 +6,11 @@ composition time, before any compute, with an error that names the key.
 
 Top level (``configs/config.yaml`` composes, in order)::
 
-    base_config (RunConfig) → _self_ → grid → model → scheme → task → experiment → debug
+    base_config (RunConfig) → _self_ → grid → model → task → experiment → debug
 
 - ``grid`` (:class:`GridConfig`): the quadrature grid (:class:`transflow.Grid`).
 - ``model`` (:class:`ModelConfig`): the reference layer(s): shapes and where the weights
   come from (a seeded random PyTorch init).
-- ``scheme`` (:class:`SchemeConfig`): the splitting scheme and its options.
 - ``task``: the task's own ``Config`` dataclass (``experiments/tasks/<name>.py``),
   registered automatically as ``task/<name>``.
 
@@ -39,7 +38,6 @@ __all__ = [
     "Precision",
     "QuadRule",
     "RunConfig",
-    "SchemeConfig",
     "WeightSource",
     "register_schemas",
 ]
@@ -130,25 +128,6 @@ class ModelConfig:
 
 
 @dataclass
-class SchemeConfig:
-    """A splitting scheme of :mod:`transflow` and its options.
-
-    ``name`` is the scheme's short name (``lie`` → :class:`transflow.LieScheme`,
-    ``prenorm`` → :class:`transflow.PreNormScheme`; any ``transflow.<Name>Scheme`` is
-    found the same way). Options a scheme does not have are ignored; ``options`` passes
-    further keyword arguments to schemes added later.
-    """
-
-    name: str = "lie"
-    dt: float = 1.0
-    # LieScheme: "dt" (paper-literal) or "2dt" (docs/spec/continuous-model.md Q10)
-    ffn_branch_dt: str = "dt"
-    hardmax: bool = False
-    temperature: float = 1.0
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class RunConfig:
     """The top-level config of one job."""
 
@@ -158,7 +137,6 @@ class RunConfig:
     claims: ClaimsMode = ClaimsMode.auto  # enforce | record | auto (enforce; record in sweeps)
     grid: GridConfig = field(default_factory=GridConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    scheme: SchemeConfig = field(default_factory=SchemeConfig)
     task: Any = MISSING
 
 
@@ -166,7 +144,7 @@ def register_schemas() -> None:
     """Store :class:`RunConfig` in Hydra's ConfigStore as ``base_config``.
 
     ``configs/config.yaml`` lists ``base_config`` first in its defaults, so every group
-    file is merged into the typed fields (``grid``, ``model``, ``scheme``) and validated.
+    file is merged into the typed fields (``grid``, ``model``) and validated.
     """
     from hydra.core.config_store import ConfigStore
 

@@ -36,7 +36,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError
 
-from .config import Precision, register_schemas
+from .config import Precision, RunConfig, register_schemas
 from .context import (
     ClaimsFailed,
     RunContext,
@@ -55,6 +55,7 @@ __all__ = [
     "GROUPS",
     "check_config",
     "check_overrides",
+    "top_level_names",
     "check_task_keys",
     "list_experiments",
     "precheck",
@@ -221,7 +222,7 @@ def _claims_mode(cfg: DictConfig, multirun: bool) -> str:
 
 
 #: The top-level config groups; a task reads those it names in its module's ``READS``.
-GROUPS = ("grid", "model", "scheme")
+GROUPS = ("grid", "model")
 
 #: Top-level keys every task reads (through ``ctx``) besides ``task.*``.
 COMMON_KEYS = ("seed", "precision", "claims", "smoke")
@@ -238,7 +239,7 @@ def _task_module(task_name: str):
 
 
 def task_reads(task_name: str) -> tuple[str, ...]:
-    """The parts of the top-level groups (``grid``, ``model``, ``scheme``) task
+    """The parts of the top-level groups (``grid``, ``model``) task
     ``task_name`` reads: its module's ``READS`` (a group, ``"model"``, or one key,
     ``"grid.n_tokens"``); ``()`` for a task that reads none.
 
@@ -260,11 +261,11 @@ def task_reads(task_name: str) -> tuple[str, ...]:
 
 def override_key(item: str) -> str:
     """The config key of one command-line override: ``+grid.n_tokens=4,8`` → ``grid.n_tokens``,
-    ``scheme=lie`` → ``scheme``, ``hydra/launcher=x`` → ``hydra/launcher``.
+    ``grid=uniform`` → ``grid``, ``hydra/launcher=x`` → ``hydra/launcher``.
 
     Example:
-        >>> override_key("+grid.n_tokens=4,8"), override_key("~scheme")
-        ('grid.n_tokens', 'scheme')
+        >>> override_key("+grid.n_tokens=4,8"), override_key("~model")
+        ('grid.n_tokens', 'model')
     """
     key = str(item).split("=", 1)[0].lstrip("+~")
     return key.split("@", 1)[0]
@@ -282,30 +283,57 @@ def _what_it_reads(task_name: str, reads: Sequence[str]) -> str:
     return "; ".join(parts)
 
 
-def check_overrides(overrides: Sequence[str], task_name: str) -> None:
-    """Refuse overrides of the top-level groups task ``task_name`` does not read.
+def top_level_names() -> set[str]:
+    """The keys and config groups a command-line override may name at the top level: the
+    fields of :class:`~transflow.experiments.config.RunConfig` and the group folders of
+    ``configs/`` (``experiment``, ``debug``, ``hydra``, …).
 
-    ``scheme=lie_2dt`` or ``grid.n_tokens=8`` for a task that reads no ``scheme``/``grid``
+    Example:
+        >>> sorted(top_level_names() & {"grid", "seed", "experiment", "scheme"})
+        ['experiment', 'grid', 'seed']
+    """
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    groups = {p.name for p in pathlib.Path(CONFIG_DIR).iterdir() if p.is_dir()}
+    return fields | {g for g in groups if not g.startswith("_")} | {"hydra"}
+
+
+def _unknown_message(unknown: Sequence[str], names: set[str]) -> str:
+    return (
+        f"{', '.join(unknown)}: no such config key or group (the top level has "
+        f"{', '.join(sorted(names))}; a task's own options are task.*)."
+    )
+
+
+def check_overrides(overrides: Sequence[str], task_name: str) -> None:
+    """Refuse overrides of the top-level groups task ``task_name`` does not read, and of
+    top-level names that do not exist (``scheme=lie``: there is no top-level scheme group).
+
+    ``model=torch_layer`` or ``grid.n_tokens=8`` for a task that reads no ``model``/``grid``
     would change nothing: raises :class:`ConfigValueError` naming every such key and
     listing what the task reads. Composition only; writes nothing.
 
     Example:
         >>> check_overrides(["task.t1=2", "seed=1"], "clustering")
-        >>> check_overrides(["scheme=lie", "grid.n_tokens=4"], "clustering")
+        >>> check_overrides(["model.nhead=2", "grid.n_tokens=4"], "clustering")
         Traceback (most recent call last):
         ...
-        transflow.experiments.validate.ConfigValueError: scheme, grid.n_tokens: not read ...
+        transflow.experiments.validate.ConfigValueError: model.nhead, grid.n_tokens: not read ...
     """
     reads = task_reads(task_name)
-    bad = []
+    bad, unknown = [], []
+    names = top_level_names()
     for item in overrides:
         key = override_key(item)
         top = key.split(".")[0].split("/")[0]
+        if top not in names and not str(item).startswith("+") and key not in unknown:
+            unknown.append(key)
         if top not in GROUPS or key in bad:
             continue
         # choosing another file of a group (grid=uniform) needs the whole group read
         if not (top in reads if key == top else _reads_key(key, reads)):
             bad.append(key)
+    if unknown and not bad:
+        raise ConfigValueError(_unknown_message(unknown, names))
     if bad:
         partly = [
             f"only {', '.join(r for r in reads if r.startswith(k + '.'))} of {k}"
@@ -313,7 +341,8 @@ def check_overrides(overrides: Sequence[str], task_name: str) -> None:
             if k in GROUPS and any(r.startswith(k + ".") for r in reads)
         ]
         raise ConfigValueError(
-            f"{', '.join(bad)}: not read by task '{task_name}', so the override would change "
+            (_unknown_message(unknown, names) + " " if unknown else "")
+            + f"{', '.join(bad)}: not read by task '{task_name}', so the override would change "
             f"nothing{' (it reads ' + '; '.join(partly) + ')' if partly else ''}. It reads: "
             f"{_what_it_reads(task_name, reads)}. Remove the override "
             f"(`transflow-run help {task_name}` lists the options)."
@@ -722,7 +751,7 @@ def front_page(*, hydra_help: bool = False) -> str:
         "",
         "Every job is checked before any compute or directory (unknown keys, types, ranges",
         "such as task.n_tokens > 0, names such as task.schemes, and overrides of the groups",
-        "grid/model/scheme the task does not read); the error names the key. Groups read:",
+        "grid/model the task does not read); the error names the key. Groups read:",
         *(f"  {t}: {', '.join(r)}" for t, r in _readers().items()),
         "Docs: docs/experiments.md.",
     ]
@@ -888,7 +917,7 @@ def experiment_help(name: str) -> str:
                         + (f"  [{rule.describe()}]" if rule is not None else "")
                     )
     else:
-        lines += ["", "It reads no group grid, model or scheme (overriding one is an error)."]
+        lines += ["", "It reads no group grid or model (overriding one is an error)."]
     return "\n".join(lines)
 
 

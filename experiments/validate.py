@@ -77,7 +77,7 @@ UNIT_CLOSED = Rule(0, True, 1, True)
 
 #: Field name → rule, for every numeric field of the top-level groups and of every task.
 RULES: dict[str, Rule] = {
-    # top level, grid, model, scheme
+    # top level, grid, model
     "seed": NON_NEGATIVE,
     "n_tokens": POSITIVE,
     "n_features": POSITIVE,
@@ -259,7 +259,7 @@ def validate(cfg: Any, task_name: str, task_obj: Any = None) -> None:
     """
     sources: list[tuple[Any, str]] = [
         (cfg.get(g) if hasattr(cfg, "get") else getattr(cfg, g, None), g)
-        for g in ("grid", "model", "scheme")
+        for g in ("grid", "model")
     ]
     seed = cfg.get("seed") if hasattr(cfg, "get") else getattr(cfg, "seed", None)
     checks: list[tuple[str, str, Any]] = [("seed", "seed", seed)] if _is_number(seed) else []

@@ -139,17 +139,17 @@ def test_bad_task_value_is_rejected_naming_the_key(task, tmp_path):
 
 @pytest.mark.parametrize(
     "override",
-    ["grid.n_tokens=0", "grid.n_features=-1", "model.nhead=0", "scheme.dt=-0.5", "seed=-1"],
+    ["grid.n_tokens=0", "grid.n_features=-1", "model.nhead=0", "seed=-1"],
 )
 def test_bad_group_value_is_rejected_naming_the_key(override, tmp_path):
-    """Equivalence reads grid.n_tokens/n_features and model: their values are range-checked;
-    it reads no scheme, so scheme.dt is refused as an option that would change nothing."""
+    """Equivalence reads grid.n_tokens/n_features and model: their values are range-checked
+    before any work."""
     from transflow.experiments.run import compose, run_job
     from transflow.experiments.validate import ConfigValueError
 
     key = override.split("=")[0]
     cfg, task = compose(["debug=smoke", override])
-    expected = f"{key}: not read by task" if key.startswith("scheme") else f"{key} = "
+    expected = f"{key} = "
     with pytest.raises(ConfigValueError, match=re.escape(expected)):
         run_job(cfg, run_dir=tmp_path / "run", task_name=task, overrides=["debug=smoke", override])
     assert not (tmp_path / "run").exists()
@@ -323,7 +323,7 @@ def test_cli_piped_full_training_prints_a_progress_line_every_10_s(tmp_path):
 
 
 # --------------------------------------------------------------------------- what a task reads
-TOP_GROUPS = ("grid", "model", "scheme")
+TOP_GROUPS = ("grid", "model")
 
 
 def _group_overrides(group: str) -> list[str]:
@@ -331,7 +331,7 @@ def _group_overrides(group: str) -> list[str]:
     from test_experiments import CONFIGS as configs
 
     options = sorted(p.stem for p in (configs / group).glob("*.yaml"))
-    field = {"grid": "grid.n_tokens=5", "model": "model.nhead=1", "scheme": "scheme.dt=0.5"}
+    field = {"grid": "grid.n_tokens=5", "model": "model.nhead=1"}
     return [f"{group}={options[-1]}", field[group]]
 
 
@@ -376,7 +376,10 @@ def test_issue_sweep_over_unread_groups_stops_naming_them(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode != 0
-    assert "scheme, grid.n_tokens: not read by task 'clustering'" in proc.stderr, proc.stderr
+    # no task read the top-level scheme group, so it was removed (CHANGELOG.md): the key is
+    # refused as unknown, in the same message as the grid key clustering does not read
+    assert "scheme: no such config key or group" in proc.stderr, proc.stderr
+    assert "grid.n_tokens: not read by task 'clustering'" in proc.stderr, proc.stderr
     assert "task.* (n_tokens, d, t1, dt, temperature)" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not any(tmp_path.iterdir()), "no sweep directory for a refused sweep"

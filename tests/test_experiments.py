@@ -61,7 +61,7 @@ def _status(run_dir: pathlib.Path) -> dict:
 
 # --------------------------------------------------------------------------- composition
 def test_config_tree_has_the_groups():
-    for group in ("grid", "model", "scheme", "experiment", "hydra", "debug"):
+    for group in ("grid", "model", "experiment", "hydra", "debug"):
         assert (CONFIGS / group).is_dir(), f"configs/{group}/ is missing"
     assert (CONFIGS / "debug" / "smoke.yaml").exists()
     assert "equivalence" in EXPERIMENTS
@@ -69,7 +69,7 @@ def test_config_tree_has_the_groups():
 
 def test_compose_default():
     from omegaconf import OmegaConf
-    from transflow.experiments.config import GridConfig, ModelConfig, RunConfig, SchemeConfig
+    from transflow.experiments.config import GridConfig, ModelConfig, RunConfig
     from transflow.experiments.run import compose
 
     cfg, task = compose([])
@@ -77,7 +77,7 @@ def test_compose_default():
     assert OmegaConf.get_type(cfg) is RunConfig
     assert OmegaConf.get_type(cfg.grid) is GridConfig
     assert OmegaConf.get_type(cfg.model) is ModelConfig
-    assert OmegaConf.get_type(cfg.scheme) is SchemeConfig
+    assert "scheme" not in cfg  # no top-level scheme group: each task names its schemes
     assert cfg.model.d_model == cfg.grid.n_features  # interpolation
     assert cfg.model.init_seed == cfg.seed
     assert cfg.smoke is False
@@ -115,12 +115,6 @@ def test_compose_every_group_option(group, option):
 
         g = build_grid(cfg.grid)
         assert g.n_tokens == cfg.grid.n_tokens and g.n_features == cfg.grid.n_features
-    if group == "scheme":
-        from transflow.experiments.builders import build_scheme
-
-        import transflow
-
-        assert isinstance(build_scheme(cfg.scheme), transflow.AbstractScheme)
 
 
 def test_compose_every_registered_task():
@@ -540,19 +534,11 @@ def test_precision_context_restores_x64():
 # --------------------------------------------------------------------------- builders
 def test_builders():
     import torch
-    from transflow.experiments.builders import build_scheme, build_torch_reference, scheme_class
-    from transflow.experiments.config import ModelConfig, SchemeConfig
+    from transflow.experiments.builders import build_torch_reference
+    from transflow.experiments.config import ModelConfig
 
     import transflow
 
-    assert scheme_class("lie") is transflow.LieScheme
-    assert scheme_class("prenorm") is transflow.PreNormScheme
-    with pytest.raises(ValueError, match="scheme.name"):
-        scheme_class("nope")
-    s = build_scheme(SchemeConfig(name="lie", ffn_branch_dt="2dt"))
-    assert isinstance(s, transflow.LieScheme) and s.ffn_branch_dt == "2dt"
-    with pytest.raises(ValueError, match="scheme.options.bogus"):
-        build_scheme(SchemeConfig(options={"bogus": 1}))
     m = ModelConfig(d_model=8, init_seed=5)
     a = build_torch_reference(m, nhead=2)
     b = build_torch_reference(m, nhead=2)
