@@ -216,7 +216,9 @@ def test_dissipative_imex_weight_has_no_growing_mode_and_a_well_conditioned_solv
         weff = np.asarray(IMEXScheme.dissipative_weight(jnp.asarray(w)))
         lam = np.linalg.eigvals(weff)
         assert np.max(lam.real) <= 1e-12 * max(1.0, np.max(np.abs(lam))), (trial, lam)
-        np.testing.assert_allclose(weff + weff.T, -2 * w @ w.T, atol=1e-12 * max(1, np.abs(w).max() ** 2))
+        np.testing.assert_allclose(
+            weff + weff.T, -2 * w @ w.T, atol=1e-12 * max(1, np.abs(w).max() ** 2)
+        )
         for s in (0.01, 0.5, 1.0, 4.0, 100.0):
             sv = np.linalg.svd(np.eye(d) - s * weff, compute_uv=False)
             assert sv[-1] >= 1.0 - 1e-12, (trial, s, sv[-1])
@@ -750,7 +752,8 @@ def test_schemes_text_task_records_bits_per_character(tmp_path):
     assert all(np.isfinite(v) for v in rec.values())
     # near log2(103) ≈ 6.7 after 6 steps of a d = 8 model; well below 20
     assert 0 < rec["bpc"] < 20 and 0 < rec["bpc_half_dt"] < 20
-    assert count > 0
+    n, copies, one_ffn = count
+    assert n > 0 and copies == 1 and 0 < one_ffn < n
 
 
 def test_schemes_task_names_are_checked(tmp_path):
@@ -761,6 +764,40 @@ def test_schemes_task_names_are_checked(tmp_path):
         schemes.run(cfg, _Ctx(tmp_path, smoke=False))
     with pytest.raises(ValueError, match=r"task\.tasks.*'txt'.*digits.*sequence.*text"):
         schemes.run(schemes.Config(tasks=["digits", "txt"]), _Ctx(tmp_path))
+    with pytest.raises(ValueError, match=r"task\.order_schemes: 'lie'"):
+        schemes.run(schemes.Config(order_schemes=["prenorm", "lie"]), _Ctx(tmp_path, False))
+    bad = schemes.Config()
+    bad.problem_b.window_order2 = [64, 64]
+    with pytest.raises(ValueError, match=r"task\.problem_b\.window_order2 = \[64, 64\]"):
+        schemes.run(bad, _Ctx(tmp_path, False))
+
+
+def test_schemes_smoke_runs_cover_every_scheme_both_tasks_and_two_seeds():
+    from transflow.experiments.tasks import schemes
+
+    runs = schemes._runs(["digits", "text"], schemes._SMOKE_SCHEMES, [0, 1], smoke=True)
+    assert {s for _, s, _ in runs} == {"imex_dissipative", "macaron_untied"}
+    assert {t for t, _, _ in runs} == {"digits", "text"}
+    assert ("digits", "imex_dissipative", 1) in runs and ("text", "macaron_untied", 0) in runs
+    assert len(runs) == 3  # the first scheme with both seeds: the mean ± std path
+    full = schemes._runs(["digits", "text"], ["a", "b"], [0, 1, 2], smoke=False)
+    assert len(full) == 12
+
+
+def test_the_declared_windows_are_the_same_for_every_scheme_of_an_order_class():
+    """The fit windows are config data per problem and order class (issue 37), not chosen
+    per scheme: the two problems differ (independent draws and sizes) and every window
+    lies on its problem's grid, above the smallest N."""
+    from transflow.experiments.tasks import schemes
+
+    cfg = schemes.Config()
+    a, b = cfg.problem_a, cfg.problem_b
+    assert (a.d, a.n_tokens, a.path_seed) != (b.d, b.n_tokens, b.path_seed)
+    for pb in (a, b):
+        for p in (1, 2, 4):
+            w = getattr(pb, f"window_order{p}")
+            assert len(set(w)) >= 2 and set(w) <= set(pb.grid) and min(w) > min(pb.grid)
+    assert cfg.order_tol == 0.15
 
 
 class _LoopCtx(_Ctx):

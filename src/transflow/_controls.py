@@ -294,7 +294,8 @@ class LayerControls(eqx.Module):
             kw.update(scale=scale, dtype=dtype)
             base = cls.random(d, **kw, key=key)
             ffns = [base.ffn] + [
-                cls.random(d, **kw, key=jax.random.fold_in(key, i)).ffn for i in range(1, ffn_copies)
+                cls.random(d, **kw, key=jax.random.fold_in(key, i)).ffn
+                for i in range(1, ffn_copies)
             ]
             ffn = FFNParams(
                 tuple(w for f in ffns for w in f.weights),

@@ -27,7 +27,6 @@ class PreNormScheme(AttentionOptions):
     ``implementation`` selects the attention evaluation as in :class:`LieScheme`.
     """
 
-
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps
         return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")

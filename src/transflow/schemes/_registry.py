@@ -46,8 +46,8 @@ def make_scheme(name: str, **options: Any) -> AbstractScheme:
     ``macaron``/``macaron_post``: :class:`StrangScheme` with Euler sub-flows (Macaron-Net;
     pre-/post-norm; the two half-steps share one FFN); ``macaron_untied``: the same
     pre-norm layer with two FFNs, as Macaron-Net trains it (``StrangScheme(untied=True)``,
-    controls with ``ffn_copies=2``); ``strang``/``strang_post``: with Heun sub-flows (order 2 in pre-norm
-    form, 1 in post-norm form);
+    controls with ``ffn_copies=2``); ``strang``/``strang_post``: with Heun sub-flows (order 2
+    in pre-norm form, 1 in post-norm form);
     ``heun``/``midpoint``/``rk4``: :class:`RungeKuttaScheme` on f = a + g; ``ode_rk2``: the
     ODE Transformer's RK2 block (Heun on the pre-LN block's increment); ``imex``:
     :class:`IMEXScheme`; ``imex_dissipative``: with W_eff = W − Wᵀ − W Wᵀ implicit
