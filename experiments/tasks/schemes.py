@@ -713,13 +713,14 @@ def run(cfg: Config, ctx) -> dict:
         + _imex_line(imex)
     )
 
-    def empty(task):  # a cell a smoke run did not train: NaN bars
-        key = _METRIC[task][0]
-        names = [key, key + "_half_dt", key + "_double_dt", "cpu_ms_per_step", "ftle"]
-        return {k: [float("nan")] for k in names}
-
-    fig_rows = {(t, s): rows.get((t, s), empty(t)) for t in tasks for s in schemes}
-    _figure(ctx, tasks, schemes, fig_rows, stable)
+    # the figure: the schemes trained on every task (a smoke run trains each scheme on one
+    # task: then the first task's schemes)
+    fig_tasks = tasks
+    fig_schemes = [s for s in schemes if all((t, s) in rows for t in tasks)]
+    if not fig_schemes:
+        fig_tasks = [tasks[0]]
+        fig_schemes = [s for s in schemes if (tasks[0], s) in rows]
+    _figure(ctx, fig_tasks, fig_schemes, rows, stable)
     ctx.save_arrays(
         "schemes",
         **{f"{t}_{s}_{k}": np.asarray(v) for (t, s), r in rows.items() for k, v in r.items()},

@@ -18,8 +18,7 @@ import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .._controls import LayerControls
-from .._integrate import solve_ode
-from ._base import AbstractScheme, check_consistent
+from ._base import AbstractScheme
 from ._imex import IMEXScheme
 from ._prenorm import PreNormScheme
 from ._runge_kutta import RungeKuttaScheme
@@ -161,8 +160,9 @@ def reference_solution(
     max_steps: int = 100_000,
 ) -> Float[Array, "n d"]:
     """u(T) of the scheme's continuous limit u' = f(t, u) by diffrax's Dopri8 (order 8, PID
-    step control; the integrator's ``solve_ode``), for order studies in float64. ``f`` is
-    the scheme's :meth:`~transflow.AbstractScheme.vector_field` along ``path``.
+    step control: :func:`transflow.continuous.solve_adaptive` with ``solver="dopri8"``), for
+    order studies in float64. ``f`` is the scheme's
+    :meth:`~transflow.AbstractScheme.vector_field` along ``path``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -178,14 +178,11 @@ def reference_solution(
         >>> round(err[0] / err[1])  # second order: halving Δt divides the error by 4
         4
     """
-    check_consistent(scheme)
+    from ..continuous._solve import solve_adaptive  # the one adaptive solve of a scheme
+
     t0, t1 = path.interval
-
-    def f(t, u, _):
-        return scheme.vector_field(u, path(t), grid=grid)
-
     opts = {"rtol": rtol, "atol": atol, "dt0": (t1 - t0) / 8, "max_steps": max_steps}
-    return solve_ode(f, u0, (t0, t1), solver="dopri8", **opts).u
+    return solve_adaptive(u0, path, scheme, grid=grid, solver="dopri8", **opts).u
 
 
 # ------------------------------------------------------- stability of a layer's linearisation
