@@ -184,6 +184,15 @@ RULES: dict[str, Rule] = {
     "sequence_n_steps": POSITIVE,
     "n_sensitivity": POSITIVE,
     "order_tol": POSITIVE,
+    # the order study's problems (task.problem_a/problem_b of experiment=schemes): path
+    # weight scale, seeds, the step counts N measured and the declared fit windows
+    "scale": POSITIVE,
+    "path_seed": NON_NEGATIVE,
+    "state_seed": NON_NEGATIVE,
+    "grid": POSITIVE,
+    "window_order1": POSITIVE,
+    "window_order2": POSITIVE,
+    "window_order4": POSITIVE,
     "adjoint_rtol": POSITIVE,
     "adjoint_relu_rtol": NON_NEGATIVE,  # 0: skip the ReLU contrast
     "checkpoints": POSITIVE,

@@ -28,6 +28,7 @@ D = 8
 
 
 def _theta(n=3, d=D, dtype=jnp.float64, **kw):
+    """``n`` random layers (``ffn_copies=2`` for the untied Macaron layer's two FFNs)."""
     keys = jax.random.split(jax.random.key(0), n)
     layers = [
         LayerControls.random(d, n_heads=2, activation="gelu", dtype=dtype, key=k, **kw)
@@ -44,13 +45,14 @@ def _tiered(names, fast: set[str], why: str = "the fast names cover the same cla
 
 # one of each class in the fast tier: the paper's layer, pre-norm, a post-norm Strang,
 # Runge–Kutta on the field and on the block, IMEX
-_FAST = {"lie", "prenorm", "strang_post", "rk4", "ode_rk2", "imex"}
+_FAST = {"lie", "prenorm", "strang_post", "rk4", "ode_rk2", "imex", "macaron_untied"}
+_FAST |= {"imex_dissipative"}
 
 
 @pytest.mark.parametrize("name", _tiered(SCHEME_NAMES, _FAST))
 def test_every_scheme_runs_with_evolve_and_masks(name):
     s = make_scheme(name)
-    theta = _theta(2)
+    theta = _theta(2, ffn_copies=s.ffn_copies)
     u0 = jax.random.normal(jax.random.key(1), (5, D))
     pad = jnp.array([False, False, False, True, True])
     out = evolve(u0, theta, s, dt=0.3)
@@ -90,6 +92,7 @@ def test_declared_orders():
         "prenorm": 1,
         "relaxed": 1,
         "macaron": 1,
+        "macaron_untied": 1,
         "strang": 2,
         "macaron_post": 1,
         "strang_post": 1,  # the projections' curvature limits it (test_post_norm_order)
@@ -98,6 +101,7 @@ def test_declared_orders():
         "rk4": 4,
         "ode_rk2": 1,
         "imex": 1,
+        "imex_dissipative": 1,
     }
     assert set(want) == set(SCHEME_NAMES)
     assert {n: declared_order(make_scheme(n)) for n in SCHEME_NAMES} == want
@@ -130,6 +134,14 @@ def test_bad_names_and_incompatible_options_name_the_option():
         RungeKuttaScheme("rk4").step(jnp.ones((3, D)), staged, 0.1)
     with pytest.raises(ValueError, match="stage axis"):
         StrangScheme().step(jnp.ones((3, D)), staged, 0.1)
+    # the untied Macaron layer needs two FFNs in its controls, and says how to draw them
+    one_ffn = LayerControls.random(D, key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"ffn_copies=2"):
+        make_scheme("macaron_untied").step(jnp.ones((3, D)), one_ffn, 0.1)
+    with pytest.raises(ValueError, match="parameterization"):
+        IMEXScheme(parameterization="skew")
+    with pytest.raises(ValueError, match="ffn_copies"):
+        LayerControls.random(D, ffn_copies=0, key=jax.random.key(0))
 
 
 def test_all_pre_norm_schemes_share_one_vector_field():
@@ -146,6 +158,87 @@ def test_all_pre_norm_schemes_share_one_vector_field():
         np.testing.assert_allclose(f, ref, atol=1e-13, err_msg=name)
     relaxed = vector_field(make_scheme("relaxed"), path)(0.5, u)
     np.testing.assert_allclose(vector_field(IMEXScheme(), path)(0.5, u), relaxed, atol=1e-13)
+
+
+def test_untied_macaron_with_equal_ffns_is_the_tied_one_and_its_field_averages_them():
+    """Two copies of one FFN make the untied layer the tied one (to round-off); with two
+    different FFNs its vector field is a + ½(g₁ + g₂), and it differs from the tied layer."""
+    from transflow.continuous import PiecewiseConstant, stack_leading, vector_field
+    from transflow.schemes._subfields import split_ffn
+
+    th2 = LayerControls.random(D, n_heads=2, activation="gelu", ffn_copies=2, key=jax.random.key(3))
+    f1, f2 = split_ffn(th2.ffn, 2, "test")
+    th1 = type(th2)(th2.attn, th2.norm1, f1, th2.norm2)
+    same = type(th2)(
+        th2.attn,
+        th2.norm1,
+        type(f1)(f1.weights * 2, f1.biases * 2, f1.residual * 2, f1.activation),
+        th2.norm2,
+    )
+    u = jax.random.normal(jax.random.key(1), (5, D))
+    tied, untied = make_scheme("macaron"), make_scheme("macaron_untied")
+    np.testing.assert_allclose(untied.step(u, same, 0.7), tied.step(u, th1, 0.7), atol=1e-13)
+    assert float(jnp.max(jnp.abs(untied.step(u, th2, 0.7) - tied.step(u, th1, 0.7)))) > 1e-3
+
+    def field(scheme, th):
+        return vector_field(scheme, PiecewiseConstant(stack_leading([th])))(0.5, u)
+
+    th_b = type(th2)(th2.attn, th2.norm1, f2, th2.norm2)
+    pre = make_scheme("prenorm")
+    want = 0.5 * (field(pre, th1) + field(pre, th_b))  # a + ½g₁ + ½g₂
+    np.testing.assert_allclose(field(untied, th2), want, atol=1e-13)
+
+
+def test_layer_controls_ffn_copies_draws_independent_ffns():
+    """``ffn_copies=2``: the first FFN is the one ``ffn_copies=1`` draws from the same key
+    (so the attention, norms and first FFN do not change), the second an independent draw."""
+    k = jax.random.key(5)
+    one = LayerControls.random(D, n_heads=2, key=k)
+    two = LayerControls.random(D, n_heads=2, ffn_copies=2, key=k)
+    assert two.ffn.num_substeps == 4 and two.ffn.residual == (True,) * 4
+    for a, b in zip(jax.tree.leaves(one.attn), jax.tree.leaves(two.attn)):
+        np.testing.assert_array_equal(a, b)
+    for j in range(2):
+        np.testing.assert_array_equal(one.ffn.weights[j], two.ffn.weights[j])
+        assert float(jnp.max(jnp.abs(two.ffn.weights[j] - two.ffn.weights[j + 2]))) > 0.1
+
+
+def test_dissipative_imex_weight_has_no_growing_mode_and_a_well_conditioned_solve():
+    """W_eff = W − Wᵀ − W Wᵀ: Re λ(W_eff) ≤ 1e-12 for random W of several scales (also
+    for W with Re λ(W) up to several units, as trained weights have), σ_min(I − s W_eff)
+    ≥ 1 for s ≥ 0 (so the solve never meets a pole: cond = σ_max, the norm of I − s W_eff),
+    and the free parameterization does reach its pole."""
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        d = int(rng.integers(2, 33))
+        w = rng.normal(size=(d, d)) * rng.choice([0.1, 1.0, 5.0]) / np.sqrt(d)
+        w = w + rng.choice([0.0, 2.0]) * np.eye(d)  # shifted: Re λ(W) up to ≈ +2..+7
+        weff = np.asarray(IMEXScheme.dissipative_weight(jnp.asarray(w)))
+        lam = np.linalg.eigvals(weff)
+        assert np.max(lam.real) <= 1e-12 * max(1.0, np.max(np.abs(lam))), (trial, lam)
+        np.testing.assert_allclose(
+            weff + weff.T, -2 * w @ w.T, atol=1e-12 * max(1, np.abs(w).max() ** 2)
+        )
+        for s in (0.01, 0.5, 1.0, 4.0, 100.0):
+            sv = np.linalg.svd(np.eye(d) - s * weff, compute_uv=False)
+            assert sv[-1] >= 1.0 - 1e-12, (trial, s, sv[-1])
+            assert sv[0] / sv[-1] <= 1.0 + s * np.linalg.norm(weff, 2) + 1e-9
+    # the free W with an eigenvalue λ > 0 puts I − sW at its pole at s = 1/λ
+    w = np.diag([2.0, -1.0, 0.5])
+    assert np.linalg.svd(np.eye(3) - 0.5 * w, compute_uv=False)[-1] < 1e-15
+    # and the scheme takes W_eff: its implicit sub-steps solve with W_eff
+    th = jax.tree.map(lambda x: x[0], _theta(1))
+    dis = IMEXScheme(parameterization="dissipative")
+    assert all(
+        np.allclose(a, IMEXScheme.dissipative_weight(b))
+        for a, b in zip(dis.implicit_weights(th), th.ffn.weights)
+    )
+    u = jax.random.normal(jax.random.key(2), (5, D))
+    free_eff = type(th.ffn)(
+        dis.implicit_weights(th), th.ffn.biases, th.ffn.residual, th.ffn.activation
+    )
+    th_eff = type(th)(th.attn, th.norm1, free_eff, th.norm2)
+    np.testing.assert_allclose(dis.step(u, th, 0.5), IMEXScheme().step(u, th_eff, 0.5), atol=1e-14)
 
 
 def test_imex_takes_a_real_linear_solve_per_step():
@@ -422,6 +515,44 @@ def test_ode_transformer_rk2_block_matches_pytorch():
     _compare_with_torch(make_scheme("ode_rk2"), rk2)
 
 
+def test_untied_macaron_layer_matches_pytorch():
+    """Macaron-Net as Lu et al. (2019) train it (pre-LN form, two FFNs):
+    x̃ = x + ½FFN₁(LN₂x), x̂ = x̃ + Att(LN₁x̃), y = x̂ + ½FFN₂(LN₂x̂) (FFN₁, FFN₂ with their
+    own weights, written here in PyTorch) is StrangScheme(untied=True) at Δt = 1: values
+    and input gradients to 1e-12 in float64."""
+    th1 = _ref_controls()
+    k = jax.random.key(12)
+    th2 = LayerControls.random(D, n_heads=2, d_ff=16, bias=True, dtype=jnp.float64, key=k)
+    ffn = type(th1.ffn)(
+        th1.ffn.weights + th2.ffn.weights,
+        th1.ffn.biases + th2.ffn.biases,
+        th1.ffn.residual + th2.ffn.residual,
+        th1.ffn.activation,
+    )
+    both = type(th1)(th1.attn, th1.norm1, ffn, th1.norm2)
+    torch, att, ffn1, ln = _torch_layer(th1)
+    _, _, ffn2, _ = _torch_layer(type(th1)(th1.attn, th1.norm1, th2.ffn, th1.norm2))
+
+    def macaron(x):
+        x1 = x + 0.5 * ffn1(ln(x, 2))
+        x2 = x1 + att(ln(x1, 1))
+        return x2 + 0.5 * ffn2(ln(x2, 2))
+
+    scheme = make_scheme("macaron_untied")
+    x = jax.random.normal(jax.random.key(4), (6, D), jnp.float64)
+    r = jax.random.normal(jax.random.key(5), (6, D), jnp.float64)
+    y = scheme.step(x, both, 1.0)
+    gx = jax.grad(lambda v: jnp.sum(scheme.step(v, both, 1.0) * r))(x)
+    xt = torch.tensor(np.asarray(x), requires_grad=True)
+    yt = macaron(xt)
+    (yt * torch.tensor(np.asarray(r))).sum().backward()
+    np.testing.assert_allclose(np.asarray(y), yt.detach().numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(gx), xt.grad.numpy(), rtol=0, atol=1e-12)
+    # the tied layer (FFN₁ in both half-steps) is a different layer on the same input
+    tied = make_scheme("macaron").step(x, th1, 1.0)
+    assert float(jnp.max(jnp.abs(tied - y))) > 1e-2
+
+
 def test_parallel_heun_block_matches_pytorch():
     """The order-2 variant: Heun on the parallel block f(y) = Att(LN₁y) + FFN(LN₂y)."""
     _, att, ffn, ln = _torch_layer(_ref_controls())
@@ -448,6 +579,8 @@ _STABLE_NAMES = [
     "rk4",
     "ode_rk2",
     "imex",
+    "macaron_untied",
+    "imex_dissipative",
 ]
 
 
@@ -516,6 +649,30 @@ def test_largest_stable_dt_is_confirmed_by_runs_below_and_above(name, random_lay
         assert above > 10.0, (above, c)
     else:  # IMEX leaves it slowly: 2000 steps are not enough to see the growth
         assert c["rho_above"] < 1.01 and c["steps_above"] > 2000, c
+
+
+@pytest.mark.parametrize("name", ["imex", "imex_dissipative"])
+def test_stable_dt_of_the_imex_layer_as_trained(name, random_layer_trajectory):
+    """The trained IMEX configuration (post-LN, ffn_branch_dt="dt", only W_j or W_eff
+    implicit, its own trajectory): Δt* is confirmed by runs below and above; the step
+    matrix is built from the J implicit matrices I_n ⊗ W_j (a stack), and a non-IMEX
+    scheme is refused with the function to use instead."""
+    from transflow import confirm_stable_dt, imex_linearised_stability
+
+    th, _ = random_layer_trajectory
+    s = make_scheme(name)
+    u0 = jax.random.normal(jax.random.key(1), (4, D), jnp.float64)
+    _, traj = evolve(u0, stack_controls([th] * 3), s, dt=0.25, saveat=SaveAt(steps=True))
+    r = imex_linearised_stability(s, th, jnp.concatenate([u0[None], traj]))
+    assert r["j_ffn"].shape == (2, 4 * D, 4 * D)  # J = 2 implicit sub-steps
+    if name == "imex_dissipative":
+        assert r["max_re_implicit"] <= 1e-12
+    assert 0 < r["dt"] < np.inf
+    c = confirm_stable_dt(s, r["j_attention"], r["j_ffn"], r["dt"])
+    assert c["rho_below"] <= 1.0 < c["rho_above"], c
+    assert c["growth_below"] < 1.0 and c["growth_above"] > 10.0, c
+    with pytest.raises(TypeError, match="linearised_stability"):
+        imex_linearised_stability(make_scheme("prenorm"), th, traj)
 
 
 def test_runge_kutta_step_matrix_is_the_stability_polynomial_of_the_eigenvalues(
@@ -619,7 +776,8 @@ def test_schemes_text_task_records_bits_per_character(tmp_path):
     assert all(np.isfinite(v) for v in rec.values())
     # near log2(103) ≈ 6.7 after 6 steps of a d = 8 model; well below 20
     assert 0 < rec["bpc"] < 20 and 0 < rec["bpc_half_dt"] < 20
-    assert count > 0
+    n, copies, one_ffn = count
+    assert n > 0 and copies == 1 and 0 < one_ffn < n
 
 
 def test_schemes_task_names_are_checked(tmp_path):
@@ -630,6 +788,40 @@ def test_schemes_task_names_are_checked(tmp_path):
         schemes.run(cfg, _Ctx(tmp_path, smoke=False))
     with pytest.raises(ValueError, match=r"task\.tasks.*'txt'.*digits.*sequence.*text"):
         schemes.run(schemes.Config(tasks=["digits", "txt"]), _Ctx(tmp_path))
+    with pytest.raises(ValueError, match=r"task\.order_schemes: 'lie'"):
+        schemes.run(schemes.Config(order_schemes=["prenorm", "lie"]), _Ctx(tmp_path, False))
+    bad = schemes.Config()
+    bad.problem_b.window_order2 = [64, 64]
+    with pytest.raises(ValueError, match=r"task\.problem_b\.window_order2 = \[64, 64\]"):
+        schemes.run(bad, _Ctx(tmp_path, False))
+
+
+def test_schemes_smoke_runs_cover_every_scheme_both_tasks_and_two_seeds():
+    from transflow.experiments.tasks import schemes
+
+    runs = schemes._runs(["digits", "text"], schemes._SMOKE_SCHEMES, [0, 1], smoke=True)
+    assert {s for _, s, _ in runs} == {"imex_dissipative", "macaron_untied"}
+    assert {t for t, _, _ in runs} == {"digits", "text"}
+    assert ("digits", "imex_dissipative", 1) in runs and ("text", "macaron_untied", 0) in runs
+    assert len(runs) == 3  # the first scheme with both seeds: the mean ± std path
+    full = schemes._runs(["digits", "text"], ["a", "b"], [0, 1, 2], smoke=False)
+    assert len(full) == 12
+
+
+def test_the_declared_windows_are_the_same_for_every_scheme_of_an_order_class():
+    """The fit windows are config data per problem and order class (issue 37), not chosen
+    per scheme: the two problems differ (independent draws and sizes) and every window
+    lies on its problem's grid, above the smallest N."""
+    from transflow.experiments.tasks import schemes
+
+    cfg = schemes.Config()
+    a, b = cfg.problem_a, cfg.problem_b
+    assert (a.d, a.n_tokens, a.path_seed) != (b.d, b.n_tokens, b.path_seed)
+    for pb in (a, b):
+        for p in (1, 2, 4):
+            w = getattr(pb, f"window_order{p}")
+            assert len(set(w)) >= 2 and set(w) <= set(pb.grid) and min(w) > min(pb.grid)
+    assert cfg.order_tol == 0.15
 
 
 class _LoopCtx(_Ctx):

@@ -274,9 +274,36 @@ class LayerControls(eqx.Module):
         eps: float = 0.0,
         scale: float = 1.0,
         dtype=None,
+        ffn_copies: int = 1,
         key: PRNGKeyArray,
     ) -> LayerControls:
-        """Random controls. ``d_ff=None`` gives the paper's square FFN (residual form)."""
+        """Random controls. ``d_ff=None`` gives the paper's square FFN (residual form).
+
+        ``ffn_copies = k > 1`` draws k independent FFNs (the first from ``key`` as for
+        ``k = 1``, copy i from ``fold_in(key, i)``) and puts their sub-steps one after the
+        other in ``ffn`` (2k sub-steps): the untied Macaron layer's two half-step FFNs
+        (``StrangScheme(untied=True)``, ``make_scheme("macaron_untied")``).
+        """
+        if isinstance(ffn_copies, bool) or not isinstance(ffn_copies, int) or ffn_copies < 1:
+            raise ValueError(
+                f"LayerControls.random: `ffn_copies` must be an integer >= 1, got {ffn_copies!r} "
+                "(2 for the untied Macaron layer, 1 otherwise)."
+            )
+        if ffn_copies > 1:
+            kw = dict(n_heads=n_heads, d_ff=d_ff, activation=activation, bias=bias, eps=eps)
+            kw.update(scale=scale, dtype=dtype)
+            base = cls.random(d, **kw, key=key)
+            ffns = [base.ffn] + [
+                cls.random(d, **kw, key=jax.random.fold_in(key, i)).ffn
+                for i in range(1, ffn_copies)
+            ]
+            ffn = FFNParams(
+                tuple(w for f in ffns for w in f.weights),
+                tuple(b for f in ffns for b in f.biases),
+                tuple(r for f in ffns for r in f.residual),
+                activation,
+            )
+            return cls(base.attn, base.norm1, ffn, base.norm2)
         dtype = dtype or jnp.result_type(float)
         k1, k2, k3, k4 = jax.random.split(key, 4)
         attn = AttentionParams.random(

@@ -270,10 +270,11 @@ def _scheme(name: str, ffn_branch_dt: str, relax_tau: float = 1.0):
         from ..continuous import RelaxedLieScheme
 
         return RelaxedLieScheme(ffn_branch_dt=ffn_branch_dt, tau=relax_tau)
-    if name == "imex":
+    if name in ("imex", "imex_dissipative"):
         from .. import IMEXScheme
 
-        return IMEXScheme(ffn_branch_dt=ffn_branch_dt, tau=relax_tau)
+        kind = "dissipative" if name == "imex_dissipative" else "free"
+        return IMEXScheme(ffn_branch_dt=ffn_branch_dt, tau=relax_tau, parameterization=kind)
     from .. import SCHEME_NAMES, make_scheme
 
     if name in SCHEME_NAMES:  # the layers of issue 27 (docs/schemes.md)

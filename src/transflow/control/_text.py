@@ -267,17 +267,17 @@ def make_char_lm(
     import jax.numpy as jnp
 
     from .. import CausalScheme, PreNormScheme
-    from ..models._flow import FlowModel, TokenEmbedding, _layer_or_path_controls
+    from ..models._flow import FlowModel, TokenEmbedding, _ffn_copies, _layer_or_path_controls
 
     dtype = jnp.float32 if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)
     embed = TokenEmbedding(
         jax.random.normal(k1, (vocab, d), dtype), 0.1 * jax.random.normal(k2, (context, d), dtype)
     )
-    controls = _layer_or_path_controls(
-        d, n_steps, n_heads, None, dtype, k3, path, path_size, dt, smooth_init
-    )
     scheme = PreNormScheme() if scheme is None else scheme
+    controls = _layer_or_path_controls(
+        d, n_steps, n_heads, None, dtype, k3, path, path_size, dt, smooth_init, _ffn_copies(scheme)
+    )
     return FlowModel(
         embed,
         controls,

@@ -56,6 +56,10 @@ class CausalScheme(AbstractScheme):
         return self.inner.substep_names(controls)
 
     @property
+    def ffn_copies(self) -> int:
+        return self.inner.ffn_copies
+
+    @property
     def consistent(self) -> bool:
         return self.inner.consistent  # causal attention: the same consistency
 

@@ -235,11 +235,10 @@ class FlowModel(eqx.Module):
         return self.readout(self.features(x))
 
 
-def _controls(d, n_steps, n_heads, d_ff, dtype, key):
+def _controls(d, n_steps, n_heads, d_ff, dtype, key, ffn_copies=1):
     keys = jax.random.split(key, n_steps)
-    stacked = stack_controls(
-        [LayerControls.random(d, n_heads=n_heads, d_ff=d_ff, dtype=dtype, key=k) for k in keys]
-    )
+    kw = dict(n_heads=n_heads, d_ff=d_ff, dtype=dtype, ffn_copies=ffn_copies)
+    stacked = stack_controls([LayerControls.random(d, **kw, key=k) for k in keys])
     # LayerControls.random scales by a NumPy float64 scalar, which promotes float32 kernels
     # to float64 when x64 is on; cast back so the model has the dtype that was asked for.
     return jax.tree.map(lambda x: x.astype(dtype), stacked)
@@ -298,7 +297,7 @@ def make_vit(
         patch=patch,
     )
     controls = _layer_or_path_controls(
-        d, n_steps, n_heads, d_ff, dtype, k4, path, path_size, dt, smooth_init
+        d, n_steps, n_heads, d_ff, dtype, k4, path, path_size, dt, smooth_init, _ffn_copies(scheme)
     )
     head_w = jax.random.normal(k5, (d, n_classes), dtype) / float(np.sqrt(d))
     return FlowModel(
@@ -314,19 +313,27 @@ def make_vit(
     )
 
 
-def _one_layer(d, n_heads, d_ff, dtype, key):
+def _one_layer(d, n_heads, d_ff, dtype, key, ffn_copies=1):
     """One layer's controls (as ``_controls`` draws them, without the layer axis)."""
-    return jax.tree.map(lambda a: a[0], _controls(d, 1, n_heads, d_ff, dtype, key))
+    return jax.tree.map(lambda a: a[0], _controls(d, 1, n_heads, d_ff, dtype, key, ffn_copies))
 
 
-def _layer_or_path_controls(d, n_steps, n_heads, d_ff, dtype, key, path, path_size, dt, smooth):
+def _ffn_copies(scheme) -> int:
+    """How many FFNs the controls of ``scheme`` hold (:attr:`AbstractScheme.ffn_copies`)."""
+    return 1 if scheme is None else int(getattr(scheme, "ffn_copies", 1))
+
+
+def _layer_or_path_controls(
+    d, n_steps, n_heads, d_ff, dtype, key, path, path_size, dt, smooth, ffn_copies=1
+):
     """Per-layer controls (``path=None``) or a control path of kind ``path`` on [0, n_steps·dt]
-    with ``path_size`` (default ``n_steps``) knots/basis functions, drawn layer-like."""
+    with ``path_size`` (default ``n_steps``) knots/basis functions, drawn layer-like
+    (``ffn_copies`` FFNs per layer: the scheme's, :func:`_ffn_copies`)."""
     if path is None:
-        return _controls(d, n_steps, n_heads, d_ff, dtype, key)
+        return _controls(d, n_steps, n_heads, d_ff, dtype, key, ffn_copies)
     return init_path(
         path,
-        lambda k: _one_layer(d, n_heads, d_ff, dtype, k),
+        lambda k: _one_layer(d, n_heads, d_ff, dtype, k, ffn_copies),
         n_steps if path_size is None else path_size,
         key=key,
         t0=0.0,
@@ -356,7 +363,7 @@ def make_seq(
     embed = TokenEmbedding(
         jax.random.normal(k1, (vocab, d), dtype), jax.random.normal(k2, (length, d), dtype)
     )
-    controls = _controls(d, n_steps, n_heads, d_ff, dtype, k3)
+    controls = _controls(d, n_steps, n_heads, d_ff, dtype, k3, _ffn_copies(scheme))
     head_w = jax.random.normal(k4, (d, n_out), dtype) / float(np.sqrt(d))
     return FlowModel(
         embed,

@@ -21,10 +21,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._controls import FFNParams, LayerControls, NormParams
+from .._errors import check_choice
 from .._grid import Grid
-from .._operators import activation_fn, attention, project_s1, wmul
+from .._operators import Implementation, activation_fn, attention, project_s1, wmul
 
-__all__ = ["AbstractScheme", "check_consistent", "check_masks", "ffn_branch"]
+__all__ = ["AbstractScheme", "AttentionOptions", "check_consistent", "check_masks", "ffn_branch"]
 
 Substeps = dict[str, Float[Array, "n d"]]
 
@@ -172,6 +173,13 @@ class AbstractScheme(eqx.Module):
         raise NotImplementedError
 
     @property
+    def ffn_copies(self) -> int:
+        """How many FFNs the scheme's controls hold one after the other in ``ffn`` (1; 2 for
+        the untied Macaron layer, whose two half-steps have their own FFN). The model
+        builders draw the controls with ``LayerControls.random(..., ffn_copies=...)``."""
+        return 1
+
+    @property
     def consistent(self) -> bool:
         """Whether ``step(u, θ, Δt) = u + Δt f(u, θ) + O(Δt²)`` for a vector field f (the
         scheme has a continuous limit, :meth:`vector_field`). True unless a scheme says
@@ -193,6 +201,21 @@ class AbstractScheme(eqx.Module):
 
         zero = jnp.zeros((), u.dtype)
         return jax.jvp(step, (zero,), (jnp.ones_like(zero),))[1]
+
+
+class AttentionOptions(AbstractScheme):
+    """The attention kernel options every family with an attention sub-step carries,
+    declared once (keyword-only, so each family's own fields keep their positions):
+    ``hardmax``, ``temperature`` (see :func:`transflow.attention_weights`) and
+    ``implementation`` (``"auto"``, ``"dense"`` or ``"chunked"``, see
+    :func:`transflow.attention`; the same operator up to round-off)."""
+
+    hardmax: bool = eqx.field(static=True, default=False, kw_only=True)
+    temperature: float = eqx.field(static=True, default=1.0, kw_only=True)
+    implementation: Implementation = eqx.field(static=True, default="auto", kw_only=True)
+
+    def __check_init__(self):
+        check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
 
 def check_consistent(scheme) -> None:

@@ -10,14 +10,14 @@ from jaxtyping import Array, Float
 
 from .._controls import LayerControls
 from .._errors import check_choice
-from .._operators import Implementation, activation_fn
-from ._base import AbstractScheme, _project, attend, check_tau
-from ._subfields import Field, _check_options
+from .._operators import activation_fn
+from ._base import AttentionOptions, _project, attend, check_tau
+from ._subfields import Field
 
 __all__ = ["IMEXScheme"]
 
 
-class IMEXScheme(AbstractScheme):
+class IMEXScheme(AttentionOptions):
     """The post-LN Lie layer with implicit linear FFN sub-steps (a semi-implicit IMEX step).
 
     Sub-steps (those of :class:`~transflow.LieScheme`, docs/spec/continuous-model.md §3.2):
@@ -36,6 +36,14 @@ class IMEXScheme(AbstractScheme):
     sub-steps agree to O(Δt²)). On the linear FFN part it is A-stable: the factor of one
     sub-step is 1/(1 − sλ). Needs residual (square) FFN sub-steps.
 
+    ``parameterization="dissipative"`` takes the implicit sub-steps with
+    W_eff = W − Wᵀ − W Wᵀ (:meth:`dissipative_weight`; the same parameters W): its
+    symmetric part −W Wᵀ is negative semi-definite, so Re λ(W_eff) ≤ 0 and
+    σ_min(I − s W_eff) ≥ 1 for every s ≥ 0 (the solve has no pole; its inverse has norm
+    ≤ 1). ``"free"`` (default) uses W as it is, whose eigenvalues may have Re λ > 0, which
+    puts (I − s W) at a pole when s λ reaches 1 (issue 37: trained digits weights reach
+    Re λ ≈ +1).
+
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from transflow import IMEXScheme, LayerControls
@@ -51,14 +59,12 @@ class IMEXScheme(AbstractScheme):
 
     tau: float = eqx.field(static=True, default=1.0)
     ffn_branch_dt: Literal["dt", "2dt"] = eqx.field(static=True, default="dt")
-    hardmax: bool = eqx.field(static=True, default=False)
-    temperature: float = eqx.field(static=True, default=1.0)
-    implementation: Implementation = eqx.field(static=True, default="auto")
+    parameterization: Literal["free", "dissipative"] = eqx.field(static=True, default="free")
 
     def __check_init__(self):
         check_tau("IMEXScheme", self.tau)
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
-        _check_options(self)
+        check_choice("parameterization", self.parameterization, ("free", "dissipative"))
 
     @property
     def order(self) -> int:
@@ -71,6 +77,21 @@ class IMEXScheme(AbstractScheme):
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps
         return ("attention", "ln1", *(f"ffn{j + 1}" for j in range(J)), "relax", "ln2")
+
+    @staticmethod
+    def dissipative_weight(w: Float[Array, "d d"]) -> Float[Array, "d d"]:
+        """W_eff = W − Wᵀ − W Wᵀ: skew part W − Wᵀ plus the negative semi-definite −W Wᵀ,
+        so xᵀ W_eff x = −‖Wᵀx‖² ≤ 0 for every real x (Re λ(W_eff) ≤ 0)."""
+        wt = jnp.swapaxes(w, -1, -2)
+        return w - wt - w @ wt
+
+    def implicit_weights(self, controls: LayerControls) -> tuple:
+        """The matrices the implicit FFN sub-steps take: the FFN's W_j (``"free"``) or
+        their :meth:`dissipative_weight` (``"dissipative"``)."""
+        ws = tuple(controls.ffn.weights)
+        if self.parameterization == "dissipative":
+            ws = tuple(self.dissipative_weight(w) for w in ws)
+        return ws
 
     @staticmethod
     def implicit_substep(z: Float[Array, "n d"], w: Float[Array, "d d"], b, s):
@@ -119,6 +140,6 @@ class IMEXScheme(AbstractScheme):
             lambda v: _project(v, c.norm1, grid),
             lambda v: _project(v, c.norm2, grid, eps_scale=0.25),
             activation_fn(c.ffn.activation),
-            c.ffn.weights,
+            self.implicit_weights(c),
             c.ffn.biases,
         )

@@ -31,13 +31,12 @@ import equinox as eqx
 
 from .._controls import LayerControls, NormParams
 from .._errors import check_choice
-from .._operators import Implementation
-from ._base import AbstractScheme, _exact, _ffn_branch, _masks, _project, attend, check_tau
+from ._base import AttentionOptions, _exact, _ffn_branch, _masks, _project, attend, check_tau
 
 __all__ = ["LieScheme", "RelaxedLieScheme"]
 
 
-class LieScheme(AbstractScheme):
+class LieScheme(AttentionOptions):
     """The paper's sequential (Lie) splitting, M = 4 + J sub-steps (docs/spec/continuous-model.md
     §3.2).
 
@@ -61,13 +60,9 @@ class LieScheme(AbstractScheme):
     """
 
     ffn_branch_dt: Literal["dt", "2dt"] = eqx.field(static=True, default="dt")
-    hardmax: bool = eqx.field(static=True, default=False)
-    temperature: float = eqx.field(static=True, default=1.0)
-    implementation: Implementation = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
-        check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps
@@ -141,7 +136,6 @@ class RelaxedLieScheme(LieScheme):
     def __check_init__(self):
         check_tau("RelaxedLieScheme", self.tau)
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
-        check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
     def advance(self, u, controls, dt, *, grid, causal, masks):
         if not all(controls.ffn.residual):

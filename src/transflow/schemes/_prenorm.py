@@ -6,18 +6,14 @@ shares (the CvT scheme passes its convolutional attention).
 
 from __future__ import annotations
 
-import equinox as eqx
-
 from .._controls import LayerControls
-from .._errors import check_choice
 from .._grid import Grid
-from .._operators import Implementation
-from ._base import AbstractScheme, _project, attend, ffn_branch
+from ._base import AttentionOptions, _project, attend, ffn_branch
 
 __all__ = ["PreNormScheme", "pre_ln_step"]
 
 
-class PreNormScheme(AbstractScheme):
+class PreNormScheme(AttentionOptions):
     """Pre-LN layers (ViT, GPT-2, ``norm_first=True``): an extension, not paper-exact.
 
     Explicit Euler on the composite operators (docs/spec/continuous-model.md §4.2):
@@ -30,13 +26,6 @@ class PreNormScheme(AbstractScheme):
     Sub-step names: ``ln1``, ``attention``, ``ln2``, ``ffn1`` … ``ffnJ``, ``residual``.
     ``implementation`` selects the attention evaluation as in :class:`LieScheme`.
     """
-
-    hardmax: bool = eqx.field(static=True, default=False)
-    temperature: float = eqx.field(static=True, default=1.0)
-    implementation: Implementation = eqx.field(static=True, default="auto")
-
-    def __check_init__(self):
-        check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps

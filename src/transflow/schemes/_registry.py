@@ -25,6 +25,7 @@ SCHEME_NAMES = (
     "prenorm",
     "relaxed",
     "macaron",
+    "macaron_untied",
     "strang",
     "macaron_post",
     "strang_post",
@@ -33,6 +34,7 @@ SCHEME_NAMES = (
     "rk4",
     "ode_rk2",
     "imex",
+    "imex_dissipative",
 )
 
 
@@ -42,11 +44,14 @@ def make_scheme(name: str, **options: Any) -> AbstractScheme:
     ``lie``: the paper's post-LN layer; ``prenorm``: pre-LN (Lie splitting, Euler
     sub-flows); ``relaxed``: :class:`~transflow.continuous.RelaxedLieScheme`;
     ``macaron``/``macaron_post``: :class:`StrangScheme` with Euler sub-flows (Macaron-Net;
-    pre-/post-norm); ``strang``/``strang_post``: with Heun sub-flows (order 2 in pre-norm
-    form, 1 in post-norm form);
+    pre-/post-norm; the two half-steps share one FFN); ``macaron_untied``: the same
+    pre-norm layer with two FFNs, as Macaron-Net trains it (``StrangScheme(untied=True)``,
+    controls with ``ffn_copies=2``); ``strang``/``strang_post``: with Heun sub-flows (order 2
+    in pre-norm form, 1 in post-norm form);
     ``heun``/``midpoint``/``rk4``: :class:`RungeKuttaScheme` on f = a + g; ``ode_rk2``: the
     ODE Transformer's RK2 block (Heun on the pre-LN block's increment); ``imex``:
-    :class:`IMEXScheme`.
+    :class:`IMEXScheme`; ``imex_dissipative``: with W_eff = W − Wᵀ − W Wᵀ implicit
+    (``IMEXScheme(parameterization="dissipative")``, Re λ(W_eff) ≤ 0).
 
     Example:
         >>> from transflow import make_scheme
@@ -62,6 +67,7 @@ def make_scheme(name: str, **options: Any) -> AbstractScheme:
         "prenorm": PreNormScheme,
         "relaxed": RelaxedLieScheme,
         "macaron": lambda **o: StrangScheme(substep="euler", **o),
+        "macaron_untied": lambda **o: StrangScheme(substep="euler", untied=True, **o),
         "strang": lambda **o: StrangScheme(substep="heun", **o),
         "macaron_post": lambda **o: StrangScheme(form="postnorm", substep="euler", **o),
         "strang_post": lambda **o: StrangScheme(form="postnorm", substep="heun", **o),
@@ -70,6 +76,7 @@ def make_scheme(name: str, **options: Any) -> AbstractScheme:
         "rk4": lambda **o: RungeKuttaScheme("rk4", **o),
         "ode_rk2": lambda **o: RungeKuttaScheme("heun", field="layer", **o),
         "imex": IMEXScheme,
+        "imex_dissipative": lambda **o: IMEXScheme(parameterization="dissipative", **o),
     }
     if name not in table:
         shown = f"('{SCHEME_NAMES[0]}', '{SCHEME_NAMES[1]}', ...)"

@@ -12,8 +12,7 @@ import numpy as np
 
 from .._controls import LayerControls
 from .._errors import check_choice
-from .._operators import Implementation
-from ._subfields import Field, _at, _check_options, _ExplicitBase, _is_staged, _Ops
+from ._subfields import Field, _at, _ExplicitBase, _is_staged, _Ops
 
 __all__ = ["ButcherTableau", "RungeKuttaScheme", "TABLEAUS"]
 
@@ -115,14 +114,10 @@ class RungeKuttaScheme(_ExplicitBase):
 
     method: str = eqx.field(static=True, default="heun")
     field: Literal["parallel", "layer"] = eqx.field(static=True, default="parallel")
-    hardmax: bool = eqx.field(static=True, default=False)
-    temperature: float = eqx.field(static=True, default=1.0)
-    implementation: Implementation = eqx.field(static=True, default="auto")
 
     def __check_init__(self):
         check_choice("method", self.method, tuple(TABLEAUS))
         check_choice("field", self.field, ("parallel", "layer"))
-        _check_options(self)
 
     @property
     def tableau(self) -> ButcherTableau:

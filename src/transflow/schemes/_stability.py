@@ -18,8 +18,7 @@ import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .._controls import LayerControls
-from .._integrate import solve_ode
-from ._base import AbstractScheme, check_consistent
+from ._base import AbstractScheme
 from ._imex import IMEXScheme
 from ._prenorm import PreNormScheme
 from ._runge_kutta import RungeKuttaScheme
@@ -29,6 +28,7 @@ from ._subfields import _identity, _Ops
 __all__ = [
     "amplification_factor",
     "confirm_stable_dt",
+    "imex_linearised_stability",
     "largest_stable_dt",
     "linear_run_growth",
     "linear_step_matrix",
@@ -100,7 +100,9 @@ def linear_step_matrix(scheme: AbstractScheme, j_attention, j_ffn, dt):
     Runs the scheme's own step code (:meth:`StrangScheme._compose` …) on the linear
     sub-fields, with the projections the identity; row convention ``u^{n+1} = u S``. For
     :class:`IMEXScheme`, J_g is the linear FFN part taken implicitly (one sub-step, no
-    activation). For a parallel Runge–Kutta scheme S = R(Δt (J_a + J_g)).
+    activation), or a stack ``(J, m, m)`` of the matrices of J implicit sub-steps (the
+    trained layer's W_j, :func:`imex_linearised_stability`). For a parallel Runge–Kutta
+    scheme S = R(Δt (J_a + J_g)).
     """
     ja, jg = jnp.asarray(j_attention), jnp.asarray(j_ffn)
     m = ja.shape[0]
@@ -110,8 +112,11 @@ def linear_step_matrix(scheme: AbstractScheme, j_attention, j_ffn, dt):
         return lambda u: u @ j
 
     if isinstance(scheme, IMEXScheme):
+        ws = tuple(jg) if jg.ndim == 3 else (jg,)
         zero = jnp.zeros((m,), ja.dtype)
-        out, _ = scheme._compose(eye, dt, lin(ja), _identity, _identity, None, (jg,), (zero,))
+        out, _ = scheme._compose(
+            eye, dt, lin(ja), _identity, _identity, None, ws, (zero,) * len(ws)
+        )
         return out
     ops = _Ops(lin(ja), lin(jg), _identity, _identity)
     if isinstance(scheme, StrangScheme):
@@ -155,8 +160,9 @@ def reference_solution(
     max_steps: int = 100_000,
 ) -> Float[Array, "n d"]:
     """u(T) of the scheme's continuous limit u' = f(t, u) by diffrax's Dopri8 (order 8, PID
-    step control; the integrator's ``solve_ode``), for order studies in float64. ``f`` is
-    the scheme's :meth:`~transflow.AbstractScheme.vector_field` along ``path``.
+    step control: :func:`transflow.continuous.solve_adaptive` with ``solver="dopri8"``), for
+    order studies in float64. ``f`` is the scheme's
+    :meth:`~transflow.AbstractScheme.vector_field` along ``path``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -172,24 +178,22 @@ def reference_solution(
         >>> round(err[0] / err[1])  # second order: halving Δt divides the error by 4
         4
     """
-    check_consistent(scheme)
+    from ..continuous._solve import solve_adaptive  # the one adaptive solve of a scheme
+
     t0, t1 = path.interval
-
-    def f(t, u, _):
-        return scheme.vector_field(u, path(t), grid=grid)
-
     opts = {"rtol": rtol, "atol": atol, "dt0": (t1 - t0) / 8, "max_steps": max_steps}
-    return solve_ode(f, u0, (t0, t1), solver="dopri8", **opts).u
+    return solve_adaptive(u0, path, scheme, grid=grid, solver="dopri8", **opts).u
 
 
 # ------------------------------------------------------- stability of a layer's linearisation
 def sub_field_jacobians(
-    controls: LayerControls, u: Float[Array, "n d"], *, grid=None
+    controls: LayerControls, u: Float[Array, "n d"], *, grid=None, form: str = "prenorm"
 ) -> tuple[Float[Array, "m m"], Float[Array, "m m"]]:
     """Jacobians (m = n·d, row convention: δa = δu J_a) of the pre-norm sub-fields
     a(u) = 𝒜(P_{S1}u) and g(u) = ℱ(P_{S1'}u) at ``u``: the linearised dynamics
-    δu' = δu (J_a + J_g) of the layer around ``u``."""
-    ops = StrangScheme()._ops(controls, grid, False, {}, "prenorm")
+    δu' = δu (J_a + J_g) of the layer around ``u``. ``form="postnorm"``: the post-norm
+    layer's sub-fields 𝒜(u) and ℱ(u) (its projections follow the sub-flows)."""
+    ops = StrangScheme()._ops(controls, grid, False, {}, form)
     shape = u.shape
 
     def jac(fn):
@@ -254,6 +258,7 @@ def linearised_stability(
     *,
     margin: float = 0.05,
     grid=None,
+    form: str = "prenorm",
     **kwargs: Any,
 ) -> dict:
     """The largest stable Δt of ``scheme`` on a layer's linearised dynamics along a trajectory.
@@ -262,13 +267,15 @@ def linearised_stability(
     shifted by −σ/2 each, σ = max Re λ(J_a + J_g) + ``margin`` · ρ(J_a + J_g): the
     linearised dynamics in the frame of its least stable mode, whose exact solution decays
     (a random layer has growing modes; without the shift no Δt would be stable, and the
-    scheme's error in them is not an instability). Δt*_k = :func:`largest_stable_dt`;
+    scheme's error in them is not an instability; ``form``: the sub-fields of
+    :func:`sub_field_jacobians`, ``"postnorm"`` for a post-norm layer).
+    Δt*_k = :func:`largest_stable_dt`;
     the result is the smallest over the trajectory with its index, the eigenvalues of the
     shifted J_a + J_g there and the shifted Jacobians (to confirm by a run).
     """
     best: dict = {"dt": float("inf")}
     for k, u in enumerate(trajectory):
-        ja, jg = sub_field_jacobians(controls, u, grid=grid)
+        ja, jg = sub_field_jacobians(controls, u, grid=grid, form=form)
         ja, jg = np.asarray(ja, np.float64), np.asarray(jg, np.float64)
         lam = np.linalg.eigvals(ja + jg)
         sigma = float(np.max(lam.real)) + margin * float(np.max(np.abs(lam)))
@@ -283,6 +290,63 @@ def linearised_stability(
                 "eigenvalues": lam - sigma,
                 "j_attention": ja_s,
                 "j_ffn": jg_s,
+            }
+    return best
+
+
+def imex_linearised_stability(
+    scheme: IMEXScheme,
+    controls: LayerControls,
+    trajectory: Float[Array, "k n d"],
+    *,
+    margin: float = 0.05,
+    grid=None,
+    **kwargs: Any,
+) -> dict:
+    """The largest stable Δt of an IMEX layer as it is trained (post-LN, its own
+    ``ffn_branch_dt``, only the FFN weights W_j implicit), on its linearised dynamics
+    along a trajectory.
+
+    At every state u_k: J_a, the Jacobian of the post-LN attention sub-field 𝒜(u) (no
+    projection before it), and the implicit matrices I_n ⊗ W_j of the FFN sub-steps
+    (``scheme.implicit_weights``: W_j, or W_eff for the dissipative parameterization),
+    the projections and activations linearised as the identity (as in
+    :func:`stability_function`). The linearised field is J = J_a + c Σ_j I_n ⊗ W_j
+    (c = ½ for ``"dt"``: the FFN branch is averaged with the skip connection; 1 for
+    ``"2dt"``); it is shifted by σ = max Re λ(J) + ``margin`` · ρ(J) **on the explicit
+    part only** (J_a − σ I), so that the exact linear flow decays and the implicit
+    factors (I − s W_j)⁻¹ are those of the trained W_j. Δt* = :func:`largest_stable_dt`
+    of the scheme's step matrix (:func:`linear_step_matrix` with the stack of W_j). The
+    result is the smallest over the trajectory, with its index, the largest Re λ of the
+    implicit matrices, and the shifted J_a and stack of implicit matrices (to confirm by
+    a run, :func:`confirm_stable_dt`).
+    """
+    if not isinstance(scheme, IMEXScheme):
+        raise TypeError(
+            f"imex_linearised_stability: `scheme` must be an IMEXScheme, got "
+            f"{type(scheme).__name__}; use linearised_stability for the explicit schemes."
+        )
+    c = 0.5 if scheme.ffn_branch_dt == "dt" else 1.0
+    best: dict = {"dt": float("inf")}
+    ws = [np.asarray(w, np.float64) for w in scheme.implicit_weights(controls)]
+    for k, u in enumerate(trajectory):
+        n = u.shape[0]
+        ja, _ = sub_field_jacobians(controls, u, grid=grid, form="postnorm")
+        ja = np.asarray(ja, np.float64)
+        big = np.stack([np.kron(np.eye(n), w) for w in ws])
+        lin = ja + c * big.sum(0)
+        lam = np.linalg.eigvals(lin)
+        sigma = float(np.max(lam.real)) + margin * float(np.max(np.abs(lam)))
+        ja_s = ja - sigma * np.eye(ja.shape[0])
+        dt = largest_stable_dt(scheme, ja_s, big, **kwargs)
+        if dt < best["dt"]:
+            best = {
+                "dt": dt,
+                "index": k,
+                "shift": sigma,
+                "max_re_implicit": float(max(np.max(np.linalg.eigvals(w).real) for w in ws)),
+                "j_attention": ja_s,
+                "j_ffn": big,
             }
     return best
 

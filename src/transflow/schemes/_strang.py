@@ -8,8 +8,7 @@ import equinox as eqx
 
 from .._controls import LayerControls
 from .._errors import check_choice
-from .._operators import Implementation
-from ._subfields import Field, _check_options, _ExplicitBase, _is_staged, _Ops
+from ._subfields import Field, _ExplicitBase, _is_staged, _Ops, split_ffn
 
 __all__ = ["StrangScheme"]
 
@@ -24,8 +23,13 @@ class StrangScheme(_ExplicitBase):
     with a(u) = 𝒜(P_{S1}(u)) (``norm1``) and g(u) = ℱ(P_{S1'}(u)) (``norm2``).
     ``form="postnorm"`` (the paper's projection form, post-LN Macaron-Net):
     ``u¹ = P_{S1'}(Φ^ℱ_{Δt/2}(u))``, ``u² = P_{S1}(Φ^𝒜_Δt(u¹))``,
-    ``u^{n+1} = P_{S1'}(Φ^ℱ_{Δt/2}(u²))``. The two FFN half-steps share the FFN's
-    weights (one vector field split in two; Macaron-Net trains two FFNs).
+    ``u^{n+1} = P_{S1'}(Φ^ℱ_{Δt/2}(u²))``. With ``untied=False`` the two FFN half-steps
+    share the FFN's weights (one vector field split in two). ``untied=True`` is
+    Macaron-Net's layer as Lu et al. (2019) train it: two FFNs, ℱ₁ in the first half-step
+    and ℱ₂ in the last (the same ``norm2`` before/after both), read from the controls' FFN
+    whose sub-steps hold ℱ₁'s and then ℱ₂'s (``LayerControls.random(..., ffn_copies=2)``;
+    :attr:`ffn_copies` is 2, so the model builders draw them). Its vector field is
+    a + ½(g₁ + g₂).
 
     ``substep="euler"``: Φ^X_h(u) = u + h X(u) (Macaron-Net's layer; global order 1);
     ``"heun"``: Φ^X_h(u) = u + h/2 (X(u) + X(u + h X(u))) (order 2, Strang proper). θ is
@@ -52,14 +56,17 @@ class StrangScheme(_ExplicitBase):
 
     form: Literal["prenorm", "postnorm"] = eqx.field(static=True, default="prenorm")
     substep: Literal["euler", "heun"] = eqx.field(static=True, default="heun")
-    hardmax: bool = eqx.field(static=True, default=False)
-    temperature: float = eqx.field(static=True, default=1.0)
-    implementation: Implementation = eqx.field(static=True, default="auto")
+    untied: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         check_choice("form", self.form, ("prenorm", "postnorm"))
         check_choice("substep", self.substep, ("euler", "heun"))
-        _check_options(self)
+        if not isinstance(self.untied, bool):
+            raise TypeError(f"StrangScheme: `untied` must be True or False, got {self.untied!r}.")
+
+    @property
+    def ffn_copies(self) -> int:
+        return 2 if self.untied else 1
 
     @property
     def order(self) -> int:
@@ -81,7 +88,8 @@ class StrangScheme(_ExplicitBase):
     def _compose(self, u, dt, ops: _Ops):
         u1 = ops.proj_ffn(self._flow(ops.ffn, u, 0.5 * dt))
         u2 = ops.proj_attn(self._flow(ops.attn, u1, dt))
-        u3 = ops.proj_ffn(self._flow(ops.ffn, u2, 0.5 * dt))
+        last = ops.ffn if ops.ffn2 is None else ops.ffn2
+        u3 = ops.proj_ffn(self._flow(last, u2, 0.5 * dt))
         return u3, (u1, u2, u3)
 
     def advance(self, u, controls, dt, *, grid, causal, masks):
@@ -91,4 +99,5 @@ class StrangScheme(_ExplicitBase):
                 "nodes=(0.5,)), got controls with a stage axis; sample them with "
                 "stage_controls(path, StrangScheme(), n) or path.sample(n)."
             )
-        return self._compose(u, dt, self._ops(controls, grid, causal, masks, self.form))
+        ffns = split_ffn(controls.ffn, 2, "StrangScheme(untied=True)") if self.untied else None
+        return self._compose(u, dt, self._ops(controls, grid, causal, masks, self.form, ffns))

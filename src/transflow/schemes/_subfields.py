@@ -12,9 +12,8 @@ from typing import NamedTuple
 import jax
 from jaxtyping import Array
 
-from .._controls import LayerControls
-from .._errors import check_choice
-from ._base import AbstractScheme, _project, attend, ffn_branch
+from .._controls import FFNParams, LayerControls
+from ._base import AttentionOptions, _project, attend, ffn_branch
 
 __all__ = ["Field"]
 
@@ -25,13 +24,15 @@ class _Ops(NamedTuple):
     """The sub-operators a scheme's step is written in (real ones or linear test ones).
 
     ``attn``/``ffn``: the sub-fields a, g; ``proj_attn``/``proj_ffn``: the projections the
-    post-norm form applies after a sub-flow (identity in the linear test problem).
+    post-norm form applies after a sub-flow (identity in the linear test problem);
+    ``ffn2``: the second FFN sub-field of the untied Macaron layer (``None``: ``ffn``).
     """
 
     attn: Field
     ffn: Field
     proj_attn: Field
     proj_ffn: Field
+    ffn2: Field | None = None
 
 
 def _identity(u):
@@ -47,11 +48,14 @@ def _at(controls, i: int):
     return jax.tree.map(lambda x: x[i], controls) if _is_staged(controls) else controls
 
 
-class _ExplicitBase(AbstractScheme):
-    """The real sub-operators of the pre-/post-norm forms (subclasses hold the options
-    ``hardmax``, ``temperature``, ``implementation``)."""
+class _ExplicitBase(AttentionOptions):
+    """The real sub-operators of the pre-/post-norm forms."""
 
-    def _ops(self, c: LayerControls, grid, causal, masks, form: str) -> _Ops:
+    def _ops(self, c: LayerControls, grid, causal, masks, form: str, ffns=None) -> _Ops:
+        """The sub-operators of controls ``c``; ``ffns``: the FFNs of the FFN sub-fields
+        (default ``(c.ffn,)``; two for the untied Macaron layer, :func:`split_ffn`)."""
+        ffns = (c.ffn,) if ffns is None else ffns
+
         def attention_op(v):
             return attend(self, v, c.attn, grid=grid, causal=causal, masks=masks)
 
@@ -61,15 +65,38 @@ class _ExplicitBase(AbstractScheme):
         def p2(v):
             return _project(v, c.norm2, grid)
 
-        if form == "prenorm":
-            return _Ops(
-                lambda v: attention_op(p1(v)),
-                lambda v: ffn_branch(p2(v), c.ffn, 1.0),
-                _identity,
-                _identity,
-            )
-        return _Ops(attention_op, lambda v: ffn_branch(v, c.ffn, 1.0), p1, p2)
+        pre = form == "prenorm"
+
+        def ffn_field(f):
+            return lambda v: ffn_branch(p2(v) if pre else v, f, 1.0)
+
+        fields = [ffn_field(f) for f in ffns]
+        second = fields[1] if len(fields) > 1 else None
+        if pre:
+            return _Ops(lambda v: attention_op(p1(v)), fields[0], _identity, _identity, second)
+        return _Ops(attention_op, fields[0], p1, p2, second)
 
 
-def _check_options(self) -> None:
-    check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
+def split_ffn(ffn: FFNParams, copies: int, owner: str) -> tuple[FFNParams, ...]:
+    """The ``copies`` FFNs whose sub-steps ``ffn`` holds one after the other
+    (``LayerControls.random(..., ffn_copies=copies)``); each keeps the activation rule of
+    an FFN (after every sub-step but its own last)."""
+    J = ffn.num_substeps
+    if J % copies or J // copies < 2:
+        raise ValueError(
+            f"{owner}: the controls' FFN must hold {copies} FFNs of at least 2 sub-steps "
+            f"each, one after the other ({copies} x J sub-steps), got {J} sub-step(s). Draw "
+            f"them with LayerControls.random(..., ffn_copies={copies}) (the model builders do "
+            "this for the scheme's `ffn_copies`)."
+        )
+    k = J // copies
+    return tuple(
+        FFNParams(
+            ffn.weights[i * k : (i + 1) * k],
+            ffn.biases[i * k : (i + 1) * k],
+            ffn.residual[i * k : (i + 1) * k],
+            ffn.activation,
+            ffn.activation_on_last,
+        )
+        for i in range(copies)
+    )
