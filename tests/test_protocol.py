@@ -4,6 +4,7 @@ the refusal of an inconsistent design naming the key. Pure Python, no JAX."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -142,3 +143,43 @@ def test_windows_and_inconsistent_designs_are_refused_naming_the_key():
     for kw, msg in bad:
         with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("]", r"\]")):
             check_study(_study(**kw))
+
+
+def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
+    """experiment=depth declares parameterization x T x training depth crossed (24 cells)
+    plus the scheme at the headline, 5 seeds in its two headline cells and 3 elsewhere;
+    debug=smoke keeps every factor (varied once), 2 seeds in the headline cells and only
+    claims whose cells it runs; a seed_offset shifts every seed."""
+    from omegaconf import OmegaConf
+
+    from transflow.experiments.context import RunContext
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks import depth
+
+    cfg, _ = compose(["experiment=depth"])
+    task = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(depth.Config), cfg.task))
+    depth.check(task)
+    cells = design_cells(task.study)
+    assert len(cells) == 4 * 3 * 2 + 1 and cells[0].name == "legendre-0.2-random-prenorm"
+    assert sum(len(c.seeds) for c in cells) == 25 * 3 + 2 * 2
+    assert {len(c.seeds) for c in cells if c.name.startswith(("legendre-0.2-random-p",
+                                                               "per_layer-0.2-random-p"))} == {5}
+    assert task.study.claims and all(c.metric for c in task.study.claims)
+    ctx = RunContext(tmp_path, smoke=True)
+    small, n_steps, rand = depth._smoke_study(task, ctx)
+    sc = design_cells(small)
+    assert n_steps == 2 and rand == [2, 4] and small.eval_grid == [1, 2, 4, 8]
+    for f in depth.FACTORS:  # every factor varied
+        assert len({str(c.levels[f]) for c in sc}) == 2, f
+    assert [len(c.seeds) for c in sc if c.name in ("legendre-0.2-random-prenorm",
+                                                   "per_layer-0.2-random-prenorm")] == [2, 2]
+    names = {c.name for c in sc}
+    assert all(c.minus in ("", *names) for c in small.claims) and small.claims
+    shifted = dataclasses.replace(task.study, seed_offset=3)
+    assert design_cells(shifted)[0].seeds == [3, 4, 5, 6, 7]
+    assert design_cells(shifted)[-1].seeds == [3, 4, 5]
+    bad = dataclasses.replace(task, study=dataclasses.replace(
+        task.study, fit_windows={k: v for k, v in task.study.fit_windows.items()
+                                 if k != "heun"}))
+    with pytest.raises(ValueError, match="task.study.fit_windows has no window for scheme 'heun'"):
+        depth.check(bad)
