@@ -162,8 +162,9 @@ def check_study(study: StudyConfig, key: str = "task.study") -> None:
             )
     extra = sorted(set(study.headline) - set(study.factors))
     if extra:
-        raise ValueError(f"{key}.headline.{extra[0]}: not a factor; the factors are "
-                         f"{list(study.factors)}.")
+        raise ValueError(
+            f"{key}.headline.{extra[0]}: not a factor; the factors are {list(study.factors)}."
+        )
     for f in study.crossed:
         if f not in study.factors:
             raise ValueError(f"{key}.crossed: '{f}' is not a factor ({list(study.factors)}).")
@@ -255,8 +256,12 @@ def design_cells(study: StudyConfig, *, seed: int = 0, check: bool = True) -> li
         n = study.headline_n_seeds if name in main else study.n_seeds
         first = int(seed) + int(study.seed_offset)
         out.append(
-            Cell(name, levels, list(range(first, first + n)),
-                 "headline" if name == head_name else role)
+            Cell(
+                name,
+                levels,
+                list(range(first, first + n)),
+                "headline" if name == head_name else role,
+            )
         )
     return out
 
@@ -294,7 +299,8 @@ def aggregate(records: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict
         cell_out = {}
         for k in keys:
             vals = [
-                float(r[k]) for _, r in sorted(by_seed.items())
+                float(r[k])
+                for _, r in sorted(by_seed.items())
                 if isinstance(r.get(k), int | float) and not isinstance(r.get(k), bool)
             ]
             m, s = _mean_std(vals)
@@ -381,7 +387,8 @@ def evaluate_claim(
             value = mean - std if upper else mean + std
         margin = (value - spec.bound) if upper else (spec.bound - value)
         verdict = {
-            "name": f"{spec.name} [{cell}]" if len(spec.cells) > 1 or cell_key != cell
+            "name": f"{spec.name} [{cell}]"
+            if len(spec.cells) > 1 or cell_key != cell
             else spec.name,
             "claim": spec.name,
             "cell": cell,
@@ -395,8 +402,9 @@ def evaluate_claim(
             "op": spec.op,
             "bound": float(spec.bound),
             "pass": _holds(value, spec.op, spec.bound) and bool(values),
-            "failing_seeds": [s for s, v in zip(seeds, values)
-                              if not _holds(v, spec.op, spec.bound)],
+            "failing_seeds": [
+                s for s, v in zip(seeds, values) if not _holds(v, spec.op, spec.bound)
+            ],
             "margin": margin,
         }
         if spec.examples and n_examples:
@@ -414,8 +422,14 @@ def evaluate_claims(study: StudyConfig, records, *, n_examples: int | None = Non
         cells = [resolve_cell(study, c) for c in spec.cells]
         need = cells + ([resolve_cell(study, spec.minus)] if spec.minus else [])
         if not all(c in records for c in need):
-            out.append({"name": spec.name, "claim": spec.name, "skipped": True,
-                        "missing": [c for c in need if c not in records]})
+            out.append(
+                {
+                    "name": spec.name,
+                    "claim": spec.name,
+                    "skipped": True,
+                    "missing": [c for c in need if c not in records],
+                }
+            )
             continue
         out.extend(evaluate_claim(spec, records, study=study, n_examples=n_examples))
     return out

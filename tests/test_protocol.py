@@ -8,7 +8,6 @@ import dataclasses
 import math
 
 import pytest
-
 from transflow.experiments.protocol import (
     ClaimSpec,
     StudyConfig,
@@ -111,10 +110,12 @@ def test_a_nan_never_passes_and_one_seed_has_no_spread():
 
 
 def test_aggregate_and_claims_of_a_study_resolve_the_headline_and_skip_cells_not_run():
-    s = _study(claims=[
-        ClaimSpec(name="h", metric="acc", cells=["headline"], op=">=", bound=0.5),
-        ClaimSpec(name="x", metric="acc", cells=["c-4-e"], op=">=", bound=0.5),
-    ])
+    s = _study(
+        claims=[
+            ClaimSpec(name="h", metric="acc", cells=["headline"], op=">=", bound=0.5),
+            ClaimSpec(name="x", metric="acc", cells=["c-4-e"], op=">=", bound=0.5),
+        ]
+    )
     recs = {"b-0.2-e": {0: {"acc": 0.9}, 1: {"acc": 0.7}}}
     agg = aggregate(recs)["b-0.2-e"]["acc"]
     assert math.isclose(agg["mean"], 0.8) and math.isclose(agg["std"], math.sqrt(0.02))
@@ -151,7 +152,6 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
     debug=smoke keeps every factor (varied once), 2 seeds in the headline cells and only
     claims whose cells it runs; a seed_offset shifts every seed."""
     from omegaconf import OmegaConf
-
     from transflow.experiments.context import RunContext
     from transflow.experiments.run import compose
     from transflow.experiments.tasks import depth
@@ -162,8 +162,11 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
     cells = design_cells(task.study)
     assert len(cells) == 4 * 3 * 2 + 1 and cells[0].name == "legendre-0.2-random-prenorm"
     assert sum(len(c.seeds) for c in cells) == 25 * 3 + 2 * 2
-    assert {len(c.seeds) for c in cells if c.name.startswith(("legendre-0.2-random-p",
-                                                               "per_layer-0.2-random-p"))} == {5}
+    assert {
+        len(c.seeds)
+        for c in cells
+        if c.name.startswith(("legendre-0.2-random-p", "per_layer-0.2-random-p"))
+    } == {5}
     assert task.study.claims and all(c.metric for c in task.study.claims)
     ctx = RunContext(tmp_path, smoke=True)
     small, n_steps, rand = depth._smoke_study(task, ctx)
@@ -171,15 +174,21 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
     assert n_steps == 2 and rand == [2, 4] and small.eval_grid == [1, 2, 4, 8]
     for f in depth.FACTORS:  # every factor varied
         assert len({str(c.levels[f]) for c in sc}) == 2, f
-    assert [len(c.seeds) for c in sc if c.name in ("legendre-0.2-random-prenorm",
-                                                   "per_layer-0.2-random-prenorm")] == [2, 2]
+    assert [
+        len(c.seeds)
+        for c in sc
+        if c.name in ("legendre-0.2-random-prenorm", "per_layer-0.2-random-prenorm")
+    ] == [2, 2]
     names = {c.name for c in sc}
     assert all(c.minus in ("", *names) for c in small.claims) and small.claims
     shifted = dataclasses.replace(task.study, seed_offset=3)
     assert design_cells(shifted)[0].seeds == [3, 4, 5, 6, 7]
     assert design_cells(shifted)[-1].seeds == [3, 4, 5]
-    bad = dataclasses.replace(task, study=dataclasses.replace(
-        task.study, fit_windows={k: v for k, v in task.study.fit_windows.items()
-                                 if k != "heun"}))
+    bad = dataclasses.replace(
+        task,
+        study=dataclasses.replace(
+            task.study, fit_windows={k: v for k, v in task.study.fit_windows.items() if k != "heun"}
+        ),
+    )
     with pytest.raises(ValueError, match="task.study.fit_windows has no window for scheme 'heun'"):
         depth.check(bad)

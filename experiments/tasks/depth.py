@@ -179,7 +179,6 @@ def check(cfg: Config) -> None:
     from transflow.continuous import PATH_KINDS
 
     study = cfg.study
-    check_study(study)
     names = list(study.factors)
     if sorted(names) != sorted(FACTORS):
         raise ValueError(
@@ -204,6 +203,7 @@ def check(cfg: Config) -> None:
                 f"task.study.factors.scheme / task.eval_schemes: {s!r} is not a consistent "
                 "scheme of the pre-LN field; choose e.g. prenorm (Euler), heun, midpoint."
             )
+    check_study(study)  # after the levels, so a bad level is named as such
     if not set(study.factors["scheme"]) <= set(cfg.eval_schemes):
         raise ValueError(
             f"task.eval_schemes = {list(cfg.eval_schemes)} must hold every training scheme "
@@ -254,12 +254,19 @@ def _smoke_study(cfg: Config, ctx) -> tuple[StudyConfig, int, list[int]]:
         fit_windows=ctx.smoke_value("task.study.fit_windows", dict(s.fit_windows), small),
     )
     names = {c.name for c in design_cells(s, check=False)}
-    s = dataclasses.replace(s, headline_cells=[c for c in s.headline_cells
-                                               if c == "headline" or c in names])
-    s = dataclasses.replace(s, claims=[
-        c for c in s.claims
-        if all(x == "headline" or x in names for x in [*c.cells, *([c.minus] if c.minus else [])])
-    ])
+    s = dataclasses.replace(
+        s, headline_cells=[c for c in s.headline_cells if c == "headline" or c in names]
+    )
+    s = dataclasses.replace(
+        s,
+        claims=[
+            c
+            for c in s.claims
+            if all(
+                x == "headline" or x in names for x in [*c.cells, *([c.minus] if c.minus else [])]
+            )
+        ],
+    )
     n_steps = ctx.smoke_value("task.n_steps", cfg.n_steps, 2)
     return s, n_steps, ctx.smoke_value("task.random_depths", list(cfg.random_depths), [2, 4])
 
@@ -402,7 +409,6 @@ def _evaluate(
     return rec
 
 
-
 def run(cfg: Config, ctx) -> dict:
     """Run the ``depth`` study: every declared (cell, seed), then the factorial table, the
     figures and the declared claims; then the adjoint, memory and text checks."""
@@ -422,8 +428,14 @@ def run(cfg: Config, ctx) -> dict:
         + ", ".join(f"{k}={list(v)}" for k, v in study.factors.items())
         + f"; crossed {list(study.crossed)}; seeds from {ctx.seed + study.seed_offset}"
     )
-    ctx.log({"kind": "design", "cells": [dataclasses.asdict(c) for c in cells],
-             "n_steps": n_steps, "random_depths": random_depths})
+    ctx.log(
+        {
+            "kind": "design",
+            "cells": [dataclasses.asdict(c) for c in cells],
+            "n_steps": n_steps,
+            "random_depths": random_depths,
+        }
+    )
     ref = _smoke_solver(cfg, ctx)
     records: dict[str, dict[int, dict]] = {}
     t_study = time.perf_counter()
@@ -434,9 +446,7 @@ def run(cfg: Config, ctx) -> dict:
         if ctx.smoke:
             xte, yte = xte[:64], yte[:64]
         t1 = time.perf_counter()
-        rec = _evaluate(
-            cfg, study, model, init, cell.levels["scheme"], n_steps, xte, yte, ref=ref
-        )
+        rec = _evaluate(cfg, study, model, init, cell.levels["scheme"], n_steps, xte, yte, ref=ref)
         rec.update(
             cpu_train=summary["cpu_seconds"],
             n_params=summary.get("n_params"),
@@ -447,8 +457,12 @@ def run(cfg: Config, ctx) -> dict:
         out = ctx.run_dir / "cells" / cell.name / f"seed{seed}"
         out.mkdir(parents=True, exist_ok=True)
         (out / "record.json").write_text(
-            json.dumps({"cell": cell.name, "levels": cell.levels, "seed": seed, **rec},
-                       indent=1, allow_nan=True) + "\n"
+            json.dumps(
+                {"cell": cell.name, "levels": cell.levels, "seed": seed, **rec},
+                indent=1,
+                allow_nan=True,
+            )
+            + "\n"
         )
         ctx.log({"kind": "cell", "cell": cell.name, "seed": seed, **cell.levels, **rec})
         done = time.perf_counter() - t_study
@@ -471,11 +485,18 @@ def run(cfg: Config, ctx) -> dict:
     (ctx.run_dir / "factorial.md").write_text(table["markdown"] + "\n")
     (ctx.run_dir / "factorial.csv").write_text(table["csv"])
     (ctx.run_dir / "factorial.json").write_text(
-        json.dumps({"design": dataclasses.asdict(study), "n_steps": n_steps,
-                    "cells": [dataclasses.asdict(c) for c in cells], "aggregate": agg,
-                    "records": {c: {str(s): r for s, r in by.items()}
-                                for c, by in records.items()}},
-                   indent=1, allow_nan=True) + "\n"
+        json.dumps(
+            {
+                "design": dataclasses.asdict(study),
+                "n_steps": n_steps,
+                "cells": [dataclasses.asdict(c) for c in cells],
+                "aggregate": agg,
+                "records": {c: {str(s): r for s, r in by.items()} for c, by in records.items()},
+            },
+            indent=1,
+            allow_nan=True,
+        )
+        + "\n"
     )
     _figures(ctx, cfg, study, cells, agg)
     full = not ctx.smoke
@@ -494,7 +515,9 @@ def run(cfg: Config, ctx) -> dict:
         ctx.log({"kind": "adjoint", **relu})
         relu_rel = relu["relative_difference"]
     memory = _memory(cfg, ctx)
-    text = _text(cfg, ctx, study, n_steps, random_depths, cells[0].seeds[0]) if cfg.text else None
+    # smoke: the text models only when asked (task.text=true), to stay within 3 minutes
+    with_text = ctx.smoke_value("task.text", cfg.text, False) if ctx.smoke else cfg.text
+    text = _text(cfg, ctx, study, n_steps, random_depths, cells[0].seeds[0]) if with_text else None
 
     ctx.claim("adjoint_relative_difference", adjoint_rel, 1e-6, op="<=", enforce=full)
     for g, m in memory.items():
@@ -503,11 +526,20 @@ def run(cfg: Config, ctx) -> dict:
                 f"peak_rss_ratio_{g}", m["ratio"], cfg.max_memory_ratio, op="<=", enforce=full
             )
     if text is not None:
-        ctx.claim("text_path_bpc_change_at_4x_depth", text["path"]["change_4x"],
-                  cfg.max_bpc_change, op="<=", enforce=full)
-        ctx.claim("text_equal_parameters",
-                  abs(text["path"]["n_params"] - text["per_layer"]["n_params"]), 0, op="<=",
-                  enforce=full)
+        ctx.claim(
+            "text_path_bpc_change_at_4x_depth",
+            text["path"]["change_4x"],
+            cfg.max_bpc_change,
+            op="<=",
+            enforce=full,
+        )
+        ctx.claim(
+            "text_equal_parameters",
+            abs(text["path"]["n_params"] - text["per_layer"]["n_params"]),
+            0,
+            op="<=",
+            enforce=full,
+        )
 
     seconds = time.perf_counter() - t_study
     ctx.report(
@@ -525,12 +557,16 @@ def run(cfg: Config, ctx) -> dict:
         + "\n\nContinuous adjoint vs backprop through the solver "
         f"(float64, {cfg.adjoint_activation} FFN, rtol = atol = {cfg.adjoint_rtol:g}): "
         f"relative difference {adjoint_rel:.2e}"
-        + ("" if relu_rel is None
-           else f" (ReLU FFN, {cfg.adjoint_relu_rtol:g}: {relu_rel:.2e}, kink-limited)")
+        + (
+            ""
+            if relu_rel is None
+            else f" (ReLU FFN, {cfg.adjoint_relu_rtol:g}: {relu_rel:.2e}, kink-limited)"
+        )
         + "."
     )
-    per_job = [r["seconds_train"] + r["seconds_eval"] for by in records.values()
-               for r in by.values()]
+    per_job = [
+        r["seconds_train"] + r["seconds_eval"] for by in records.values() for r in by.values()
+    ]
     head = cells[0].name
     ha = agg.get(head, {})
     return {
@@ -539,14 +575,36 @@ def run(cfg: Config, ctx) -> dict:
         "headline_cell": head,
         "seconds_per_job_mean": float(np.mean(per_job)),
         "seconds_study": seconds,
-        **{f"headline_{k}": v["mean"] for k, v in ha.items()
-           if k in ("acc.train", "max_change", "dist.train", "acc.adaptive",
-                    "max_integrator_change", "beta.update")},
-        **{f"headline_{k}_std": v["std"] for k, v in ha.items()
-           if k in ("acc.train", "max_change")},
+        **{
+            f"headline_{k}": v["mean"]
+            for k, v in ha.items()
+            if k
+            in (
+                "acc.train",
+                "max_change",
+                "dist.train",
+                "acc.adaptive",
+                "max_integrator_change",
+                "beta.update",
+            )
+        },
+        **{
+            f"headline_{k}_std": v["std"] for k, v in ha.items() if k in ("acc.train", "max_change")
+        },
         "claims_verdicts": [
-            {k: v.get(k) for k in ("name", "value", "bound", "pass", "failing_seeds",
-                                   "margin", "margin_examples", "skipped")}
+            {
+                k: v.get(k)
+                for k in (
+                    "name",
+                    "value",
+                    "bound",
+                    "pass",
+                    "failing_seeds",
+                    "margin",
+                    "margin_examples",
+                    "skipped",
+                )
+            }
             for v in verdicts
         ],
         "adjoint_relative_difference": adjoint_rel,
@@ -556,8 +614,11 @@ def run(cfg: Config, ctx) -> dict:
             {}
             if text is None
             else {
-                **{f"text_bpc_{k}": v["bpc"] for k, v in text.items()
-                   if k not in ("depths", "baselines")},
+                **{
+                    f"text_bpc_{k}": v["bpc"]
+                    for k, v in text.items()
+                    if k not in ("depths", "baselines")
+                },
                 "text_ngram_bpc": text["baselines"]["bpc"],  # orders 1..5
                 "text_val_overlap": text["baselines"]["overlap"],
             }
@@ -579,26 +640,41 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg, n_steps) -> dict:
     """The factorial table: one row per cell, mean ± std over its seeds at every
     evaluation depth, per evaluation mode (markdown and CSV)."""
     grid = [int(n) for n in study.eval_grid]
-    md, rows = [], []
+    md: list[str] = []
     lead = "| cell | role | seeds |"
     for title, key, sci, extra in (
-        ("Test accuracy, own scheme (the training scheme)", "acc.{own}.{n}", False,
-         [("adaptive", "acc.adaptive"), ("reference", "acc.reference")]),
+        (
+            "Test accuracy, own scheme (the training scheme)",
+            "acc.{own}.{n}",
+            False,
+            [("adaptive", "acc.adaptive"), ("reference", "acc.reference")],
+        ),
         *(
             (f"Test accuracy, stepped by {s}", f"acc.{s}.{{n}}", False, [])
             for s in cfg.eval_schemes
         ),
-        ("Distance of the logits to the continuous limit ‖z_N − z_ref‖/‖z_ref‖, own scheme",
-         "dist.{own}.{n}", True, [("adaptive", "dist.adaptive")]),
+        (
+            "Distance of the logits to the continuous limit ‖z_N − z_ref‖/‖z_ref‖, own scheme",
+            "dist.{own}.{n}",
+            True,
+            [("adaptive", "dist.adaptive")],
+        ),
         *(
-            (f"Distance to the limit, stepped by {s}", f"dist.{s}.{{n}}", True,
-             [(f"order ({'–'.join(map(str, study.fit_windows[s]))})", f"order.{s}")])
+            (
+                f"Distance to the limit, stepped by {s}",
+                f"dist.{s}.{{n}}",
+                True,
+                [(f"order ({'–'.join(map(str, study.fit_windows[s]))})", f"order.{s}")],
+            )
             for s in cfg.eval_schemes
         ),
     ):
-        md += [f"**{title}** (mean ± std over seeds)", "",
-               lead + "".join(f" N={n} |" for n in grid) + "".join(f" {e} |" for e, _ in extra),
-               "|---|---|---|" + "---|" * (len(grid) + len(extra))]
+        md += [
+            f"**{title}** (mean ± std over seeds)",
+            "",
+            lead + "".join(f" N={n} |" for n in grid) + "".join(f" {e} |" for e, _ in extra),
+            "|---|---|---|" + "---|" * (len(grid) + len(extra)),
+        ]
         for c in cells:
             a = agg.get(c.name, {})
             own = c.levels["scheme"]
@@ -606,20 +682,41 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg, n_steps) -> dict:
             vals += [_pm(a.get(k), sci=sci and not k.startswith("order")) for _, k in extra]
             md.append(f"| {c.name} | {c.role} | {len(c.seeds)} | " + " | ".join(vals) + " |")
         md.append("")
-    summary_keys = [("acc.train", False), ("max_change", False), ("max_integrator_change", False),
-                    ("dist.train", True), ("nfev.adaptive", False), ("beta.trained", False),
-                    ("beta.init", False), ("beta.update", False), ("update_rel", False),
-                    ("cpu_train", False), ("n_params", False)]
-    md += ["**Per cell** (mean ± std over seeds; β: increment scaling at "
-           f"{cfg.beta_depth} steps, of the trained controls, of their initialisation and "
-           "of the learned update θ − θ₀)", "",
-           "| cell | " + " | ".join(k for k, _ in summary_keys) + " |",
-           "|---|" + "---|" * len(summary_keys)]
+    summary_keys = [
+        ("acc.train", False),
+        ("max_change", False),
+        ("max_integrator_change", False),
+        ("dist.train", True),
+        ("nfev.adaptive", False),
+        ("beta.trained", False),
+        ("beta.init", False),
+        ("beta.update", False),
+        ("update_rel", False),
+        ("cpu_train", False),
+        ("n_params", False),
+    ]
+    md += [
+        "**Per cell** (mean ± std over seeds; β: increment scaling at "
+        f"{cfg.beta_depth} steps, of the trained controls, of their initialisation and "
+        "of the learned update θ − θ₀)",
+        "",
+        "| cell | " + " | ".join(k for k, _ in summary_keys) + " |",
+        "|---|" + "---|" * len(summary_keys),
+    ]
     for c in cells:
         a = agg.get(c.name, {})
-        md.append(f"| {c.name} | " + " | ".join(
-            _pm(a.get(k), digits=1 if k in ("cpu_train", "nfev.adaptive", "n_params") else 3,
-                sci=sci) for k, sci in summary_keys) + " |")
+        md.append(
+            f"| {c.name} | "
+            + " | ".join(
+                _pm(
+                    a.get(k),
+                    digits=1 if k in ("cpu_train", "nfev.adaptive", "n_params") else 3,
+                    sci=sci,
+                )
+                for k, sci in summary_keys
+            )
+            + " |"
+        )
     metrics = sorted({k for a in agg.values() for k in a})
     lines = ["cell,role,n_seeds," + ",".join(f"{f}" for f in FACTORS) + ",metric,mean,std,values"]
     for c in cells:
@@ -630,22 +727,24 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg, n_steps) -> dict:
             lines.append(
                 f"{c.name},{c.role},{len(c.seeds)},"
                 + ",".join(str(c.levels[f]) for f in FACTORS)
-                + f",{k},{v['mean']!r},{v['std']!r},\"{' '.join(map(repr, v['values']))}\""
+                + f',{k},{v["mean"]!r},{v["std"]!r},"{" ".join(map(repr, v["values"]))}"'
             )
     return {"markdown": "\n".join(md), "csv": "\n".join(lines) + "\n"}
 
 
 def _design_markdown(study, cells, n_steps, random_depths) -> str:
     lines = [
-        "Factors: " + "; ".join(f"`{k}` ∈ {list(v)}" for k, v in study.factors.items())
+        "Factors: "
+        + "; ".join(f"`{k}` ∈ {list(v)}" for k, v in study.factors.items())
         + f". Headline: {dict(study.headline)}. Crossed: {list(study.crossed)}; the others "
         "one at a time around the headline.",
         f"Training depth: fixed N_t = {n_steps} or random from {list(random_depths)}; "
         f"evaluation grid {list(study.eval_grid)}; windows "
-        + ", ".join(f"{k} = {list(v)}" for k, v in study.fit_windows.items()) + ".",
-        f"{len(cells)} cells, seeds " + ", ".join(
-            f"{c.name}: {c.seeds}" for c in cells if c.role == "headline"
-        ) + f" (headline); others {cells[-1].seeds if cells else []} "
+        + ", ".join(f"{k} = {list(v)}" for k, v in study.fit_windows.items())
+        + ".",
+        f"{len(cells)} cells, seeds "
+        + ", ".join(f"{c.name}: {c.seeds}" for c in cells if c.role == "headline")
+        + f" (headline); others {cells[-1].seeds if cells else []} "
         f"(seed_offset {study.seed_offset}).",
     ]
     return "\n".join(lines)

@@ -95,8 +95,15 @@ def plot_depth_factorial(
                 drawn = True
             if not drawn:
                 ax.set_axis_off()
-                ax.text(0.5, 0.5, f"T = {t:g}, {tr}: no cell", ha="center", va="center",
-                        transform=ax.transAxes, color="0.4")
+                ax.text(
+                    0.5,
+                    0.5,
+                    f"T = {t:g}, {tr}: no cell",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                    color="0.4",
+                )
                 continue
             ax.set_xscale("log", base=2)
             ticks = [n for n in grid if n in (1, 4, 16, 64, 256)] or list(grid)
@@ -107,11 +114,18 @@ def plot_depth_factorial(
                 ax.set_yscale("log")
             ax.set_title(f"T = {t:g}, training depth {tr}")
             ax.set_xlabel(r"evaluation depth $N$")
-            ax.set_ylabel("test accuracy" if key == "acc" else r"$\|z_N - z_\mathrm{ref}\|/\|z_\mathrm{ref}\|$")
+            ax.set_ylabel(
+                "test accuracy"
+                if key == "acc"
+                else r"$\|z_N - z_\mathrm{ref}\|/\|z_\mathrm{ref}\|$"
+            )
             ax.grid(True, which="major")
     fig.suptitle(
-        ("digits: test accuracy" if key == "acc" else "digits: distance of the logits to the "
-         "continuous limit")
+        (
+            "digits: test accuracy"
+            if key == "acc"
+            else "digits: distance of the logits to the continuous limit"
+        )
         + " against the evaluation depth\n(mean over seeds; bars: ± std over seeds)"
     )
     if handles:
