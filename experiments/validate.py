@@ -203,6 +203,14 @@ RULES: dict[str, Rule] = {
     "text_eval_depths": POSITIVE,
     "max_bpc_change": POSITIVE,
     "second_order_depths": POSITIVE,
+    # the study protocol (experiments/protocol.py, task.study)
+    "n_seeds": POSITIVE,
+    "headline_n_seeds": POSITIVE,
+    "seed_offset": NON_NEGATIVE,
+    "eval_grid": POSITIVE,
+    "random_depths": POSITIVE,
+    "ref_rtol": POSITIVE,
+    "beta_depth": Rule(9, True),  # strides 1, 2, 4, 8 need at least 9 samples
     # the text task (DepthTextConfig, task.text of experiment=schemes)
     "context": POSITIVE,
     "val_fraction": UNIT_OPEN,

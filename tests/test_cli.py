@@ -407,7 +407,7 @@ def test_unknown_scheme_name_fails_in_seconds_also_in_smoke(tmp_path):
         (
             "task.digits.scheme=foo",
             "task.digits.scheme: not an option of task 'depth'. The task "
-            "sets scheme itself from task.baselines",
+            "sets scheme itself from task.study.factors.scheme",
         ),
         (
             "task.digits.steps=3",
@@ -419,8 +419,12 @@ def test_unknown_scheme_name_fails_in_seconds_also_in_smoke(tmp_path):
             "task.digits.d: not an option of task 'depth'. The task sets d itself from task.d",
         ),
         ("task.digits.gradient=foo", "task.digits.gradient: 'foo' is not allowed"),
-        ("task.baselines=[lie,foo]", "task.baselines: 'foo' is not allowed"),
-        ("task.path=foo", "task.path: 'foo' is not allowed"),
+        ("task.eval_schemes=[heun,foo]", "task.eval_schemes: 'foo' is not allowed"),
+        (
+            "task.study.factors.path=[legendre,foo]",
+            "task.study.factors.path: 'foo' is not a parameterization",
+        ),
+        ("task.study.seed_offset=-1", "task.study.seed_offset = -1 is out of range"),
     ],
 )
 def test_depth_has_one_name_per_option_and_checks_names(override, expected):

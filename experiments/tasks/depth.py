@@ -1,49 +1,74 @@
-"""Task ``depth``: depth transfer on digits (issue 26): train at one depth, evaluate at many
-depths and adaptively, per-layer and path-controlled models side by side.
+"""Task ``depth``: depth transfer on digits as a seeded factorial ablation (issues 26, 37).
 
-Trains (with :func:`transflow.control.run_training` of
-:data:`transflow.control.DEPTH_DIGITS`):
+The study is declared in ``task.study`` (:class:`transflow.experiments.protocol.StudyConfig`,
+``configs/experiment/depth.yaml``) before it runs. Its factors (names fixed by this task):
 
-- ``per_layer_lie``: today's digits model (per-layer controls, the paper's post-LN Lie
-  scheme), the model whose accuracy collapses under refinement;
-- ``per_layer_prenorm``: per-layer controls with the pre-LN scheme (the same scheme as the
-  path model, so the difference is the control parameterization alone);
-- ``path``: controls θ(t) as a :class:`~transflow.continuous.ControlPath`
-  (``task.path``, K = ``task.path_size``), smooth initialisation, ``task.train_depths``
-  drawn per batch (:func:`transflow.control.depth_loss`), the pre-LN scheme, final time
-  T = ``n_steps · path_dt`` (the per-layer models keep Δt = 1).
+- ``path``: the control parameterization: ``per_layer`` (today's model: one independent
+  set of controls per layer, :data:`transflow.control.DEPTH_DIGITS` with ``path="none"``)
+  or a name of :data:`transflow.continuous.PATH_KINDS` (``linear``, ``legendre``,
+  ``embedding``, ...; K = ``task.path_size``, smooth initialisation);
+- ``T``: the horizon (the model's final time; the step at the training depth is
+  Δt = T / ``task.n_steps``);
+- ``train``: the training depth: ``fixed`` (N_t = ``task.n_steps`` only) or ``random``
+  (N_t drawn per batch from ``task.random_depths``, :func:`transflow.control.depth_loss`);
+- ``scheme``: the training scheme of the pre-LN field (``prenorm`` = Euler, or a
+  second-order one such as ``heun``).
 
-Then, for every model, the test accuracy with N = ``task.depths`` uniform steps
-(:func:`transflow.control.at_depth`; for the per-layer models the piecewise-constant
-reading = ``analysis.refine``) and, for the consistent schemes, with diffrax's Tsit5 and
-a PID controller (rtol = atol = ``task.rtol``); the fitted order of the successive output
-differences of the path model under refinement; ``increment_scaling`` of each model's
-controls sampled at the finest depth; and a float64 continuous-adjoint check
-(``BacksolveAdjoint`` against backpropagation through the adaptive solver, on a random
-path whose FFN activation is smooth, ``task.adjoint_activation``: with ReLU the vector
-field is only Lipschitz and the two gradients agree only to ~1e-6, also logged).
+Every (cell, seed) trains one model (``task.steps`` steps, float32) and evaluates it in
+float64 on its test split: with every scheme of ``task.eval_schemes`` (its own and a
+second integrator) at every depth of ``task.study.eval_grid``, adaptively (Tsit5 + PID,
+``task.rtol``), and against the **continuous limit**: a fine high-order reference solve
+(``task.ref_solver``, rtol = atol = ``task.ref_rtol``); the distance of the logits to it,
+‖z_N − z_ref‖_F / ‖z_ref‖_F over the test set, is recorded at every depth, and its fitted
+order over the declared window of each scheme (``task.study.fit_windows``). Smoothness:
+β (``increment_scaling``) of the trained controls, of the model's own initialisation and
+of the learned update θ_trained − θ_init, all sampled at ``task.beta_depth`` steps.
 
-Writes ``metrics.jsonl`` (kinds ``depth``, ``adaptive``, ``order``, ``scaling``,
-``adjoint``), ``depth.npz``, the figures ``accuracy_vs_depth``, ``convergence``,
-``smoothness``, and the claims (enforced at full size): path accuracy at the training
-depth ≥ ``min_accuracy``; within ``max_drop`` at every depth and adaptively; fitted order
-within 0.2 of 1; β ≥ 0.9; adjoint agreement ≤ 1e-6; the path model's CPU time ≤
-``max_cpu_ratio`` × the per-layer (Lie) model's.
+Metrics of a seed record (the names claims use): ``acc.<scheme>.<N>``,
+``dist.<scheme>.<N>``, ``order.<scheme>``, ``acc.adaptive``, ``nfev.adaptive``,
+``dist.adaptive``, ``acc.reference``, ``nfev.reference``, ``acc.train`` (own scheme at
+N_t = ``task.n_steps``), ``max_change`` (largest |acc(N) − acc.train| over the window
+``transfer`` and adaptively, own scheme), ``max_integrator_change`` (largest
+|acc.<s1>.N − acc.<s2>.N| over ``transfer``), ``dist.train``, ``beta.trained``,
+``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``.
+
+Writes per job ``cells/<cell>/seed<k>/record.json`` (a rerun of any cell:
+``task.study.cells=[<cell>]``), then ``factorial.md``/``.csv``/``.json`` (mean ± std per
+cell and evaluation depth), the figures ``factorial_accuracy`` and ``factorial_distance``,
+the claim verdicts (each declared claim in each of its cells, over all seeds or mean ±
+std as declared; accuracy margins also in test examples). Besides the study, one float64
+continuous-adjoint check, the peak RSS of one gradient per mechanism, and the text models
+(``task.text``; seed = the first seed).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import time
 from dataclasses import dataclass, field
 
 from transflow.control import DepthDigitsConfig
 
 from ..config import complete, options_without
+from ..protocol import (
+    StudyConfig,
+    aggregate,
+    check_study,
+    design_cells,
+    evaluate_claims,
+    verdicts_markdown,
+    window,
+)
 
-__all__ = ["CHOICES", "Config", "DigitsOptions", "run"]
+__all__ = ["CHOICES", "FACTORS", "Config", "DigitsOptions", "check", "run"]
+
+#: The factors of the study (``task.study.factors`` must name exactly these).
+FACTORS = ("path", "T", "train", "scheme")
 
 #: The fields of DepthDigitsConfig this task sets itself, from its own options (task.d,
-#: task.n_steps, task.steps) or per model (task.baselines, task.path, ...): one name each.
+#: task.n_steps, task.steps) or per cell (the factors): one name each.
 DigitsOptions = options_without(
     DepthDigitsConfig,
     [
@@ -60,9 +85,10 @@ DigitsOptions = options_without(
     ],
     name="DigitsOptions",
     hints={
-        "scheme": "task.baselines (the per-layer models; the path model is prenorm)",
-        "path": "task.path (the path model; the per-layer models have none)",
-        "dt": "task.path_dt (the path model; the per-layer models have dt = 1)",
+        "scheme": "task.study.factors.scheme (a factor of the study)",
+        "path": "task.study.factors.path (a factor of the study)",
+        "dt": "task.study.factors.T (dt = T / task.n_steps)",
+        "train_depths": "task.study.factors.train and task.random_depths",
         "checkpoint_dir": "the run directory",
     },
 )
@@ -74,12 +100,6 @@ def _scheme_names():
     return SCHEME_NAMES
 
 
-def _path_kinds():
-    from transflow.continuous import PATH_KINDS
-
-    return tuple(PATH_KINDS)
-
-
 def _gradients():
     from transflow.control import GRADIENTS
 
@@ -88,10 +108,9 @@ def _gradients():
 
 #: Names checked before any work, smoke runs included (transflow-run help depth).
 CHOICES = {
-    "path": _path_kinds,
-    "baselines": _scheme_names,
-    "second_order": lambda: ("", *_scheme_names()),
+    "eval_schemes": _scheme_names,
     "text_path_scheme": _scheme_names,
+    "ref_solver": ("dopri8", "dopri5", "tsit5"),
     # the FFN activations of transflow (LayerControls.activation)
     "adjoint_activation": (
         "tanh",
@@ -114,28 +133,23 @@ CHOICES = {
 
 @dataclass
 class Config:
-    """Depth transfer on digits (``task.<field>=...``)."""
+    """Depth transfer on digits, a factorial study (``task.<field>=...``)."""
 
-    path: str = "legendre"  # a name of transflow.continuous.PATH_KINDS
-    path_size: int = 4  # K
-    n_steps: int = 4  # the training depth N_t
-    train_depths: list[int] = field(default_factory=lambda: [4, 8, 16])
+    # the design: factors, seeds, evaluation grid, fit windows, claims (declared in
+    # configs/experiment/depth.yaml; experiments/protocol.py)
+    study: StudyConfig = field(default_factory=StudyConfig)
+    path_size: int = 4  # K of every path parameterization
+    n_steps: int = 4  # the training depth N_t (train=fixed), Δt = T / n_steps
+    random_depths: list[int] = field(default_factory=lambda: [4, 8, 16])  # train=random
     smoothness: float = 0.0  # λ of λ ∫‖θ'(t)‖² dt
-    path_dt: float = 0.05  # the path model's step at n_steps (T = n_steps · path_dt)
     steps: int = 1500
     d: int = 32
-    depths: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64])
-    rtol: float = 1e-5  # adaptive solve (atol = rtol)
-    baselines: list[str] = field(default_factory=lambda: ["lie", "prenorm"])  # per-layer
-    # a second-order scheme of the pre-LN field (transflow.SCHEME_NAMES, declared order 2)
-    # stepping the trained path model: claim fitted order within 0.2 of 2; "": skip
-    second_order: str = "heun"
-    # its refinement depths: past the pre-asymptotic range of the trained ReLU model
-    # (at N = 4..64 the fitted order is about 1.5; docs/depth.md)
-    second_order_depths: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
-    min_accuracy: float = 0.96  # claim: path accuracy at n_steps
-    max_drop: float = 0.01  # claim: |acc(N) - acc(n_steps)| at every N and adaptively
-    max_cpu_ratio: float = 2.0  # claim: path CPU time / per-layer (lie) CPU time
+    # every model is evaluated with each of these schemes (its own and a second integrator)
+    eval_schemes: list[str] = field(default_factory=lambda: ["prenorm", "heun"])
+    rtol: float = 1e-5  # adaptive solve (Tsit5 + PID; atol = rtol)
+    ref_solver: str = "dopri8"  # the continuous limit: a high-order adaptive solve, float64
+    ref_rtol: float = 1e-9  # its tolerance (atol = rtol)
+    beta_depth: int = 64  # β: controls sampled at this many steps, strides 1, 2, 4, 8
     # adjoint check (float64): FFN activation of the random path (C¹ field) and tolerance
     adjoint_activation: str = "tanh"
     adjoint_rtol: float = 1e-10
@@ -148,141 +162,349 @@ class Config:
         default_factory=lambda: ["adjoint", "checkpointed", "backprop"]
     )
     max_memory_ratio: float = 2.0
-    # the text task (DEPTH_TEXT): a path model and a per-layer model with as many parameters
+    # the text task (DEPTH_TEXT): a path model (the headline's path, T, random depths) and
+    # a per-layer model with as many parameters; one seed (the first)
     text: bool = True  # false: digits only
     text_steps: int = 1500
     text_eval_depths: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
     max_bpc_change: float = 0.02  # claim: |bpc(4 N_t) − bpc(N_t)| / bpc(N_t), path model
-    # the text path model's scheme: Heun (second order) on the pre-LN field; with the
-    # first-order "prenorm" the change at 4x was 2.1 % (docs/depth.md)
     text_path_scheme: str = "heun"
     # the digits model's other options (DepthDigitsConfig without the fields set above)
     digits: DigitsOptions = field(default_factory=DigitsOptions)
 
 
-def _train(cfg: Config, ctx, name: str, **over):
+def check(cfg: Config) -> None:
+    """The study's design, checked before any work (each error names the key)."""
+    from transflow import declared_order, make_scheme
+    from transflow.continuous import PATH_KINDS
+
+    study = cfg.study
+    names = list(study.factors)
+    if sorted(names) != sorted(FACTORS):
+        raise ValueError(
+            f"task.study.factors: the depth study's factors are {list(FACTORS)}, got "
+            f"{names}; give exactly these (configs/experiment/depth.yaml)."
+        )
+    for p in study.factors["path"]:
+        if p != "per_layer" and p not in PATH_KINDS:
+            raise ValueError(
+                f"task.study.factors.path: {p!r} is not a parameterization; choose from "
+                f"per_layer, {', '.join(k for k in PATH_KINDS if k != 'per_layer')}."
+            )
+    for t in study.factors["T"]:
+        if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
+            raise ValueError(f"task.study.factors.T: {t!r} is not a horizon > 0.")
+    for t in study.factors["train"]:
+        if t not in ("fixed", "random"):
+            raise ValueError(f"task.study.factors.train: {t!r}; choose fixed or random.")
+    for s in [*study.factors["scheme"], *cfg.eval_schemes]:
+        if s not in _scheme_names() or s in ("lie", "relaxed"):
+            raise ValueError(
+                f"task.study.factors.scheme / task.eval_schemes: {s!r} is not a consistent "
+                "scheme of the pre-LN field; choose e.g. prenorm (Euler), heun, midpoint."
+            )
+    check_study(study)  # after the levels, so a bad level is named as such
+    if not set(study.factors["scheme"]) <= set(cfg.eval_schemes):
+        raise ValueError(
+            f"task.eval_schemes = {list(cfg.eval_schemes)} must hold every training scheme "
+            f"{list(study.factors['scheme'])} (each model is evaluated with its own too)."
+        )
+    for s in cfg.eval_schemes:
+        if s not in study.fit_windows:
+            raise ValueError(
+                f"task.study.fit_windows has no window for scheme '{s}' (the distance to the "
+                f"limit is fitted over it); give task.study.fit_windows.{s}=[lo,hi]."
+            )
+        declared_order(make_scheme(s))
+    if "transfer" not in study.fit_windows:
+        raise ValueError(
+            "task.study.fit_windows.transfer (the depths of max_change) is missing; give "
+            "task.study.fit_windows.transfer=[lo,hi]."
+        )
+    if cfg.n_steps not in [int(n) for n in study.eval_grid]:
+        raise ValueError(
+            f"task.n_steps = {cfg.n_steps} must be in task.study.eval_grid = "
+            f"{list(study.eval_grid)} (acc.train is read there)."
+        )
+
+
+def _smoke_study(cfg: Config, ctx) -> tuple[StudyConfig, int, list[int]]:
+    """The design at smoke size (a wiring check within 3 minutes on 2 loaded cores): every
+    factor varied once around the headline (its headline level and the first other one),
+    nothing crossed, 2 seeds in the headline cells and 1 elsewhere, depths 1..8, and the
+    reference solve sharing the adaptive solve's compiled program (Tsit5 at ``task.rtol``).
+    Each replaced value is reported; a value given on the command line is kept."""
+    s = cfg.study
+    if not ctx.smoke:
+        return s, cfg.n_steps, [int(n) for n in cfg.random_depths]
+    head = s.headline
+    two = {
+        k: [head[k]] + [v for v in levels if str(v) != str(head[k])][:1]
+        for k, levels in s.factors.items()
+    }
+    grid = ctx.smoke_value("task.study.eval_grid", list(s.eval_grid), [1, 2, 4, 8])
+    small = {k: [2, 8] for k in s.fit_windows}
+    s = dataclasses.replace(
+        s,
+        factors=ctx.smoke_value("task.study.factors", dict(s.factors), two),
+        crossed=ctx.smoke_value("task.study.crossed", list(s.crossed), []),
+        n_seeds=ctx.smoke_value("task.study.n_seeds", s.n_seeds, 1),
+        headline_n_seeds=ctx.smoke_value("task.study.headline_n_seeds", s.headline_n_seeds, 2),
+        eval_grid=grid,
+        fit_windows=ctx.smoke_value("task.study.fit_windows", dict(s.fit_windows), small),
+    )
+    names = {c.name for c in design_cells(s, check=False)}
+    s = dataclasses.replace(
+        s, headline_cells=[c for c in s.headline_cells if c == "headline" or c in names]
+    )
+    s = dataclasses.replace(
+        s,
+        claims=[
+            c
+            for c in s.claims
+            if all(
+                x == "headline" or x in names for x in [*c.cells, *([c.minus] if c.minus else [])]
+            )
+        ],
+    )
+    n_steps = ctx.smoke_value("task.n_steps", cfg.n_steps, 2)
+    return s, n_steps, ctx.smoke_value("task.random_depths", list(cfg.random_depths), [2, 4])
+
+
+def _smoke_solver(cfg: Config, ctx) -> tuple[str, float]:
+    """The reference solve's solver and tolerance (smoke: the adaptive solve's own)."""
+    solver = ctx.smoke_value("task.ref_solver", cfg.ref_solver, "tsit5")
+    return solver, ctx.smoke_value("task.ref_rtol", cfg.ref_rtol, cfg.rtol)
+
+
+def _train_cell(cfg: Config, ctx, cell, seed: int, n_steps: int, random_depths):
+    """Train one (cell, seed); returns (summary, trained model, initial model)."""
+    import jax
+
     from transflow.control import DEPTH_DIGITS, run_training
 
+    lv = cell.levels
+    path = "none" if lv["path"] == "per_layer" else lv["path"]
     dcfg = complete(
-        cfg.digits, d=cfg.d, n_steps=cfg.n_steps, steps=cfg.steps, checkpoint_dir="run", **over
+        cfg.digits,
+        d=cfg.d,
+        n_steps=n_steps,
+        steps=cfg.steps,
+        checkpoint_dir="run",
+        path=path,
+        path_size=cfg.path_size,
+        scheme=lv["scheme"],
+        train_depths=list(random_depths) if lv["train"] == "random" else [],
+        smoothness=cfg.smoothness,
+        dt=float(lv["T"]) / n_steps,
     )
-    if ctx.smoke:  # a wiring check: tiny model, a few steps, depths 2 and 4
+    if ctx.smoke:  # a wiring check: tiny model, a few steps
         dcfg = dataclasses.replace(
             dcfg,
             d=ctx.smoke_value("task.d", dcfg.d, 8),
             n_heads=1,
-            n_steps=2,
             steps=ctx.smoke_value("task.steps", dcfg.steps, min(dcfg.steps, 10)),
             eval_every=10,
             log_every=5,
             warmup_steps=2,
-            train_depths=[2, 4] if over.get("train_depths") else [],
         )
     summary, result = run_training(
         DEPTH_DIGITS,
         dcfg,
-        run_dir=ctx.run_dir / name,
-        seed=ctx.seed,
+        run_dir=ctx.run_dir / "cells" / cell.name / f"seed{seed}",
+        seed=seed,
         smoke=False,
         progress=ctx.progress,
     )
-    ctx.log({"kind": "train", "model": name, **summary})
-    return summary, result.model
+    k_model, _ = jax.random.split(jax.random.key(seed))  # as run_training draws the model
+    init = DEPTH_DIGITS.setup(dcfg, seed, k_model).model
+    return summary, result.model, init
 
 
-def run(cfg: Config, ctx) -> dict:
-    """Run the ``depth`` experiment.
+def _is_float(a) -> bool:
+    import jax.numpy as jnp
 
-    Continuous depth: per-layer vs path-controlled digits models evaluated at N_t = 4..64
-    and adaptively.
-    """
+    return hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating)
+
+
+def _f64(model):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree.map(lambda a: a.astype(jnp.float64) if _is_float(a) else a, model)
+
+
+def _controls_at(model, n: int):
+    from transflow.control import at_depth
+
+    return at_depth(model, n).layer_controls()[0]
+
+
+def _beta(controls) -> float:
+    from transflow import SplitTransformer
+    from transflow.analysis import increment_scaling
+
+    return float(increment_scaling(SplitTransformer(controls), [1, 2, 4, 8])["beta"])
+
+
+def _evaluate(
+    cfg: Config, study: StudyConfig, model, init, own: str, n_steps, xte, yte, ref=None
+) -> dict:
+    """Every evaluation of one trained model, in float64 (the metrics of a seed record)."""
     import jax
     import numpy as np
 
-    from transflow.analysis import fit_order, increment_scaling
-    from transflow.control import at_depth, depth_accuracy, load_digits_split
+    from transflow import make_scheme
+    from transflow.analysis import fit_order
+    from transflow.control import depth_accuracy
 
-    depths = [int(n) for n in cfg.depths]
-    n_train = cfg.n_steps
-    if ctx.smoke:
-        depths, n_train = ctx.smoke_value("task.depths", depths, [2, 4, 8]), 2
-    models = {}
-    summaries = {}
-    for base in cfg.baselines:
-        name = f"per_layer_{base}"
-        summaries[name], models[name] = _train(cfg, ctx, name, path="none", scheme=base, dt=1.0)
-    summaries["path"], models["path"] = _train(
-        cfg,
-        ctx,
-        "path",
-        path=cfg.path,
-        path_size=cfg.path_size,
-        scheme="prenorm",
-        train_depths=list(cfg.train_depths),
-        smoothness=cfg.smoothness,
-        dt=cfg.path_dt,
+    grid = [int(n) for n in study.eval_grid]
+    rec: dict = {}
+    with jax.enable_x64(True):
+        m = _f64(model)
+        x = np.asarray(xte, np.float64)
+        ref_solver, ref_rtol = ref or (cfg.ref_solver, cfg.ref_rtol)
+        ref = depth_accuracy(m, x, yte, [], rtol=ref_rtol, solver=ref_solver)
+        z_ref = np.asarray(ref["adaptive_outputs"], np.float64)
+        norm = float(np.linalg.norm(z_ref))
+
+        def dist(z):
+            return float(np.linalg.norm(np.asarray(z, np.float64) - z_ref) / norm)
+
+        rec["acc.reference"] = ref["adaptive_accuracy"]
+        rec["nfev.reference"] = ref["adaptive_nfev_mean"]
+        ad = depth_accuracy(m, x, yte, [], rtol=cfg.rtol)
+        rec["acc.adaptive"] = ad["adaptive_accuracy"]
+        rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
+        rec["dist.adaptive"] = dist(ad["adaptive_outputs"])
+        for s in cfg.eval_schemes:
+            ms = m if s == own else dataclasses.replace(m, scheme=make_scheme(s))
+            r = depth_accuracy(ms, x, yte, grid, rtol=None)
+            for n, a, z in zip(grid, r["accuracy"], r["outputs"]):
+                rec[f"acc.{s}.{n}"] = a
+                rec[f"dist.{s}.{n}"] = dist(z)
+            win = window(study, s)
+            rec[f"order.{s}"] = fit_order(win, [rec[f"dist.{s}.{n}"] for n in win])
+        fine = int(cfg.beta_depth)
+        th, th0 = _controls_at(m, fine), _controls_at(_f64(init), fine)
+        upd = jax.tree.map(lambda a, b: a - b, th, th0)
+        rec["beta.trained"] = _beta(th)
+        rec["beta.init"] = _beta(th0)
+        rec["beta.update"] = _beta(upd)
+        sq = lambda t: sum(float(np.sum(np.asarray(v) ** 2)) for v in jax.tree.leaves(t))  # noqa: E731
+        rec["update_rel"] = math.sqrt(sq(upd) / sq(th0)) if sq(th0) > 0 else math.nan
+    rec["acc.train"] = rec[f"acc.{own}.{n_steps}"]
+    rec["dist.train"] = rec[f"dist.{own}.{n_steps}"]
+    tw = window(study, "transfer")
+    rec["max_change"] = max(
+        [abs(rec[f"acc.{own}.{n}"] - rec["acc.train"]) for n in tw]
+        + [abs(rec["acc.adaptive"] - rec["acc.train"])]
     )
-    _, _, xte, yte = load_digits_split(cfg.digits.test_fraction, seed=ctx.seed)
-    if ctx.smoke:
-        xte, yte = xte[:64], yte[:64]
+    s0, *others = cfg.eval_schemes
+    rec["max_integrator_change"] = max(
+        (abs(rec[f"acc.{s}.{n}"] - rec[f"acc.{s0}.{n}"]) for s in others for n in tw),
+        default=0.0,
+    )
+    rec["n_test"] = len(yte)
+    return rec
 
-    results = {}
-    for name, m in models.items():
-        consistent = m.scheme.__class__.__name__ != "LieScheme"
-        r = depth_accuracy(m, xte, yte, depths, rtol=cfg.rtol if consistent else None)
-        results[name] = r
-        for n, acc in zip(r["depths"], r["accuracy"]):
-            ctx.log({"kind": "depth", "model": name, "n_steps": n, "accuracy": acc})
-        if "adaptive_accuracy" in r:
-            ctx.log(
-                {
-                    "kind": "adaptive",
-                    "model": name,
-                    "rtol": cfg.rtol,
-                    "accuracy": r["adaptive_accuracy"],
-                    "nfev_mean": r["adaptive_nfev_mean"],
-                    "nfev_max": r["adaptive_nfev_max"],
-                }
-            )
 
-    # Convergence of the path model's outputs (logits) under refinement.
-    outs = results["path"]["outputs"]
-    ref = np.linalg.norm(outs[0])
-    succ = [float(np.linalg.norm(b - a) / ref) for a, b in zip(outs, outs[1:])]
-    order = fit_order(depths[:-1], succ)
+def run(cfg: Config, ctx) -> dict:
+    """Run the ``depth`` study: every declared (cell, seed), then the factorial table, the
+    figures and the declared claims; then the adjoint, memory and text checks."""
+    import jax
+    import numpy as np
+
+    from transflow.control import load_digits_split
+
+    study, n_steps, random_depths = _smoke_study(cfg, ctx)
+    cells = design_cells(study, seed=ctx.seed)
+    if study.cells:
+        wanted = {c if c != "headline" else cells[0].name for c in study.cells}
+        cells = [c for c in cells if c.name in wanted]
+    jobs = [(c, s) for c in cells for s in c.seeds]
+    ctx.message(
+        f"depth study: {len(cells)} cells, {len(jobs)} (cell, seed) jobs; factors "
+        + ", ".join(f"{k}={list(v)}" for k, v in study.factors.items())
+        + f"; crossed {list(study.crossed)}; seeds from {ctx.seed + study.seed_offset}"
+    )
     ctx.log(
-        {"kind": "order", "model": "path", "depths": depths, "successive": succ, "order": order}
+        {
+            "kind": "design",
+            "cells": [dataclasses.asdict(c) for c in cells],
+            "n_steps": n_steps,
+            "random_depths": random_depths,
+        }
     )
-    # The same trained path model stepped by a second-order scheme of the same field
-    # (``task.second_order``, e.g. Heun): the successive differences shrink at order 2.
-    order2 = succ2 = depths2 = None
-    if cfg.second_order:
-        depths2 = depths if ctx.smoke else [int(n) for n in cfg.second_order_depths]
-        succ2, order2 = _second_order(models["path"], xte, depths2, cfg.second_order)
-        ctx.log(
-            {
-                "kind": "order",
-                "model": f"path_{cfg.second_order}",
-                "depths": depths2,
-                "successive": succ2,
-                "order": order2,
-            }
+    ref = _smoke_solver(cfg, ctx)
+    records: dict[str, dict[int, dict]] = {}
+    t_study = time.perf_counter()
+    for i, (cell, seed) in enumerate(jobs):
+        t0 = time.perf_counter()
+        summary, model, init = _train_cell(cfg, ctx, cell, seed, n_steps, random_depths)
+        _, _, xte, yte = load_digits_split(cfg.digits.test_fraction, seed=seed)
+        if ctx.smoke:
+            xte, yte = xte[:64], yte[:64]
+        t1 = time.perf_counter()
+        rec = _evaluate(cfg, study, model, init, cell.levels["scheme"], n_steps, xte, yte, ref=ref)
+        rec.update(
+            cpu_train=summary["cpu_seconds"],
+            n_params=summary.get("n_params"),
+            seconds_train=t1 - t0,
+            seconds_eval=time.perf_counter() - t1,
         )
+        records.setdefault(cell.name, {})[seed] = rec
+        out = ctx.run_dir / "cells" / cell.name / f"seed{seed}"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "record.json").write_text(
+            json.dumps(
+                {"cell": cell.name, "levels": cell.levels, "seed": seed, **rec},
+                indent=1,
+                allow_nan=True,
+            )
+            + "\n"
+        )
+        ctx.log({"kind": "cell", "cell": cell.name, "seed": seed, **cell.levels, **rec})
+        done = time.perf_counter() - t_study
+        ctx.message(
+            f"cell {i + 1}/{len(jobs)} {cell.name} seed {seed}: acc.train "
+            f"{rec['acc.train']:.3f}, max_change {rec['max_change']:.3f}, dist.train "
+            f"{rec['dist.train']:.3g}; train {t1 - t0:.0f} s, eval {rec['seconds_eval']:.0f} s;"
+            f" ETA {done / (i + 1) * (len(jobs) - i - 1):.0f} s"
+        )
+        del model, init
+        if not ctx.smoke:
+            from ..context import release_compiled
 
-    # Smoothness of the controls sampled at the finest depth.
-    fine = max(depths)
-    scaling = {}
-    for name, m in models.items():
-        s = increment_scaling(at_depth(m, fine), [1, 2, 4] if fine > 4 else None)
-        scaling[name] = s
-        ctx.log(
+            release_compiled()  # every training maps its compiled code (vm.max_map_count)
+
+    agg = aggregate(records)
+    n_test = int(np.mean([r["n_test"] for by in records.values() for r in by.values()]))
+    verdicts = evaluate_claims(study, records, n_examples=n_test)
+    table = _factorial(cfg, study, cells, agg, n_steps)
+    (ctx.run_dir / "factorial.md").write_text(table["markdown"] + "\n")
+    (ctx.run_dir / "factorial.csv").write_text(table["csv"])
+    (ctx.run_dir / "factorial.json").write_text(
+        json.dumps(
             {
-                "kind": "scaling",
-                "model": name,
-                "n_steps": fine,
-                **{k: s[k] for k in ("strides", "max_increment", "beta")},
-            }
+                "design": dataclasses.asdict(study),
+                "n_steps": n_steps,
+                "cells": [dataclasses.asdict(c) for c in cells],
+                "aggregate": agg,
+                "records": {c: {str(s): r for s, r in by.items()} for c, by in records.items()},
+            },
+            indent=1,
+            allow_nan=True,
         )
+        + "\n"
+    )
+    _figures(ctx, cfg, study, cells, agg)
+    full = not ctx.smoke
+    for v in verdicts:
+        if v.get("skipped"):
+            continue
+        ctx.claim(v["name"], v["value"], v["bound"], op=v["op"], enforce=full)
+    ctx.log({"kind": "claims", "verdicts": verdicts})
 
     adj = _adjoint_check(cfg.adjoint_activation, cfg.adjoint_rtol)
     ctx.log({"kind": "adjoint", **adj})
@@ -292,34 +514,17 @@ def run(cfg: Config, ctx) -> dict:
         relu = _adjoint_check("relu", cfg.adjoint_relu_rtol)
         ctx.log({"kind": "adjoint", **relu})
         relu_rel = relu["relative_difference"]
-
     memory = _memory(cfg, ctx)
-    text = _text(cfg, ctx) if cfg.text else None
+    # smoke: the text models only when asked (task.text=true), to stay within 3 minutes
+    with_text = ctx.smoke_value("task.text", cfg.text, False) if ctx.smoke else cfg.text
+    text = _text(cfg, ctx, study, n_steps, random_depths, cells[0].seeds[0]) if with_text else None
 
-    _figures(ctx, depths, results, succ, order, scaling)
-    ctx.save_arrays(
-        "depth",
-        depths=np.asarray(depths),
-        **{f"accuracy_{k}": np.asarray(v["accuracy"]) for k, v in results.items()},
-        successive=np.asarray(succ),
-    )
-
-    path_acc = results["path"]["accuracy"]
-    a0 = path_acc[depths.index(n_train)] if n_train in depths else path_acc[0]
-    drops = [abs(a - a0) for a in path_acc] + [abs(results["path"]["adaptive_accuracy"] - a0)]
-    full = not ctx.smoke
-    ref_cpu = summaries.get("per_layer_lie", next(iter(summaries.values())))["cpu_seconds"]
-    cpu_ratio = summaries["path"]["cpu_seconds"] / ref_cpu
-    ctx.claim("path_accuracy_at_training_depth", a0, cfg.min_accuracy, op=">=", enforce=full)
-    ctx.claim("path_max_accuracy_drop", max(drops), cfg.max_drop, op="<=", enforce=full)
-    ctx.claim("path_order_minus_1", abs(order - 1.0), 0.2, op="<=", enforce=full)
-    if order2 is not None:
-        ctx.claim(
-            f"path_order_{cfg.second_order}_minus_2", abs(order2 - 2.0), 0.2, op="<=", enforce=full
-        )
-    ctx.claim("path_beta", scaling["path"]["beta"], 0.9, op=">=", enforce=full)
     ctx.claim("adjoint_relative_difference", adjoint_rel, 1e-6, op="<=", enforce=full)
-    ctx.claim("cpu_ratio_path_over_per_layer", cpu_ratio, cfg.max_cpu_ratio, op="<=", enforce=full)
+    for g, m in memory.items():
+        if g != "backprop":  # backprop stores a state per step: the contrast, not a claim
+            ctx.claim(
+                f"peak_rss_ratio_{g}", m["ratio"], cfg.max_memory_ratio, op="<=", enforce=full
+            )
     if text is not None:
         ctx.claim(
             "text_path_bpc_change_at_4x_depth",
@@ -335,35 +540,18 @@ def run(cfg: Config, ctx) -> dict:
             op="<=",
             enforce=full,
         )
-    for g, m in memory.items():
-        if g != "backprop":  # backprop stores a state per step: the contrast, not a claim
-            ctx.claim(
-                f"peak_rss_ratio_{g}", m["ratio"], cfg.max_memory_ratio, op="<=", enforce=full
-            )
 
-    rows = "\n".join(
-        f"| {name} | "
-        + " | ".join(f"{a:.4f}" for a in r["accuracy"])
-        + f" | {r.get('adaptive_accuracy', float('nan')):.4f} | "
-        f"{r.get('adaptive_nfev_mean', float('nan')):.0f} | {scaling[name]['beta']:.2f} | "
-        f"{summaries[name]['cpu_seconds']:.1f} |"
-        for name, r in results.items()
-    )
+    seconds = time.perf_counter() - t_study
     ctx.report(
-        "## Results\n\nDepth transfer (digits test accuracy):\n\n"
-        f"| model | {' | '.join(f'N={n}' for n in depths)} | adaptive (rtol {cfg.rtol:g}) "
-        "| mean nfev | β | CPU s |\n"
-        f"|---|{'---|' * len(depths)}---|---|---|---|\n{rows}\n\n"
-        f"Path model output differences under refinement: {', '.join(f'{s:.3g}' for s in succ)}, "
-        f"fitted order **{order:.3f}**"
-        + (
-            ""
-            if order2 is None
-            else f"; stepped by {cfg.second_order} (N = {', '.join(map(str, depths2))}): "
-            f"{', '.join(f'{s:.3g}' for s in succ2)}, "
-            f"fitted order **{order2:.3f}**"
-        )
-        + ".\n\n"
+        "## Design (declared before the run)\n\n"
+        + _design_markdown(study, cells, n_steps, random_depths)
+        + "\n\n## Factorial table\n\n"
+        + table["markdown"]
+        + "\n\n## Claims over seeds (declared in task.study.claims)\n\n"
+        + verdicts_markdown(verdicts)
+        + "\n\nEach claim is checked in each cell it names; `worst seed`: every seed must "
+        "satisfy it; `mean ∓ std`: the mean minus (or plus) one standard deviation. The "
+        f"test split holds {n_test} images per seed."
         + _text_table(text)
         + _memory_table(memory)
         + "\n\nContinuous adjoint vs backprop through the solver "
@@ -376,25 +564,49 @@ def run(cfg: Config, ctx) -> dict:
         )
         + "."
     )
+    per_job = [
+        r["seconds_train"] + r["seconds_eval"] for by in records.values() for r in by.values()
+    ]
+    head = cells[0].name
+    ha = agg.get(head, {})
     return {
-        "depths": depths,
-        **{f"accuracy_{k}": v["accuracy"] for k, v in results.items()},
+        "n_cells": len(cells),
+        "n_jobs": len(jobs),
+        "headline_cell": head,
+        "seconds_per_job_mean": float(np.mean(per_job)),
+        "seconds_study": seconds,
         **{
-            f"adaptive_accuracy_{k}": v["adaptive_accuracy"]
-            for k, v in results.items()
-            if "adaptive_accuracy" in v
+            f"headline_{k}": v["mean"]
+            for k, v in ha.items()
+            if k
+            in (
+                "acc.train",
+                "max_change",
+                "dist.train",
+                "acc.adaptive",
+                "max_integrator_change",
+                "beta.update",
+            )
         },
         **{
-            f"adaptive_nfev_{k}": v["adaptive_nfev_mean"]
-            for k, v in results.items()
-            if "adaptive_accuracy" in v
+            f"headline_{k}_std": v["std"] for k, v in ha.items() if k in ("acc.train", "max_change")
         },
-        "path_order": order,
-        "path_order_second": order2,
-        "path_successive": succ,
-        **{f"beta_{k}": v["beta"] for k, v in scaling.items()},
-        **{f"cpu_seconds_{k}": v["cpu_seconds"] for k, v in summaries.items()},
-        "cpu_ratio": cpu_ratio,
+        "claims_verdicts": [
+            {
+                k: v.get(k)
+                for k in (
+                    "name",
+                    "value",
+                    "bound",
+                    "pass",
+                    "failing_seeds",
+                    "margin",
+                    "margin_examples",
+                    "skipped",
+                )
+            }
+            for v in verdicts
+        ],
         "adjoint_relative_difference": adjoint_rel,
         "adjoint_relative_difference_relu": relu_rel,
         **{f"peak_rss_ratio_{g}": m["ratio"] for g, m in memory.items()},
@@ -415,43 +627,142 @@ def run(cfg: Config, ctx) -> dict:
     }
 
 
-def _second_order(model, x, depths: list[int], scheme: str) -> tuple[list[float], float]:
-    """Successive relative output differences of ``model`` stepped by ``scheme`` (a
-    second-order scheme of the same pre-LN vector field) at ``depths``, and their
-    fitted order. The model's controls and time interval are kept; the logits are
-    compared in float64 (the model is cast) so that float32 rounding does not floor the
-    O(Δt²) differences."""
-    import dataclasses
+def _pm(a: dict | None, digits: int = 3, sci: bool = False) -> str:
+    if not a or a["n"] == 0:
+        return "—"
+    f = (lambda v: f"{v:.2e}") if sci else (lambda v: f"{v:.{digits}f}")
+    if math.isnan(a["mean"]):
+        return "—"
+    return f(a["mean"]) if a["n"] < 2 or math.isnan(a["std"]) else f"{f(a['mean'])} ± {f(a['std'])}"
 
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
 
-    from transflow import declared_order, make_scheme
-    from transflow.analysis import fit_order
-    from transflow.control import depth_accuracy
-
-    s = make_scheme(scheme)
-    if declared_order(s) != 2:
-        raise ValueError(
-            f"task.second_order: {scheme!r} has declared order {declared_order(s)}, expected "
-            "a second-order scheme such as 'heun', 'midpoint' or 'strang' (or '' to skip)."
+def _factorial(cfg: Config, study: StudyConfig, cells, agg, n_steps) -> dict:
+    """The factorial table: one row per cell, mean ± std over its seeds at every
+    evaluation depth, per evaluation mode (markdown and CSV)."""
+    grid = [int(n) for n in study.eval_grid]
+    md: list[str] = []
+    lead = "| cell | role | seeds |"
+    for title, key, sci, extra in (
+        (
+            "Test accuracy, own scheme (the training scheme)",
+            "acc.{own}.{n}",
+            False,
+            [("adaptive", "acc.adaptive"), ("reference", "acc.reference")],
+        ),
+        *(
+            (f"Test accuracy, stepped by {s}", f"acc.{s}.{{n}}", False, [])
+            for s in cfg.eval_schemes
+        ),
+        (
+            "Distance of the logits to the continuous limit ‖z_N − z_ref‖/‖z_ref‖, own scheme",
+            "dist.{own}.{n}",
+            True,
+            [("adaptive", "dist.adaptive")],
+        ),
+        *(
+            (
+                f"Distance to the limit, stepped by {s}",
+                f"dist.{s}.{{n}}",
+                True,
+                [(f"order ({'–'.join(map(str, study.fit_windows[s]))})", f"order.{s}")],
+            )
+            for s in cfg.eval_schemes
+        ),
+    ):
+        md += [
+            f"**{title}** (mean ± std over seeds)",
+            "",
+            lead + "".join(f" N={n} |" for n in grid) + "".join(f" {e} |" for e, _ in extra),
+            "|---|---|---|" + "---|" * (len(grid) + len(extra)),
+        ]
+        for c in cells:
+            a = agg.get(c.name, {})
+            own = c.levels["scheme"]
+            vals = [_pm(a.get(key.format(own=own, n=n)), sci=sci) for n in grid]
+            vals += [_pm(a.get(k), sci=sci and not k.startswith("order")) for _, k in extra]
+            md.append(f"| {c.name} | {c.role} | {len(c.seeds)} | " + " | ".join(vals) + " |")
+        md.append("")
+    summary_keys = [
+        ("acc.train", False),
+        ("max_change", False),
+        ("max_integrator_change", False),
+        ("dist.train", True),
+        ("nfev.adaptive", False),
+        ("beta.trained", False),
+        ("beta.init", False),
+        ("beta.update", False),
+        ("update_rel", False),
+        ("cpu_train", False),
+        ("n_params", False),
+    ]
+    md += [
+        "**Per cell** (mean ± std over seeds; β: increment scaling at "
+        f"{cfg.beta_depth} steps, of the trained controls, of their initialisation and "
+        "of the learned update θ − θ₀)",
+        "",
+        "| cell | " + " | ".join(k for k, _ in summary_keys) + " |",
+        "|---|" + "---|" * len(summary_keys),
+    ]
+    for c in cells:
+        a = agg.get(c.name, {})
+        md.append(
+            f"| {c.name} | "
+            + " | ".join(
+                _pm(
+                    a.get(k),
+                    digits=1 if k in ("cpu_train", "nfev.adaptive", "n_params") else 3,
+                    sci=sci,
+                )
+                for k, sci in summary_keys
+            )
+            + " |"
         )
-    with jax.enable_x64(True):
-        m = jax.tree.map(
-            lambda a: a.astype(jnp.float64) if _is_float(a) else a,
-            dataclasses.replace(model, scheme=s),
+    metrics = sorted({k for a in agg.values() for k in a})
+    lines = ["cell,role,n_seeds," + ",".join(f"{f}" for f in FACTORS) + ",metric,mean,std,values"]
+    for c in cells:
+        for k in metrics:
+            v = agg.get(c.name, {}).get(k)
+            if v is None:
+                continue
+            lines.append(
+                f"{c.name},{c.role},{len(c.seeds)},"
+                + ",".join(str(c.levels[f]) for f in FACTORS)
+                + f',{k},{v["mean"]!r},{v["std"]!r},"{" ".join(map(repr, v["values"]))}"'
+            )
+    return {"markdown": "\n".join(md), "csv": "\n".join(lines) + "\n"}
+
+
+def _design_markdown(study, cells, n_steps, random_depths) -> str:
+    lines = [
+        "Factors: "
+        + "; ".join(f"`{k}` ∈ {list(v)}" for k, v in study.factors.items())
+        + f". Headline: {dict(study.headline)}. Crossed: {list(study.crossed)}; the others "
+        "one at a time around the headline.",
+        f"Training depth: fixed N_t = {n_steps} or random from {list(random_depths)}; "
+        f"evaluation grid {list(study.eval_grid)}; windows "
+        + ", ".join(f"{k} = {list(v)}" for k, v in study.fit_windows.items())
+        + ".",
+        f"{len(cells)} cells, seeds "
+        + ", ".join(f"{c.name}: {c.seeds}" for c in cells if c.role == "headline")
+        + f" (headline); others {cells[-1].seeds if cells else []} "
+        f"(seed_offset {study.seed_offset}).",
+    ]
+    return "\n".join(lines)
+
+
+def _figures(ctx, cfg, study, cells, agg) -> None:
+    from transflow.plotting import plot_depth_factorial
+
+    for what in ("accuracy", "distance"):
+        ctx.save_figure(
+            plot_depth_factorial(
+                [int(n) for n in study.eval_grid],
+                [(c.name, c.levels, c.role) for c in cells],
+                agg,
+                what=what,
+            ),
+            f"factorial_{what}",
         )
-        outs = depth_accuracy(m, x, np.zeros(len(x), np.int32), depths, rtol=None)["outputs"]
-    ref = np.linalg.norm(outs[0])
-    succ = [float(np.linalg.norm(b - a) / ref) for a, b in zip(outs, outs[1:])]
-    return succ, fit_order(depths[:-1], succ)
-
-
-def _is_float(a) -> bool:
-    import jax.numpy as jnp
-
-    return hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating)
 
 
 def _adjoint_check(activation: str = "tanh", tol: float = 1e-10, solver: str = "tsit5") -> dict:
@@ -492,10 +803,14 @@ def _memory(cfg: Config, ctx) -> dict:
 
     depths = [int(n) for n in cfg.memory_depths]
     batch, d = cfg.memory_batch, cfg.d
-    if ctx.smoke:
+    gradients = list(cfg.memory_gradients)
+    if ctx.smoke:  # a fresh process per (gradient, depth), ~35 s each on 2 loaded cores:
+        # none at smoke size (give task.memory_gradients=[...] to run them; the slow test
+        # tests/test_depth.py::test_gradient_memory_does_not_grow_with_the_depth covers them)
         depths, batch, d = [2, 8], 4, 8
+        gradients = ctx.smoke_value("task.memory_gradients", gradients, [])
     out = {}
-    for g in cfg.memory_gradients:
+    for g in gradients:
         runs = [gradient_peak_rss(n, gradient=g, batch_size=batch, d=d) for n in depths]
         for r in runs:
             ctx.log({"kind": "memory", **r})
@@ -509,10 +824,11 @@ def _memory(cfg: Config, ctx) -> dict:
     return out
 
 
-def _text(cfg: Config, ctx) -> dict:
-    """Train the text path model and a per-layer model with as many parameters
-    (:data:`transflow.control.DEPTH_TEXT`), then validation bits per character at
-    ``text_eval_depths`` (which must hold ``n_steps`` and ``4 n_steps``)."""
+def _text(cfg: Config, ctx, study: StudyConfig, n_steps: int, random_depths, seed: int) -> dict:
+    """Train the text path model (the headline's path and T, N_t drawn from
+    ``random_depths``, ``task.text_path_scheme``) and a per-layer model with as many
+    parameters (:data:`transflow.control.DEPTH_TEXT`), one seed, then validation bits per
+    character at ``text_eval_depths`` (with ``n_steps`` and ``4 n_steps`` added)."""
     from transflow.control import (
         DEPTH_TEXT,
         DepthTextConfig,
@@ -523,7 +839,8 @@ def _text(cfg: Config, ctx) -> dict:
         validation_windows,
     )
 
-    n0 = cfg.n_steps
+    n0 = n_steps
+    head = study.headline
     depths = sorted({int(n) for n in cfg.text_eval_depths} | {n0, 4 * n0})
     base = DepthTextConfig(checkpoint_dir="run", steps=cfg.text_steps, n_steps=n0)
     if ctx.smoke:
@@ -542,11 +859,11 @@ def _text(cfg: Config, ctx) -> dict:
         )
     models = {
         "path": dict(
-            path=cfg.path,
+            path="legendre" if head["path"] == "per_layer" else head["path"],
             path_size=n0 if ctx.smoke else cfg.path_size,  # smoke: K = its N_t = 2
-            train_depths=[2, 4] if ctx.smoke else list(cfg.train_depths),
+            train_depths=[2, 4] if ctx.smoke else list(random_depths),
             smoothness=cfg.smoothness,
-            dt=cfg.path_dt,
+            dt=float(head["T"]) / n0,
             scheme=cfg.text_path_scheme,
         ),
         "per_layer": dict(path="none", dt=1.0, scheme="prenorm"),
@@ -558,7 +875,7 @@ def _text(cfg: Config, ctx) -> dict:
             DEPTH_TEXT,
             tcfg,
             run_dir=ctx.run_dir / f"text_{name}",
-            seed=ctx.seed,
+            seed=seed,
             progress=ctx.progress,
         )
         ctx.log({"kind": "train", "model": f"text_{name}", **summary})
@@ -617,15 +934,3 @@ def _memory_table(memory: dict) -> str:
         "\n\nPeak RSS of one gradient (fresh process each; grad seconds in brackets):\n\n"
         f"| gradient | {head} | ratio |\n|---|{'---|' * len(depths)}---|\n{rows}"
     )
-
-
-def _figures(ctx, depths, results, succ, order, scaling) -> None:
-    from transflow.plotting import (
-        plot_depth_accuracy,
-        plot_depth_convergence,
-        plot_depth_smoothness,
-    )
-
-    ctx.save_figure(plot_depth_accuracy(depths, results), "accuracy_vs_depth")
-    ctx.save_figure(plot_depth_convergence(depths, succ, order), "convergence")
-    ctx.save_figure(plot_depth_smoothness(scaling), "smoothness")

@@ -31,6 +31,7 @@ from ._analysis import (
 from ._benchmarks import BENCHMARK_PARTS, plot_benchmarks
 from ._check import figure_problems
 from ._common import figure_smoke, save_figure
+from ._depth_study import plot_depth_factorial
 from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
 from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
 from ._experiments import (
@@ -83,6 +84,7 @@ __all__ = [
     # _experiments (experiment=depth, experiment=schemes)
     "model_label",
     "plot_depth_accuracy",
+    "plot_depth_factorial",
     "plot_depth_convergence",
     "plot_depth_smoothness",
     "plot_schemes",

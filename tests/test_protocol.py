@@ -1,0 +1,194 @@
+"""The study protocol (experiments/protocol.py): the cells of a design, the seeds
+(seed_offset), claims over seeds (all seeds vs mean ± std), margins in test examples, and
+the refusal of an inconsistent design naming the key. Pure Python, no JAX."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from transflow.experiments.protocol import (
+    ClaimSpec,
+    StudyConfig,
+    aggregate,
+    check_study,
+    design_cells,
+    evaluate_claim,
+    evaluate_claims,
+    verdicts_markdown,
+    window,
+)
+
+
+def _study(**kw) -> StudyConfig:
+    base = dict(
+        factors={"p": ["a", "b", "c"], "T": [0.2, 1.0, 4.0], "s": ["e", "h"]},
+        headline={"p": "b", "T": 0.2, "s": "e"},
+        crossed=["p", "T"],
+        n_seeds=3,
+        headline_n_seeds=5,
+        headline_cells=["headline", "a-0.2-e"],
+        eval_grid=[1, 2, 4, 8, 16],
+        fit_windows={"fit": [4, 16]},
+    )
+    base.update(kw)
+    return StudyConfig(**base)
+
+
+def test_cells_cross_the_crossed_factors_and_vary_the_others_one_at_a_time():
+    cells = design_cells(_study())
+    names = [c.name for c in cells]
+    assert names[0] == "b-0.2-e" and cells[0].role == "headline"
+    crossed = [c for c in cells if c.role in ("headline", "crossed")]
+    assert len(crossed) == 3 * 3 and all(c.levels["s"] == "e" for c in crossed)
+    assert {(c.levels["p"], c.levels["T"]) for c in crossed} == {
+        (p, t) for p in "abc" for t in (0.2, 1.0, 4.0)
+    }
+    alone = [c for c in cells if c.role.startswith("one at a time")]
+    assert [c.name for c in alone] == ["b-0.2-h"] and alone[0].role == "one at a time: s"
+    assert len(set(names)) == len(names) == 10
+    seeds = {c.name: c.seeds for c in cells}
+    assert seeds["b-0.2-e"] == seeds["a-0.2-e"] == [0, 1, 2, 3, 4]  # the headline cells
+    assert seeds["c-4-e"] == seeds["b-0.2-h"] == [0, 1, 2]
+
+
+def test_seed_offset_shifts_every_cell_and_adds_to_the_run_seed():
+    cells = design_cells(_study(seed_offset=3))
+    assert {tuple(c.seeds) for c in cells} == {(3, 4, 5), (3, 4, 5, 6, 7)}
+    assert design_cells(_study(seed_offset=3), seed=10)[1].seeds == [13, 14, 15]
+
+
+def test_claim_over_all_seeds_fails_when_one_seed_fails_and_the_mean_passes():
+    recs = {"c": {0: {"acc": 0.972}, 1: {"acc": 0.944}, 2: {"acc": 0.947}}}
+    spec = ClaimSpec(name="acc", metric="acc", cells=["c"], op=">=", bound=0.945, examples=True)
+    (v,) = evaluate_claim(spec, recs, n_examples=359)
+    assert not v["pass"] and v["failing_seeds"] == [1]
+    assert math.isclose(v["value"], 0.944) and math.isclose(v["margin"], -0.001)
+    assert math.isclose(v["margin_examples"], -0.359)
+    spec.over = "mean"
+    (v,) = evaluate_claim(spec, recs, n_examples=359)
+    mean = (0.972 + 0.944 + 0.947) / 3
+    assert v["pass"] and math.isclose(v["value"], mean) and v["failing_seeds"] == [1]
+    assert math.isclose(v["margin_examples"], (mean - 0.945) * 359)
+    spec.over = "mean_std"  # mean − std = 0.9543 − 0.0154 < 0.945
+    (v,) = evaluate_claim(spec, recs, n_examples=359)
+    std = math.sqrt(sum((x - mean) ** 2 for x in (0.972, 0.944, 0.947)) / 2)
+    assert not v["pass"] and math.isclose(v["value"], mean - std)
+    # an upper bound: mean + std
+    up = ClaimSpec(name="d", metric="acc", cells=["c"], op="<=", bound=0.97, over="mean_std")
+    (v,) = evaluate_claim(up, recs)
+    assert math.isclose(v["value"], mean + std) and v["pass"] == (mean + std <= 0.97)
+    assert "margin_examples" not in v
+
+
+def test_claim_in_several_cells_minus_and_center():
+    recs = {
+        "p": {0: {"a": 0.8, "o": 1.1}, 1: {"a": 0.7, "o": 0.95}},
+        "q": {0: {"a": 0.5, "o": 1.0}, 1: {"a": 0.68, "o": 1.0}, 2: {"a": 0.1, "o": 1.0}},
+    }
+    diff = ClaimSpec(name="gap", metric="a", cells=["p"], minus="q", over="all", bound=0.05)
+    (v,) = evaluate_claim(diff, recs)
+    assert v["seeds"] == [0, 1]  # paired: seed 2 ran only in q
+    assert [round(x, 12) for x in v["values"]] == [0.3, 0.02] and not v["pass"]
+    order = ClaimSpec(name="ord", metric="o", cells=["p", "q"], center=1.0, op="<=", bound=0.1)
+    vs = evaluate_claim(order, recs)
+    assert [x["name"] for x in vs] == ["ord [p]", "ord [q]"]
+    assert [x["pass"] for x in vs] == [False, True]  # |1.1 − 1| = 0.1 + rounding, |0.95 − 1|
+    assert "FAILED" in verdicts_markdown(vs) and "PASS" in verdicts_markdown(vs)
+    with pytest.raises(KeyError, match="metric 'nope' is not in the record of cell 'p'"):
+        evaluate_claim(ClaimSpec(name="x", metric="nope", cells=["p"]), recs)
+
+
+def test_a_nan_never_passes_and_one_seed_has_no_spread():
+    recs = {"c": {0: {"a": float("nan")}}, "d": {0: {"a": 0.9}}}
+    assert not evaluate_claim(ClaimSpec(name="n", metric="a", cells=["c"], op="<="), recs)[0][
+        "pass"
+    ]
+    v = evaluate_claim(ClaimSpec(name="s", metric="a", cells=["d"], over="mean_std"), recs)[0]
+    assert math.isnan(v["std"]) and not v["pass"]
+
+
+def test_aggregate_and_claims_of_a_study_resolve_the_headline_and_skip_cells_not_run():
+    s = _study(
+        claims=[
+            ClaimSpec(name="h", metric="acc", cells=["headline"], op=">=", bound=0.5),
+            ClaimSpec(name="x", metric="acc", cells=["c-4-e"], op=">=", bound=0.5),
+        ]
+    )
+    recs = {"b-0.2-e": {0: {"acc": 0.9}, 1: {"acc": 0.7}}}
+    agg = aggregate(recs)["b-0.2-e"]["acc"]
+    assert math.isclose(agg["mean"], 0.8) and math.isclose(agg["std"], math.sqrt(0.02))
+    h, x = evaluate_claims(s, recs)
+    assert h["name"] == "h [b-0.2-e]" and h["cell"] == "b-0.2-e" and h["pass"]
+    assert x["skipped"] and x["missing"] == ["c-4-e"]
+
+
+def test_windows_and_inconsistent_designs_are_refused_naming_the_key():
+    s = _study()
+    assert window(s, "fit") == [4, 8, 16]
+    with pytest.raises(KeyError, match="no window 'other'"):
+        window(s, "other")
+    bad = [
+        (dict(headline={"p": "z", "T": 0.2, "s": "e"}), "task.study.headline.p = z"),
+        (dict(headline={"p": "b", "T": 0.2}), "task.study.headline has no level for factor 's'"),
+        (dict(crossed=["p", "q"]), "task.study.crossed: 'q' is not a factor"),
+        (dict(headline_cells=["nope"]), "cell 'nope'"),
+        (dict(fit_windows={"fit": [3, 16]}), "task.study.fit_windows.fit = [3, 16]"),
+        (dict(fit_windows={"fit": [16, 4]}), "0 < lo < hi"),
+        (dict(n_seeds=0), "task.study.n_seeds = 0"),
+        (dict(claims=[ClaimSpec(name="c", metric="m", over="some")]), "over = 'some'"),
+        (dict(claims=[ClaimSpec(name="c", metric="m", cells=["zz"])]), "cell 'zz'"),
+        (dict(factors={}), "task.study.factors is empty"),
+    ]
+    for kw, msg in bad:
+        with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+            check_study(_study(**kw))
+
+
+def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
+    """experiment=depth declares parameterization x T x training depth crossed (24 cells)
+    plus the scheme at the headline, 5 seeds in its two headline cells and 3 elsewhere;
+    debug=smoke keeps every factor (varied once), 2 seeds in the headline cells and only
+    claims whose cells it runs; a seed_offset shifts every seed."""
+    from omegaconf import OmegaConf
+    from transflow.experiments.context import RunContext
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks import depth
+
+    cfg, _ = compose(["experiment=depth"])
+    task = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(depth.Config), cfg.task))
+    depth.check(task)
+    cells = design_cells(task.study)
+    assert len(cells) == 4 * 3 * 2 + 1 and cells[0].name == "legendre-0.2-random-prenorm"
+    assert sum(len(c.seeds) for c in cells) == 25 * 3 + 2 * 2
+    assert {
+        len(c.seeds)
+        for c in cells
+        if c.name.startswith(("legendre-0.2-random-p", "per_layer-0.2-random-p"))
+    } == {5}
+    assert task.study.claims and all(c.metric for c in task.study.claims)
+    ctx = RunContext(tmp_path, smoke=True)
+    small, n_steps, rand = depth._smoke_study(task, ctx)
+    sc = design_cells(small)
+    assert n_steps == 2 and rand == [2, 4] and small.eval_grid == [1, 2, 4, 8]
+    for f in depth.FACTORS:  # every factor varied
+        assert len({str(c.levels[f]) for c in sc}) == 2, f
+    assert [
+        len(c.seeds)
+        for c in sc
+        if c.name in ("legendre-0.2-random-prenorm", "per_layer-0.2-random-prenorm")
+    ] == [2, 2]
+    names = {c.name for c in sc}
+    assert all(c.minus in ("", *names) for c in small.claims) and small.claims
+    shifted = dataclasses.replace(task.study, seed_offset=3)
+    assert design_cells(shifted)[0].seeds == [3, 4, 5, 6, 7]
+    assert design_cells(shifted)[-1].seeds == [3, 4, 5]
+    bad = dataclasses.replace(
+        task,
+        study=dataclasses.replace(
+            task.study, fit_windows={k: v for k, v in task.study.fit_windows.items() if k != "heun"}
+        ),
+    )
+    with pytest.raises(ValueError, match="task.study.fit_windows has no window for scheme 'heun'"):
+        depth.check(bad)
