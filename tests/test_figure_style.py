@@ -421,6 +421,35 @@ def _depth_results(depths=(2, 4, 8, 16, 32, 64)) -> dict:
     }
 
 
+def _depth_factorial(
+    paths=("per_layer", "linear", "legendre", "embedding"),
+    ts=(0.2, 1.0, 4.0),
+    trains=("fixed", "random"),
+    grid=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+):
+    """Cells and aggregates shaped as experiment=depth's factorial study returns them:
+    every crossed cell with the Euler (prenorm) scheme, plus the headline with Heun."""
+    rng = np.random.default_rng(3)
+    cells, agg = [], {}
+    levels = [
+        {"path": p, "T": t, "train": tr, "scheme": "prenorm"}
+        for p in paths
+        for t in ts
+        for tr in trains
+    ]
+    levels.append({"path": "legendre", "T": ts[0], "train": trains[-1], "scheme": "heun"})
+    for lv in levels:
+        name = f"{lv['path']}-{lv['T']:g}-{lv['train']}-{lv['scheme']}"
+        cells.append((name, lv, "crossed" if lv["scheme"] == "prenorm" else "one-at-a-time"))
+        a = {}
+        for n in grid:
+            acc = 0.96 - (0.5 if n < 4 else 0.02) * rng.uniform() * (lv["path"] == "per_layer")
+            a[f"acc.{lv['scheme']}.{n}"] = {"mean": acc, "std": 0.01 * rng.uniform(), "n": 3}
+            a[f"dist.{lv['scheme']}.{n}"] = {"mean": 0.5 / n, "std": 0.05 / n, "n": 3}
+        agg[name] = a
+    return list(grid), cells, agg
+
+
 def _depth_scaling() -> dict:
     return {
         "per_layer_lie": {"strides": [1, 2, 4], "max_increment": [0.5, 0.5, 0.52], "beta": -0.001},
@@ -543,6 +572,13 @@ CASES = {
         [2, 4, 8], [0.2, 0.1], 1.0
     ),
     ("plot_depth_smoothness", "full"): lambda: P.plot_depth_smoothness(_depth_scaling()),
+    ("plot_depth_factorial", "full"): lambda: P.plot_depth_factorial(*_depth_factorial()),
+    ("plot_depth_factorial", "full-distance"): lambda: P.plot_depth_factorial(
+        *_depth_factorial(), what="distance"
+    ),
+    ("plot_depth_factorial", "smoke"): lambda: P.plot_depth_factorial(
+        *_depth_factorial(paths=("per_layer", "legendre"), ts=(0.2,), grid=(1, 2, 4, 8))
+    ),
     ("plot_schemes", "full"): lambda: P.plot_schemes(
         {**_scheme_rows(), **_scheme_rows(schemes=("lie",))},
         tasks=["digits", "sequence", "text"],

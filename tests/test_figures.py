@@ -223,7 +223,7 @@ def test_every_figure_of_make_figures_and_of_the_experiments_is_drawn_clean():
     for tasks in _experiment_figure_functions().values():
         for name in tasks:
             by_function.setdefault(name, [])
-    assert {"plot_depth_accuracy", "plot_schemes"} <= set(by_function), by_function
+    assert {"plot_depth_factorial", "plot_schemes"} <= set(by_function), by_function
     for name, fids in sorted(by_function.items()):
         assert hasattr(P, name), f"{name} is not a transflow.plotting function"
         variants = [v for (f, v) in cases if f == name]

@@ -273,24 +273,39 @@ def linearised_stability(
     the result is the smallest over the trajectory with its index, the eigenvalues of the
     shifted J_a + J_g there and the shifted Jacobians (to confirm by a run).
     """
-    best: dict = {"dt": float("inf")}
-    for k, u in enumerate(trajectory):
+
+    def at(u) -> dict:
         ja, jg = sub_field_jacobians(controls, u, grid=grid, form=form)
         ja, jg = np.asarray(ja, np.float64), np.asarray(jg, np.float64)
-        lam = np.linalg.eigvals(ja + jg)
-        sigma = float(np.max(lam.real)) + margin * float(np.max(np.abs(lam)))
+        lam, sigma = _shift(ja + jg, margin)
         eye = np.eye(ja.shape[0])
         ja_s, jg_s = ja - 0.5 * sigma * eye, jg - 0.5 * sigma * eye
         dt = largest_stable_dt(scheme, ja_s, jg_s, **kwargs)
-        if dt < best["dt"]:
-            best = {
-                "dt": dt,
-                "index": k,
-                "shift": sigma,
-                "eigenvalues": lam - sigma,
-                "j_attention": ja_s,
-                "j_ffn": jg_s,
-            }
+        return {
+            "dt": dt,
+            "shift": sigma,
+            "eigenvalues": lam - sigma,
+            "j_attention": ja_s,
+            "j_ffn": jg_s,
+        }
+
+    return _smallest_over(trajectory, at)
+
+
+def _shift(lin: np.ndarray, margin: float) -> tuple[np.ndarray, float]:
+    """The eigenvalues of ``lin`` and the shift σ = max Re λ + ``margin`` · ρ."""
+    lam = np.linalg.eigvals(lin)
+    return lam, float(np.max(lam.real)) + margin * float(np.max(np.abs(lam)))
+
+
+def _smallest_over(trajectory, at) -> dict:
+    """``at(u)`` (a dict with ``"dt"``) at every state of ``trajectory``: the one with the
+    smallest Δt, with its ``"index"``."""
+    best: dict = {"dt": float("inf")}
+    for k, u in enumerate(trajectory):
+        rec = at(u)
+        if rec["dt"] < best["dt"]:
+            best = {"dt": rec["dt"], "index": k, **{a: b for a, b in rec.items() if a != "dt"}}
     return best
 
 
@@ -327,28 +342,25 @@ def imex_linearised_stability(
             f"{type(scheme).__name__}; use linearised_stability for the explicit schemes."
         )
     c = 0.5 if scheme.ffn_branch_dt == "dt" else 1.0
-    best: dict = {"dt": float("inf")}
     ws = [np.asarray(w, np.float64) for w in scheme.implicit_weights(controls)]
-    for k, u in enumerate(trajectory):
-        n = u.shape[0]
+    max_re = float(max(np.max(np.linalg.eigvals(w).real) for w in ws))
+
+    def at(u) -> dict:
         ja, _ = sub_field_jacobians(controls, u, grid=grid, form="postnorm")
         ja = np.asarray(ja, np.float64)
-        big = np.stack([np.kron(np.eye(n), w) for w in ws])
-        lin = ja + c * big.sum(0)
-        lam = np.linalg.eigvals(lin)
-        sigma = float(np.max(lam.real)) + margin * float(np.max(np.abs(lam)))
+        big = np.stack([np.kron(np.eye(u.shape[0]), w) for w in ws])
+        _, sigma = _shift(ja + c * big.sum(0), margin)
         ja_s = ja - sigma * np.eye(ja.shape[0])
         dt = largest_stable_dt(scheme, ja_s, big, **kwargs)
-        if dt < best["dt"]:
-            best = {
-                "dt": dt,
-                "index": k,
-                "shift": sigma,
-                "max_re_implicit": float(max(np.max(np.linalg.eigvals(w).real) for w in ws)),
-                "j_attention": ja_s,
-                "j_ffn": big,
-            }
-    return best
+        return {
+            "dt": dt,
+            "shift": sigma,
+            "max_re_implicit": max_re,
+            "j_attention": ja_s,
+            "j_ffn": big,
+        }
+
+    return _smallest_over(trajectory, at)
 
 
 def linear_run_growth(
