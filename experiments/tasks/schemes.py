@@ -83,6 +83,8 @@ _DEFAULT_SCHEMES = [
     "rk4",
     "ode_rk2",
     "imex",
+    "macaron_untied",  # issue 37: Macaron-Net's two FFNs beside the tied Macaron
+    "imex_dissipative",  # issue 37: W_eff = W - W^T - W W^T beside the free IMEX
 ]
 # smoke: the two schemes of issue 37, each on one task (imex_dissipative on digits,
 # macaron_untied on text) with two seeds: both tasks, both new schemes, the mean ± std
