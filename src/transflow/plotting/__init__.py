@@ -31,8 +31,8 @@ from ._analysis import (
 from ._benchmarks import BENCHMARK_PARTS, plot_benchmarks
 from ._check import figure_problems
 from ._common import figure_smoke, save_figure
-from ._depth_study import plot_depth_factorial
 from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
+from ._depth_study import plot_depth_factorial
 from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
 from ._experiments import (
     model_label as model_label,
