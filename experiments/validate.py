@@ -210,6 +210,8 @@ RULES: dict[str, Rule] = {
     "eval_grid": POSITIVE,
     "random_depths": POSITIVE,
     "ref_rtol": POSITIVE,
+    "ref_check_rtol": NON_NEGATIVE,  # 0: no estimate of the reference's error
+    "ref_check_max": NON_NEGATIVE,
     "beta_depth": Rule(9, True),  # strides 1, 2, 4, 8 need at least 9 samples
     # the text task (DepthTextConfig, task.text of experiment=schemes)
     "context": POSITIVE,
@@ -275,8 +277,7 @@ def validate(cfg: Any, task_name: str, task_obj: Any = None) -> None:
         transflow.experiments.validate.ConfigValueError: grid.n_tokens = -3 is out of range: ...
     """
     sources: list[tuple[Any, str]] = [
-        (cfg.get(g) if hasattr(cfg, "get") else getattr(cfg, g, None), g)
-        for g in ("grid", "model")
+        (cfg.get(g) if hasattr(cfg, "get") else getattr(cfg, g, None), g) for g in ("grid", "model")
     ]
     seed = cfg.get("seed") if hasattr(cfg, "get") else getattr(cfg, "seed", None)
     checks: list[tuple[str, str, Any]] = [("seed", "seed", seed)] if _is_number(seed) else []

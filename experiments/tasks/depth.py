@@ -110,7 +110,7 @@ def _gradients():
 CHOICES = {
     "eval_schemes": _scheme_names,
     "text_path_scheme": _scheme_names,
-    "ref_solver": ("dopri8", "dopri5", "tsit5"),
+    "ref_solver": ("dopri5", "dopri8", "tsit5"),
     # the FFN activations of transflow (LayerControls.activation)
     "adjoint_activation": (
         "tanh",
@@ -147,8 +147,13 @@ class Config:
     # every model is evaluated with each of these schemes (its own and a second integrator)
     eval_schemes: list[str] = field(default_factory=lambda: ["prenorm", "heun"])
     rtol: float = 1e-5  # adaptive solve (Tsit5 + PID; atol = rtol)
-    ref_solver: str = "dopri8"  # the continuous limit: a high-order adaptive solve, float64
-    ref_rtol: float = 1e-9  # its tolerance (atol = rtol)
+    ref_solver: str = "dopri5"  # the continuous limit: a fine adaptive solve, float64
+    ref_rtol: float = 1e-8  # its tolerance (atol = rtol)
+    # the reference's own error, estimated on the first seed of every cell: the distance
+    # of a solve at this (looser) tolerance to the reference, over the smallest distance
+    # the order fits use; claimed <= ref_check_max (0: no check)
+    ref_check_rtol: float = 1e-7
+    ref_check_max: float = 0.1
     beta_depth: int = 64  # β: controls sampled at this many steps, strides 1, 2, 4, 8
     # adjoint check (float64): FFN activation of the random path (C¹ field) and tolerance
     adjoint_activation: str = "tanh"
@@ -271,10 +276,58 @@ def _smoke_study(cfg: Config, ctx) -> tuple[StudyConfig, int, list[int]]:
     return s, n_steps, ctx.smoke_value("task.random_depths", list(cfg.random_depths), [2, 4])
 
 
-def _smoke_solver(cfg: Config, ctx) -> tuple[str, float]:
-    """The reference solve's solver and tolerance (smoke: the adaptive solve's own)."""
+def _record_key(cfg: Config, study: StudyConfig, n_steps, random_depths, ref, smoke) -> str:
+    """A digest of everything a (cell, seed) record depends on except the cell and seed:
+    the task's options (without the study's claims, cells and seed counts, which select
+    records but do not change one) and the effective smoke sizes."""
+    import hashlib
+
+    opts = dataclasses.asdict(cfg)
+    opts.pop("study")
+    for k in ("text", "text_steps", "text_eval_depths", "max_bpc_change", "text_path_scheme"):
+        opts.pop(k)  # the text models are not part of a cell record
+    for k in [k for k in opts if k.startswith(("memory_", "adjoint_", "max_memory"))]:
+        opts.pop(k)
+    opts.pop("ref_check_max")
+    design = {
+        "eval_grid": [int(n) for n in study.eval_grid],
+        "fit_windows": {k: list(v) for k, v in study.fit_windows.items()},
+        "n_steps": n_steps,
+        "random_depths": list(random_depths),
+        "ref": list(ref),
+        "smoke": bool(smoke),
+    }
+    blob = json.dumps({"options": opts, "design": design}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _reusable(path, key: str, cell, seed: int) -> dict | None:
+    """The record at ``path`` if it was written for this cell, seed and configuration."""
+    if not path.exists():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except ValueError:
+        return None
+    if rec.get("key") != key or rec.get("cell") != cell.name or rec.get("seed") != seed:
+        return None
+    return {k: v for k, v in rec.items() if k not in ("cell", "levels", "seed", "key")}
+
+
+def _smoke_solver(cfg: Config, ctx) -> tuple[str, float, float]:
+    """The reference solve's solver, tolerance and check tolerance (smoke: the adaptive
+    solve's own, checked at 10× its tolerance)."""
     solver = ctx.smoke_value("task.ref_solver", cfg.ref_solver, "tsit5")
-    return solver, ctx.smoke_value("task.ref_rtol", cfg.ref_rtol, cfg.rtol)
+    rtol = ctx.smoke_value("task.ref_rtol", cfg.ref_rtol, cfg.rtol)
+    check = cfg.ref_check_rtol and ctx.smoke_value(
+        "task.ref_check_rtol", cfg.ref_check_rtol, 10 * rtol
+    )
+    if check and not check > rtol:
+        raise ValueError(
+            f"task.ref_check_rtol = {check:g} must be larger than the reference tolerance "
+            f"{rtol:g} (it estimates the reference's error by a looser solve); or 0 to skip."
+        )
+    return solver, rtol, check
 
 
 def _train_cell(cfg: Config, ctx, cell, seed: int, n_steps: int, random_depths):
@@ -348,7 +401,16 @@ def _beta(controls) -> float:
 
 
 def _evaluate(
-    cfg: Config, study: StudyConfig, model, init, own: str, n_steps, xte, yte, ref=None
+    cfg: Config,
+    study: StudyConfig,
+    model,
+    init,
+    own: str,
+    n_steps,
+    xte,
+    yte,
+    ref=None,
+    check_ref: bool = False,
 ) -> dict:
     """Every evaluation of one trained model, in float64 (the metrics of a seed record)."""
     import jax
@@ -363,8 +425,14 @@ def _evaluate(
     with jax.enable_x64(True):
         m = _f64(model)
         x = np.asarray(xte, np.float64)
-        ref_solver, ref_rtol = ref or (cfg.ref_solver, cfg.ref_rtol)
+        ref_solver, ref_rtol, check_rtol = ref or (
+            cfg.ref_solver,
+            cfg.ref_rtol,
+            cfg.ref_check_rtol,
+        )
+        t0 = time.perf_counter()
         ref = depth_accuracy(m, x, yte, [], rtol=ref_rtol, solver=ref_solver)
+        rec["seconds.reference"] = time.perf_counter() - t0
         z_ref = np.asarray(ref["adaptive_outputs"], np.float64)
         norm = float(np.linalg.norm(z_ref))
 
@@ -373,13 +441,20 @@ def _evaluate(
 
         rec["acc.reference"] = ref["adaptive_accuracy"]
         rec["nfev.reference"] = ref["adaptive_nfev_mean"]
+        if check_ref and check_rtol:  # the reference's error: a looser solve's distance
+            loose = depth_accuracy(m, x, yte, [], rtol=check_rtol, solver=ref_solver)
+            rec["dist.ref_check"] = dist(loose["adaptive_outputs"])
+        t0 = time.perf_counter()
         ad = depth_accuracy(m, x, yte, [], rtol=cfg.rtol)
+        rec["seconds.adaptive"] = time.perf_counter() - t0
         rec["acc.adaptive"] = ad["adaptive_accuracy"]
         rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
         rec["dist.adaptive"] = dist(ad["adaptive_outputs"])
         for s in cfg.eval_schemes:
             ms = m if s == own else dataclasses.replace(m, scheme=make_scheme(s))
+            t0 = time.perf_counter()
             r = depth_accuracy(ms, x, yte, grid, rtol=None)
+            rec[f"seconds.{s}"] = time.perf_counter() - t0
             for n, a, z in zip(grid, r["accuracy"], r["outputs"]):
                 rec[f"acc.{s}.{n}"] = a
                 rec[f"dist.{s}.{n}"] = dist(z)
@@ -393,6 +468,9 @@ def _evaluate(
         rec["beta.update"] = _beta(upd)
         sq = lambda t: sum(float(np.sum(np.asarray(v) ** 2)) for v in jax.tree.leaves(t))  # noqa: E731
         rec["update_rel"] = math.sqrt(sq(upd) / sq(th0)) if sq(th0) > 0 else math.nan
+    if "dist.ref_check" in rec:  # over the smallest distance any order fit uses
+        smallest = min(rec[f"dist.{s}.{n}"] for s in cfg.eval_schemes for n in window(study, s))
+        rec["ref_error_ratio"] = rec["dist.ref_check"] / smallest
     rec["acc.train"] = rec[f"acc.{own}.{n_steps}"]
     rec["dist.train"] = rec[f"dist.{own}.{n_steps}"]
     tw = window(study, "transfer")
@@ -439,31 +517,51 @@ def run(cfg: Config, ctx) -> dict:
     ref = _smoke_solver(cfg, ctx)
     records: dict[str, dict[int, dict]] = {}
     t_study = time.perf_counter()
+    # a record is reused only if it was written with this very configuration
+    key = _record_key(cfg, study, n_steps, random_depths, ref, ctx.smoke)
+    n_reused = 0
     for i, (cell, seed) in enumerate(jobs):
-        t0 = time.perf_counter()
-        summary, model, init = _train_cell(cfg, ctx, cell, seed, n_steps, random_depths)
-        _, _, xte, yte = load_digits_split(cfg.digits.test_fraction, seed=seed)
-        if ctx.smoke:
-            xte, yte = xte[:64], yte[:64]
-        t1 = time.perf_counter()
-        rec = _evaluate(cfg, study, model, init, cell.levels["scheme"], n_steps, xte, yte, ref=ref)
-        rec.update(
-            cpu_train=summary["cpu_seconds"],
-            n_params=summary.get("n_params"),
-            seconds_train=t1 - t0,
-            seconds_eval=time.perf_counter() - t1,
-        )
-        records.setdefault(cell.name, {})[seed] = rec
         out = ctx.run_dir / "cells" / cell.name / f"seed{seed}"
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "record.json").write_text(
-            json.dumps(
-                {"cell": cell.name, "levels": cell.levels, "seed": seed, **rec},
-                indent=1,
-                allow_nan=True,
+        old = _reusable(out / "record.json", key, cell, seed)
+        t0 = time.perf_counter()
+        if old is not None:
+            rec, n_reused, t1 = old, n_reused + 1, t0
+            ctx.message(f"cell {i + 1}/{len(jobs)} {cell.name} seed {seed}: record reused")
+        else:
+            summary, model, init = _train_cell(cfg, ctx, cell, seed, n_steps, random_depths)
+            _, _, xte, yte = load_digits_split(cfg.digits.test_fraction, seed=seed)
+            if ctx.smoke:
+                xte, yte = xte[:64], yte[:64]
+            t1 = time.perf_counter()
+            rec = _evaluate(
+                cfg,
+                study,
+                model,
+                init,
+                cell.levels["scheme"],
+                n_steps,
+                xte,
+                yte,
+                ref=ref,
+                check_ref=seed == cell.seeds[0],
             )
-            + "\n"
-        )
+            rec.update(
+                cpu_train=summary["cpu_seconds"],
+                n_params=summary.get("n_params"),
+                seconds_train=t1 - t0,
+                seconds_eval=time.perf_counter() - t1,
+            )
+            del model, init
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "record.json").write_text(
+                json.dumps(
+                    {"cell": cell.name, "levels": cell.levels, "seed": seed, "key": key, **rec},
+                    indent=1,
+                    allow_nan=True,
+                )
+                + "\n"
+            )
+        records.setdefault(cell.name, {})[seed] = rec
         ctx.log({"kind": "cell", "cell": cell.name, "seed": seed, **cell.levels, **rec})
         done = time.perf_counter() - t_study
         ctx.message(
@@ -472,8 +570,7 @@ def run(cfg: Config, ctx) -> dict:
             f"{rec['dist.train']:.3g}; train {t1 - t0:.0f} s, eval {rec['seconds_eval']:.0f} s;"
             f" ETA {done / (i + 1) * (len(jobs) - i - 1):.0f} s"
         )
-        del model, init
-        if not ctx.smoke:
+        if not ctx.smoke and old is None:
             from ..context import release_compiled
 
             release_compiled()  # every training maps its compiled code (vm.max_map_count)
@@ -505,6 +602,22 @@ def run(cfg: Config, ctx) -> dict:
             continue
         ctx.claim(v["name"], v["value"], v["bound"], op=v["op"], enforce=full)
     ctx.log({"kind": "claims", "verdicts": verdicts})
+    # the continuous limit's own error (first seed of every cell), against its declared max
+    ratios = {
+        c: r["ref_error_ratio"]
+        for c, by in records.items()
+        for r in by.values()
+        if "ref_error_ratio" in r
+    }
+    ref_worst = max(ratios.items(), key=lambda kv: kv[1]) if ratios else None
+    if ref_worst is not None and cfg.ref_check_max:
+        ctx.claim(
+            f"reference_error_ratio [{ref_worst[0]}]",
+            ref_worst[1],
+            cfg.ref_check_max,
+            op="<=",
+            enforce=full,
+        )
 
     adj = _adjoint_check(cfg.adjoint_activation, cfg.adjoint_rtol)
     ctx.log({"kind": "adjoint", **adj})
@@ -549,6 +662,7 @@ def run(cfg: Config, ctx) -> dict:
         + table["markdown"]
         + "\n\n## Claims over seeds (declared in task.study.claims)\n\n"
         + verdicts_markdown(verdicts)
+        + _reference_line(cfg, ref, ratios)
         + "\n\nEach claim is checked in each cell it names; `worst seed`: every seed must "
         "satisfy it; `mean ∓ std`: the mean minus (or plus) one standard deviation. The "
         f"test split holds {n_test} images per seed."
@@ -625,6 +739,25 @@ def run(cfg: Config, ctx) -> dict:
         ),
         "jax_devices": str(jax.devices()),
     }
+
+
+def _reference_line(cfg: Config, ref, ratios: dict) -> str:
+    """The continuous limit and the estimate of its own error (report)."""
+    solver, rtol, check = ref
+    line = (
+        f"\n\nThe continuous limit: {solver} at rtol = atol = {rtol:g} (float64). Its error, "
+        f"estimated on the first seed of every cell as the distance of a solve at {check:g} "
+        "to it (about 10× the reference's own error for a tolerance 10× looser), over the "
+        "smallest distance an order fit uses: "
+    )
+    if not ratios:
+        return line + "not measured (task.ref_check_rtol=0)."
+    worst = max(ratios.values())
+    return line + (
+        f"at most {worst:.2g} (cell {max(ratios, key=ratios.get)}; median "
+        f"{sorted(ratios.values())[len(ratios) // 2]:.2g}); declared bound "
+        f"{cfg.ref_check_max:g}."
+    )
 
 
 def _pm(a: dict | None, digits: int = 3, sci: bool = False) -> str:
