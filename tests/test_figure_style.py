@@ -412,15 +412,6 @@ def _partitions(which: str):
     return _PARTITIONS[which]
 
 
-def _depth_results(depths=(2, 4, 8, 16, 32, 64)) -> dict:
-    n = np.asarray(depths, float)
-    return {
-        "per_layer_lie": {"accuracy": list(0.95 - 0.4 * (n / n.max()) ** 2)},
-        "per_layer_prenorm": {"accuracy": list(0.96 - 0.3 * (n / n.max()))},
-        "path": {"accuracy": [0.961] * len(n), "adaptive_accuracy": 0.962},
-    }
-
-
 def _depth_factorial(
     paths=("per_layer", "linear", "legendre", "embedding"),
     ts=(0.2, 1.0, 4.0),
@@ -448,13 +439,6 @@ def _depth_factorial(
             a[f"dist.{lv['scheme']}.{n}"] = {"mean": 0.5 / n, "std": 0.05 / n, "n": 3}
         agg[name] = a
     return list(grid), cells, agg
-
-
-def _depth_scaling() -> dict:
-    return {
-        "per_layer_lie": {"strides": [1, 2, 4], "max_increment": [0.5, 0.5, 0.52], "beta": -0.001},
-        "path": {"strides": [1, 2, 4], "max_increment": [0.01, 0.02, 0.04], "beta": 1.0},
-    }
 
 
 def _scheme_rows(tasks=("digits", "sequence", "text"), schemes=("prenorm", "strang", "imex")):
@@ -559,19 +543,6 @@ CASES = {
     ("plot_flow_clustering", "full"): lambda: P.plot_flow_clustering(
         _res_analysis(4, 16), title="digits ViT"
     ),
-    ("plot_depth_accuracy", "full"): lambda: P.plot_depth_accuracy(
-        [2, 4, 8, 16, 32, 64], _depth_results()
-    ),
-    ("plot_depth_accuracy", "smoke"): lambda: P.plot_depth_accuracy(
-        [2, 4, 8], _depth_results((2, 4, 8))
-    ),
-    ("plot_depth_convergence", "full"): lambda: P.plot_depth_convergence(
-        [2, 4, 8, 16, 32, 64], [0.2, 0.1, 0.05, 0.025, 0.0125], 1.0
-    ),
-    ("plot_depth_convergence", "smoke"): lambda: P.plot_depth_convergence(
-        [2, 4, 8], [0.2, 0.1], 1.0
-    ),
-    ("plot_depth_smoothness", "full"): lambda: P.plot_depth_smoothness(_depth_scaling()),
     ("plot_depth_factorial", "full"): lambda: P.plot_depth_factorial(*_depth_factorial()),
     ("plot_depth_factorial", "full-distance"): lambda: P.plot_depth_factorial(
         *_depth_factorial(), what="distance"
@@ -732,22 +703,3 @@ def test_plot_function_signatures_take_records_first():
             inspect.Parameter.POSITIONAL_ONLY,
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
         ), name
-
-
-def test_depth_figures_name_models_for_readers():
-    """experiment=depth's legends: no raw identifiers (per_layer_lie), no "β = -0.00",
-    and the depth axis ticked at the depths run as plain integers (not 2¹ or 2×10⁰)."""
-    import matplotlib.pyplot as plt
-
-    fig = P.plot_depth_smoothness(_depth_scaling())
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    plt.close(fig)
-    assert labels == ["per-layer θ, Lie scheme: β = 0.00", "path-controlled θ(t): β = 1.00"]
-    fig = P.plot_depth_accuracy([2, 4, 8, 16], _depth_results((2, 4, 8, 16)))
-    fig.canvas.draw()
-    ax = fig.axes[0]
-    ticks = [t.get_text() for t in ax.get_xticklabels()]
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    plt.close(fig)
-    assert ticks == ["2", "4", "8", "16"], ticks
-    assert not [s for s in legend if "_" in s], legend

@@ -638,7 +638,7 @@ def test_largest_stable_dt_is_confirmed_by_runs_below_and_above(name, random_lay
 
     th, traj = random_layer_trajectory
     s = make_scheme(name, ffn_branch_dt="2dt") if name == "imex" else make_scheme(name)
-    r = linearised_stability(s, th, traj)
+    r = linearised_stability(s, th, traj, form="prenorm")  # IMEX: the whole J_g implicit
     assert 0 < r["dt"] < np.inf
     assert np.max(r["eigenvalues"].real) < 0  # the shifted dynamics decays
     c = confirm_stable_dt(s, r["j_attention"], r["j_ffn"], r["dt"])
@@ -655,15 +655,16 @@ def test_largest_stable_dt_is_confirmed_by_runs_below_and_above(name, random_lay
 def test_stable_dt_of_the_imex_layer_as_trained(name, random_layer_trajectory):
     """The trained IMEX configuration (post-LN, ffn_branch_dt="dt", only W_j or W_eff
     implicit, its own trajectory): Δt* is confirmed by runs below and above; the step
-    matrix is built from the J implicit matrices I_n ⊗ W_j (a stack), and a non-IMEX
-    scheme is refused with the function to use instead."""
-    from transflow import confirm_stable_dt, imex_linearised_stability
+    matrix is built from the J implicit matrices I_n ⊗ W_j (a stack); this reading is the
+    default form of an IMEX scheme, a non-IMEX scheme is refused with the forms it can
+    take, and so is an unknown form."""
+    from transflow import confirm_stable_dt, linearised_stability
 
     th, _ = random_layer_trajectory
     s = make_scheme(name)
     u0 = jax.random.normal(jax.random.key(1), (4, D), jnp.float64)
     _, traj = evolve(u0, stack_controls([th] * 3), s, dt=0.25, saveat=SaveAt(steps=True))
-    r = imex_linearised_stability(s, th, jnp.concatenate([u0[None], traj]))
+    r = linearised_stability(s, th, jnp.concatenate([u0[None], traj]))
     assert r["j_ffn"].shape == (2, 4 * D, 4 * D)  # J = 2 implicit sub-steps
     if name == "imex_dissipative":
         assert r["max_re_implicit"] <= 1e-12
@@ -671,8 +672,10 @@ def test_stable_dt_of_the_imex_layer_as_trained(name, random_layer_trajectory):
     c = confirm_stable_dt(s, r["j_attention"], r["j_ffn"], r["dt"])
     assert c["rho_below"] <= 1.0 < c["rho_above"], c
     assert c["growth_below"] < 1.0 and c["growth_above"] > 10.0, c
-    with pytest.raises(TypeError, match="linearised_stability"):
-        imex_linearised_stability(make_scheme("prenorm"), th, traj)
+    with pytest.raises(TypeError, match='form="imex" needs an IMEXScheme, got PreNormScheme'):
+        linearised_stability(make_scheme("prenorm"), th, traj, form="imex")
+    with pytest.raises(ValueError, match="'prenorm', 'postnorm', 'imex'"):
+        linearised_stability(s, th, traj, form="implicit")
 
 
 def test_runge_kutta_step_matrix_is_the_stability_polynomial_of_the_eigenvalues(

@@ -445,7 +445,8 @@ def _stability(names: list[str], ctx, smoke: bool) -> tuple[float, dict[str, dic
     is trained: the pre-norm sub-field Jacobians for the pre-norm layers, the post-norm
     ones (𝒜(u), ℱ(u)) for the post-norm Strang layers, and for IMEX the post-LN layer with
     ``ffn_branch_dt="dt"`` and only its FFN weights W_j (or W_eff) implicit
-    (:func:`transflow.imex_linearised_stability`), each along its own trajectory."""
+    (:func:`transflow.linearised_stability`'s default ``form="imex"`` for an IMEX scheme),
+    each along its own trajectory."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -459,7 +460,6 @@ def _stability(names: list[str], ctx, smoke: bool) -> tuple[float, dict[str, dic
         amplification_factor,
         confirm_stable_dt,
         evolve,
-        imex_linearised_stability,
         linearised_stability,
         make_scheme,
         stability_function,
@@ -497,7 +497,7 @@ def _stability(names: list[str], ctx, smoke: bool) -> tuple[float, dict[str, dic
             if name not in names or (smoke and name not in smoke_dt):
                 continue
             if isinstance(s, IMEXScheme):
-                r = imex_linearised_stability(s, th, trajectory(s))
+                r = linearised_stability(s, th, trajectory(s))  # form="imex"
                 layer = "post-LN, ffn_branch_dt=dt, W_j implicit"
             else:
                 form = s.form if isinstance(s, StrangScheme) else "prenorm"

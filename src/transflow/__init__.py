@@ -89,7 +89,6 @@ from .schemes import (
     confirm_stable_dt as confirm_stable_dt,
     declared_order as declared_order,
     ffn_branch as ffn_branch,
-    imex_linearised_stability as imex_linearised_stability,
     largest_stable_dt as largest_stable_dt,
     linear_run_growth as linear_run_growth,
     linear_step_matrix as linear_step_matrix,

@@ -12,9 +12,10 @@ overlapping tick labels, empty panels). Saving is the caller's job
 ``_continuous`` (Δt/grid convergence, clustering, non-convergence), ``_equivalence``
 (sub-steps and agreement tables, ViT), ``_training`` (training curves), ``_parallel``
 (sharded memory), ``_benchmarks`` (F-perf), ``_expressivity`` (regions, partitions, softmax
-error), ``_analysis`` (trajectories, budgets, refinement), ``_experiments`` (the figures of
-``experiment=depth`` and ``experiment=schemes``), ``_common`` (saving, smoke mode),
-``_style`` (the style), ``_check`` (the inspection).
+error), ``_analysis`` (trajectories, budgets, refinement), ``_depth_study`` (the factorial
+figure of ``experiment=depth``), ``_experiments`` (the scheme comparison of
+``experiment=schemes``), ``_common`` (saving, smoke mode), ``_style`` (the style),
+``_check`` (the inspection).
 
 matplotlib is imported inside the functions, so importing this package is cheap.
 """
@@ -34,13 +35,7 @@ from ._common import figure_smoke, save_figure
 from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
 from ._depth_study import plot_depth_factorial
 from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
-from ._experiments import (
-    model_label as model_label,
-    plot_depth_accuracy as plot_depth_accuracy,
-    plot_depth_convergence as plot_depth_convergence,
-    plot_depth_smoothness as plot_depth_smoothness,
-    plot_schemes as plot_schemes,
-)
+from ._experiments import plot_schemes as plot_schemes
 from ._expressivity import plot_partition, plot_regions, plot_slice, plot_softmax
 from ._parallel import plot_sharded_memory
 from ._style import FIGURE_WIDTH, STYLE, LogTicks, figure_style, new_figure, smoke_note
@@ -81,12 +76,8 @@ __all__ = [
     "plot_sharded_memory",
     # _training
     "plot_training_curves",
-    # _experiments (experiment=depth, experiment=schemes)
-    "model_label",
-    "plot_depth_accuracy",
+    # _depth_study (experiment=depth), _experiments (experiment=schemes)
     "plot_depth_factorial",
-    "plot_depth_convergence",
-    "plot_depth_smoothness",
     "plot_schemes",
     # _analysis
     "plot_control_smoothness",

@@ -44,7 +44,6 @@ from ._runge_kutta import (
 from ._stability import (
     amplification_factor as amplification_factor,
     confirm_stable_dt as confirm_stable_dt,
-    imex_linearised_stability as imex_linearised_stability,
     largest_stable_dt as largest_stable_dt,
     linear_run_growth as linear_run_growth,
     linear_step_matrix as linear_step_matrix,

@@ -100,16 +100,12 @@ class RungeKuttaScheme(_ExplicitBase):
     (:func:`stage_controls`), which keeps the method's order for a smooth θ(t).
 
     Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from transflow import LayerControls, RungeKuttaScheme, evolve, stack_controls
-        >>> theta = stack_controls([LayerControls.random(8, key=jax.random.key(i))
-        ...                         for i in range(2)])
-        >>> u0 = jax.random.normal(jax.random.key(5), (4, 8))
-        >>> rk4 = RungeKuttaScheme("rk4")
-        >>> rk4.order, rk4.nodes, evolve(u0, theta, rk4, dt=0.5).shape
-        (4, (0.0, 0.5, 1.0), (4, 8))
-        >>> RungeKuttaScheme("heun", field="layer").order  # the ODE Transformer's block
-        1
+        >>> from transflow import RungeKuttaScheme
+        >>> heun, mid = RungeKuttaScheme("heun"), RungeKuttaScheme("midpoint")
+        >>> heun.tableau.b, heun.nodes, mid.nodes  # θ(t) is sampled at the stage nodes
+        ((0.5, 0.5), (0.0, 1.0), (0.0, 0.5))
+        >>> heun.order, RungeKuttaScheme("heun", field="layer").order  # the ODE Transformer's
+        (2, 1)
     """
 
     method: str = eqx.field(static=True, default="heun")

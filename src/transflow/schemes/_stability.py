@@ -28,7 +28,6 @@ from ._subfields import _identity, _Ops
 __all__ = [
     "amplification_factor",
     "confirm_stable_dt",
-    "imex_linearised_stability",
     "largest_stable_dt",
     "linear_run_growth",
     "linear_step_matrix",
@@ -101,8 +100,8 @@ def linear_step_matrix(scheme: AbstractScheme, j_attention, j_ffn, dt):
     sub-fields, with the projections the identity; row convention ``u^{n+1} = u S``. For
     :class:`IMEXScheme`, J_g is the linear FFN part taken implicitly (one sub-step, no
     activation), or a stack ``(J, m, m)`` of the matrices of J implicit sub-steps (the
-    trained layer's W_j, :func:`imex_linearised_stability`). For a parallel Runge–Kutta
-    scheme S = R(Δt (J_a + J_g)).
+    trained layer's W_j, :func:`linearised_stability` with ``form="imex"``). For a
+    parallel Runge–Kutta scheme S = R(Δt (J_a + J_g)).
     """
     ja, jg = jnp.asarray(j_attention), jnp.asarray(j_ffn)
     m = ja.shape[0]
@@ -251,6 +250,10 @@ def largest_stable_dt(
     return float("inf")
 
 
+#: The readings of :func:`linearised_stability` (``form``).
+_FORMS = ("prenorm", "postnorm", "imex")
+
+
 def linearised_stability(
     scheme: AbstractScheme,
     controls: LayerControls,
@@ -258,38 +261,57 @@ def linearised_stability(
     *,
     margin: float = 0.05,
     grid=None,
-    form: str = "prenorm",
+    form: str | None = None,
     **kwargs: Any,
 ) -> dict:
     """The largest stable Δt of ``scheme`` on a layer's linearised dynamics along a trajectory.
 
-    At every state u_k the sub-field Jacobians J_a, J_g (:func:`sub_field_jacobians`) are
-    shifted by −σ/2 each, σ = max Re λ(J_a + J_g) + ``margin`` · ρ(J_a + J_g): the
-    linearised dynamics in the frame of its least stable mode, whose exact solution decays
-    (a random layer has growing modes; without the shift no Δt would be stable, and the
-    scheme's error in them is not an instability; ``form``: the sub-fields of
-    :func:`sub_field_jacobians`, ``"postnorm"`` for a post-norm layer).
-    Δt*_k = :func:`largest_stable_dt`;
-    the result is the smallest over the trajectory with its index, the eigenvalues of the
-    shifted J_a + J_g there and the shifted Jacobians (to confirm by a run).
+    At every state u_k the layer is linearised and shifted into the frame of its least
+    stable mode, σ = max Re λ(J) + ``margin`` · ρ(J) for the linearised field J, so that
+    the exact linear flow decays (a random layer has growing modes; without the shift no
+    Δt would be stable, and the scheme's error in them is not an instability). Δt*_k is
+    :func:`largest_stable_dt` of the scheme's step matrix (:func:`linear_step_matrix`) on
+    the shifted Jacobians; the result is the smallest over the trajectory with its
+    ``"index"``, the shift σ and the shifted ``"j_attention"``, ``"j_ffn"`` (to confirm
+    by a run, :func:`confirm_stable_dt`). ``kwargs`` go to :func:`largest_stable_dt`.
+
+    ``form`` says how the layer is read (default: ``"imex"`` for an
+    :class:`IMEXScheme`, ``"prenorm"`` otherwise):
+
+    - ``"prenorm"`` / ``"postnorm"`` (any scheme): the sub-field Jacobians J_a, J_g of
+      :func:`sub_field_jacobians` in that form, J = J_a + J_g, each shifted by −σ/2 (for
+      an IMEX scheme the whole FFN Jacobian J_g is taken implicitly). The result also
+      has the ``"eigenvalues"`` of the shifted J.
+    - ``"imex"`` (an :class:`IMEXScheme` only): the IMEX layer as it is trained (post-LN,
+      its own ``ffn_branch_dt``, only the FFN weights W_j implicit). J_a is the Jacobian
+      of the post-LN attention sub-field 𝒜(u), the implicit matrices are I_n ⊗ W_j of the
+      FFN sub-steps (``scheme.implicit_weights``: W_j, or W_eff for the dissipative
+      parameterization; ``"j_ffn"`` is their stack), the projections and activations
+      linearised as the identity (as in :func:`stability_function`).
+      J = J_a + c Σ_j I_n ⊗ W_j (c = ½ for ``"dt"``: the FFN branch is averaged with the
+      skip connection; 1 for ``"2dt"``), shifted **on the explicit part only**
+      (J_a − σ I), so that the implicit factors (I − s W_j)⁻¹ are those of the trained
+      W_j. The result also has ``"max_re_implicit"``, the largest Re λ of the W_j.
     """
-
-    def at(u) -> dict:
-        ja, jg = sub_field_jacobians(controls, u, grid=grid, form=form)
-        ja, jg = np.asarray(ja, np.float64), np.asarray(jg, np.float64)
-        lam, sigma = _shift(ja + jg, margin)
-        eye = np.eye(ja.shape[0])
-        ja_s, jg_s = ja - 0.5 * sigma * eye, jg - 0.5 * sigma * eye
-        dt = largest_stable_dt(scheme, ja_s, jg_s, **kwargs)
-        return {
-            "dt": dt,
-            "shift": sigma,
-            "eigenvalues": lam - sigma,
-            "j_attention": ja_s,
-            "j_ffn": jg_s,
-        }
-
-    return _smallest_over(trajectory, at)
+    if form is None:
+        form = "imex" if isinstance(scheme, IMEXScheme) else "prenorm"
+    if form not in _FORMS:
+        raise ValueError(
+            f"linearised_stability: unknown form {form!r}; valid: "
+            f"{', '.join(map(repr, _FORMS))} (None: 'imex' for an IMEXScheme, "
+            "'prenorm' otherwise)."
+        )
+    if form == "imex":
+        linearise = _imex_linearisation(scheme, controls, grid, margin)
+    else:
+        linearise = _sub_field_linearisation(controls, grid, margin, form)
+    best: dict = {"dt": float("inf")}
+    for k, u in enumerate(trajectory):
+        rec = linearise(u)
+        dt = largest_stable_dt(scheme, rec["j_attention"], rec["j_ffn"], **kwargs)
+        if dt < best["dt"]:
+            best = {"dt": dt, "index": k, **rec}
+    return best
 
 
 def _shift(lin: np.ndarray, margin: float) -> tuple[np.ndarray, float]:
@@ -298,48 +320,30 @@ def _shift(lin: np.ndarray, margin: float) -> tuple[np.ndarray, float]:
     return lam, float(np.max(lam.real)) + margin * float(np.max(np.abs(lam)))
 
 
-def _smallest_over(trajectory, at) -> dict:
-    """``at(u)`` (a dict with ``"dt"``) at every state of ``trajectory``: the one with the
-    smallest Δt, with its ``"index"``."""
-    best: dict = {"dt": float("inf")}
-    for k, u in enumerate(trajectory):
-        rec = at(u)
-        if rec["dt"] < best["dt"]:
-            best = {"dt": rec["dt"], "index": k, **{a: b for a, b in rec.items() if a != "dt"}}
-    return best
+def _sub_field_linearisation(controls, grid, margin: float, form: str):
+    """u ↦ the shifted sub-field Jacobians at u (``form="prenorm"``/``"postnorm"``)."""
+
+    def at(u) -> dict:
+        ja, jg = sub_field_jacobians(controls, u, grid=grid, form=form)
+        ja, jg = np.asarray(ja, np.float64), np.asarray(jg, np.float64)
+        lam, sigma = _shift(ja + jg, margin)
+        half = 0.5 * sigma * np.eye(ja.shape[0])
+        return {
+            "shift": sigma,
+            "eigenvalues": lam - sigma,
+            "j_attention": ja - half,
+            "j_ffn": jg - half,
+        }
+
+    return at
 
 
-def imex_linearised_stability(
-    scheme: IMEXScheme,
-    controls: LayerControls,
-    trajectory: Float[Array, "k n d"],
-    *,
-    margin: float = 0.05,
-    grid=None,
-    **kwargs: Any,
-) -> dict:
-    """The largest stable Δt of an IMEX layer as it is trained (post-LN, its own
-    ``ffn_branch_dt``, only the FFN weights W_j implicit), on its linearised dynamics
-    along a trajectory.
-
-    At every state u_k: J_a, the Jacobian of the post-LN attention sub-field 𝒜(u) (no
-    projection before it), and the implicit matrices I_n ⊗ W_j of the FFN sub-steps
-    (``scheme.implicit_weights``: W_j, or W_eff for the dissipative parameterization),
-    the projections and activations linearised as the identity (as in
-    :func:`stability_function`). The linearised field is J = J_a + c Σ_j I_n ⊗ W_j
-    (c = ½ for ``"dt"``: the FFN branch is averaged with the skip connection; 1 for
-    ``"2dt"``); it is shifted by σ = max Re λ(J) + ``margin`` · ρ(J) **on the explicit
-    part only** (J_a − σ I), so that the exact linear flow decays and the implicit
-    factors (I − s W_j)⁻¹ are those of the trained W_j. Δt* = :func:`largest_stable_dt`
-    of the scheme's step matrix (:func:`linear_step_matrix` with the stack of W_j). The
-    result is the smallest over the trajectory, with its index, the largest Re λ of the
-    implicit matrices, and the shifted J_a and stack of implicit matrices (to confirm by
-    a run, :func:`confirm_stable_dt`).
-    """
+def _imex_linearisation(scheme: AbstractScheme, controls, grid, margin: float):
+    """u ↦ the IMEX layer as trained at u: shifted J_a and the stack of I_n ⊗ W_j."""
     if not isinstance(scheme, IMEXScheme):
         raise TypeError(
-            f"imex_linearised_stability: `scheme` must be an IMEXScheme, got "
-            f"{type(scheme).__name__}; use linearised_stability for the explicit schemes."
+            f'linearised_stability: form="imex" needs an IMEXScheme, got '
+            f'{type(scheme).__name__}; use form="prenorm" or "postnorm" for it.'
         )
     c = 0.5 if scheme.ffn_branch_dt == "dt" else 1.0
     ws = [np.asarray(w, np.float64) for w in scheme.implicit_weights(controls)]
@@ -351,16 +355,9 @@ def imex_linearised_stability(
         big = np.stack([np.kron(np.eye(u.shape[0]), w) for w in ws])
         _, sigma = _shift(ja + c * big.sum(0), margin)
         ja_s = ja - sigma * np.eye(ja.shape[0])
-        dt = largest_stable_dt(scheme, ja_s, big, **kwargs)
-        return {
-            "dt": dt,
-            "shift": sigma,
-            "max_re_implicit": max_re,
-            "j_attention": ja_s,
-            "j_ffn": big,
-        }
+        return {"shift": sigma, "max_re_implicit": max_re, "j_attention": ja_s, "j_ffn": big}
 
-    return _smallest_over(trajectory, at)
+    return at
 
 
 def linear_run_growth(
