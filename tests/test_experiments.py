@@ -537,7 +537,6 @@ def test_builders():
     from transflow.experiments.builders import build_torch_reference
     from transflow.experiments.config import ModelConfig
 
-
     m = ModelConfig(d_model=8, init_seed=5)
     a = build_torch_reference(m, nhead=2)
     b = build_torch_reference(m, nhead=2)
