@@ -39,7 +39,7 @@ def test_experiment_help_lists_its_options_with_meaning_and_range(tmp_path):
     text = proc.stdout
     assert text.startswith("transflow-run experiment=depth: depth transfer")
     assert "Runtime:" in text  # the experiment file's comment
-    assert "task.ref_rtol=1e-09  [float; > 0]" in text
+    assert "task.ref_rtol=1e-08  [float; > 0]" in text
     assert "its tolerance (atol = rtol)" in text  # the field's comment
     assert "task.digits.gradient=backprop  [str; one of backprop, checkpointed, adjoint]" in text
     assert "task.digits.steps" not in text and "task.digits.scheme" not in text
