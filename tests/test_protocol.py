@@ -192,3 +192,35 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
     )
     with pytest.raises(ValueError, match="task.study.fit_windows has no window for scheme 'heun'"):
         depth.check(bad)
+
+
+def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path):
+    """A (cell, seed) record of experiment=depth is reused on a rerun in the same folder
+    only when its digest (options, design, reference, record version) matches: another
+    option, another cell, another seed or an older record version means a fresh run."""
+    import json
+
+    from transflow.experiments.tasks import depth
+
+    task = depth.Config()
+    study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
+    ref = ("dopri5", 1e-8, 1e-7)
+    key = depth._record_key(task, study, 4, [4, 8], ref, False)
+    cell = design_cells(_study())[0]
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"cell": cell.name, "seed": 0, "key": key, "acc.train": 0.9}))
+    assert depth._reusable(path, key, cell, 0) == {"acc.train": 0.9}
+    assert depth._reusable(path, key, cell, 1) is None  # another seed
+    other = dataclasses.replace(task, steps=task.steps + 1)
+    assert depth._record_key(other, study, 4, [4, 8], ref, False) != key  # another option
+    assert depth._record_key(task, study, 4, [4, 8], ("dopri5", 1e-9, 1e-7), False) != key
+    # options that do not change a cell record (text, memory) keep the digest
+    quiet = dataclasses.replace(task, text=False, memory_gradients=[])
+    assert depth._record_key(quiet, study, 4, [4, 8], ref, False) == key
+    old_version = depth.RECORD_VERSION
+    try:
+        depth.RECORD_VERSION = old_version + 1
+        assert depth._record_key(task, study, 4, [4, 8], ref, False) != key
+    finally:
+        depth.RECORD_VERSION = old_version
+    assert depth._reusable(tmp_path / "missing.json", key, cell, 0) is None

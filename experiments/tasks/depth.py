@@ -276,6 +276,12 @@ def _smoke_study(cfg: Config, ctx) -> tuple[StudyConfig, int, list[int]]:
     return s, n_steps, ctx.smoke_value("task.random_depths", list(cfg.random_depths), [2, 4])
 
 
+#: The version of a (cell, seed) record's content: part of its digest, so that a record
+#: written before a change of the evaluation (a metric, the reference, a fit) is never
+#: reused silently. Bump it with every such change.
+RECORD_VERSION = 1
+
+
 def _record_key(cfg: Config, study: StudyConfig, n_steps, random_depths, ref, smoke) -> str:
     """A digest of everything a (cell, seed) record depends on except the cell and seed:
     the task's options (without the study's claims, cells and seed counts, which select
@@ -297,7 +303,11 @@ def _record_key(cfg: Config, study: StudyConfig, n_steps, random_depths, ref, sm
         "ref": list(ref),
         "smoke": bool(smoke),
     }
-    blob = json.dumps({"options": opts, "design": design}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {"version": RECORD_VERSION, "options": opts, "design": design},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
