@@ -192,6 +192,9 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
     )
     with pytest.raises(ValueError, match="task.study.fit_windows has no window for scheme 'heun'"):
         depth.check(bad)
+    # the reference's error check must be looser than the reference, refused before work
+    with pytest.raises(ValueError, match="task.ref_check_rtol = 1e-09 must be larger"):
+        depth.check(dataclasses.replace(task, ref_check_rtol=1e-9))
 
 
 def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path):

@@ -226,6 +226,7 @@ def check(cfg: Config) -> None:
             "task.study.fit_windows.transfer (the depths of max_change) is missing; give "
             "task.study.fit_windows.transfer=[lo,hi]."
         )
+    _check_ref_tolerances(cfg.ref_rtol, cfg.ref_check_rtol)
     if cfg.n_steps not in [int(n) for n in study.eval_grid]:
         raise ValueError(
             f"task.n_steps = {cfg.n_steps} must be in task.study.eval_grid = "
@@ -332,12 +333,16 @@ def _smoke_solver(cfg: Config, ctx) -> tuple[str, float, float]:
     check = cfg.ref_check_rtol and ctx.smoke_value(
         "task.ref_check_rtol", cfg.ref_check_rtol, 10 * rtol
     )
+    _check_ref_tolerances(rtol, check)
+    return solver, rtol, check
+
+
+def _check_ref_tolerances(rtol: float, check: float) -> None:
     if check and not check > rtol:
         raise ValueError(
             f"task.ref_check_rtol = {check:g} must be larger than the reference tolerance "
             f"{rtol:g} (it estimates the reference's error by a looser solve); or 0 to skip."
         )
-    return solver, rtol, check
 
 
 def _train_cell(cfg: Config, ctx, cell, seed: int, n_steps: int, random_depths):
@@ -419,7 +424,7 @@ def _evaluate(
     n_steps,
     xte,
     yte,
-    ref=None,
+    ref: tuple[str, float, float],
     check_ref: bool = False,
 ) -> dict:
     """Every evaluation of one trained model, in float64 (the metrics of a seed record)."""
@@ -435,14 +440,15 @@ def _evaluate(
     with jax.enable_x64(True):
         m = _f64(model)
         x = np.asarray(xte, np.float64)
-        ref_solver, ref_rtol, check_rtol = ref or (
-            cfg.ref_solver,
-            cfg.ref_rtol,
-            cfg.ref_check_rtol,
-        )
-        t0 = time.perf_counter()
-        ref = depth_accuracy(m, x, yte, [], rtol=ref_rtol, solver=ref_solver)
-        rec["seconds.reference"] = time.perf_counter() - t0
+        ref_solver, ref_rtol, check_rtol = ref
+
+        def timed(name, *args, **kw):  # depth_accuracy, its seconds in rec["seconds.<name>"]
+            t0 = time.perf_counter()
+            out = depth_accuracy(*args, **kw)
+            rec[f"seconds.{name}"] = time.perf_counter() - t0
+            return out
+
+        ref = timed("reference", m, x, yte, [], rtol=ref_rtol, solver=ref_solver)
         z_ref = np.asarray(ref["adaptive_outputs"], np.float64)
         norm = float(np.linalg.norm(z_ref))
 
@@ -454,17 +460,13 @@ def _evaluate(
         if check_ref and check_rtol:  # the reference's error: a looser solve's distance
             loose = depth_accuracy(m, x, yte, [], rtol=check_rtol, solver=ref_solver)
             rec["dist.ref_check"] = dist(loose["adaptive_outputs"])
-        t0 = time.perf_counter()
-        ad = depth_accuracy(m, x, yte, [], rtol=cfg.rtol)
-        rec["seconds.adaptive"] = time.perf_counter() - t0
+        ad = timed("adaptive", m, x, yte, [], rtol=cfg.rtol)
         rec["acc.adaptive"] = ad["adaptive_accuracy"]
         rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
         rec["dist.adaptive"] = dist(ad["adaptive_outputs"])
         for s in cfg.eval_schemes:
             ms = m if s == own else dataclasses.replace(m, scheme=make_scheme(s))
-            t0 = time.perf_counter()
-            r = depth_accuracy(ms, x, yte, grid, rtol=None)
-            rec[f"seconds.{s}"] = time.perf_counter() - t0
+            r = timed(s, ms, x, yte, grid, rtol=None)
             for n, a, z in zip(grid, r["accuracy"], r["outputs"]):
                 rec[f"acc.{s}.{n}"] = a
                 rec[f"dist.{s}.{n}"] = dist(z)
@@ -535,8 +537,7 @@ def run(cfg: Config, ctx) -> dict:
         old = _reusable(out / "record.json", key, cell, seed)
         t0 = time.perf_counter()
         if old is not None:
-            rec, n_reused, t1 = old, n_reused + 1, t0
-            ctx.message(f"cell {i + 1}/{len(jobs)} {cell.name} seed {seed}: record reused")
+            rec, n_reused = old, n_reused + 1
         else:
             summary, model, init = _train_cell(cfg, ctx, cell, seed, n_steps, random_depths)
             _, _, xte, yte = load_digits_split(cfg.digits.test_fraction, seed=seed)
@@ -577,8 +578,13 @@ def run(cfg: Config, ctx) -> dict:
         ctx.message(
             f"cell {i + 1}/{len(jobs)} {cell.name} seed {seed}: acc.train "
             f"{rec['acc.train']:.3f}, max_change {rec['max_change']:.3f}, dist.train "
-            f"{rec['dist.train']:.3g}; train {t1 - t0:.0f} s, eval {rec['seconds_eval']:.0f} s;"
-            f" ETA {done / (i + 1) * (len(jobs) - i - 1):.0f} s"
+            f"{rec['dist.train']:.3g}; "
+            + (
+                "record reused; "
+                if old is not None
+                else f"train {rec['seconds_train']:.0f} s, eval {rec['seconds_eval']:.0f} s; "
+            )
+            + f"ETA {done / (i + 1) * (len(jobs) - i - 1):.0f} s"
         )
         if not ctx.smoke and old is None:
             from ..context import release_compiled
@@ -699,6 +705,7 @@ def run(cfg: Config, ctx) -> dict:
         "headline_cell": head,
         "seconds_per_job_mean": float(np.mean(per_job)),
         "seconds_study": seconds,
+        "n_records_reused": n_reused,
         **{
             f"headline_{k}": v["mean"]
             for k, v in ha.items()
