@@ -211,6 +211,7 @@ RULES: dict[str, Rule] = {
     "random_depths": POSITIVE,
     "ref_rtol": POSITIVE,
     "ref_check_rtol": NON_NEGATIVE,  # 0: no estimate of the reference's error
+    "ref_check_coarse_rtol": NON_NEGATIVE,  # 0: the v1 estimate (the loose distance)
     "ref_check_max": NON_NEGATIVE,
     "beta_depth": Rule(9, True),  # strides 1, 2, 4, 8 need at least 9 samples
     # the text task (DepthTextConfig, task.text of experiment=schemes)

@@ -29,7 +29,9 @@ Metrics of a seed record (the names claims use): ``acc.<scheme>.<N>``,
 ``dist.adaptive``, ``acc.reference``, ``nfev.reference``, ``acc.train`` (own scheme at
 N_t = ``task.n_steps``), ``max_change`` (largest |acc(N) − acc.train| over the window
 ``transfer`` and adaptively, own scheme), ``max_integrator_change`` (largest
-|acc.<s1>.N − acc.<s2>.N| over ``transfer``), ``dist.train``, ``beta.trained``,
+|acc.<s1>.N − acc.<s2>.N| over the window ``integrator``; ``…_transfer``: over
+``transfer``, design v1's), ``ref_error_est``/``ref_error_ratio`` (first seed of a
+cell), ``dist.train``, ``beta.trained``,
 ``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``.
 
 Writes per job ``cells/<cell>/seed<k>/record.json`` (a rerun of any cell:
@@ -149,10 +151,16 @@ class Config:
     rtol: float = 1e-5  # adaptive solve (Tsit5 + PID; atol = rtol)
     ref_solver: str = "dopri5"  # the continuous limit: a fine adaptive solve, float64
     ref_rtol: float = 1e-8  # its tolerance (atol = rtol)
-    # the reference's own error, estimated on the first seed of every cell: the distance
-    # of a solve at this (looser) tolerance to the reference, over the smallest distance
-    # the order fits use; claimed <= ref_check_max (0: no check)
+    # solved piece by piece between the jumps of θ (per-layer: every layer boundary;
+    # piecewise linear: every knot), so no step crosses a jump (design v2, docs/depth.md)
+    ref_split: bool = True
+    # the reference's own error, estimated on the first seed of every cell from solves at
+    # two looser tolerances: d1, d2 their distances to the reference at ref_check_rtol and
+    # ref_check_coarse_rtol; error ≈ d1²/d2 (the decay per decade of tolerance carried one
+    # decade on, v2); ref_check_coarse_rtol = 0: d1 itself (v1, ~10× the error). Over the
+    # smallest distance the order fits use; claimed <= ref_check_max (0: no check)
     ref_check_rtol: float = 1e-7
+    ref_check_coarse_rtol: float = 1e-6
     ref_check_max: float = 0.1
     beta_depth: int = 64  # β: controls sampled at this many steps, strides 1, 2, 4, 8
     # adjoint check (float64): FFN activation of the random path (C¹ field) and tolerance
@@ -221,12 +229,13 @@ def check(cfg: Config) -> None:
                 f"limit is fitted over it); give task.study.fit_windows.{s}=[lo,hi]."
             )
         declared_order(make_scheme(s))
-    if "transfer" not in study.fit_windows:
-        raise ValueError(
-            "task.study.fit_windows.transfer (the depths of max_change) is missing; give "
-            "task.study.fit_windows.transfer=[lo,hi]."
-        )
-    _check_ref_tolerances(cfg.ref_rtol, cfg.ref_check_rtol)
+    for name, what in (("transfer", "max_change"), ("integrator", "max_integrator_change")):
+        if name not in study.fit_windows:
+            raise ValueError(
+                f"task.study.fit_windows.{name} (the depths of {what}) is missing; give "
+                f"task.study.fit_windows.{name}=[lo,hi]."
+            )
+    _check_ref_tolerances(cfg.ref_rtol, cfg.ref_check_rtol, cfg.ref_check_coarse_rtol)
     if cfg.n_steps not in [int(n) for n in study.eval_grid]:
         raise ValueError(
             f"task.n_steps = {cfg.n_steps} must be in task.study.eval_grid = "
@@ -280,7 +289,7 @@ def _smoke_study(cfg: Config, ctx) -> tuple[StudyConfig, int, list[int]]:
 #: The version of a (cell, seed) record's content: part of its digest, so that a record
 #: written before a change of the evaluation (a metric, the reference, a fit) is never
 #: reused silently. Bump it with every such change.
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: split reference, extrapolated error estimate, integrator window
 
 
 def _record_key(cfg: Config, study: StudyConfig, n_steps, random_depths, ref, smoke) -> str:
@@ -325,23 +334,34 @@ def _reusable(path, key: str, cell, seed: int) -> dict | None:
     return {k: v for k, v in rec.items() if k not in ("cell", "levels", "seed", "key")}
 
 
-def _smoke_solver(cfg: Config, ctx) -> tuple[str, float, float]:
-    """The reference solve's solver, tolerance and check tolerance (smoke: the adaptive
-    solve's own, checked at 10× its tolerance)."""
+def _smoke_solver(cfg: Config, ctx) -> tuple[str, float, float, float]:
+    """The reference solve's solver, tolerance and the two check tolerances (smoke: the
+    adaptive solve's own, checked at 10× and 100× its tolerance)."""
     solver = ctx.smoke_value("task.ref_solver", cfg.ref_solver, "tsit5")
     rtol = ctx.smoke_value("task.ref_rtol", cfg.ref_rtol, cfg.rtol)
     check = cfg.ref_check_rtol and ctx.smoke_value(
         "task.ref_check_rtol", cfg.ref_check_rtol, 10 * rtol
     )
-    _check_ref_tolerances(rtol, check)
-    return solver, rtol, check
+    coarse = (
+        check
+        and cfg.ref_check_coarse_rtol
+        and ctx.smoke_value("task.ref_check_coarse_rtol", cfg.ref_check_coarse_rtol, 10 * check)
+    )
+    _check_ref_tolerances(rtol, check, coarse)
+    return solver, rtol, check, coarse
 
 
-def _check_ref_tolerances(rtol: float, check: float) -> None:
+def _check_ref_tolerances(rtol: float, check: float, coarse: float = 0.0) -> None:
     if check and not check > rtol:
         raise ValueError(
             f"task.ref_check_rtol = {check:g} must be larger than the reference tolerance "
             f"{rtol:g} (it estimates the reference's error by a looser solve); or 0 to skip."
+        )
+    if coarse and not (check and coarse > check):
+        raise ValueError(
+            f"task.ref_check_coarse_rtol = {coarse:g} must be larger than "
+            f"task.ref_check_rtol = {check:g} (> 0): the error estimate d1²/d2 needs two "
+            "looser solves; or ref_check_coarse_rtol=0 for the distance d1 alone."
         )
 
 
@@ -424,7 +444,7 @@ def _evaluate(
     n_steps,
     xte,
     yte,
-    ref: tuple[str, float, float],
+    ref: tuple[str, float, float, float],
     check_ref: bool = False,
 ) -> dict:
     """Every evaluation of one trained model, in float64 (the metrics of a seed record)."""
@@ -440,7 +460,7 @@ def _evaluate(
     with jax.enable_x64(True):
         m = _f64(model)
         x = np.asarray(xte, np.float64)
-        ref_solver, ref_rtol, check_rtol = ref
+        ref_solver, ref_rtol, check_rtol, coarse_rtol = ref
 
         def timed(name, *args, **kw):  # depth_accuracy, its seconds in rec["seconds.<name>"]
             t0 = time.perf_counter()
@@ -448,7 +468,8 @@ def _evaluate(
             rec[f"seconds.{name}"] = time.perf_counter() - t0
             return out
 
-        ref = timed("reference", m, x, yte, [], rtol=ref_rtol, solver=ref_solver)
+        split = bool(cfg.ref_split)
+        ref = timed("reference", m, x, yte, [], rtol=ref_rtol, solver=ref_solver, split=split)
         z_ref = np.asarray(ref["adaptive_outputs"], np.float64)
         norm = float(np.linalg.norm(z_ref))
 
@@ -458,8 +479,15 @@ def _evaluate(
         rec["acc.reference"] = ref["adaptive_accuracy"]
         rec["nfev.reference"] = ref["adaptive_nfev_mean"]
         if check_ref and check_rtol:  # the reference's error: a looser solve's distance
-            loose = depth_accuracy(m, x, yte, [], rtol=check_rtol, solver=ref_solver)
-            rec["dist.ref_check"] = dist(loose["adaptive_outputs"])
+            loose = depth_accuracy(m, x, yte, [], rtol=check_rtol, solver=ref_solver, split=split)
+            d1 = rec["dist.ref_check"] = dist(loose["adaptive_outputs"])
+            rec["ref_error_est"] = d1
+            if coarse_rtol:  # v2: the decay from the coarse to the loose solve, once more
+                coarse = depth_accuracy(
+                    m, x, yte, [], rtol=coarse_rtol, solver=ref_solver, split=split
+                )
+                d2 = rec["dist.ref_check_coarse"] = dist(coarse["adaptive_outputs"])
+                rec["ref_error_est"] = d1 * d1 / d2 if d2 > 0 else math.nan
         ad = timed("adaptive", m, x, yte, [], rtol=cfg.rtol)
         rec["acc.adaptive"] = ad["adaptive_accuracy"]
         rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
@@ -482,7 +510,7 @@ def _evaluate(
         rec["update_rel"] = math.sqrt(sq(upd) / sq(th0)) if sq(th0) > 0 else math.nan
     if "dist.ref_check" in rec:  # over the smallest distance any order fit uses
         smallest = min(rec[f"dist.{s}.{n}"] for s in cfg.eval_schemes for n in window(study, s))
-        rec["ref_error_ratio"] = rec["dist.ref_check"] / smallest
+        rec["ref_error_ratio"] = rec["ref_error_est"] / smallest
     rec["acc.train"] = rec[f"acc.{own}.{n_steps}"]
     rec["dist.train"] = rec[f"dist.{own}.{n_steps}"]
     tw = window(study, "transfer")
@@ -491,10 +519,15 @@ def _evaluate(
         + [abs(rec["acc.adaptive"] - rec["acc.train"])]
     )
     s0, *others = cfg.eval_schemes
-    rec["max_integrator_change"] = max(
-        (abs(rec[f"acc.{s}.{n}"] - rec[f"acc.{s0}.{n}"]) for s in others for n in tw),
-        default=0.0,
-    )
+
+    def integrator_change(win):
+        return max(
+            (abs(rec[f"acc.{s}.{n}"] - rec[f"acc.{s0}.{n}"]) for s in others for n in win),
+            default=0.0,
+        )
+
+    rec["max_integrator_change"] = integrator_change(window(study, "integrator"))
+    rec["max_integrator_change_transfer"] = integrator_change(tw)  # v1's window
     rec["n_test"] = len(yte)
     return rec
 
@@ -760,11 +793,16 @@ def run(cfg: Config, ctx) -> dict:
 
 def _reference_line(cfg: Config, ref, ratios: dict) -> str:
     """The continuous limit and the estimate of its own error (report)."""
-    solver, rtol, check = ref
+    solver, rtol, check, coarse = ref
+    how = (
+        f"d1²/d2 from the distances d1, d2 of solves at {check:g} and {coarse:g} to it"
+        if coarse
+        else f"the distance of a solve at {check:g} to it (~10× its own error)"
+    )
     line = (
-        f"\n\nThe continuous limit: {solver} at rtol = atol = {rtol:g} (float64). Its error, "
-        f"estimated on the first seed of every cell as the distance of a solve at {check:g} "
-        "to it (about 10× the reference's own error for a tolerance 10× looser), over the "
+        f"\n\nThe continuous limit: {solver} at rtol = atol = {rtol:g} (float64"
+        + (", solved piece by piece between the jumps of θ" if cfg.ref_split else "")
+        + f"). Its error, estimated on the first seed of every cell as {how}, over the "
         "smallest distance an order fit uses: "
     )
     if not ratios:

@@ -117,6 +117,14 @@ class ControlPath(eqx.Module):
         t0, t1 = self.interval
         return t1 - t0
 
+    def pieces(self) -> list[tuple[float, float, ControlPath]]:
+        """``[(a, b, path), …]``: the interval cut where θ(t) is not smooth, each piece
+        with a path that is smooth on the *closed* ``[a, b]`` (an adaptive solver then never
+        steps over a jump or a kink: ``solve_adaptive(..., split=True)``). A smooth path
+        (Legendre, Chebyshev, Fourier, the time-embedding net): one piece, itself."""
+        t0, t1 = self.interval
+        return [(t0, t1, self)]
+
     def step_size(self, n_steps: int) -> float:
         """Δt = (t1 − t0) / N of a uniform grid of ``n_steps`` steps."""
         return self.duration / _check_steps(n_steps)
@@ -236,6 +244,16 @@ class PiecewiseConstant(ControlPath):
     def interval(self) -> tuple[float, float]:
         return float(self.t_start), float(self.t_start + self.n_pieces * self.tau)
 
+    def pieces(self) -> list[tuple[float, float, ControlPath]]:
+        """One piece per layer, each a one-layer path: at a layer's right end θ is still
+        that layer's (``self(t)`` there is already the next layer's, a jump)."""
+        out = []
+        for n in range(self.n_pieces):
+            a = float(self.t_start + n * self.tau)
+            layer = jax.tree.map(lambda x, n=n: x[n : n + 1], self.stacked)
+            out.append((a, a + float(self.tau), PiecewiseConstant(layer, self.tau, a)))
+        return out
+
     def sample(self, n_steps: int, where: Where = "midpoint"):
         """The layer of every sample time, found in NumPy (static indices; a gather)."""
         s = (self.times(n_steps, where) - self.t_start) / self.tau
@@ -299,6 +317,13 @@ class PiecewiseLinear(ControlPath):
             return np.asarray(self.knots, np.float64)
         k = self.n_knots
         return np.linspace(self.t0, self.t1, k) if k > 1 else np.array([float(self.t0)])
+
+    def pieces(self) -> list[tuple[float, float, ControlPath]]:
+        """Cut at the knots (θ' jumps there; θ is continuous, so every piece is ``self``)
+        and at the interval's ends where the knots do not reach them."""
+        cuts = sorted({float(self.t0), float(self.t1)} | {float(k) for k in self.knot_times()})
+        cuts = [c for c in cuts if self.t0 <= c <= self.t1]
+        return [(a, b, self) for a, b in zip(cuts[:-1], cuts[1:])]
 
     def _position(self, t):
         """(lo, hi, w) of time(s) t: NumPy for NumPy times (exact, static), else jnp."""

@@ -93,12 +93,14 @@ def adaptive_logits(
     solver: str = "tsit5",
     adjoint: Any = "recursive",
     max_steps: int = 4096,
+    split: bool = False,
 ):
     """``(logits, nfev)`` of one example with the continuous limit solved adaptively.
 
     The model's scheme must be consistent (:class:`~transflow.PreNormScheme` or
     :class:`~transflow.continuous.RelaxedLieScheme`); see
-    :func:`transflow.continuous.solve_adaptive` for the options.
+    :func:`transflow.continuous.solve_adaptive` for the options (``split``: piece by
+    piece between the jumps of a per-layer or piecewise-linear path).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -122,13 +124,16 @@ def adaptive_logits(
         atol=atol,
         adjoint=adjoint,
         max_steps=max_steps,
+        split=split,
     )
     return model.readout(res.u), res.nfev
 
 
 @eqx.filter_jit
-def _adaptive_batch(model, x, rtol, atol, solver):
-    return jax.vmap(lambda xx: adaptive_logits(model, xx, rtol=rtol, atol=atol, solver=solver))(x)
+def _adaptive_batch(model, x, rtol, atol, solver, split):
+    return jax.vmap(
+        lambda xx: adaptive_logits(model, xx, rtol=rtol, atol=atol, solver=solver, split=split)
+    )(x)
 
 
 @eqx.filter_jit
@@ -146,6 +151,7 @@ def depth_accuracy(
     atol: float | None = None,
     solver: str = "tsit5",
     batch_size: int = 128,
+    split: bool = False,
 ) -> dict[str, Any]:
     """Test accuracy of ``model`` at every depth N in ``depths`` and adaptively.
 
@@ -153,7 +159,8 @@ def depth_accuracy(
     cross-entropy in nats, over tokens too for per-token outputs; ``outputs``: the logits
     per depth, NumPy) and, when ``rtol`` is set (consistent schemes only),
     ``adaptive_accuracy``, ``adaptive_loss``, ``adaptive_nfev_mean``/``max`` and
-    ``adaptive_outputs``; ``atol`` defaults to ``rtol``.
+    ``adaptive_outputs``; ``atol`` defaults to ``rtol``; ``split``: the adaptive solve
+    piece by piece between the jumps of θ (:func:`transflow.continuous.solve_adaptive`).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -190,7 +197,7 @@ def depth_accuracy(
         out["outputs"].append(logits)
     if rtol is not None:
         atol = rtol if atol is None else atol
-        logits, nfev = batched(lambda xb: _adaptive_batch(model, xb, rtol, atol, solver))
+        logits, nfev = batched(lambda xb: _adaptive_batch(model, xb, rtol, atol, solver, split))
         out["adaptive_accuracy"] = float(np.mean(np.argmax(logits, -1) == y))
         out["adaptive_loss"] = nll(np.asarray(logits, np.float64))
         out["adaptive_nfev_mean"] = float(np.mean(nfev))
