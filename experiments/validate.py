@@ -200,6 +200,7 @@ RULES: dict[str, Rule] = {
     "memory_batch": POSITIVE,
     "max_memory_ratio": POSITIVE,
     "text_steps": POSITIVE,
+    "text_seeds": POSITIVE,
     "text_eval_depths": POSITIVE,
     "max_bpc_change": POSITIVE,
     "second_order_depths": POSITIVE,

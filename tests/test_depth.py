@@ -204,6 +204,41 @@ def test_adaptive_solve_counts_and_tolerances():
         solve_adaptive(u0, path, PreNormScheme(), adjoint="magic")
 
 
+def test_split_solve_steps_piece_by_piece_between_the_jumps_of_theta():
+    """``pieces()`` cuts a per-layer path at its layer boundaries (each piece keeps its
+    layer at its right end, where the path itself already jumps) and a piecewise-linear
+    one at its knots; ``split=True`` is the composition of one solve per piece, with the
+    counts summed; a smooth path is one piece and the same solve."""
+    theta = stack_controls([LayerControls.random(4, key=jax.random.key(i)) for i in range(3)])
+    pc = PiecewiseConstant(theta, tau=0.5)
+    pieces = pc.pieces()
+    assert [(a, b) for a, b, _ in pieces] == [(0.0, 0.5), (0.5, 1.0), (1.0, 1.5)]
+    for n, (a, b, piece) in enumerate(pieces):
+        for t in (a, b):  # the right end too: pc(b) is already layer n + 1
+            assert bool((piece(t).attn.wq == theta.attn.wq[n]).all())
+    assert bool((pc(0.5).attn.wq == theta.attn.wq[1]).all())
+    knots = PiecewiseLinear(jnp.array([0.0, 2.0, 2.0]), knots=(0.25, 0.5, 1.0), t1=1.5)
+    assert [(a, b) for a, b, _ in knots.pieces()] == [
+        (0.0, 0.25),
+        (0.25, 0.5),
+        (0.5, 1.0),
+        (1.0, 1.5),
+    ]
+    u0, kw = _u0(), dict(rtol=1e-9, atol=1e-9, solver="dopri5")
+    split = solve_adaptive(u0, pc, PreNormScheme(), split=True, **kw)
+    u, nfev = u0, 0
+    for _, _, piece in pieces:
+        r = solve_adaptive(u, piece, PreNormScheme(), **kw)
+        u, nfev = r.u, nfev + int(r.nfev)
+    assert float(jnp.max(jnp.abs(split.u - u))) == 0.0 and int(split.nfev) == nfev
+    whole = solve_adaptive(u0, pc, PreNormScheme(), **kw)
+    assert float(jnp.max(jnp.abs(whole.u - split.u))) < 1e-5  # the same limit
+    smooth = _rough_path()
+    a = solve_adaptive(u0, smooth, PreNormScheme(), split=True, **kw)
+    b = solve_adaptive(u0, smooth, PreNormScheme(), **kw)
+    assert len(smooth.pieces()) == 1 and bool((a.u == b.u).all()) and int(a.nfev) == int(b.nfev)
+
+
 def test_vector_field_counts_match_a_python_counter():
     """nfev = 1 + 6·num_steps is what the solver really evaluates (counted on the host)."""
     path, u0 = _rough_path(), _u0()

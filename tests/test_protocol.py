@@ -195,6 +195,15 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
     # the reference's error check must be looser than the reference, refused before work
     with pytest.raises(ValueError, match="task.ref_check_rtol = 1e-09 must be larger"):
         depth.check(dataclasses.replace(task, ref_check_rtol=1e-9))
+    with pytest.raises(ValueError, match="task.ref_check_coarse_rtol = 1e-07 must be larger"):
+        depth.check(dataclasses.replace(task, ref_check_coarse_rtol=1e-7))
+    no_integrator = {k: v for k, v in task.study.fit_windows.items() if k != "integrator"}
+    with pytest.raises(ValueError, match="task.study.fit_windows.integrator"):
+        depth.check(
+            dataclasses.replace(
+                task, study=dataclasses.replace(task.study, fit_windows=no_integrator)
+            )
+        )
 
 
 def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path):
@@ -207,7 +216,7 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
 
     task = depth.Config()
     study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
-    ref = ("dopri5", 1e-8, 1e-7)
+    ref = ("dopri5", 1e-8, 1e-7, 1e-6)
     key = depth._record_key(task, study, 4, [4, 8], ref, False)
     cell = design_cells(_study())[0]
     path = tmp_path / "record.json"
@@ -216,7 +225,11 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
     assert depth._reusable(path, key, cell, 1) is None  # another seed
     other = dataclasses.replace(task, steps=task.steps + 1)
     assert depth._record_key(other, study, 4, [4, 8], ref, False) != key  # another option
-    assert depth._record_key(task, study, 4, [4, 8], ("dopri5", 1e-9, 1e-7), False) != key
+    assert depth._record_key(task, study, 4, [4, 8], ("dopri5", 1e-9, 1e-7, 1e-6), False) != key
+    assert (
+        depth._record_key(dataclasses.replace(task, ref_split=False), study, 4, [4, 8], ref, False)
+        != key
+    )
     # options that do not change a cell record (text, memory) keep the digest
     quiet = dataclasses.replace(task, text=False, memory_gradients=[])
     assert depth._record_key(quiet, study, 4, [4, 8], ref, False) == key
