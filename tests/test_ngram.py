@@ -334,10 +334,12 @@ def test_depth_text_table_reports_the_baselines():
     b = {"orders": [1, 2, 3, 4, 5], "bpc": [4.6, 3.3, 2.4, 2.0, 1.8], "overlap": 0.08}
     b |= {"corpus": "pydoc", "context": 64, "n_val_windows": 256, "n_train_chars": 9}
     b |= {"vocab": 103}
-    model = {"bpc": [2.5, 2.6], "change_4x": 0.01, "n_params": 10, "cpu_seconds": 1.0}
-    text = {"depths": [4, 16], "path": model | {"scheme": "heun"}, "baselines": b}
-    text["per_layer"] = model | {"scheme": "prenorm"}
+    model = {"bpc": [2.5, 2.6], "bpc_std": [0.1, 0.2], "change_4x": [0.01, 0.03]}
+    model |= {"n_params": 10, "cpu_seconds": 1.0}
+    text = {"depths": [4, 16], "seeds": [0, 1], "path": model | {"scheme": "heun"}}
+    text |= {"per_layer": model | {"scheme": "prenorm"}, "baselines": b}
     report = depth._text_table(text)
+    assert "| path | heun | 10 | 2.500 ± 0.100 | 2.600 ± 0.200 | 3.00 % | 1.0 |" in report
     assert "| 1-gram | 2-gram | 3-gram | 4-gram | 5-gram | overlap |" in report
     assert "| 4.6000 | 3.3000 | 2.4000 | 2.0000 | 1.8000 | 8.0 % |" in report
 
