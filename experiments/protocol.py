@@ -53,6 +53,7 @@ __all__ = [
     "ClaimSpec",
     "StudyConfig",
     "aggregate",
+    "check_claims",
     "check_study",
     "design_cells",
     "evaluate_claim",
@@ -185,7 +186,24 @@ def check_study(study: StudyConfig, key: str = "task.study") -> None:
                 f"{key}.fit_windows.{w} = [{lo}, {hi}]: both ends must be in "
                 f"{key}.eval_grid = {grid}."
             )
-    for i, c in enumerate(study.claims):
+    check_claims(study.claims, names, key)
+
+
+def check_claims(claims: list[ClaimSpec], cells, key: str = "task.study") -> None:
+    """Refuse a malformed claim before any compute: each needs a ``name`` and a
+    ``metric``, ``over`` in :data:`OVER`, ``op`` in :data:`OPS`, and only cells (and a
+    ``minus`` cell) of ``cells``; each error names ``<key>.claims[i]``. Used by
+    :func:`check_study` and by studies whose cells are not a factorial design
+    (``experiment=schemes``: ``task.claims``, cells ``<task>-<scheme>``).
+
+    Example:
+        >>> check_claims([ClaimSpec(name="c", metric="acc", cells=["x"])], {"y"}, "task")
+        Traceback (most recent call last):
+        ...
+        ValueError: task.claims[0] (c): cell 'x' is not a cell of the design; the cells are ['y'].
+    """
+    names = set(cells)
+    for i, c in enumerate(claims):
         ck = f"{key}.claims[{i}] ({c.name or 'unnamed'})"
         if not c.name or not c.metric:
             raise ValueError(f"{ck}: give its `name` and `metric`.")
@@ -193,6 +211,8 @@ def check_study(study: StudyConfig, key: str = "task.study") -> None:
             raise ValueError(f"{ck}.over = {c.over!r}: choose one of {', '.join(OVER)}.")
         if c.op not in OPS:
             raise ValueError(f"{ck}.op = {c.op!r}: choose one of {', '.join(OPS)}.")
+        if not c.cells:
+            raise ValueError(f"{ck}.cells is empty: name the cells the claim is about.")
         for cell in [*c.cells, *([c.minus] if c.minus else [])]:
             if cell not in names:
                 raise ValueError(

@@ -207,7 +207,7 @@ RULES: dict[str, Rule] = {
     # the study protocol (experiments/protocol.py, task.study)
     "n_seeds": POSITIVE,
     "headline_n_seeds": POSITIVE,
-    "seed_offset": NON_NEGATIVE,
+    "seed_offset": NON_NEGATIVE,  # also task.seed_offset of experiment=schemes
     "eval_grid": POSITIVE,
     "random_depths": POSITIVE,
     "ref_rtol": POSITIVE,

@@ -747,8 +747,13 @@ def test_char_lm_is_causal_with_every_scheme(name):
 class _Ctx:
     """The part of RunContext that the schemes task's training loop uses."""
 
+    precision = "fp32"
+
     def __init__(self, run_dir, smoke=True):
         self.run_dir, self.smoke, self.logged = run_dir, smoke, []
+
+    def message(self, text):
+        pass
 
     def smoke_value(self, key, value, small):  # RunContext's, with nothing given
         return small if self.smoke else value

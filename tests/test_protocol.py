@@ -240,3 +240,147 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
     finally:
         depth.RECORD_VERSION = old_version
     assert depth._reusable(tmp_path / "missing.json", key, cell, 0) is None
+
+
+def test_schemes_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path, monkeypatch):
+    """experiment=schemes keeps one record per (cell, seed) in
+    cells/<task>-<scheme>/seed<k>/record.json, reused on a rerun in the same folder only
+    when its digest (the job's training options and smoke sizes, the cell, the seed and
+    RECORD_VERSION) matches; options that do not change a record keep the digest."""
+    import json
+
+    from transflow.experiments.context import RunContext
+    from transflow.experiments.tasks import schemes
+
+    ctx = RunContext(tmp_path, precision="fp32")
+    cfg = schemes.Config()
+    key = schemes._record_key(cfg, ctx, "digits", "imex_dissipative", 0)
+    cell = schemes.cell_name("digits", "imex_dissipative")
+    assert cell == "digits-imex_dissipative"
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"cell": cell, "seed": 0, "key": key, "accuracy": 0.9}))
+    assert schemes._reusable(path, key, cell, 0) == {"accuracy": 0.9}
+    assert schemes._reusable(path, key, cell, 1) is None  # another seed
+    assert schemes._reusable(path, key, "digits-prenorm", 0) is None  # another cell
+    assert schemes._reusable(tmp_path / "missing.json", key, cell, 0) is None
+    assert schemes._record_key(cfg, ctx, "digits", "imex_dissipative", 1) != key
+    assert schemes._record_key(cfg, ctx, "digits", "prenorm", 0) != key
+    assert schemes._record_key(cfg, ctx, "text", "imex_dissipative", 0) != key
+    for other in (
+        dataclasses.replace(cfg, steps=cfg.steps + 1),
+        dataclasses.replace(cfg, d=16),
+        dataclasses.replace(cfg, n_sensitivity=8),
+        dataclasses.replace(cfg, digits=dataclasses.replace(cfg.digits, lr=cfg.digits.lr / 2)),
+    ):
+        assert schemes._record_key(other, ctx, "digits", "imex_dissipative", 0) != key
+    smoke = RunContext(tmp_path / "s", smoke=True, precision="fp32")
+    assert schemes._record_key(cfg, smoke, "digits", "imex_dissipative", 0) != key
+    fp64 = RunContext(tmp_path / "p", precision="fp64")
+    assert schemes._record_key(cfg, fp64, "digits", "imex_dissipative", 0) != key
+    # what selects records but does not change one keeps the digest
+    same = dataclasses.replace(
+        cfg,
+        schemes=["imex_dissipative"],
+        tasks=["digits"],
+        seeds=[0],
+        seed_offset=4,
+        claims=[],
+        order_tol=0.3,
+        text=dataclasses.replace(cfg.text, d=8),
+    )
+    assert schemes._record_key(same, ctx, "digits", "imex_dissipative", 0) == key
+    old_version = schemes.RECORD_VERSION
+    try:
+        schemes.RECORD_VERSION = old_version + 1
+        assert schemes._record_key(cfg, ctx, "digits", "imex_dissipative", 0) != key
+    finally:
+        schemes.RECORD_VERSION = old_version
+
+    # the job loop: trains what has no matching record, reuses the rest
+    trained = []
+
+    def fake_measure(cfg, ctx, task, scheme, seed):
+        trained.append((task, scheme, seed))
+        return {"accuracy": 0.5 + seed / 10, "n_test": 359}, (100, 1, 10)
+
+    monkeypatch.setattr(schemes, "_measure", fake_measure)
+    runs = [("digits", "lie", 0), ("digits", "lie", 1), ("digits", "heun", 0)]
+    records, n_reused = schemes._records(cfg, ctx, runs)
+    assert trained == runs and n_reused == 0
+    assert records["digits-lie"][1]["accuracy"] == 0.6
+    assert records["digits-heun"][0]["n_params"] == 100
+    rec = json.loads((tmp_path / "cells" / "digits-lie" / "seed1" / "record.json").read_text())
+    assert (rec["cell"], rec["seed"], rec["accuracy"]) == ("digits-lie", 1, 0.6)
+    trained.clear()
+    again, n_reused = schemes._records(cfg, ctx, runs)
+    assert trained == [] and n_reused == 3 and again == records
+    # one cell rerun with another option: only its jobs train again
+    trained.clear()
+    _, n_reused = schemes._records(dataclasses.replace(cfg, steps=7), ctx, runs[:1])
+    assert trained == runs[:1] and n_reused == 0
+
+
+def test_schemes_declared_claim_is_evaluated_through_the_protocol(tmp_path, monkeypatch):
+    """The claim of experiment=schemes is declared in its config (task.claims) with its
+    bound unchanged (mean digits accuracy of imex_dissipative over seeds ≥ 0.95) and is
+    evaluated by protocol.evaluate_claim: per-seed values, the failing seed, the margin in
+    test images; a claim about a cell not trained is reported as skipped; a malformed
+    claim is refused before any work, naming the key; task.seed_offset shifts the seeds."""
+    from omegaconf import OmegaConf
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks import schemes
+
+    cfg, _ = compose(["experiment=schemes"])
+    task = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schemes.Config), cfg.task))
+    schemes.check(task)
+    (spec,) = task.claims
+    assert (spec.name, spec.metric, spec.cells) == (
+        "imex_dissipative_digits_mean_accuracy",
+        "accuracy",
+        ["digits-imex_dissipative"],
+    )
+    assert (spec.over, spec.op, spec.bound, spec.examples) == ("mean", ">=", 0.95, True)
+    # the full run's seeds 0, 1, 2 (docs/schemes.md): 347, 346 and 341 of 359 test images
+    recs = {
+        "digits-imex_dissipative": {
+            s: {"accuracy": k / 359, "n_test": 359} for s, k in zip((0, 1, 2), (347, 346, 341))
+        }
+    }
+    (v,) = schemes._verdicts(task.claims, recs)
+    assert v["name"] == "imex_dissipative_digits_mean_accuracy" and v["pass"]
+    assert v["seeds"] == [0, 1, 2] and v["values"] == [347 / 359, 346 / 359, 341 / 359]
+    assert v["failing_seeds"] == [2]  # one image short of 0.95: the claim is about the mean
+    assert math.isclose(v["margin_examples"], (347 + 346 + 341) / 3 - 0.95 * 359)
+    assert v["n_examples"] == 359 and "3.6 of 359 examples" in verdicts_markdown([v])
+    (skipped,) = schemes._verdicts(task.claims, {"digits-prenorm": recs[spec.cells[0]]})
+    assert skipped["skipped"] and skipped["missing"] == ["digits-imex_dissipative"]
+    assert "digits-imex_dissipative" in schemes._not_checked_line(skipped)
+
+    def bad(**kw):
+        return dataclasses.replace(task, claims=[dataclasses.replace(spec, **kw)])
+
+    for kw, msg in (
+        (dict(cells=["digits-foo"]), r"task\.claims\[0\] .*cell 'digits-foo'"),
+        (dict(metric="bpc"), r"task\.claims\[0\] .*metric = 'bpc'"),
+        (dict(cells=["text-imex_dissipative"], metric="bpc"), r"examples: cell 'text-imex"),
+        (dict(over="median"), r"task\.claims\[0\] .*over = 'median'"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            schemes.check(bad(**kw))
+
+    class _Stop(Exception):
+        pass
+
+    seen = {}
+
+    def fake_records(cfg, ctx, runs):
+        seen["runs"] = runs
+        raise _Stop
+
+    monkeypatch.setattr(schemes, "_records", fake_records)
+    from transflow.experiments.context import RunContext
+
+    one = dataclasses.replace(task, schemes=["lie"], tasks=["digits"], seed_offset=3)
+    with pytest.raises(_Stop):
+        schemes.run(one, RunContext(tmp_path, precision="fp32"))
+    assert seen["runs"] == [("digits", "lie", 3), ("digits", "lie", 4), ("digits", "lie", 5)]

@@ -30,9 +30,10 @@ def plot_schemes(
     chance: dict[str, float] | None = None,
 ):
     """The scheme comparison: per task, the metric at Δt/2, Δt (trained) and 2Δt per
-    scheme (bars: mean over seeds, error bars: ± std over seeds), with the chance level
-    where known; and the boundaries |R(z/2, z/2)| = 1 of the stability regions of the
-    schemes in ``stable``, with a note naming the schemes not drawn and why.
+    scheme (bars: mean over seeds, error bars: ± the sample std over seeds, n − 1; none
+    for one seed), with the chance level where known; and the boundaries
+    |R(z/2, z/2)| = 1 of the stability regions of the schemes in ``stable``, with a note
+    naming the schemes not drawn and why.
 
     The y range of a panel is set by the Δt/2 and Δt bars; a 2Δt bar beyond it is cut at
     the top and its value written above it (so a 12-bit bar does not squash 3.1 vs 3.3).
@@ -62,7 +63,8 @@ def plot_schemes(
             n_seeds = max(n_seeds, max(len(v) for v in vals))
             stats[suffix] = (
                 np.array([v.mean() for v in vals]),
-                np.array([v.std() for v in vals]),
+                # the sample std (n − 1) as in the report's tables; 0 for one seed
+                np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in vals]),
             )
         core = np.concatenate(
             [stats[k][0] + sgn * stats[k][1] for k in ("_half_dt", "") for sgn in (-1, 1)]
