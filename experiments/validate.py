@@ -201,6 +201,7 @@ RULES: dict[str, Rule] = {
     "max_memory_ratio": POSITIVE,
     "text_steps": POSITIVE,
     "text_seeds": POSITIVE,
+    "text_T": POSITIVE,
     "text_eval_depths": POSITIVE,
     "max_bpc_change": POSITIVE,
     "second_order_depths": POSITIVE,
