@@ -54,6 +54,8 @@ __all__ = [
     "StudyConfig",
     "aggregate",
     "check_claims",
+    "reusable_record",
+    "summarize_verdicts",
     "check_study",
     "design_cells",
     "evaluate_claim",
@@ -484,3 +486,53 @@ def verdicts_markdown(verdicts: list[dict[str, Any]]) -> str:
 def to_dict(study: StudyConfig) -> dict[str, Any]:
     """The design as plain data (for ``summary.json`` and the report)."""
     return dataclasses.asdict(study)
+
+
+#: The fields of a claim verdict kept in a run's ``summary.json``.
+VERDICT_FIELDS = (
+    "name", "cell", "seeds", "values", "value", "bound", "pass",
+    "failing_seeds", "margin", "margin_examples", "skipped",
+)  # fmt: skip
+
+
+def summarize_verdicts(verdicts: list[dict]) -> list[dict]:
+    """The verdicts of :func:`evaluate_claims` reduced to :data:`VERDICT_FIELDS` (the
+    summary's ``claims_verdicts``).
+
+    Example:
+        >>> summarize_verdicts([{"name": "c", "value": 1.0, "pass": True, "extra": 0}])[0]["pass"]
+        True
+    """
+    return [{k: v.get(k) for k in VERDICT_FIELDS} for v in verdicts]
+
+
+#: The identity fields of a job record (not metrics): dropped by :func:`reusable_record`.
+RECORD_META = ("cell", "levels", "task", "scheme", "seed", "key")
+
+
+def reusable_record(path, key: str, cell: str, seed: int) -> dict | None:
+    """The metrics of the job record at ``path`` (a JSON file) if it was written for this
+    ``cell`` (name), ``seed`` and configuration digest ``key``; else None (missing,
+    unreadable, or written for something else). A study's rerun in the same folder then
+    trains only the jobs without such a record.
+
+    Example:
+        >>> import json, pathlib, tempfile
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "record.json"
+        >>> _ = p.write_text(json.dumps({"cell": "a", "seed": 0, "key": "k", "acc": 0.9}))
+        >>> reusable_record(p, "k", "a", 0), reusable_record(p, "other", "a", 0)
+        ({'acc': 0.9}, None)
+    """
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except ValueError:
+        return None
+    if rec.get("key") != key or rec.get("cell") != cell or rec.get("seed") != seed:
+        return None
+    return {k: v for k, v in rec.items() if k not in RECORD_META}

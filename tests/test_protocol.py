@@ -16,6 +16,7 @@ from transflow.experiments.protocol import (
     design_cells,
     evaluate_claim,
     evaluate_claims,
+    reusable_record,
     verdicts_markdown,
     window,
 )
@@ -221,8 +222,8 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
     cell = design_cells(_study())[0]
     path = tmp_path / "record.json"
     path.write_text(json.dumps({"cell": cell.name, "seed": 0, "key": key, "acc.train": 0.9}))
-    assert depth._reusable(path, key, cell, 0) == {"acc.train": 0.9}
-    assert depth._reusable(path, key, cell, 1) is None  # another seed
+    assert reusable_record(path, key, cell.name, 0) == {"acc.train": 0.9}
+    assert reusable_record(path, key, cell.name, 1) is None  # another seed
     other = dataclasses.replace(task, steps=task.steps + 1)
     assert depth._record_key(other, study, 4, [4, 8], ref, False) != key  # another option
     assert depth._record_key(task, study, 4, [4, 8], ("dopri5", 1e-9, 1e-7, 1e-6), False) != key
@@ -239,7 +240,7 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
         assert depth._record_key(task, study, 4, [4, 8], ref, False) != key
     finally:
         depth.RECORD_VERSION = old_version
-    assert depth._reusable(tmp_path / "missing.json", key, cell, 0) is None
+    assert reusable_record(tmp_path / "missing.json", key, cell.name, 0) is None
 
 
 def test_schemes_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path, monkeypatch):
@@ -259,10 +260,10 @@ def test_schemes_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_
     assert cell == "digits-imex_dissipative"
     path = tmp_path / "record.json"
     path.write_text(json.dumps({"cell": cell, "seed": 0, "key": key, "accuracy": 0.9}))
-    assert schemes._reusable(path, key, cell, 0) == {"accuracy": 0.9}
-    assert schemes._reusable(path, key, cell, 1) is None  # another seed
-    assert schemes._reusable(path, key, "digits-prenorm", 0) is None  # another cell
-    assert schemes._reusable(tmp_path / "missing.json", key, cell, 0) is None
+    assert reusable_record(path, key, cell, 0) == {"accuracy": 0.9}
+    assert reusable_record(path, key, cell, 1) is None  # another seed
+    assert reusable_record(path, key, "digits-prenorm", 0) is None  # another cell
+    assert reusable_record(tmp_path / "missing.json", key, cell, 0) is None
     assert schemes._record_key(cfg, ctx, "digits", "imex_dissipative", 1) != key
     assert schemes._record_key(cfg, ctx, "digits", "prenorm", 0) != key
     assert schemes._record_key(cfg, ctx, "text", "imex_dissipative", 0) != key

@@ -60,6 +60,8 @@ from ..protocol import (
     check_study,
     design_cells,
     evaluate_claims,
+    reusable_record,
+    summarize_verdicts,
     verdicts_markdown,
     window,
 )
@@ -326,19 +328,6 @@ def _record_key(cfg: Config, study: StudyConfig, n_steps, random_depths, ref, sm
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _reusable(path, key: str, cell, seed: int) -> dict | None:
-    """The record at ``path`` if it was written for this cell, seed and configuration."""
-    if not path.exists():
-        return None
-    try:
-        rec = json.loads(path.read_text())
-    except ValueError:
-        return None
-    if rec.get("key") != key or rec.get("cell") != cell.name or rec.get("seed") != seed:
-        return None
-    return {k: v for k, v in rec.items() if k not in ("cell", "levels", "seed", "key")}
-
-
 def _smoke_solver(cfg: Config, ctx) -> tuple[str, float, float, float]:
     """The reference solve's solver, tolerance and the two check tolerances (smoke: the
     adaptive solve's own, checked at 10× and 100× its tolerance)."""
@@ -572,7 +561,7 @@ def run(cfg: Config, ctx) -> dict:
     n_reused = 0
     for i, (cell, seed) in enumerate(jobs):
         out = ctx.run_dir / "cells" / cell.name / f"seed{seed}"
-        old = _reusable(out / "record.json", key, cell, seed)
+        old = reusable_record(out / "record.json", key, cell.name, seed)
         t0 = time.perf_counter()
         if old is not None:
             rec, n_reused = old, n_reused + 1
@@ -766,22 +755,7 @@ def run(cfg: Config, ctx) -> dict:
         **{
             f"headline_{k}_std": v["std"] for k, v in ha.items() if k in ("acc.train", "max_change")
         },
-        "claims_verdicts": [
-            {
-                k: v.get(k)
-                for k in (
-                    "name",
-                    "value",
-                    "bound",
-                    "pass",
-                    "failing_seeds",
-                    "margin",
-                    "margin_examples",
-                    "skipped",
-                )
-            }
-            for v in verdicts
-        ],
+        "claims_verdicts": summarize_verdicts(verdicts),
         "adjoint_relative_difference": adjoint_rel,
         "adjoint_relative_difference_relu": relu_rel,
         **{f"peak_rss_ratio_{g}": m["ratio"] for g, m in memory.items()},

@@ -61,7 +61,15 @@ from dataclasses import dataclass, field
 from transflow.control import DepthTextConfig, DigitsConfig, SequenceConfig
 
 from ..config import complete, options_without
-from ..protocol import ClaimSpec, aggregate, check_claims, evaluate_claim, verdicts_markdown
+from ..protocol import (
+    ClaimSpec,
+    aggregate,
+    check_claims,
+    evaluate_claim,
+    reusable_record,
+    summarize_verdicts,
+    verdicts_markdown,
+)
 
 __all__ = ["CHOICES", "RECORD_VERSION", "Config", "cell_name", "check", "run"]
 
@@ -355,19 +363,6 @@ def _record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _reusable(path, key: str, cell: str, seed: int) -> dict | None:
-    """The record at ``path`` if it was written for this cell, seed and configuration."""
-    if not path.exists():
-        return None
-    try:
-        rec = json.loads(path.read_text())
-    except ValueError:
-        return None
-    if rec.get("key") != key or rec.get("cell") != cell or rec.get("seed") != seed:
-        return None
-    return {k: v for k, v in rec.items() if k not in ("cell", "task", "scheme", "seed", "key")}
-
-
 def _records(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
     """One record per (task, scheme, seed) of ``runs``: ``(records, n_reused)`` with
     ``records[cell][seed]`` the metrics of :func:`_measure`, the parameter counts
@@ -380,7 +375,7 @@ def _records(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
     for task, scheme, seed in runs:
         cell = cell_name(task, scheme)
         keys[(cell, seed)] = key = _record_key(cfg, ctx, task, scheme, seed)
-        old = _reusable(_job_dir(ctx, task, scheme, seed) / "record.json", key, cell, seed)
+        old = reusable_record(_job_dir(ctx, task, scheme, seed) / "record.json", key, cell, seed)
         if old is None:
             todo.append((task, scheme, seed))
         else:
@@ -1026,25 +1021,7 @@ def run(cfg: Config, ctx) -> dict:
     if imex is not None:
         out["imex_cost_ratio"] = imex["cost_ratio"]
     out.update({f"n_params_{t}": {s: c[0] for s, c in v.items()} for t, v in counts.items()})
-    out["claims_verdicts"] = [
-        {
-            k: v.get(k)
-            for k in (
-                "name",
-                "cell",
-                "seeds",
-                "values",
-                "value",
-                "bound",
-                "pass",
-                "failing_seeds",
-                "margin",
-                "margin_examples",
-                "skipped",
-            )
-        }
-        for v in verdicts
-    ]
+    out["claims_verdicts"] = summarize_verdicts(verdicts)
     out["claims_not_checked"] = not_checked
     if baselines is not None:
         out["text_ngram_bpc"] = baselines["bpc"]  # orders 1..5
