@@ -54,6 +54,8 @@ __all__ = [
     "StudyConfig",
     "aggregate",
     "check_claims",
+    "digest",
+    "mean_std_text",
     "reusable_record",
     "summarize_verdicts",
     "check_study",
@@ -536,3 +538,33 @@ def reusable_record(path, key: str, cell: str, seed: int) -> dict | None:
     if rec.get("key") != key or rec.get("cell") != cell or rec.get("seed") != seed:
         return None
     return {k: v for k, v in rec.items() if k not in RECORD_META}
+
+
+def digest(content: Any) -> str:
+    """A short, stable digest of ``content`` (JSON with sorted keys; what is not JSON is
+    written with ``str``): the ``key`` of a job record, compared by :func:`reusable_record`.
+
+    Example:
+        >>> digest({"b": 1, "a": [1, 2]}) == digest({"a": [1, 2], "b": 1})
+        True
+    """
+    import hashlib
+    import json
+
+    blob = json.dumps(content, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def mean_std_text(a: dict | None, fmt: str = ".3f") -> str:
+    """``mean ± std`` of one :func:`aggregate` entry (sample std, n − 1), the mean alone
+    for one seed, ``—`` for none or NaN.
+
+    Example:
+        >>> mean_std_text({"mean": 0.95, "std": 0.01, "n": 3}), mean_std_text(None)
+        ('0.950 ± 0.010', '—')
+    """
+    if not a or a["n"] == 0 or math.isnan(a["mean"]):
+        return "—"
+    if a["n"] < 2 or math.isnan(a["std"]):
+        return f"{a['mean']:{fmt}}"
+    return f"{a['mean']:{fmt}} ± {a['std']:{fmt}}"

@@ -59,7 +59,9 @@ from ..protocol import (
     aggregate,
     check_study,
     design_cells,
+    digest,
     evaluate_claims,
+    mean_std_text,
     reusable_record,
     summarize_verdicts,
     verdicts_markdown,
@@ -303,8 +305,6 @@ def _record_key(cfg: Config, study: StudyConfig, n_steps, random_depths, ref, sm
     """A digest of everything a (cell, seed) record depends on except the cell and seed:
     the task's options (without the study's claims, cells and seed counts, which select
     records but do not change one) and the effective smoke sizes."""
-    import hashlib
-
     opts = dataclasses.asdict(cfg)
     opts.pop("study")
     for k in [k for k in opts if k.startswith("text") or k == "max_bpc_change"]:
@@ -320,12 +320,7 @@ def _record_key(cfg: Config, study: StudyConfig, n_steps, random_depths, ref, sm
         "ref": list(ref),
         "smoke": bool(smoke),
     }
-    blob = json.dumps(
-        {"version": RECORD_VERSION, "options": opts, "design": design},
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return digest({"version": RECORD_VERSION, "options": opts, "design": design})
 
 
 def _smoke_solver(cfg: Config, ctx) -> tuple[str, float, float, float]:
@@ -475,13 +470,14 @@ def _evaluate(
         if check_ref and check_rtol:  # the reference's error: a looser solve's distance
             loose = depth_accuracy(m, x, yte, [], rtol=check_rtol, solver=ref_solver, split=split)
             d1 = rec["dist.ref_check"] = dist(loose["adaptive_outputs"])
-            rec["ref_error_est"] = d1
+            est = d1  # v1: the loose solve's distance itself
             if coarse_rtol:  # v2: the decay from the coarse to the loose solve, once more
                 coarse = depth_accuracy(
                     m, x, yte, [], rtol=coarse_rtol, solver=ref_solver, split=split
                 )
                 d2 = rec["dist.ref_check_coarse"] = dist(coarse["adaptive_outputs"])
-                rec["ref_error_est"] = d1 * d1 / d2 if d2 > 0 else math.nan
+                est = d1 * d1 / d2 if d2 > 0 else math.nan
+            rec["ref_error_est"] = est
         ad = timed("adaptive", m, x, yte, [], rtol=cfg.rtol)
         rec["acc.adaptive"] = ad["adaptive_accuracy"]
         rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
@@ -801,12 +797,7 @@ def _reference_line(cfg: Config, ref, ratios: dict) -> str:
 
 
 def _pm(a: dict | None, digits: int = 3, sci: bool = False) -> str:
-    if not a or a["n"] == 0:
-        return "—"
-    f = (lambda v: f"{v:.2e}") if sci else (lambda v: f"{v:.{digits}f}")
-    if math.isnan(a["mean"]):
-        return "—"
-    return f(a["mean"]) if a["n"] < 2 or math.isnan(a["std"]) else f"{f(a['mean'])} ± {f(a['std'])}"
+    return mean_std_text(a, ".2e" if sci else f".{digits}f")
 
 
 def _factorial(cfg: Config, study: StudyConfig, cells, agg, n_steps) -> dict:
@@ -1006,8 +997,6 @@ def _text(
     validation bits per character at ``text_eval_depths`` (with ``n_steps`` and
     ``4 n_steps`` added). One record per (model, seed) in ``text/<model>/seed<k>/``,
     reused on a rerun in the same folder with the same text options."""
-    import hashlib
-
     import numpy as np
 
     from transflow.control import (
@@ -1052,18 +1041,14 @@ def _text(
     out: dict = {"depths": depths, "seeds": list(seeds)}
     for name, over in models.items():
         tcfg = dataclasses.replace(base, **over)
-        blob = json.dumps(
-            {"version": RECORD_VERSION, "config": dataclasses.asdict(tcfg), "depths": depths},
-            sort_keys=True,
-            default=str,
+        key = digest(
+            {"version": RECORD_VERSION, "config": dataclasses.asdict(tcfg), "depths": depths}
         )
-        key = hashlib.sha256(blob.encode()).hexdigest()[:16]
         per_seed = []
         for seed in seeds:
             folder = ctx.run_dir / "text" / name / f"seed{seed}"
-            path = folder / "record.json"
-            rec = json.loads(path.read_text()) if path.exists() else {}
-            if rec.get("key") != key:
+            rec = reusable_record(folder / "record.json", key, f"text-{name}", seed)
+            if rec is None:
                 summary, result = run_training(
                     DEPTH_TEXT, tcfg, run_dir=folder, seed=seed, progress=ctx.progress
                 )
@@ -1071,13 +1056,13 @@ def _text(
                 xv, yv = validation_windows(tcfg)
                 r = depth_accuracy(result.model, xv, yv, depths, rtol=None)
                 rec = {
-                    "key": key,
                     "bpc": [bits_per_char(v) for v in r["loss"]],
                     "n_params": summary["n_params"],
                     "cpu_seconds": summary["cpu_seconds"],
                 }
                 folder.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(rec) + "\n")
+                head = {"cell": f"text-{name}", "seed": seed, "key": key}
+                (folder / "record.json").write_text(json.dumps({**head, **rec}) + "\n")
             for n, b in zip(depths, rec["bpc"]):
                 ctx.log({"kind": "text_bpc", "model": name, "seed": seed, "n_steps": n, "bpc": b})
             per_seed.append(rec)

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -65,7 +64,9 @@ from ..protocol import (
     ClaimSpec,
     aggregate,
     check_claims,
+    digest,
     evaluate_claim,
+    mean_std_text,
     reusable_record,
     summarize_verdicts,
     verdicts_markdown,
@@ -345,9 +346,7 @@ def _record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
     (``n_sensitivity``, the smoke test subset) and the precision. The options that do not
     change a record (the other schemes and tasks, the seeds list, the claims, the order
     and stability study) are not in it."""
-    import hashlib
-
-    blob = json.dumps(
+    return digest(
         {
             "version": RECORD_VERSION,
             "cell": cell_name(task, scheme),
@@ -356,11 +355,8 @@ def _record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
             "n_sensitivity": 4 if ctx.smoke else int(cfg.n_sensitivity),
             "smoke": bool(ctx.smoke),
             "precision": str(ctx.precision),
-        },
-        sort_keys=True,
-        default=str,
+        }
     )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _records(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
@@ -848,15 +844,6 @@ def _not_checked_line(v: dict) -> str:
     )
 
 
-def _pm(a: dict | None, fmt: str = ".3f") -> str:
-    """mean ± std (sample std, n − 1) of :func:`aggregate`; the mean alone for one seed."""
-    if not a or a["n"] == 0 or math.isnan(a["mean"]):
-        return "—"
-    if a["n"] < 2 or math.isnan(a["std"]):
-        return f"{a['mean']:{fmt}}"
-    return f"{a['mean']:{fmt}} ± {a['std']:{fmt}}"
-
-
 def run(cfg: Config, ctx) -> dict:
     """Run the ``schemes`` experiment.
 
@@ -961,9 +948,12 @@ def run(cfg: Config, ctx) -> dict:
             dt_star = stable.get(s, {}).get("dt_star")
             lines.append(
                 f"| {s} | {order if order is not None else '—'} | {counts[task][s][0]} | "
-                f"{len(records[cell])} | {_pm(a[key])} | {_pm(a[key + '_half_dt'])} | "
-                f"{_pm(a[key + '_double_dt'])} | {_pm(a['cpu_ms_per_step'], '.1f')} | "
-                f"{_pm(a['ftle'])} | {'—' if dt_star is None else f'{dt_star:.3f}'} |"
+                f"{len(records[cell])} | "
+                + " | ".join(
+                    mean_std_text(a[k]) for k in (key, key + "_half_dt", key + "_double_dt")
+                )
+                + f" | {mean_std_text(a['cpu_ms_per_step'], '.1f')} | "
+                f"{mean_std_text(a['ftle'])} | {'—' if dt_star is None else f'{dt_star:.3f}'} |"
             )
         sections.append("\n".join(lines))
         if key == "bpc" and baselines is not None:  # n-gram counts on the same windows

@@ -113,9 +113,9 @@ def solve_adaptive(
             of a per-layer path, every knot of a piecewise-linear one), each piece with a
             fresh controller and ``dt0``, so no step crosses a jump of θ or of θ'. Off
             (default): one solve that does not know where θ jumps; its step-size controller
-            finds the jumps by rejected steps, and its error there is not controlled at
-            ``rtol`` (a per-layer model's error at 1e-8 was 0.7× the smallest distance the
-            depth study fits; docs/depth.md). The counts are summed over the pieces.
+            finds each jump by rejected steps (on a random d = 8 per-layer model at 1e-8:
+            32 % more field evaluations for about the same error; docs/depth.md). The
+            counts are summed over the pieces.
 
     Returns:
         An :class:`AdaptiveResult` (the final state and the evaluation counts).
