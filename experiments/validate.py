@@ -215,6 +215,7 @@ RULES: dict[str, Rule] = {
     "ref_check_rtol": NON_NEGATIVE,  # 0: no estimate of the reference's error
     "ref_check_coarse_rtol": NON_NEGATIVE,  # 0: the v1 estimate (the loose distance)
     "ref_check_max": NON_NEGATIVE,
+    "ref_refine": NON_NEGATIVE,  # 0: no refinement of the reference (design v2)
     "beta_depth": Rule(9, True),  # strides 1, 2, 4, 8 need at least 9 samples
     # the text task (DepthTextConfig, task.text of experiment=schemes)
     "context": POSITIVE,

@@ -243,6 +243,51 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
     assert reusable_record(tmp_path / "missing.json", key, cell.name, 0) is None
 
 
+def test_depth_reference_is_refined_in_a_cell_whose_error_is_over_the_bound(tmp_path, monkeypatch):
+    """Design v3: a cell whose first seed's reference-error ratio exceeds ref_check_max is
+    evaluated again with every reference tolerance ÷ 10 (at most ref_refine times); the
+    cell's other seeds use that level; a rerun reuses every record without evaluating; a
+    record at level 0 is the record design v2 wrote (same digest)."""
+    from transflow.experiments.context import RunContext
+    from transflow.experiments.tasks import depth
+
+    calls = []
+
+    def fake(cfg, ctx, study, cell, seed, n_steps, random_depths, ref, check_ref):
+        calls.append((seed, ref[1]))  # the ratio falls 10x per decade of the reference
+        return {"ref_error_ratio": 0.125 * ref[1] / 1e-8} if check_ref else {"acc": 0.9}
+
+    monkeypatch.setattr(depth, "_evaluate_cell", fake)
+    task = depth.Config()
+    study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
+    ref = ("dopri5", 1e-8, 1e-7, 1e-6)
+    keys = [
+        depth._record_key(task, study, 4, [4, 8], depth._refined(ref, j), False) for j in range(3)
+    ]
+    v2 = depth._record_key(dataclasses.replace(task, ref_refine=0), study, 4, [4, 8], ref, False)
+    assert keys[0] == v2 and len(set(keys)) == 3
+    ctx = RunContext(tmp_path)
+    cell = design_cells(_study())[0]
+    first, second = cell.seeds[:2]
+
+    def job(seed, lv=0, cfg=task, run_dir=tmp_path):
+        out = run_dir / "cells" / cell.name / f"seed{seed}"
+        return depth._job_record(cfg, ctx, study, cell, seed, out, keys, ref, lv, 4, [4, 8])
+
+    rec, lv, reused = job(first)
+    assert calls == [(first, 1e-8), (first, 1e-9)] and lv == 1 and not reused
+    assert rec["ref_level"] == 1 and rec["ref_error_ratio.level0"] == pytest.approx(0.125)
+    assert rec["ref_error_ratio"] == pytest.approx(0.0125)
+    rec2, lv2, _ = job(second, lv)
+    assert calls[-1] == (second, 1e-9) and lv2 == 1 and rec2["ref_level"] == 1
+    n = len(calls)
+    assert job(first)[1:] == (1, True) and job(second, 1)[1:] == (1, True) and len(calls) == n
+    # ref_refine = 0 (design v2): no refinement, the ratio is left to fail its claim
+    off = dataclasses.replace(task, ref_refine=0)
+    rec, lv, _ = job(first, cfg=off, run_dir=tmp_path / "v2")
+    assert lv == 0 and rec["ref_error_ratio"] == pytest.approx(0.125) and len(calls) == n + 1
+
+
 def test_schemes_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path, monkeypatch):
     """experiment=schemes keeps one record per (cell, seed) in
     cells/<task>-<scheme>/seed<k>/record.json, reused on a rerun in the same folder only
