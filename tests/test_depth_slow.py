@@ -1,9 +1,10 @@
-"""Slow checks of issue 26 on the trained digits models (minutes of CPU each).
+"""Slow checks of the depth study's finding on one seed (minutes of CPU each).
 
-The path-controlled model (Legendre K = 4, pre-LN, trained with N_t drawn from {4, 8, 16}
-per batch) keeps its test accuracy when evaluated at other depths; the per-layer model
-trained the same way (the paper's post-LN scheme) does not. The numbers are those of
-``transflow-run experiment=depth`` (docs/depth.md).
+The headline cell of ``transflow-run experiment=depth`` (Legendre K = 4, pre-LN, T = 0.2,
+N_t drawn per batch from {4, 8, 16}) keeps its test accuracy when evaluated at other
+depths; the same parameterization trained at N_t = 4 only does not. The study itself
+claims this as means over seeds in 8 cells each (docs/depth.md); here one seed of each,
+with the margins seen on seeds 5–9 (largest change 1.4 ± 0.6 pp random, 22 ± 6 pp fixed).
 """
 
 from __future__ import annotations
@@ -14,50 +15,58 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
+DEPTHS = (4, 8, 16, 32, 64)
 
-def _train(**over):
-    from transflow.control import DEPTH_DIGITS, DepthDigitsConfig, run_training
 
-    experiment = __import__("transflow.experiments.tasks.depth", fromlist=["Config"]).Config()
+def _study_config():
+    from transflow.experiments.tasks import depth
+
+    return depth.Config()
+
+
+def _train_and_evaluate(train_depths: list[int], seed: int = 0) -> list[float]:
+    """Train the headline parameterization (fp32) and return its float64 test accuracies at
+    DEPTHS and adaptively (last entry)."""
+    import jax
+    from transflow.experiments.tasks import depth
+
+    from transflow.control import (
+        DEPTH_DIGITS,
+        DepthDigitsConfig,
+        depth_accuracy,
+        load_digits_split,
+        run_training,
+    )
+
+    study = _study_config()
     cfg = dataclasses.replace(
         DepthDigitsConfig(),
-        d=experiment.d,
-        n_steps=experiment.n_steps,
-        steps=experiment.steps,
+        d=study.d,
+        n_steps=study.n_steps,
+        steps=study.steps,
         checkpoint_dir="none",
-        **over,
+        path="legendre",
+        path_size=study.path_size,
+        scheme="prenorm",
+        train_depths=train_depths,
+        dt=0.2 / study.n_steps,
     )
-    summary, result = run_training(DEPTH_DIGITS, cfg, run_dir="unused", progress=None)
-    return summary, result.model
+    _, result = run_training(DEPTH_DIGITS, cfg, run_dir="unused", seed=seed, progress=None)
+    _, _, xte, yte = load_digits_split(cfg.test_fraction, seed=seed)
+    with jax.enable_x64(True):  # evaluated in float64, as the study does
+        model = depth._f64(result.model)
+        r = depth_accuracy(model, xte.astype("float64"), yte, DEPTHS, rtol=study.rtol)
+    print(r["accuracy"], r["adaptive_accuracy"])
+    return [*r["accuracy"], r["adaptive_accuracy"]]
 
 
-def test_path_model_keeps_its_accuracy_at_every_depth():
-    from transflow.analysis import increment_scaling
-    from transflow.control import at_depth, depth_accuracy, load_digits_split
-
-    experiment = __import__("transflow.experiments.tasks.depth", fromlist=["Config"]).Config()
-    summary, model = _train(
-        path=experiment.path,
-        path_size=experiment.path_size,
-        train_depths=list(experiment.train_depths),
-        dt=experiment.path_dt,
-    )
-    _, _, xte, yte = load_digits_split(0.2, seed=0)
-    r = depth_accuracy(model, xte, yte, experiment.depths, rtol=experiment.rtol)
-    print(r["accuracy"], r["adaptive_accuracy"], r["adaptive_nfev_mean"])
-    a0 = r["accuracy"][0]
-    assert a0 >= experiment.min_accuracy
-    drops = [abs(a - a0) for a in r["accuracy"]] + [abs(r["adaptive_accuracy"] - a0)]
-    assert max(drops) <= experiment.max_drop, drops
-    assert increment_scaling(at_depth(model, 64), [1, 2, 4])["beta"] >= 0.9
+def test_random_training_depth_transfers():
+    acc = _train_and_evaluate(list(_study_config().random_depths))
+    assert acc[0] >= 0.90, acc  # seeds 5-9: 0.944 ± 0.011
+    assert max(abs(a - acc[0]) for a in acc) <= 0.04, acc  # seeds 5-9: 0.014 ± 0.006
 
 
-def test_per_layer_post_ln_model_collapses_under_refinement():
-    from transflow.control import depth_accuracy, load_digits_split
-
-    summary, model = _train(path="none", scheme="lie")
-    _, _, xte, yte = load_digits_split(0.2, seed=0)
-    r = depth_accuracy(model, xte, yte, (4, 16, 64), rtol=None)
-    print(r["accuracy"])
-    assert r["accuracy"][0] >= 0.95
-    assert r["accuracy"][-1] <= r["accuracy"][0] - 0.3
+def test_fixed_training_depth_does_not_transfer():
+    acc = _train_and_evaluate([])
+    assert acc[0] >= 0.90, acc  # seeds 5-7: 0.941 ± 0.013
+    assert max(abs(a - acc[0]) for a in acc) >= 0.08, acc  # seeds 5-7: 0.224 ± 0.056
