@@ -588,10 +588,10 @@ def _job_record(cfg, ctx, study, cell, seed, out, keys, ref, lv, n_steps, random
             )
         ratio = rec.get("ref_error_ratio", 0.0)
         if first and cfg.ref_check_max and ratio > cfg.ref_check_max and lv < cfg.ref_refine:
-            rtol = _refined(ref, lv)[1]
             ctx.message(
                 f"{cell.name} seed {seed}: reference error ratio {ratio:.3g} > "
-                f"{cfg.ref_check_max:g} at rtol {rtol:g}; evaluated again at {rtol / 10:g} "
+                f"{cfg.ref_check_max:g} at rtol {_refined(ref, lv)[1]:g}; evaluated again at "
+                f"{_refined(ref, lv + 1)[1]:g} "
                 "(task.ref_refine, design v3)"
             )
             history = {k: v for k, v in rec.items() if k.startswith("ref_error_ratio.")}
@@ -655,7 +655,6 @@ def run(cfg: Config, ctx) -> dict:
         if seed == cell.seeds[0]:
             level[cell.name] = lv
         n_reused += reused
-        old = rec if reused else None
         records.setdefault(cell.name, {})[seed] = rec
         ctx.log({"kind": "cell", "cell": cell.name, "seed": seed, **cell.levels, **rec})
         done = time.perf_counter() - t_study
@@ -665,12 +664,12 @@ def run(cfg: Config, ctx) -> dict:
             f"{rec['dist.train']:.3g}; "
             + (
                 "record reused; "
-                if old is not None
+                if reused
                 else f"train {rec['seconds_train']:.0f} s, eval {rec['seconds_eval']:.0f} s; "
             )
             + f"ETA {done / (i + 1) * (len(jobs) - i - 1):.0f} s"
         )
-        if not ctx.smoke and old is None:
+        if not ctx.smoke and not reused:
             from ..context import release_compiled
 
             release_compiled()  # every training maps its compiled code (vm.max_map_count)
@@ -861,7 +860,7 @@ def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -
         + (
             " Refined (design v3, `task.ref_refine`; all tolerances ÷ 10 per level, every "
             "seed of the cell): "
-            + ", ".join(f"{c} to rtol {rtol / 10**j:g}" for c, j in refined.items())
+            + ", ".join(f"{c} to rtol {_refined(ref, j)[1]:g}" for c, j in refined.items())
             + "."
             if refined
             else ""
