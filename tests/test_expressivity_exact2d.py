@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from transflow.expressivity import (
-    AbstractPiecewiseLinear,
+    AbstractAffineLogits,
+    AbstractExactEval,
     CertificationError,
     MaxoutNetwork,
     count_linear_regions,
@@ -16,7 +17,7 @@ from transflow.expressivity import (
     random_maxout,
     restrict,
 )
-from transflow.expressivity._exact2d import _Aff, _program
+from transflow.expressivity._exact2d import _Aff
 
 jax.config.update("jax_enable_x64", True)
 
@@ -82,7 +83,7 @@ def test_exact_programs_equal_exact_eval(name):
     logits and output of the model's rational reference evaluation (exact_eval)."""
     f = _models()[name]
     params = f.exact_params()
-    prog = _program(f, None)
+    prog = f.exact_program()
     rng = np.random.default_rng(3)
     for _ in range(3):
         x = np.array([Fraction(float(v)) for v in rng.uniform(-1, 1, 2)], dtype=object)
@@ -156,11 +157,10 @@ def test_plane_slice_of_torch_net_certified():
     assert (fl.activation, fl.linear) == (r.activation, r.linear) > (5, 5)
 
 
-class _Wrapped(AbstractPiecewiseLinear):
-    """A user's model: a MaxoutNetwork behind the generic interface only."""
+class _Wrapped(AbstractAffineLogits, AbstractExactEval):
+    """A user's model: a MaxoutNetwork behind the generic interface and exact evaluation."""
 
     net: MaxoutNetwork
-    exact: bool = True
 
     @property
     def in_dim(self):
@@ -173,12 +173,26 @@ class _Wrapped(AbstractPiecewiseLinear):
         return self.net.layer_logits(x)
 
     def exact_params(self):
-        if not self.exact:
-            return super().exact_params()
         return self.net.exact_params()
 
     def exact_eval(self, params, x, pattern=None):
         return self.net.exact_eval(params, x, pattern)
+
+
+class _Bare(AbstractAffineLogits):
+    """The same network without exact evaluation."""
+
+    net: MaxoutNetwork
+
+    @property
+    def in_dim(self):
+        return self.net.in_dim
+
+    def __call__(self, x):
+        return self.net(x)
+
+    def layer_logits(self, x):
+        return self.net.layer_logits(x)
 
 
 def test_generic_model_and_strict_semantics():
@@ -189,8 +203,10 @@ def test_generic_model_and_strict_semantics():
     g = count_linear_regions(_Wrapped(net), *BOX)
     assert g.certified and g.certificate["program"] == "Generic"
     assert (g.activation, g.linear) == (r.activation, r.linear)
-    bare = _Wrapped(net, exact=False)
-    with pytest.raises(CertificationError, match="strict=False"):
+    bare = _Bare(net)
+    with pytest.raises(
+        CertificationError, match="_Bare does not inherit AbstractExactEval.*strict=False"
+    ):
         count_linear_regions(bare, *BOX)
     u = count_linear_regions(bare, *BOX, strict=False)
     assert not u.certified and "failure" in u.certificate

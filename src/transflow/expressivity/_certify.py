@@ -6,7 +6,7 @@ The count on ``[lo, hi]`` is certified in three steps:
    point predicted by the region's frozen affine logits, plus a step that clears the
    round-off band, and records one point per region at which the pattern is *certified*:
    every logit gap exceeds the running round-off bound of the two logits
-   (:meth:`AbstractPiecewiseLinear.eval_bounded`), so the float pattern is the exact one.
+   (:meth:`AbstractBoundedEval.eval_bounded`), so the float pattern is the exact one.
 2. **Junctions** (float with error bounds, rigorous): for consecutive recorded points
    ``a < b`` with patterns p and q, the frozen models of p and q are evaluated at both
    points with bounds. Every gap of p is affine, so p is valid on ``[a, x_p]`` where
@@ -39,6 +39,7 @@ import numpy as np
 
 from ._budget import CertificationError, check_budget
 from ._exact_walk import _Exact
+from ._pwl import AbstractBoundedEval, AbstractExactEval, lacks
 
 __all__ = ["CertificationError"]
 
@@ -288,17 +289,17 @@ def _down(x, dtype):
 def _all_exact(f, lo: float, hi: float) -> dict:
     """The whole interval by the exact rational walk (a box narrower than two numbers of
     the evaluation dtype)."""
-    from ._layerwise import NotApplicable, _exact_whole
+    from ._layerwise import _exact_whole
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    try:
-        return _exact_whole(f, lo, hi, t0, c0, "the box holds fewer than two float32 numbers")
-    except NotApplicable as err:
+    if not isinstance(f, AbstractExactEval):
         raise CertificationError(
             f"count_linear_regions: the box [{lo!r}, {hi!r}] holds fewer than two float32 "
-            f"numbers, so only the exact walk can count on it, and it is unavailable: {err}. "
-            'Enable float64 with jax.config.update("jax_enable_x64", True).'
-        ) from err
+            "numbers, so only the exact walk can count on it, and "
+            + lacks(f, AbstractExactEval, type(f).__name__, "it needs")
+            + ' Or enable float64 with jax.config.update("jax_enable_x64", True).'
+        )
+    t0, c0 = time.perf_counter(), time.process_time()
+    return _exact_whole(f, lo, hi, t0, c0, "the box holds fewer than two float32 numbers")
 
 
 def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, strict: bool):
@@ -309,6 +310,8 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     exactly its two end points, and the slivers between the box ends as given (float64)
     and the nearest float32 numbers inside them, ``[lo, lo32]`` and ``[hi32, hi]``, are
     counted by the exact rational walk: the certificate covers the box as given."""
+    if not isinstance(f, AbstractBoundedEval):
+        raise TypeError(lacks(f, AbstractBoundedEval, "count_1d_certified", "the point walk needs"))
     dtype = np.dtype(dtype).type
     lo_d, hi_d = float(_up(lo, dtype)), float(_down(hi, dtype))
     if not lo_d < hi_d:  # no two float32 numbers inside the box: all exact
@@ -407,11 +410,14 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
             walks.append([hi_d, hi])
     exact_used = 0
     failure = None
+    ex_model = None
     if walks:
-        try:
+        if isinstance(f, AbstractExactEval):
             ex_model = _Exact(f)
-        except NotImplementedError as err:
-            ex_model, failure = None, str(err)
+        else:
+            failure = "no exact evaluation: " + lacks(
+                f, AbstractExactEval, type(f).__name__, "the exact fallback needs"
+            )
             if lo_d > lo or hi_d < hi:
                 failure += (
                     f" (the box ends {lo!r}, {hi!r} are not {np.dtype(dtype).name} numbers: the "

@@ -34,7 +34,16 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._budget import _DEADLINE, BudgetExceeded, check_budget
-from ._pwl import AbstractPiecewiseLinear
+from ._pwl import (
+    AbstractAffineLogits,
+    AbstractAttention,
+    AbstractBoundedEval,
+    AbstractExactEval,
+    AbstractIntervalForward,
+    AbstractPiecewiseLinear,
+    AbstractProvenance,
+    lacks,
+)
 from ._region_count import RegionCount, _check_box, _check_model, _components
 
 __all__ = ["RegionCount", "count_linear_regions", "grid_region_count"]
@@ -436,16 +445,40 @@ def _float_count(f, lo, hi, *, n_seed, tol, rtol, split, dtype, progress) -> Reg
 
 
 def _count_1d_cert(f, lo, hi, *, n_seed, rtol, dtype, strict) -> RegionCount:
+    """The certified 1-D count, by the first path the model's capabilities allow: the
+    layerwise interval counter (:class:`AbstractIntervalForward` with
+    :class:`AbstractExactEval` for its holes), the point walk
+    (:class:`AbstractBoundedEval`; its exact fallback needs :class:`AbstractExactEval`),
+    the exact walk over the whole interval (:class:`AbstractExactEval` alone); a model
+    with none of them is refused."""
     from ._certify import count_1d_certified
-    from ._layerwise import NotApplicable, count_1d_layerwise
+    from ._layerwise import NotApplicable, _exact_whole, count_1d_layerwise
 
     a0, b0 = float(lo[0]), float(hi[0])
-    try:
-        # the fast path: layerwise interval propagation (models with interval_forward)
-        res = count_1d_layerwise(f, a0, b0)
+    res = None
+    if isinstance(f, AbstractIntervalForward) and isinstance(f, AbstractExactEval):
+        try:
+            # the fast path: layerwise interval propagation
+            res = count_1d_layerwise(f, a0, b0)
+        except NotApplicable:  # the weights fail its precondition (queries depend on x)
+            res = None
+    if res is None and not isinstance(f, AbstractBoundedEval):
+        if not isinstance(f, AbstractExactEval):
+            raise TypeError(
+                lacks(
+                    f,
+                    AbstractBoundedEval,
+                    "count_linear_regions",
+                    "a certified 1-D count needs (or AbstractIntervalForward with "
+                    "AbstractExactEval, or AbstractExactEval alone); count with certify=False",
+                )
+            )
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = _exact_whole(f, a0, b0, t0, c0, "the model has exact evaluation only")
+    if res is not None:
         bps, dif = res["breakpoints"], res["differ"]
         J, c = res["slopes"], res["intercepts"]
-    except NotApplicable:
+    else:
         ev = _Evaluator(f, dtype)
         res = count_1d_certified(
             f, a0, b0, n_seed=n_seed, dtype=dtype, coeffs=ev.coeffs, strict=strict
@@ -474,8 +507,7 @@ def _count_1d_cert(f, lo, hi, *, n_seed, rtol, dtype, strict) -> RegionCount:
 
 # --------------------------------------------------------------------------- public
 def _refuse(f):
-    hard = getattr(f, "hardmax", True)
-    if not hard:
+    if isinstance(f, AbstractAttention) and not f.hardmax:
         raise ValueError(
             "count_linear_regions: `f` uses softmax attention, which is smooth, not piecewise "
             "linear (it has no linear regions). Build it with attention='hardmax' (for a "
@@ -685,20 +717,7 @@ def _covers(f) -> dict:
         "region: fixed pattern, ties to the lowest index); a kink at an end of the domain "
         "is no boundary",
     }
-    outside, g = [], f
-    for _ in range(4):
-        prov = getattr(g, "provenance", None)
-        if prov:
-            outside.append(prov)
-        if type(g).__name__ == "MaxoutTransformer":
-            outside.append(
-                "that the transformer equals its maxout network: its weights (gating bounds, "
-                "pieces) were built in float64 by maxout_to_transformer; the certificate is "
-                "about the transformer's stored weights"
-            )
-        g = getattr(g, "f", None)
-        if g is None:
-            break
+    outside = list(f.outside_certificate()) if isinstance(f, AbstractProvenance) else []
     if outside:
         out["outside"] = "; ".join(outside)
     return out
@@ -707,15 +726,14 @@ def _covers(f) -> dict:
 def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, strict, progress):
     """The count on the validated float64 box ``lo, hi`` (shape ``(d,)``)."""
     _refuse(f)
-    inner = getattr(f, "f", None)
-    if inner is not None:
-        _refuse(inner)
-    if f.in_dim not in (1, 2) or (f.in_dim == 2 and not f.affine_logits):
-        if not f.affine_logits:
+    affine = isinstance(f, AbstractAffineLogits)
+    if f.in_dim not in (1, 2) or (f.in_dim == 2 and not affine):
+        if not affine:
             raise ValueError(
-                "count_linear_regions: this model's attention queries/keys depend on x, so "
-                "with a fixed pattern its scores are quadratic in x and its activation regions "
-                f"in {f.in_dim}-D have curved boundaries (conic arcs); exact counting of "
+                f"count_linear_regions: {type(f).__name__} does not inherit "
+                "AbstractAffineLogits (e.g. its attention queries/keys depend on x, so with a "
+                "fixed pattern its scores are quadratic in x), so its activation regions "
+                f"in {f.in_dim}-D may have curved boundaries (conic arcs); exact counting of "
                 "curved regions is not implemented. Count on lines instead: "
                 "transflow.expressivity.restrict(f, origin, direction) with ONE direction "
                 "(e.g. the line through two data points); 1-D is exact: the breakpoints are "
@@ -727,7 +745,7 @@ def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, s
             "transflow.expressivity.restrict(f, origin, directions) with one or two "
             "directions (e.g. the line through two data points, the plane through three)."
         )
-    if not f.affine_logits:  # 1-D, quadratic logits: exact walk over roots of quadratics
+    if not affine:  # 1-D, logits not affine: exact walk over roots of quadratics
         from ._exact1d import exact_regions_1d
 
         return exact_regions_1d(f, lo, hi)
