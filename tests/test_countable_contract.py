@@ -26,6 +26,7 @@ import pytest
 
 import transflow.expressivity as tx
 from _exact_regions import ExactNet, reference_1d, reference_2d
+from _wrappers import only
 from transflow.expressivity import (
     AbstractAffineLogits,
     AbstractBoundedEval,
@@ -96,38 +97,6 @@ class TwoUnitsWalk(_AbstractTwoUnits, AbstractBoundedEval):
         return y[None], ey[None], (z,), (ez,), win.astype(jnp.int32)
 
 
-class AffineOnly(AbstractAffineLogits):
-    """Affine logits and nothing else: a float count only."""
-
-    inner: TwoUnits
-
-    @property
-    def in_dim(self):
-        return self.inner.in_dim
-
-    def layer_logits(self, x):
-        return self.inner.layer_logits(x)
-
-    def __call__(self, x):
-        return self.inner(x)
-
-
-class Plain(AbstractPiecewiseLinear):
-    """No capability at all."""
-
-    inner: TwoUnits
-
-    @property
-    def in_dim(self):
-        return self.inner.in_dim
-
-    def layer_logits(self, x):
-        return self.inner.layer_logits(x)
-
-    def __call__(self, x):
-        return self.inner(x)
-
-
 def _weights(seed, d, K=3, a=(1.0, -0.75)):
     """Dyadic weights (multiples of 1/8) and their reference network; ``a = (1, 0)`` reads
     out one unit only, so the other one's switches change the pattern, not the map."""
@@ -193,32 +162,38 @@ def test_missing_capabilities_are_refused_in_one_line():
 
     def one_line(exc, name, cap):
         msg = str(exc.value)
-        assert "\n" not in msg and name in msg and cap in msg, msg
+        assert "\n" not in msg and f"{name} does not inherit {cap}" in msg, msg
+
+    def affine_only(f):  # the model with affine logits only (tests/_wrappers.py)
+        return only(f, AbstractAffineLogits)
+
+    def plain(f):  # the model with no capability at all
+        return only(f)
 
     # no exact evaluation, no bounded evaluation: no certified 1-D path
     with pytest.raises(TypeError) as e:
-        count_linear_regions(AffineOnly(TwoUnits(W, B, a)), -2.0, 2.0)
-    one_line(e, "AffineOnly", "AbstractBoundedEval")
+        count_linear_regions(affine_only(TwoUnits(W, B, a)), -2.0, 2.0)
+    one_line(e, "Only", "AbstractBoundedEval")
     # ... but the uncertified float count takes it (it needs no capability)
-    fl = count_linear_regions(AffineOnly(TwoUnits(W, B, a)), -2.0, 2.0, certify=False)
+    fl = count_linear_regions(affine_only(TwoUnits(W, B, a)), -2.0, 2.0, certify=False)
     assert not fl.certified and fl.activation == reference_1d(ref, -2, 2)["activation"]
     # 2-D without exact evaluation: strict refuses, strict=False gives the float count
-    g = AffineOnly(TwoUnits(W2, B2, a2))
+    g = affine_only(TwoUnits(W2, B2, a2))
     with pytest.raises(CertificationError) as e:
         count_linear_regions(g, [-1.0, -1.0], [1.0, 1.0])
-    one_line(e, "AffineOnly", "AbstractExactEval")
+    one_line(e, "Only", "AbstractExactEval")
     u = count_linear_regions(g, [-1.0, -1.0], [1.0, 1.0], strict=False)
     assert not u.certified and u.activation == reference_2d(ref2, -1, 1)["activation"]
     # no affine logits: refused in 2-D; in 1-D the exact quadratic walk needs exact eval
     with pytest.raises(ValueError) as e:
-        count_linear_regions(Plain(TwoUnits(W2, B2, a2)), [-1.0, -1.0], [1.0, 1.0])
-    one_line(e, "Plain", "AbstractAffineLogits")
+        count_linear_regions(plain(TwoUnits(W2, B2, a2)), [-1.0, -1.0], [1.0, 1.0])
+    one_line(e, "Only", "AbstractAffineLogits")
     with pytest.raises(TypeError) as e:
-        count_linear_regions(Plain(TwoUnits(W, B, a)), -2.0, 2.0)
-    one_line(e, "Plain", "AbstractExactEval")
+        count_linear_regions(plain(TwoUnits(W, B, a)), -2.0, 2.0)
+    one_line(e, "Only", "AbstractExactEval")
     with pytest.raises(TypeError) as e:
-        exact_regions_1d(Plain(TwoUnits(W, B, a)), -2.0, 2.0)
-    one_line(e, "Plain", "AbstractExactEval")
+        exact_regions_1d(plain(TwoUnits(W, B, a)), -2.0, 2.0)
+    one_line(e, "Only", "AbstractExactEval")
 
 
 def test_hardmax_transformers_are_siblings():
@@ -340,3 +315,13 @@ def test_scan_finds_what_it_forbids():
         "isinstance(f.f, ['MaxoutNetwork'])",
         "raise NotImplementedError",
     ], found
+
+
+def test_docs_example_of_a_new_architecture_runs(capsys):
+    """The example of docs/expressivity.md, "Adding an architecture", runs as printed."""
+    doc = (SRC.parents[2] / "docs" / "expressivity.md").read_text()
+    section = doc[doc.index("### Adding an architecture") :]
+    code = section[section.index("```python\n") + 10 : section.index("\n```\n")]
+    exec(compile(code, "docs/expressivity.md", "exec"), {"__name__": "doc_example"})
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["3 3 True [0.25 0.5 ]", "exact rational walk over the whole interval"]

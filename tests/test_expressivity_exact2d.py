@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from _wrappers import only
 from transflow.expressivity import (
     AbstractAffineLogits,
     AbstractExactEval,
@@ -157,55 +158,18 @@ def test_plane_slice_of_torch_net_certified():
     assert (fl.activation, fl.linear) == (r.activation, r.linear) > (5, 5)
 
 
-class _Wrapped(AbstractAffineLogits, AbstractExactEval):
-    """A user's model: a MaxoutNetwork behind the generic interface and exact evaluation."""
-
-    net: MaxoutNetwork
-
-    @property
-    def in_dim(self):
-        return self.net.in_dim
-
-    def __call__(self, x):
-        return self.net(x)
-
-    def layer_logits(self, x):
-        return self.net.layer_logits(x)
-
-    def exact_params(self):
-        return self.net.exact_params()
-
-    def exact_eval(self, params, x, pattern=None):
-        return self.net.exact_eval(params, x, pattern)
-
-
-class _Bare(AbstractAffineLogits):
-    """The same network without exact evaluation."""
-
-    net: MaxoutNetwork
-
-    @property
-    def in_dim(self):
-        return self.net.in_dim
-
-    def __call__(self, x):
-        return self.net(x)
-
-    def layer_logits(self, x):
-        return self.net.layer_logits(x)
-
-
 def test_generic_model_and_strict_semantics():
     """A model with only exact_eval is counted exactly by the generic program; one without
     it raises (strict) or returns the float count with certified=False."""
     net = _relu_net(np.random.default_rng(9), (4, 3))
     r = count_linear_regions(net, *BOX)
-    g = count_linear_regions(_Wrapped(net), *BOX)
+    # a user's model: the network behind the generic interface and exact evaluation
+    g = count_linear_regions(only(net, AbstractAffineLogits, AbstractExactEval), *BOX)
     assert g.certified and g.certificate["program"] == "Generic"
     assert (g.activation, g.linear) == (r.activation, r.linear)
-    bare = _Bare(net)
+    bare = only(net, AbstractAffineLogits)  # the same without exact evaluation
     with pytest.raises(
-        CertificationError, match="_Bare does not inherit AbstractExactEval.*strict=False"
+        CertificationError, match="Only does not inherit AbstractExactEval.*strict=False"
     ):
         count_linear_regions(bare, *BOX)
     u = count_linear_regions(bare, *BOX, strict=False)

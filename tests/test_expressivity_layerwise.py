@@ -17,14 +17,14 @@ from transflow.expressivity import (
     restrict,
     zigzag_maxout,
 )
+from transflow.expressivity._batch import hash_coeffs
 from transflow.expressivity._certify import count_1d_certified
 from transflow.expressivity._layerwise import IntervalContext, count_1d_layerwise
-from transflow.expressivity._regions import _hash_coeffs
 
 
 def _walk(f, lo, hi):
     n_pat = jax.eval_shape(f.pattern, np.zeros((f.in_dim,))).shape[0]
-    coeffs = jax.numpy.asarray(_hash_coeffs(n_pat))
+    coeffs = jax.numpy.asarray(hash_coeffs(n_pat))
     return count_1d_certified(f, lo, hi, n_seed=256, dtype=np.float64, coeffs=coeffs, strict=True)
 
 

@@ -18,6 +18,11 @@ Public API:
   roots of quadratics, :class:`QuadraticRoot`; used by :func:`count_linear_regions`).
 - Slices and users' networks: :func:`restrict` (a line or plane of any input space),
   :meth:`MaxoutNetwork.from_torch`.
+- The contract of a countable model: :class:`AbstractPiecewiseLinear` plus the capabilities
+  it inherits (:class:`AbstractAffineLogits`, :class:`AbstractBoundedEval`,
+  :class:`AbstractExactEval`, :class:`AbstractIntervalForward`,
+  :class:`AbstractExactProgram`, :class:`AbstractAttention`, :class:`AbstractProvenance`);
+  the counters dispatch on them (docs/expressivity.md, "Adding an architecture").
 - Studies (records for the experiment task and the paper figures): :func:`softmax_rows`,
   :func:`region_rows`, :func:`partition_2d`, :func:`relu_and_cpwl_checks`,
   :func:`c8_regions`, :func:`precision_rows`, :func:`slice_study`, ….

@@ -19,7 +19,8 @@ The count on ``[lo, hi]`` is certified in three steps:
    continuity at the junction is checked.
 3. **Exact fallback**: every junction that step 2 cannot certify (round-off larger than a
    gap, a region thinner than the walk's step, maps equal up to round-off) is recomputed
-   in exact rational arithmetic (:class:`fractions.Fraction`, :meth:`exact_eval`): exact
+   in exact rational arithmetic (:class:`fractions.Fraction`,
+   :meth:`AbstractExactEval.exact_eval`; a model without it gets no exact fallback): exact
    patterns, exact frozen affine gaps (two exact evaluations determine an affine map), an
    exact walk from ``a`` to ``b`` over the exact roots, and exact map comparisons.
 
@@ -37,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._batch import batched, combine, pattern_hash
 from ._budget import CertificationError, check_budget
 from ._exact_walk import _Exact
 from ._pwl import AbstractBoundedEval, AbstractExactEval, lacks
@@ -77,10 +79,6 @@ def _gaps(shapes, L, E, pat):
         errs.append((ew + e).ravel())
         masks.append(mask.ravel())
     return jnp.concatenate(gaps), jnp.concatenate(errs), jnp.concatenate(masks)
-
-
-def _hash(pat, coeffs):
-    return pat.astype(jnp.uint32) @ coeffs
 
 
 def _roots_right(gpa, egpa, gpb, egpb, mask, A, w):
@@ -148,7 +146,7 @@ def _point_kernel(f, xprev, x, xnext, coeffs, shapes, lid, gid, cid):
             4.0 * (e0[i] + en[i]) / jnp.abs(jnp.where(down[i], dgap[i], 1.0)),
             0.0,
         )
-        walk = (_hash(p, coeffs), X + t[i], step)
+        walk = (pattern_hash(p, coeffs), X + t[i], step)
         return p.astype(jnp.int8), valid, right, left, (y, ey, yn, eyn, yp, eyp), walk
 
     return jax.vmap(one)(xprev, x, xnext)
@@ -157,7 +155,7 @@ def _point_kernel(f, xprev, x, xnext, coeffs, shapes, lid, gid, cid):
 def _run_points(f, xprev, xs, xnext, coeffs, shapes, tables, dtype):
     lid, gid, cid = tables[:3]
     col = lambda v: np.asarray(v, np.float64).reshape(-1, 1).astype(dtype)
-    return _batched(
+    return batched(
         _point_kernel,
         f,
         (col(xprev), col(xs), col(xnext)),
@@ -228,34 +226,6 @@ def _junctions(f, P, coeffs, shapes, tables, dtype):
         slope = (yb_ - ya_) / (xb - xa)[:, None]
     icpt = ya_ - slope * xa[:, None]
     return cert, same, xstar, differ, defect, (slope, icpt)
-
-
-_CHUNK = 2048
-
-
-def _batched(kernel, f, xs, *extra):
-    """Run a vmapped kernel in fixed-size padded chunks (one compilation per structure)."""
-    xs = [np.asarray(x) for x in (xs if isinstance(xs, tuple) else (xs,))]
-    n = xs[0].shape[0]
-    outs = []
-    for start in range(0, max(n, 1), _CHUNK):
-        check_budget("float evaluation")
-        parts = []
-        for x in xs:
-            part = x[start : start + _CHUNK]
-            k = part.shape[0]
-            if k < _CHUNK:
-                part = np.concatenate([part, np.repeat(part[:1], _CHUNK - k, axis=0)])
-            parts.append(jnp.asarray(part))
-        k = min(_CHUNK, n - start)
-        res = kernel(f, *parts, *extra)
-        outs.append(jax.tree.map(lambda a, k=k: np.asarray(a)[:k], res))
-    return jax.tree.map(lambda *a: np.concatenate(a), *outs)
-
-
-def _combine(h):
-    h = h.astype(np.uint64)
-    return (h[:, 0] << np.uint64(32)) | h[:, 1]
 
 
 # --------------------------------------------------------------------------- exact path
@@ -330,7 +300,7 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
         _, valid, _, _, _, (h, e, s) = _run_points(
             f, xs, xs, xs + span, coeffs, shapes, tables, dtype
         )
-        return _combine(h), e.astype(np.float64), s.astype(np.float64), valid
+        return combine(h), e.astype(np.float64), s.astype(np.float64), valid
 
     # seeds: numbers of dtype (evaluated exactly where they are)
     xs = np.unique(_snap(np.linspace(lo_d, hi_d, n_seed + 1), dtype))
