@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._programs import (  # noqa: F401 (NotExact, _Aff: the names of this module's API)
+from ._programs import (
     ExactProgram,
     GenericProgram,
     NotExact,
