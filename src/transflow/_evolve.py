@@ -25,7 +25,7 @@ from ._errors import as_input, check_choice, check_finite, param_dtype
 from ._grid import Grid
 from ._integrate import Adaptive, ConstantSteps, Remat, SaveAt, scan_steps
 from ._operators import Implementation
-from .schemes._base import AbstractScheme, _project, check_masks
+from .schemes._base import AbstractAttentionChoice, AbstractScheme, _project, check_masks, require
 from .schemes._lie import LieScheme
 
 if TYPE_CHECKING:
@@ -130,11 +130,7 @@ def evolve(
         check_choice(
             "attention_implementation", attention_implementation, ("auto", "dense", "chunked")
         )
-        if not hasattr(scheme, "implementation"):
-            raise TypeError(
-                f"`attention_implementation` needs a scheme with an `implementation` field "
-                f"(LieScheme, PreNormScheme); got {type(scheme).__name__}."
-            )
+        require(scheme, AbstractAttentionChoice, "attention_implementation")
         scheme = dataclasses.replace(scheme, implementation=attention_implementation)
     path = _as_path(controls)
     if isinstance(controller, Adaptive):

@@ -13,14 +13,22 @@ import jax
 from jaxtyping import Array
 
 from .._controls import FFNParams, LayerControls
-from ._base import AttentionOptions, _project, attend, ffn_branch
+from ._base import (
+    AbstractLinearStability,
+    AbstractMaskable,
+    AbstractODEScheme,
+    AbstractShardable,
+    AttentionOptions,
+    _exact,
+    _ffn_branch,
+)
 
-__all__ = ["Field"]
+__all__ = ["AbstractExplicitScheme", "Field", "SubFields", "linear_sub_fields"]
 
 Field = Callable[[Array], Array]
 
 
-class _Ops(NamedTuple):
+class SubFields(NamedTuple):
     """The sub-operators a scheme's step is written in (real ones or linear test ones).
 
     ``attn``/``ffn``: the sub-fields a, g; ``proj_attn``/``proj_ffn``: the projections the
@@ -48,33 +56,51 @@ def _at(controls, i: int):
     return jax.tree.map(lambda x: x[i], controls) if _is_staged(controls) else controls
 
 
-class _ExplicitBase(AttentionOptions):
-    """The real sub-operators of the pre-/post-norm forms."""
+class AbstractExplicitScheme(
+    AttentionOptions,
+    AbstractODEScheme,
+    AbstractLinearStability,
+    AbstractShardable,
+    AbstractMaskable,
+):
+    """An explicit family written in the sub-fields a, g (Strang, Runge–Kutta, or a new
+    one): :meth:`sub_fields` gives the real sub-operators of the pre-/post-norm forms from
+    the :class:`AbstractOperators` its ``advance`` receives, :func:`linear_sub_fields` the
+    linear ones of the stability analysis. It declares :class:`AbstractODEScheme`,
+    :class:`AbstractLinearStability`, :class:`AbstractShardable` and
+    :class:`AbstractMaskable`: a subclass implements ``advance``, ``substep_names``,
+    ``order``, ``nodes``, ``stability_function`` and ``linear_step_matrix``."""
 
-    def _ops(self, c: LayerControls, grid, causal, masks, form: str, ffns=None) -> _Ops:
-        """The sub-operators of controls ``c``; ``ffns``: the FFNs of the FFN sub-fields
-        (default ``(c.ffn,)``; two for the untied Macaron layer, :func:`split_ffn`)."""
+    def sub_fields(self, c: LayerControls, ops, form: str, ffns=None) -> SubFields:
+        """The sub-operators of controls ``c`` in the operators ``ops``; ``ffns``: the FFNs
+        of the FFN sub-fields (default ``(c.ffn,)``; two for the untied Macaron layer,
+        :func:`split_ffn`)."""
         ffns = (c.ffn,) if ffns is None else ffns
 
         def attention_op(v):
-            return attend(self, v, c.attn, grid=grid, causal=causal, masks=masks)
+            return ops.attention(self, v, c.attn)
 
         def p1(v):
-            return _project(v, c.norm1, grid)
+            return ops.project(v, c.norm1)
 
         def p2(v):
-            return _project(v, c.norm2, grid)
+            return ops.project(v, c.norm2)
 
         pre = form == "prenorm"
 
         def ffn_field(f):
-            return lambda v: ffn_branch(p2(v) if pre else v, f, 1.0)
+            return lambda v: _ffn_branch(p2(v) if pre else v, f, 1.0, _exact, False, ops.linear)
 
         fields = [ffn_field(f) for f in ffns]
         second = fields[1] if len(fields) > 1 else None
         if pre:
-            return _Ops(lambda v: attention_op(p1(v)), fields[0], _identity, _identity, second)
-        return _Ops(attention_op, fields[0], p1, p2, second)
+            return SubFields(lambda v: attention_op(p1(v)), fields[0], _identity, _identity, second)
+        return SubFields(attention_op, fields[0], p1, p2, second)
+
+
+def linear_sub_fields(ja, jg) -> SubFields:
+    """The linear sub-fields a(u) = u J_a, g(u) = u J_g, the projections the identity."""
+    return SubFields(lambda u: u @ ja, lambda u: u @ jg, _identity, _identity)
 
 
 def split_ffn(ffn: FFNParams, copies: int, owner: str) -> tuple[FFNParams, ...]:
