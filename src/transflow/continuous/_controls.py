@@ -24,7 +24,7 @@ from jaxtyping import Array
 
 from .._controls import AttentionParams
 from .._grid import Grid
-from ._paths import ControlPath
+from .._paths import ControlPath
 
 __all__ = ["SmoothPath", "KernelAttention", "KernelLinear"]
 
