@@ -1,6 +1,6 @@
 """Continuous controls θ(t) and kernels W(ξ, y) as functions.
 
-- :class:`~transflow.continuous.PiecewiseConstant` (in ``_paths``, with the other
+- :class:`~transflow.continuous.PiecewiseConstant` (in ``transflow._paths``, with the other
   :class:`~transflow.continuous.ControlPath` kinds): the paper's controls, one per layer.
 - :class:`SmoothPath`: ``θ(t) = θ_0 + sin(ω t) θ_1`` leaf by leaf, a smooth control for
   convergence studies in Δt.
