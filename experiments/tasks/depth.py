@@ -51,7 +51,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from transflow.control import DepthDigitsConfig
+from transflow.control import DepthDigitsConfig, ReferenceTolerances
 
 from ..config import complete, options_without
 from ..protocol import (
@@ -324,13 +324,13 @@ def _record_key(cfg: Config, study: StudyConfig, n_steps, random_depths, ref, sm
         "fit_windows": {k: list(v) for k, v in study.fit_windows.items()},
         "n_steps": n_steps,
         "random_depths": list(random_depths),
-        "ref": list(ref),
+        "ref": [ref.solver, ref.rtol, ref.check_rtol, ref.coarse_rtol],
         "smoke": bool(smoke),
     }
     return digest({"version": RECORD_VERSION, "options": opts, "design": design})
 
 
-def _smoke_solver(cfg: Config, ctx) -> tuple[str, float, float, float]:
+def _smoke_solver(cfg: Config, ctx) -> ReferenceTolerances:
     """The reference solve's solver, tolerance and the two check tolerances (smoke: the
     adaptive solve's own, checked at 10× and 100× its tolerance)."""
     solver = ctx.smoke_value("task.ref_solver", cfg.ref_solver, "tsit5")
@@ -344,14 +344,7 @@ def _smoke_solver(cfg: Config, ctx) -> tuple[str, float, float, float]:
         and ctx.smoke_value("task.ref_check_coarse_rtol", cfg.ref_check_coarse_rtol, 10 * check)
     )
     _check_ref_tolerances(rtol, check, coarse)
-    return solver, rtol, check, coarse
-
-
-def _refined(ref: tuple[str, float, float, float], level: int):
-    """The reference (solver, tolerance, check tolerances) with every tolerance divided by
-    10**level (design v3's refinement of a cell whose reference error is over the bound)."""
-    solver, *tols = ref
-    return (solver, *(t / 10**level if t else t for t in tols))
+    return ReferenceTolerances(solver, rtol, check, coarse)
 
 
 def _check_ref_tolerances(rtol: float, check: float, coarse: float = 0.0) -> None:
@@ -447,14 +440,14 @@ def _evaluate(
     n_steps,
     xte,
     yte,
-    ref: tuple[str, float, float, float],
+    ref: ReferenceTolerances,
     check_ref: bool = False,
 ) -> dict:
     """Every evaluation of one trained model, in float64 (the metrics of a seed record)."""
     import jax
     import numpy as np
 
-    from transflow import make_scheme
+    from transflow import Adaptive, make_scheme
     from transflow.analysis import fit_order
     from transflow.control import depth_accuracy
 
@@ -463,7 +456,6 @@ def _evaluate(
     with jax.enable_x64(True):
         m = _f64(model)
         x = np.asarray(xte, np.float64)
-        ref_solver, ref_rtol, check_rtol, coarse_rtol = ref
 
         def timed(name, *args, **kw):  # depth_accuracy, its seconds in rec["seconds.<name>"]
             t0 = time.perf_counter()
@@ -472,33 +464,31 @@ def _evaluate(
             return out
 
         split = bool(cfg.ref_split)
-        ref = timed("reference", m, x, yte, [], rtol=ref_rtol, solver=ref_solver, split=split)
-        z_ref = np.asarray(ref["adaptive_outputs"], np.float64)
+        solved = timed("reference", m, x, yte, [], adaptive=ref.reference, split=split)
+        z_ref = np.asarray(solved["adaptive_outputs"], np.float64)
         norm = float(np.linalg.norm(z_ref))
 
         def dist(z):
             return float(np.linalg.norm(np.asarray(z, np.float64) - z_ref) / norm)
 
-        rec["acc.reference"] = ref["adaptive_accuracy"]
-        rec["nfev.reference"] = ref["adaptive_nfev_mean"]
-        if check_ref and check_rtol:  # the reference's error: a looser solve's distance
-            loose = depth_accuracy(m, x, yte, [], rtol=check_rtol, solver=ref_solver, split=split)
+        rec["acc.reference"] = solved["adaptive_accuracy"]
+        rec["nfev.reference"] = solved["adaptive_nfev_mean"]
+        if check_ref and ref.check:  # the reference's error: a looser solve's distance
+            loose = depth_accuracy(m, x, yte, [], adaptive=ref.check, split=split)
             d1 = rec["dist.ref_check"] = dist(loose["adaptive_outputs"])
             est = d1  # v1: the loose solve's distance itself
-            if coarse_rtol:  # v2: the decay from the coarse to the loose solve, once more
-                coarse = depth_accuracy(
-                    m, x, yte, [], rtol=coarse_rtol, solver=ref_solver, split=split
-                )
+            if ref.coarse:  # v2: the decay from the coarse to the loose solve, once more
+                coarse = depth_accuracy(m, x, yte, [], adaptive=ref.coarse, split=split)
                 d2 = rec["dist.ref_check_coarse"] = dist(coarse["adaptive_outputs"])
                 est = d1 * d1 / d2 if d2 > 0 else math.nan
             rec["ref_error_est"] = est
-        ad = timed("adaptive", m, x, yte, [], rtol=cfg.rtol)
+        ad = timed("adaptive", m, x, yte, [], adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol))
         rec["acc.adaptive"] = ad["adaptive_accuracy"]
         rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
         rec["dist.adaptive"] = dist(ad["adaptive_outputs"])
         for s in cfg.eval_schemes:
             ms = m if s == own else dataclasses.replace(m, scheme=make_scheme(s))
-            r = timed(s, ms, x, yte, grid, rtol=None)
+            r = timed(s, ms, x, yte, grid, adaptive=None)
             for n, a, z in zip(grid, r["accuracy"], r["outputs"]):
                 rec[f"acc.{s}.{n}"] = a
                 rec[f"dist.{s}.{n}"] = dist(z)
@@ -577,7 +567,7 @@ def _job_record(cfg, ctx, study, cell, seed, out, keys, ref, lv, n_steps, random
     while True:
         if rec is None:
             rec = _evaluate_cell(
-                cfg, ctx, study, cell, seed, n_steps, random_depths, _refined(ref, lv), first
+                cfg, ctx, study, cell, seed, n_steps, random_depths, ref.refined(lv), first
             )
             rec["ref_level"] = lv
             rec.update(history)  # the ratios at the lower levels (first seed)
@@ -590,8 +580,8 @@ def _job_record(cfg, ctx, study, cell, seed, out, keys, ref, lv, n_steps, random
         if first and cfg.ref_check_max and ratio > cfg.ref_check_max and lv < cfg.ref_refine:
             ctx.message(
                 f"{cell.name} seed {seed}: reference error ratio {ratio:.3g} > "
-                f"{cfg.ref_check_max:g} at rtol {_refined(ref, lv)[1]:g}; evaluated again at "
-                f"{_refined(ref, lv + 1)[1]:g} "
+                f"{cfg.ref_check_max:g} at rtol {ref.refined(lv).rtol:g}; evaluated again at "
+                f"{ref.refined(lv + 1).rtol:g} "
                 "(task.ref_refine, design v3)"
             )
             history = {k: v for k, v in rec.items() if k.startswith("ref_error_ratio.")}
@@ -632,7 +622,7 @@ def run(cfg: Config, ctx) -> dict:
     # a record is reused only if it was written with this very configuration; one key per
     # reference level (design v3: level j divides the reference's tolerances by 10**j)
     keys = [
-        _record_key(cfg, study, n_steps, random_depths, _refined(ref, j), ctx.smoke)
+        _record_key(cfg, study, n_steps, random_depths, ref.refined(j), ctx.smoke)
         for j in range(int(cfg.ref_refine) + 1)
     ]
     level: dict[str, int] = {}  # the reference level of every cell (set by its first seed)
@@ -834,14 +824,14 @@ def run(cfg: Config, ctx) -> dict:
 
 def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -> str:
     """The continuous limit and the estimate of its own error (report)."""
-    solver, rtol, check, coarse = ref
+    check, coarse = ref.check_rtol, ref.coarse_rtol
     how = (
         f"d1²/d2 from the distances d1, d2 of solves at {check:g} and {coarse:g} to it"
         if coarse
         else f"the distance of a solve at {check:g} to it (~10× its own error)"
     )
     line = (
-        f"\n\nThe continuous limit: {solver} at rtol = atol = {rtol:g} (float64"
+        f"\n\nThe continuous limit: {ref.solver} at rtol = atol = {ref.rtol:g} (float64"
         + (", solved piece by piece between the jumps of θ" if cfg.ref_split else "")
         + f"). Its error, estimated on the first seed of every cell as {how}, over the "
         "smallest distance an order fit uses: "
@@ -860,7 +850,7 @@ def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -
         + (
             " Refined (design v3, `task.ref_refine`; all tolerances ÷ 10 per level, every "
             "seed of the cell): "
-            + ", ".join(f"{c} to rtol {_refined(ref, j)[1]:g}" for c, j in refined.items())
+            + ", ".join(f"{c} to rtol {ref.refined(j).rtol:g}" for c, j in refined.items())
             + "."
             if refined
             else ""
@@ -1010,7 +1000,7 @@ def _adjoint_check(activation: str = "tanh", tol: float = 1e-10, solver: str = "
     import jax
     import jax.numpy as jnp
 
-    from transflow import LayerControls, PreNormScheme
+    from transflow import Adaptive, LayerControls, PreNormScheme
     from transflow.continuous import compare_adjoints, init_path
 
     with jax.enable_x64(True):
@@ -1022,7 +1012,8 @@ def _adjoint_check(activation: str = "tanh", tol: float = 1e-10, solver: str = "
             smooth=False,
         )
         u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
-        r = compare_adjoints(u0, path, PreNormScheme(), rtol=tol, atol=tol, solver=solver)
+        solve = Adaptive(rtol=tol, atol=tol, solver=solver, max_steps=100_000)
+        r = compare_adjoints(u0, path, PreNormScheme(), solve)
         return {
             "activation": activation,
             "rtol": tol,
@@ -1126,7 +1117,7 @@ def _text(
                 )
                 ctx.log({"kind": "train", "model": f"text_{name}", "seed": seed, **summary})
                 xv, yv = validation_windows(tcfg)
-                r = depth_accuracy(result.model, xv, yv, depths, rtol=None)
+                r = depth_accuracy(result.model, xv, yv, depths, adaptive=None)
                 rec = {
                     "bpc": [bits_per_char(v) for v in r["loss"]],
                     "n_params": summary["n_params"],

@@ -23,10 +23,10 @@ from .._controls import (
 )
 from .._grid import Grid
 from .._operators import attention, project_s1
+from .._paths import PiecewiseConstant
 from ._controls import KernelAttention, KernelLinear, SmoothPath
 from ._flows import euler_flow, projection_flow
 from ._models import SubModel, full_model_flows
-from ._paths import PiecewiseConstant
 from ._reference import reference_error_estimate, reference_solve
 from ._schemes import SplittingScheme, hybrid, integrate, lie, paper_lie, parallel, strang
 

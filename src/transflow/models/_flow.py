@@ -26,7 +26,7 @@ from .._errors import as_input, check_step
 from .._evolve import evolve
 from .._grid import Grid
 from .._integrate import ConstantSteps, Remat, RematMode
-from ..continuous._paths import ControlPath, init_path
+from .._paths import ControlPath, init_path
 from ..schemes._base import AbstractScheme
 from ..schemes._lie import LieScheme
 from ._vit import patchify as vision_patchify

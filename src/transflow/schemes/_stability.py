@@ -18,11 +18,13 @@ import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .._controls import LayerControls
+from .._integrate import Adaptive, solve_ode
 from ._base import (
     AbstractImplicitFFN,
     AbstractLinearStability,
     AbstractScheme,
     DenseOperators,
+    check_consistent,
     has,
     require,
 )
@@ -126,8 +128,9 @@ def reference_solution(
     max_steps: int = 100_000,
 ) -> Float[Array, "n d"]:
     """u(T) of the scheme's continuous limit u' = f(t, u) by diffrax's Dopri8 (order 8, PID
-    step control: :func:`transflow.continuous.solve_adaptive` with ``solver="dopri8"``), for
-    order studies in float64. ``f`` is the scheme's
+    step control: the integrator's :func:`~transflow._integrate.solve_ode` with
+    ``Adaptive(solver="dopri8", ...)``, as :func:`transflow.continuous.solve_adaptive`
+    solves it), for order studies in float64. ``f`` is the scheme's
     :meth:`~transflow.AbstractScheme.vector_field` along ``path``.
 
     Example:
@@ -144,11 +147,13 @@ def reference_solution(
         >>> round(err[0] / err[1])  # second order: halving Δt divides the error by 4
         4
     """
-    from ..continuous._solve import solve_adaptive  # the one adaptive solve of a scheme
-
+    check_consistent(scheme, "reference_solution")
     t0, t1 = path.interval
-    opts = {"rtol": rtol, "atol": atol, "dt0": (t1 - t0) / 8, "max_steps": max_steps}
-    return solve_adaptive(u0, path, scheme, grid=grid, solver="dopri8", **opts).u
+    options = Adaptive(
+        rtol=rtol, atol=atol, solver="dopri8", dt0=(t1 - t0) / 8, max_steps=max_steps
+    )
+    field = lambda t, u, p: scheme.vector_field(u, p(t), grid=grid)  # noqa: E731
+    return solve_ode(field, u0, path.interval, path, options).u
 
 
 # ------------------------------------------------------- stability of a layer's linearisation

@@ -32,7 +32,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PRNGKeyArray
 
-from .._controls import num_steps
+from ._controls import num_steps
 
 __all__ = [
     "PATH_KINDS",
