@@ -303,26 +303,13 @@ def test_a_scheme_from_outside_trains_by_name(tmp_path):
     """One training step of train_digits with scheme="ssprk3" (registered in the test)."""
     from transflow.control import DigitsConfig, run_training
 
+    every_step = dict(steps=1, warmup_steps=1, eval_every=1, checkpoint_every=1, log_every=1)
+    ckpt = str(tmp_path / "ckpt")
     cfg = DigitsConfig(
-        d=8,
-        n_steps=1,
-        n_heads=2,
-        scheme="ssprk3",
-        batch_size=8,
-        steps=1,
-        warmup_steps=1,
-        eval_every=1,
-        checkpoint_every=1,
-        log_every=1,
-        checkpoint_dir=str(tmp_path / "ckpt"),
+        d=8, n_steps=1, scheme="ssprk3", batch_size=8, checkpoint_dir=ckpt, **every_step
     )
-    summary, result = run_training(
-        "digits",
-        cfg,
-        run_dir=tmp_path / "run",
-        progress=lambda it, **kw: it,
-        message=lambda m: None,
-    )
+    quiet = {"progress": lambda it, **kw: it, "message": lambda m: None}
+    summary, result = run_training("digits", cfg, run_dir=tmp_path / "run", **quiet)
     assert np.isfinite(summary["test_accuracy"])
     assert isinstance(result.model.scheme, _ssprk3.SSPRK3Scheme)
 

@@ -13,7 +13,6 @@ The sub-steps every family is written in live here once: the attention sub-step
 (:func:`ffn_branch`) and the mask keywords.
 """
 
-
 import abc
 import dataclasses
 
@@ -68,9 +67,7 @@ def _linear(z, w, b):
     return wmul(z, w) + b
 
 
-def _ffn_substep(
-    z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Array, linear=_linear
-):
+def _ffn_substep(z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Array, linear=_linear):
     """FFN sub-step ``j`` without its activation: ``Z + dt (Z W_j + b_j)`` (residual) or
     ``Z W_j + b_j`` (lifting), the map ``linear`` (default: on one device). Shared by
     :func:`ffn_branch` and ``transflow.continuous``."""
@@ -111,10 +108,12 @@ def check_tau(owner: str, tau) -> None:
         )
 
 
-def attend(scheme, v, attn, *, grid, causal, masks):
+def attend(scheme, v, attn, *, grid, causal, masks, **chosen):
     """The attention operator 𝒜(v) of a scheme's controls with the scheme's kernel options
     (``hardmax``, ``temperature``, ``implementation``): the one attention call of every
-    family's sub-steps."""
+    family's sub-steps. ``chosen``: an ``implementation`` and its ``query_block``,
+    ``key_block`` in place of the scheme's."""
+    kernel = {"implementation": scheme.implementation, **chosen}
     return attention(
         v,
         attn,
@@ -122,7 +121,7 @@ def attend(scheme, v, attn, *, grid, causal, masks):
         causal=causal,
         hardmax=scheme.hardmax,
         temperature=scheme.temperature,
-        implementation=scheme.implementation,
+        **kernel,
         **masks,
     )
 
@@ -202,19 +201,12 @@ class DenseOperators(AbstractOperators):
     key_block: int = eqx.field(static=True, default=512)
 
     def attention(self, scheme, v, attn):
-        if self.implementation is None:
-            return attend(scheme, v, attn, grid=self.grid, causal=self.causal, masks=self.masks)
-        return attention(
-            v,
-            attn,
-            grid=self.grid,
-            causal=self.causal,
-            hardmax=scheme.hardmax,
-            temperature=scheme.temperature,
-            implementation=self.implementation,
-            query_block=self.query_block,
-            key_block=self.key_block,
-            **self.masks,
+        chosen = {}
+        if self.implementation is not None:  # else the scheme's own, at the default blocks
+            blocks = (self.implementation, self.query_block, self.key_block)
+            chosen = dict(zip(("implementation", "query_block", "key_block"), blocks))
+        return attend(
+            scheme, v, attn, grid=self.grid, causal=self.causal, masks=self.masks, **chosen
         )
 
     def project(self, v, norm: NormParams, eps_scale: float = 1.0):

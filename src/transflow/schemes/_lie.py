@@ -59,9 +59,7 @@ class AbstractLieScheme(AttentionOptions, AbstractShardable, AbstractMaskable, A
     def toward(self, dt):
         """The projection sub-steps ``(u, P(u)) -> u⁺``."""
 
-    @property
-    def nodes(self) -> tuple[float, ...]:
-        return (0.5,)
+    nodes = (0.5,)
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps
@@ -170,9 +168,7 @@ class RelaxedLieScheme(AbstractLieScheme, AbstractODEScheme):
         check_tau("RelaxedLieScheme", self.tau)
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
 
-    @property
-    def order(self) -> int:
-        return 1
+    order = 1
 
     def advance(self, u, controls, dt, *, ops):
         if not all(controls.ffn.residual):
