@@ -201,10 +201,10 @@ class DenseOperators(AbstractOperators):
     key_block: int = eqx.field(static=True, default=512)
 
     def attention(self, scheme, v, attn):
-        chosen = {}
-        if self.implementation is not None:  # else the scheme's own, at the default blocks
-            blocks = (self.implementation, self.query_block, self.key_block)
-            chosen = dict(zip(("implementation", "query_block", "key_block"), blocks))
+        chosen = {}  # the scheme's own implementation, at the default blocks
+        if self.implementation is not None:
+            chosen = {"implementation": self.implementation, "query_block": self.query_block}
+            chosen["key_block"] = self.key_block
         return attend(
             scheme, v, attn, grid=self.grid, causal=self.causal, masks=self.masks, **chosen
         )

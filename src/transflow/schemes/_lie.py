@@ -24,7 +24,6 @@ consistent scheme (``consistent``) also has a continuous limit, its ``vector_fie
 ``toward``): the two are siblings on :class:`AbstractLieScheme`, each final.
 """
 
-
 import abc
 from typing import Literal
 

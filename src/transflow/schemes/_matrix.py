@@ -116,8 +116,7 @@ def capability_page() -> str:
     names = list(CONSUMERS)
     lines += [
         "",
-        "✓ supported, — refused (the one-line `MissingCapability`; `declared_order` "
-        "returns None).",
+        "✓ supported, — refused (the one-line `MissingCapability`; `declared_order` returns None).",
         "",
         "| scheme | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
