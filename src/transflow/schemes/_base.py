@@ -143,15 +143,16 @@ def ffn_branch(
     return _ffn_branch(z, ffn, dt, _exact, record)
 
 
-def _ffn_branch(z, ffn: FFNParams, dt, toward, record: bool, linear=_linear):
+def _ffn_branch(z, ffn: FFNParams, dt, toward, record: bool, linear=_linear, substeps=None):
     """:func:`ffn_branch` whose activation sub-steps are ``toward(z, act(z))`` and whose
-    maps are ``linear`` (an :class:`AbstractOperators`'s)."""
+    maps are ``linear`` (an :class:`AbstractOperators`'s); ``substeps``: a range of the
+    sub-steps to run (default all), an FFN of its own (the untied Macaron layer)."""
     act = activation_fn(ffn.activation)
-    J = ffn.num_substeps
+    js = range(ffn.num_substeps) if substeps is None else substeps
     states = []
-    for j in range(J):
+    for j in js:
         z = _ffn_substep(z, ffn, j, dt, linear)
-        if j < J - 1 or ffn.activation_on_last:
+        if j < js[-1] or ffn.activation_on_last:
             z = toward(z, act(z))
         states.append(z)
     return (z, states) if record else z
