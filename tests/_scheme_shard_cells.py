@@ -19,9 +19,12 @@ import jax.numpy as jnp  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import _ssprk3  # noqa: E402,F401  (registers "ssprk3")
-
-from transflow import LayerControls, evolve, make_scheme  # noqa: E402
-from transflow import stack_controls  # noqa: E402
+from transflow import (  # noqa: E402
+    LayerControls,
+    evolve,
+    make_scheme,
+    stack_controls,  # noqa: E402
+)
 from transflow.parallel import make_mesh, max_rel_diff, shard_evolve, to_host  # noqa: E402
 from transflow.schemes import MissingCapability, RelaxedLieScheme  # noqa: E402
 from transflow.schemes._matrix import matrix_schemes  # noqa: E402
@@ -50,9 +53,9 @@ def cells(only=None):
                 for i in range(2)
             ]
         )
-        ref = jax.vmap(lambda x: evolve(x, theta, scheme, dt=0.1))(u)
+        ref = jax.vmap(lambda x, th=theta, s=scheme: evolve(x, th, s, dt=0.1))(u)
         ref_pad = jax.vmap(
-            lambda x, p: evolve(x, theta, scheme, dt=0.1, key_padding_mask=p)
+            lambda x, p, th=theta, s=scheme: evolve(x, th, s, dt=0.1, key_padding_mask=p)
         )
         for method, axes, masked in (
             ("gspmd", {"tokens": "a"}, False),

@@ -13,7 +13,6 @@ The sub-steps every family is written in live here once: the attention sub-step
 (:func:`ffn_branch`) and the mask keywords.
 """
 
-
 import abc
 import dataclasses
 
@@ -68,9 +67,7 @@ def _linear(z, w, b):
     return wmul(z, w) + b
 
 
-def _ffn_substep(
-    z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Array, linear=_linear
-):
+def _ffn_substep(z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Array, linear=_linear):
     """FFN sub-step ``j`` without its activation: ``Z + dt (Z W_j + b_j)`` (residual) or
     ``Z W_j + b_j`` (lifting), the map ``linear`` (default: on one device). Shared by
     :func:`ffn_branch` and ``transflow.continuous``."""
@@ -111,10 +108,12 @@ def check_tau(owner: str, tau) -> None:
         )
 
 
-def attend(scheme, v, attn, *, grid, causal, masks):
+def attend(scheme, v, attn, *, grid, causal, masks, **chosen):
     """The attention operator 𝒜(v) of a scheme's controls with the scheme's kernel options
     (``hardmax``, ``temperature``, ``implementation``): the one attention call of every
-    family's sub-steps."""
+    family's sub-steps. ``chosen``: an ``implementation`` and its ``query_block``,
+    ``key_block`` in place of the scheme's."""
+    kernel = {"implementation": scheme.implementation, **chosen}
     return attention(
         v,
         attn,
@@ -122,7 +121,7 @@ def attend(scheme, v, attn, *, grid, causal, masks):
         causal=causal,
         hardmax=scheme.hardmax,
         temperature=scheme.temperature,
-        implementation=scheme.implementation,
+        **kernel,
         **masks,
     )
 
@@ -144,15 +143,16 @@ def ffn_branch(
     return _ffn_branch(z, ffn, dt, _exact, record)
 
 
-def _ffn_branch(z, ffn: FFNParams, dt, toward, record: bool, linear=_linear):
+def _ffn_branch(z, ffn: FFNParams, dt, toward, record: bool, linear=_linear, substeps=None):
     """:func:`ffn_branch` whose activation sub-steps are ``toward(z, act(z))`` and whose
-    maps are ``linear`` (an :class:`AbstractOperators`'s)."""
+    maps are ``linear`` (an :class:`AbstractOperators`'s); ``substeps``: a range of the
+    sub-steps to run (default all), an FFN of its own (the untied Macaron layer)."""
     act = activation_fn(ffn.activation)
-    J = ffn.num_substeps
+    js = range(ffn.num_substeps) if substeps is None else substeps
     states = []
-    for j in range(J):
+    for j in js:
         z = _ffn_substep(z, ffn, j, dt, linear)
-        if j < J - 1 or ffn.activation_on_last:
+        if j < js[-1] or ffn.activation_on_last:
             z = toward(z, act(z))
         states.append(z)
     return (z, states) if record else z
@@ -202,19 +202,12 @@ class DenseOperators(AbstractOperators):
     key_block: int = eqx.field(static=True, default=512)
 
     def attention(self, scheme, v, attn):
-        if self.implementation is None:
-            return attend(scheme, v, attn, grid=self.grid, causal=self.causal, masks=self.masks)
-        return attention(
-            v,
-            attn,
-            grid=self.grid,
-            causal=self.causal,
-            hardmax=scheme.hardmax,
-            temperature=scheme.temperature,
-            implementation=self.implementation,
-            query_block=self.query_block,
-            key_block=self.key_block,
-            **self.masks,
+        chosen = {}  # the scheme's own implementation, at the default blocks
+        if self.implementation is not None:
+            chosen = {"implementation": self.implementation, "query_block": self.query_block}
+            chosen["key_block"] = self.key_block
+        return attend(
+            scheme, v, attn, grid=self.grid, causal=self.causal, masks=self.masks, **chosen
         )
 
     def project(self, v, norm: NormParams, eps_scale: float = 1.0):

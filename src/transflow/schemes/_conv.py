@@ -33,13 +33,8 @@ class ConvPreNormScheme(AbstractODEScheme):
     hardmax: bool = eqx.field(static=True, default=False)
     temperature: float = eqx.field(static=True, default=1.0)
 
-    @property
-    def order(self) -> int:
-        return 1
-
-    @property
-    def nodes(self) -> tuple[float, ...]:
-        return (0.5,)
+    order = 1
+    nodes = (0.5,)
 
     def substep_names(self, controls) -> tuple[str, ...]:
         return pre_ln_substep_names(controls)

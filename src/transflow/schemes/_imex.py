@@ -73,13 +73,8 @@ class IMEXScheme(AttentionOptions, AbstractODEScheme, AbstractImplicitFFN, Abstr
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
         check_choice("parameterization", self.parameterization, ("free", "dissipative"))
 
-    @property
-    def order(self) -> int:
-        return 1
-
-    @property
-    def nodes(self) -> tuple[float, ...]:
-        return (0.5,)
+    order = 1
+    nodes = (0.5,)
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps

@@ -24,7 +24,6 @@ consistent scheme (``consistent``) also has a continuous limit, its ``vector_fie
 ``toward``): the two are siblings on :class:`AbstractLieScheme`, each final.
 """
 
-
 import abc
 from typing import Literal
 
@@ -59,9 +58,7 @@ class AbstractLieScheme(AttentionOptions, AbstractShardable, AbstractMaskable, A
     def toward(self, dt):
         """The projection sub-steps ``(u, P(u)) -> u⁺``."""
 
-    @property
-    def nodes(self) -> tuple[float, ...]:
-        return (0.5,)
+    nodes = (0.5,)
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps
@@ -170,9 +167,7 @@ class RelaxedLieScheme(AbstractLieScheme, AbstractODEScheme):
         check_tau("RelaxedLieScheme", self.tau)
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
 
-    @property
-    def order(self) -> int:
-        return 1
+    order = 1
 
     def advance(self, u, controls, dt, *, ops):
         if not all(controls.ffn.residual):

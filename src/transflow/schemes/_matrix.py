@@ -8,37 +8,25 @@ every cell and checks the committed page against :func:`capability_page`. Regene
 
 from __future__ import annotations
 
-from ._base import (
-    CAPABILITIES,
-    AbstractAttentionChoice,
-    AbstractCausal,
-    AbstractImplicitFFN,
-    AbstractLinearStability,
-    AbstractMaskable,
-    AbstractODEScheme,
-    AbstractPostNorm,
-    AbstractScheme,
-    AbstractShardable,
-    AbstractWrapper,
-    has,
-)
+from . import _base as cap
+from ._base import CAPABILITIES, AbstractScheme, AbstractWrapper, has
 
 __all__ = ["CONSUMERS", "capability_page", "capability_row", "matrix_schemes", "scheme_classes"]
 
 #: Consumer -> the capability it needs (``None``: every scheme).
 CONSUMERS: dict[str, type | None] = {
     "evolve": None,
-    "evolve (masks)": AbstractMaskable,
-    "evolve (attention_implementation)": AbstractAttentionChoice,
+    "evolve (masks)": cap.AbstractMaskable,
+    "evolve (attention_implementation)": cap.AbstractAttentionChoice,
     "shard_evolve gspmd": None,
-    "shard_evolve ring": AbstractShardable,
-    "vector_field, Adaptive, at_depth": AbstractODEScheme,
-    "declared_order (else None)": AbstractODEScheme,
+    "shard_evolve ring": cap.AbstractShardable,
+    "vector_field, Adaptive, at_depth": cap.AbstractODEScheme,
+    "declared_order (else None)": cap.AbstractODEScheme,
     "stage_controls": None,
-    "stability_function, linear_step_matrix": AbstractLinearStability,
-    'linearised_stability(form="imex")': AbstractImplicitFFN,
-    "CausalDecoder": AbstractCausal,
-    "analysis: S1 reference of norm2": AbstractPostNorm,
+    "stability_function, linear_step_matrix": cap.AbstractLinearStability,
+    'linearised_stability(form="imex")': cap.AbstractImplicitFFN,
+    "CausalDecoder": cap.AbstractCausal,
+    "analysis: S1 reference of norm2": cap.AbstractPostNorm,
     "training tasks (scheme=name)": None,
 }
 
@@ -128,8 +116,7 @@ def capability_page() -> str:
     names = list(CONSUMERS)
     lines += [
         "",
-        "✓ supported, — refused (the one-line `MissingCapability`; `declared_order` "
-        "returns None).",
+        "✓ supported, — refused (the one-line `MissingCapability`; `declared_order` returns None).",
         "",
         "| scheme | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),

@@ -45,13 +45,8 @@ class PreNormScheme(
     ``implementation`` selects the attention evaluation as in :class:`LieScheme`.
     """
 
-    @property
-    def order(self) -> int:
-        return 1
-
-    @property
-    def nodes(self) -> tuple[float, ...]:
-        return (0.5,)
+    order = 1
+    nodes = (0.5,)
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         return pre_ln_substep_names(controls)

@@ -45,13 +45,8 @@ class RMSPreNormScheme(AbstractAttentionChoice, AbstractODEScheme, AbstractMaska
     def __check_init__(self):
         check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
-    @property
-    def order(self) -> int:
-        return 1
-
-    @property
-    def nodes(self) -> tuple[float, ...]:
-        return (0.5,)
+    order = 1
+    nodes = (0.5,)
 
     def substep_names(self, controls) -> tuple[str, ...]:
         return ("rms1", "attention", "rms2", "gate", "ffn", "residual")

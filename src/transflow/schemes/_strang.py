@@ -15,7 +15,7 @@ from ._subfields import (
     SubFields,
     _is_staged,
     linear_sub_fields,
-    split_ffn,
+    split_substeps,
 )
 
 __all__ = ["StrangScheme"]
@@ -107,8 +107,10 @@ class StrangScheme(AbstractExplicitScheme):
                 "nodes=(0.5,)), got controls with a stage axis; sample them with "
                 "stage_controls(path, StrangScheme(), n) or path.sample(n)."
             )
-        ffns = split_ffn(controls.ffn, 2, "StrangScheme(untied=True)") if self.untied else None
-        return self._compose(u, dt, self.sub_fields(controls, ops, self.form, ffns))
+        parts = None
+        if self.untied:  # sub-steps of the controls' FFN, not new FFNParams: sharded weights
+            parts = split_substeps(controls.ffn, 2, "StrangScheme(untied=True)")
+        return self._compose(u, dt, self.sub_fields(controls, ops, self.form, parts))
 
     def stability_function(self, z_attention, z_ffn):
         """R_s(z_g/2) R_s(z_a) R_s(z_g/2), R_s(z) = 1 + z (Euler) or 1 + z + z²/2 (Heun)."""

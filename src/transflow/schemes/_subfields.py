@@ -71,11 +71,11 @@ class AbstractExplicitScheme(
     :class:`AbstractMaskable`: a subclass implements ``advance``, ``substep_names``,
     ``order``, ``nodes``, ``stability_function`` and ``linear_step_matrix``."""
 
-    def sub_fields(self, c: LayerControls, ops, form: str, ffns=None) -> SubFields:
-        """The sub-operators of controls ``c`` in the operators ``ops``; ``ffns``: the FFNs
-        of the FFN sub-fields (default ``(c.ffn,)``; two for the untied Macaron layer,
-        :func:`split_ffn`)."""
-        ffns = (c.ffn,) if ffns is None else ffns
+    def sub_fields(self, c: LayerControls, ops, form: str, parts=None) -> SubFields:
+        """The sub-operators of controls ``c`` in the operators ``ops``; ``parts``: the
+        sub-steps of ``c.ffn`` each FFN sub-field runs (default: one field, all of them;
+        two for the untied Macaron layer, :func:`split_substeps`)."""
+        parts = (None,) if parts is None else parts
 
         def attention_op(v):
             return ops.attention(self, v, c.attn)
@@ -88,10 +88,12 @@ class AbstractExplicitScheme(
 
         pre = form == "prenorm"
 
-        def ffn_field(f):
-            return lambda v: _ffn_branch(p2(v) if pre else v, f, 1.0, _exact, False, ops.linear)
+        def ffn_field(part):
+            return lambda v: _ffn_branch(
+                p2(v) if pre else v, c.ffn, 1.0, _exact, False, ops.linear, part
+            )
 
-        fields = [ffn_field(f) for f in ffns]
+        fields = [ffn_field(part) for part in parts]
         second = fields[1] if len(fields) > 1 else None
         if pre:
             return SubFields(lambda v: attention_op(p1(v)), fields[0], _identity, _identity, second)
@@ -103,8 +105,8 @@ def linear_sub_fields(ja, jg) -> SubFields:
     return SubFields(lambda u: u @ ja, lambda u: u @ jg, _identity, _identity)
 
 
-def split_ffn(ffn: FFNParams, copies: int, owner: str) -> tuple[FFNParams, ...]:
-    """The ``copies`` FFNs whose sub-steps ``ffn`` holds one after the other
+def split_substeps(ffn: FFNParams, copies: int, owner: str) -> tuple[range, ...]:
+    """The sub-steps of each of the ``copies`` FFNs that ``ffn`` holds one after the other
     (``LayerControls.random(..., ffn_copies=copies)``); each keeps the activation rule of
     an FFN (after every sub-step but its own last)."""
     J = ffn.num_substeps
@@ -116,13 +118,18 @@ def split_ffn(ffn: FFNParams, copies: int, owner: str) -> tuple[FFNParams, ...]:
             "this for the scheme's `ffn_copies`)."
         )
     k = J // copies
+    return tuple(range(i * k, (i + 1) * k) for i in range(copies))
+
+
+def split_ffn(ffn: FFNParams, copies: int, owner: str) -> tuple[FFNParams, ...]:
+    """The ``copies`` FFNs of :func:`split_substeps` as :class:`FFNParams`."""
     return tuple(
         FFNParams(
-            ffn.weights[i * k : (i + 1) * k],
-            ffn.biases[i * k : (i + 1) * k],
-            ffn.residual[i * k : (i + 1) * k],
+            ffn.weights[r.start : r.stop],
+            ffn.biases[r.start : r.stop],
+            ffn.residual[r.start : r.stop],
             ffn.activation,
             ffn.activation_on_last,
         )
-        for i in range(copies)
+        for r in split_substeps(ffn, copies, owner)
     )
