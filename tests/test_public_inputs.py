@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import pytest
 import tomllib
 
+import transflow
 from transflow import (
     Grid,
     LayerControls,
@@ -58,6 +59,16 @@ def _u(n=4, d=8):
 
 def _with(arr, value=NAN):
     return arr.at[(0,) * arr.ndim].set(value)
+
+
+def _bad_structure(u):
+    """A wrong shape and a wrong dtype in place of ``u``: what an operator checks.
+
+    The operators (attention, project_s1, linear_y, ...) run inside every step of the
+    loop of ``evolve``; a NaN check there would be a run-time check per step, so values
+    are checked once at the entry points (``evolve``, the models) and the operators check
+    only what is free at trace time (shapes, dtypes)."""
+    return [u[..., :-1], u.astype(jnp.int32)]
 
 
 def _bad_arrays(u):
@@ -184,6 +195,57 @@ def _layer_from_torch(**kw):
     from transflow.interop import layer_controls_from_torch
 
     return layer_controls_from_torch(**kw)
+
+
+def _attn_p():
+    from transflow import AttentionParams
+
+    return AttentionParams.random(8, n_heads=2, key=jax.random.key(3))
+
+
+def _op(fn_name):
+    """A transflow operator called with an AttentionParams of d = 8."""
+
+    def call(**kw):
+        return getattr(transflow, fn_name)(kw.pop("u"), _attn_p(), **kw)
+
+    return call
+
+
+def _lower(**kw):
+    from transflow.parallel import lower_shard_evolve, make_mesh
+
+    mesh = make_mesh((1,), ("t",))
+    return lower_shard_evolve(kw.pop("controls"), kw.pop("u_batch"), mesh, {"tokens": "t"}, **kw)
+
+
+def _flow_model(**kw):
+    from transflow.control import FlowModel, TokenEmbedding
+
+    embed = TokenEmbedding(jnp.zeros((5, 8)), jnp.zeros((4, 8)))
+    return FlowModel(embed, _theta(), jnp.zeros((8, 3)), jnp.zeros(3), **kw)
+
+
+def _zigzag(**kw):
+    from transflow.expressivity import zigzag_maxout
+
+    return zigzag_maxout(**kw)
+
+
+def _from_hf(**kw):
+    from transflow.interop import from_hf
+
+    return from_hf(**kw)
+
+
+def _hf_vit_layer():
+    pytest.importorskip("transformers", reason="the HF converter case needs transformers")
+    from transformers import ViTConfig
+    from transformers.models.vit.modeling_vit import ViTLayer
+
+    _torch().manual_seed(0)
+    cfg = ViTConfig(hidden_size=8, num_attention_heads=2, intermediate_size=16)
+    return ViTLayer(cfg).eval()
 
 
 _IN_BOX = dict(lo=0.0, hi=1.0)
@@ -323,6 +385,103 @@ CASES: list[Case] = [
         _lp_count,
         lambda: dict(_IN_BOX),
         dict(_BAD_BOX),
+    ),
+    Case(
+        "transflow.attention",
+        _op("attention"),
+        lambda: dict(u=_u(), temperature=0.5),
+        {"u": _bad_structure(_u())},
+    ),
+    Case(
+        "transflow.attention_scores",
+        _op("attention_scores"),
+        lambda: dict(u=_u()),
+        {"u": _bad_structure(_u())},
+    ),
+    Case(
+        "transflow.chunked_attention",
+        _op("chunked_attention"),
+        lambda: dict(u=_u(), query_block=2, key_block=2),
+        {"u": _bad_structure(_u()), "query_block": [0, -1], "key_block": [0, -1]},
+    ),
+    Case(
+        "transflow.project_s1",
+        transflow.project_s1,
+        lambda: dict(v=_u(), eps=1e-5),
+        {"v": [_u().astype(jnp.int32)], "eps": [NAN, -1.0, INF]},
+    ),
+    Case(
+        "transflow.project_s2",
+        transflow.project_s2,
+        lambda: dict(v=_u()),
+        {"v": [_u().astype(jnp.int32)]},
+    ),
+    Case(
+        "transflow.linear_y",
+        transflow.linear_y,
+        lambda: dict(u=_u(), w=jnp.ones((8, 3))),
+        {"u": _bad_structure(_u()), "w": [jnp.ones((7, 3)), jnp.ones(8)]},
+        needle={"w": "`w`|`u` has shape"},  # a (7, 3) w: u's 8 features do not fit it
+    ),
+    Case(
+        "transflow.causal_mask",
+        transflow.causal_mask,
+        lambda: dict(n_q=4),
+        {"n_q": [0, -1, 2.5], "n_k": [0, -1]},
+    ),
+    Case(
+        "transflow.padding_mask",
+        transflow.padding_mask,
+        lambda: dict(lengths=jnp.array([2, 4]), n=4),
+        {"n": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.Remat",
+        transflow.Remat,
+        lambda: dict(mode="nested", chunk=2),
+        {"mode": ["everything"], "chunk": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.Adaptive",
+        transflow.Adaptive,
+        lambda: dict(rtol=1e-4, atol=1e-6, max_steps=100),
+        {
+            "rtol": [0.0, -1.0, NAN, INF],
+            "atol": [-1.0, NAN],
+            "max_steps": [0, -1],
+            "solver": ["euler2"],
+        },
+    ),
+    Case(
+        "transflow.make_scheme",
+        transflow.make_scheme,
+        lambda: dict(name="strang"),
+        {"name": ["lie2", None]},
+        needle={"name": "`scheme`"},  # the registry names the argument by what it selects
+    ),
+    Case(
+        "transflow.parallel.lower_shard_evolve",
+        _lower,
+        lambda: dict(controls=_theta(), u_batch=_u()[None], dt=0.5),
+        {"u_batch": [_u()[None][..., :-1], _u()], "dt": BAD_STEP},
+    ),
+    Case(
+        "transflow.control.FlowModel",
+        _flow_model,
+        lambda: dict(dt=0.5),
+        {"dt": BAD_STEP},
+    ),
+    Case(
+        "transflow.expressivity.zigzag_maxout",
+        _zigzag,
+        lambda: dict(rank=2, depth=2, dim=1),
+        {"rank": [0, -1, 2.5], "depth": [0, -1], "dim": [0, -1]},
+    ),
+    Case(
+        "transflow.interop.from_hf",
+        _from_hf,
+        lambda: dict(module=_hf_vit_layer()),
+        {"module": [lambda: "bert", _torch_layer]},
     ),
     Case(
         "transflow.interop.from_torch",
