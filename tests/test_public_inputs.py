@@ -212,6 +212,11 @@ def _op(fn_name):
     return call
 
 
+def _decoder_controls():
+    t = _theta(n=2)
+    return transflow.DecoderLayerControls(t.attn, t.norm1, t.attn, t.norm2, t.ffn, t.norm2)
+
+
 def _lower(**kw):
     from transflow.parallel import lower_shard_evolve, make_mesh
 
@@ -482,6 +487,18 @@ CASES: list[Case] = [
         _from_hf,
         lambda: dict(module=_hf_vit_layer()),
         {"module": [lambda: "bert", _torch_layer]},
+    ),
+    Case(
+        "transflow.NormParams",
+        transflow.NormParams,
+        lambda: dict(gain=jnp.ones(8), bias=jnp.zeros(8), eps=1e-5),
+        {"eps": [NAN, INF, -1.0, "0.1"]},
+    ),
+    Case(
+        "transflow.SplitDecoder",
+        lambda **kw: transflow.SplitDecoder(_decoder_controls(), **kw),
+        lambda: dict(dt=0.5),
+        {"dt": BAD_STEP},
     ),
     Case(
         "transflow.interop.from_torch",

@@ -230,8 +230,7 @@ class NormParams(eqx.Module):
     eps: float = eqx.field(static=True, default=0.0)
 
     def __check_init__(self):
-        if not (isinstance(self.eps, int | float) and self.eps >= 0):
-            raise ValueError(f"NormParams: `eps` must be a float >= 0, got {self.eps!r}.")
+        check_number("eps", self.eps, "NormParams", lower=0, strict=False, example="1e-5")
 
     @classmethod
     def scalar(
