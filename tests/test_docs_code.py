@@ -133,15 +133,13 @@ def test_blocks_are_tagged_and_counted():
         assert (ROOT / name).exists(), name
 
 
-def test_not_run_marker_is_what_the_reader_sees():
+def test_not_run_marker_is_what_the_reader_sees(tmp_path):
     body = "# not run: needs a trained run directory\nx = 1\n"
-    page = ROOT / "tests" / "_probe_not_run.md"
-    page.write_text(f"```python\n{body}```\n")
-    try:
-        [b] = _blocks(page)
-    finally:
-        page.unlink()
-    assert not b["runs"] and b["body"] == body
+    page = tmp_path / "page.md"
+    page.write_text(f"```python\n{body}```\n\n```python\nx = 2\n```\n")
+    marked, runs = _blocks(page)
+    assert not marked["runs"] and marked["body"] == body
+    assert runs["runs"] and runs["line"] == 6
 
 
 # ------------------------------------------------------------------ argument names
