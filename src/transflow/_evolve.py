@@ -21,7 +21,7 @@ from typing import Literal
 from jaxtyping import Array, Bool, Float
 
 from ._controls import LayerControls, NormParams, num_steps
-from ._errors import as_input, check_choice, check_finite, param_dtype
+from ._errors import as_input, check_choice, check_finite, check_step, param_dtype
 from ._grid import Grid
 from ._integrate import Adaptive, ConstantSteps, Remat, SaveAt, check_option, scan_steps
 from ._operators import Implementation
@@ -119,6 +119,7 @@ def evolve(
         ...
         TypeError: `remat` must be a transflow.Remat or None, got True; e.g. remat=Remat('step') ...
     """
+    dt = dt if dt is None else check_step("dt", dt, "evolve")
     saving = check_option("saveat", saveat, SaveAt, "SaveAt(steps=True)")
     remat = check_option("remat", remat, Remat, "Remat('step') (jax.checkpoint per step)")
     controller = _controller(stepsize_controller)

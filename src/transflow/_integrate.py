@@ -281,7 +281,7 @@ def check_option(name: str, value, cls: type, example: str):
 
 
 def _check_tol(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(
             f"`{name}` must be a positive number (a tolerance of the adaptive solve), got "
             f"{value!r}; e.g. {name}=1e-5."

@@ -46,6 +46,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._errors import check_number
 from ._exact_arith import _Dyadic
 from ._pwl import AbstractExactEval, AbstractPiecewiseLinear, lacks, safe_float
 
@@ -578,6 +579,7 @@ def exact_regions_1d(
     """
     from ._region_count import RegionCount, _check_box, _check_model
 
+    check_number("max_regions", max_regions, "exact_regions_1d", lower=0, integer=True)
     if f.in_dim != 1:
         raise ValueError(
             f"exact_regions_1d: `f` must have input dimension 1, got {f.in_dim}; restrict it "

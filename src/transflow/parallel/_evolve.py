@@ -33,7 +33,15 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Bool, Float
 
 from .._controls import LayerControls, NormParams, num_steps
-from .._errors import as_input, check_array, check_choice, param_dtype
+from .._errors import (
+    as_input,
+    check_array,
+    check_choice,
+    check_finite,
+    check_number,
+    check_step,
+    param_dtype,
+)
 from .._grid import Grid
 from .._operators import _head_scale
 from ..models._encoder import SplitTransformer
@@ -297,6 +305,8 @@ def _prepare(
     key_padding_mask=None,
     attention_mask=None,
 ):
+    dt = dt if dt is None else check_step("dt", dt, "shard_evolve")
+    _check_blocks(query_block=query_block, key_block=key_block)
     controls, scheme, dt, final_norm = _resolve(model_or_controls, scheme, dt, final_norm)
     axes = as_axes(axes)
     check_choice("method", method, ("gspmd", "ring"))
@@ -307,6 +317,7 @@ def _prepare(
     u_batch = as_input(
         "u_batch", u_batch, param_dtype(controls), ndim=3, shape=shape, nonempty=(0, 1)
     )
+    u_batch = check_finite("u_batch", u_batch)
     B, n, _ = u_batch.shape
     for field, size in (("batch size", B), ("n_tokens", n), ("n_features", d)):
         key = {"batch size": "batch", "n_tokens": "tokens", "n_features": "features"}[field]
@@ -521,6 +532,11 @@ def shard_evolve(
         attention_mask=attention_mask,
     )
     return fn(*args)
+
+
+def _check_blocks(**blocks) -> None:
+    for name, size in blocks.items():
+        check_number(name, size, "shard_evolve", lower=0, integer=True, example="512")
 
 
 def lower_shard_evolve(model_or_controls, u_batch, mesh, axes=None, **kwargs):
