@@ -113,8 +113,8 @@ def test_checker_finds_the_faults_of_the_rendered_artists():
             ax.plot(x, x**2, color="C3", label="square" if fixed else None)
             ax.errorbar([0.2, 0.8], [0.3, 0.6], yerr=0.1, fmt="o", color="C0")
             ax.set(xlabel="x", ylabel="y")
-            ax.text(0.5, 0.2, "note A")
-            ax.text(0.1 if fixed else 0.5, 0.2, "note B")
+            ax.text(0.5, 0.8, "note A")
+            ax.text(0.1 if fixed else 0.5, 0.8, "note B")
             if fixed:
                 ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), title="bars: ± 0.1")
             else:
@@ -122,6 +122,7 @@ def test_checker_finds_the_faults_of_the_rendered_artists():
             bx.semilogy([1, 2, 3], [1.2, 2.0, 3.5], color="0.2", label="k")
             bx.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
             bx.set(xlabel="n", ylabel="value")
+            P.integer_axis(bx.xaxis)
             P._style.finish(fig)
             if not fixed:
                 bx.set_yticks([1.0, 10.0])  # no labelled tick within [1.2, 3.5]
@@ -139,6 +140,99 @@ def test_checker_finds_the_faults_of_the_rendered_artists():
     problems = P.figure_problems(fig)
     plt.close(fig)
     assert problems == [], problems
+
+
+FIXTURES = REPO / "tests" / "fixtures" / "figures"
+
+# The defective figures of issue 49 as main 9125f54 drew them (pickled with their ticks
+# as drawn; tests/fixtures/figures/make_fixtures.py) -> what the checker must report.
+ISSUE_49_DEFECTS = {
+    "smoke_F3": ["text 'smoke size: 2 time steps\\nfitted slopes", "covers plotted data of axes 0"],
+    "smoke_F4": ["text 'smoke size: 2 grid sizes' covers plotted data of axes 0"],
+    "smoke_F7": ["text 'smoke size: 2 values of λ' covers plotted data of axes 0"],
+    "smoke_trained_regions": [
+        "text 'smoke size: depths 1, 2 only' covers plotted data of axes 0",
+        "reference line 'target (16 regions)' at 16 is not drawn from a claim",
+    ],
+    "full_F3": ["(full F): 0.96' covers plotted data of axes 1 ('sub-model (b)')"],
+    "full_F12": ["the upper end of the y data range [0.55, 1.62] is 45% of the range"],
+    "smoke_depth": [
+        "axes 0 ('T = 0.2, training depth fixed'): the upper end of the x data range [1, 8] "
+        "is 33% of the range from a labelled tick (labels: 1, 4)",
+        "a smoke-size figure without a smoke mark",
+    ],
+    "smoke_F8": ["the upper end of the y data range [2, 9] is 39% of the range"],
+    "smoke_F8_one_depth": [
+        "x axis of integer data has fractional tick labels (1.900, 1.925",
+        "legend 0: entry 'Montúfar $k^{L-1}k^d$' stands for nothing drawn",
+        "legend 1: entry 'RC exact $(2T-3)^{dD/3}$' stands for nothing drawn",
+    ],
+    "smoke_analyze_trajectories": [
+        "colour bar of integer data has fractional tick labels (0.5, 1.5)",
+    ],
+    "smoke_train_sequence": [
+        "reference line 'accuracy 0.95' at 0.95 is not drawn from a claim (claims: "
+        "test_accuracy 0.99",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ISSUE_49_DEFECTS))
+def test_checker_reports_the_figures_of_issue_49(name):
+    """Each defective figure of issue 49, as main drew it, is reported for its defect
+    (texts over data, a data range without nearby labelled ticks, fractional ticks on
+    integer data, legend entries for nothing drawn, a threshold not taken from the
+    claim, a smoke figure without a smoke mark)."""
+    import gzip
+    import pickle
+
+    import matplotlib.pyplot as plt
+
+    P._common._pyplot()
+    fig = pickle.loads(gzip.decompress((FIXTURES / f"{name}.pkl.gz").read_bytes()))
+    claims = {"test_accuracy": 0.99, "eval_sequence_accuracy": 0.95}
+    problems = P.figure_problems(
+        fig, smoke=name.startswith("smoke"), claims=claims if "train" in name else None
+    )
+    plt.close(fig)
+    text = "\n".join(problems)
+    for want in ISSUE_49_DEFECTS[name]:
+        assert want in text, f"{name}: {want!r} not reported in:\n{text}"
+
+
+def test_checker_threshold_integer_and_smoke_rules():
+    """threshold_line stores its claim: the checker accepts it at the claim's value,
+    reports it against another claim value or a label stating another value; integer_axis
+    ticks integers; a smoke figure needs a text saying so and smoke_mark gives one."""
+    import matplotlib.pyplot as plt
+
+    P._common._pyplot()
+
+    def draw(value, label=None):
+        with P.figure_style():
+            fig, ax = P.new_figure(2.5)
+            ax.plot([1, 2, 3], [0.5, 0.9, 0.995], "o-", color="0.2", label="test accuracy")
+            ax.set(xlabel="step", ylabel="accuracy")
+            P.integer_axis(ax.xaxis)
+            P.threshold_line(ax, "test_accuracy", value, label=label, color="0.5", ls=":")
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+            P._style.finish(fig)
+        return fig
+
+    fig = draw(0.99, "claim: accuracy ≥ 0.99")
+    assert P.figure_problems(fig, smoke=False, claims={"test_accuracy": 0.99}) == []
+    assert P.figure_problems(fig, smoke=False, claims={"test_accuracy": 0.95}) == [
+        "axes 0 ('no title'): threshold of 'test_accuracy' drawn at 0.99, the claim is 0.95"
+    ]
+    smoke = P.figure_problems(fig, smoke=True)
+    assert smoke and "without a smoke mark" in smoke[0], smoke
+    P.smoke_mark(fig)
+    assert P.figure_problems(fig, smoke=True) == []
+    plt.close(fig)
+    fig = draw(0.99, "accuracy 0.95")
+    text = "\n".join(P.figure_problems(fig, smoke=False))
+    plt.close(fig)
+    assert "does not state the claim's value 0.99" in text, text
 
 
 # --------------------------------------------------------------------------- records
