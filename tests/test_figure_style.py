@@ -368,7 +368,7 @@ def _agreement_rows() -> list[dict]:
                                     dim_feedforward=ff,
                                     layer_norm_eps=eps,
                                     max_abs_fp64=3e-16,
-                                    max_rel_fp32=1e-7,
+                                    max_rel_fp32=1.2e-7,
                                 )
                             )
     return rows

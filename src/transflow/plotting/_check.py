@@ -419,6 +419,8 @@ def _log_problems(fig) -> list[str]:
             if not labelled:
                 problems.append(f"{name}: {which} axis has no labelled tick in its view")
                 continue
+            if not all(_numeric(t) for _, t in labelled):
+                continue  # categories (rows of a table, names): no scale to read
             gaps = tick_gaps([loc for loc, _ in labelled], lo, hi, _scale(axis))
             if gaps is not None and max(gaps) > MAX_END_GAP:
                 end = "upper" if gaps[1] >= gaps[0] else "lower"
@@ -464,6 +466,12 @@ def _plain(label: str) -> str:
     return re.sub(r"\$\\mathdefault\{(.*?)\}\$", r"\1", label)
 
 
+def _numeric(label: str) -> bool:
+    """Whether a tick label is a number (``0.5``, ``−3``, ``$10^{-3}$``, ``2×10^{4}``)."""
+    t = re.sub(r"\\mathdefault|\\times|[${}^\s×]", "", label).replace("−", "-")
+    return bool(t) and re.fullmatch(r"[-+0-9.eE]+", t) is not None
+
+
 def _integers(v) -> bool:
     v = np.asarray(v, float)
     return bool(len(v)) and bool(np.all(np.abs(v - np.round(v)) <= 1e-9 * np.maximum(1, np.abs(v))))
@@ -500,8 +508,8 @@ def _colorbar_integer(fig, cbar) -> bool:
                     continue  # not a colour of this map
                 vals = grid[d <= d.min() + 1e-9]
                 lo, hi = vals.min() - 1e-9, vals.max() + 1e-9
-                found.append(np.floor(hi) >= lo)  # an integer drawn in this colour
-    return bool(found) and all(found)
+                found.append((np.floor(hi) >= lo, round(float(vals.mean()), 6)))
+    return len({v for _, v in found}) >= 2 and all(ok for ok, _ in found)
 
 
 def _integer_problems(fig) -> list[str]:
@@ -561,25 +569,30 @@ def _text_boxes(fig, renderer) -> list[tuple[str, object]]:
 
 
 def _cover_problems(fig, renderer) -> list[str]:
-    """Texts, annotation boxes and legends that cover a line, marker, bar or image."""
+    """Legends that cover a line, marker, bar, filled area or image; texts and
+    annotation boxes that cover a line or a marker (a value written on its own bar or
+    image cell is a label, not a cover)."""
     from matplotlib.transforms import Bbox
 
     boxes = [
-        (f"legend {k}", leg.get_window_extent(renderer)) for k, leg in enumerate(_legends(fig))
+        (f"legend {k}", leg.get_window_extent(renderer), True)
+        for k, leg in enumerate(_legends(fig))
     ]
-    boxes += [(f"text {t!r}", b) for t, b in _text_boxes(fig, renderer)]
+    boxes += [(f"text {t!r}", b, False) for t, b in _text_boxes(fig, renderer)]
     axes = [
         (i, ax, _data_paths(ax))
         for i, ax in enumerate(_all_axes(fig))
         if ax.get_visible() and getattr(ax, "_colorbar", None) is None
     ]
     problems = []
-    for what, box in boxes:
+    for what, box, areas in boxes:
         box = Bbox.from_extents(box.x0 + 1, box.y0 + 1, box.x1 - 1, box.y1 - 1)
         if box.width <= 0 or box.height <= 0:
             continue
         for i, ax, paths in axes:
             for path, filled, clip, radius in paths:
+                if filled and not areas:
+                    continue
                 region = box if clip is None else Bbox.intersection(box, clip)
                 if region is None or region.width <= 0 or region.height <= 0:
                     continue
@@ -587,7 +600,7 @@ def _cover_problems(fig, renderer) -> list[str]:
                     title = ax.get_title() or "no title"
                     problems.append(f"{what} covers plotted data of axes {i} ({title!r})")
                     break
-    return problems
+    return list(dict.fromkeys(problems))
 
 
 # --------------------------------------------------------------------------- legend entries
