@@ -707,23 +707,26 @@ def _make_all():
     return module
 
 
-def _inspect_saved_figures(monkeypatch) -> dict[str, list[str]]:
-    """Wrap ``save_figure`` (as the figure scripts import it) to inspect every figure."""
-    import transflow.experiments.figures as exp_figures
+def _inspect_saved_figures(monkeypatch, *, smoke: bool = True) -> dict[str, list[str]]:
+    """Inspect every figure as it is saved (``Figure.savefig``, first file of each figure:
+    what the reader of the PNG sees, smoke mark included), keyed by the file's stem."""
+    from matplotlib.figure import Figure
 
-    original = P.save_figure
+    original = Figure.savefig
     seen: dict[str, list[str]] = {}
+    done: set[int] = set()
 
-    def inspecting(fig, out_dir, fid, data, **kw):
-        problems = P.figure_problems(fig)
-        width = float(fig.get_size_inches()[0])
-        if width != P.FIGURE_WIDTH:
-            problems.append(f"width {width} in, expected {P.FIGURE_WIDTH}")
-        seen[fid] = problems
-        return original(fig, out_dir, fid, data, **kw)
+    def inspecting(fig, fname, *args, **kw):
+        if id(fig) not in done:
+            done.add(id(fig))
+            problems = P.figure_problems(fig, smoke=smoke)
+            width = float(fig.get_size_inches()[0])
+            if width != P.FIGURE_WIDTH:
+                problems.append(f"width {width} in, expected {P.FIGURE_WIDTH}")
+            seen[pathlib.Path(str(fname)).stem] = problems
+        return original(fig, fname, *args, **kw)
 
-    monkeypatch.setattr(P, "save_figure", inspecting)
-    monkeypatch.setattr(exp_figures, "save_figure", inspecting)
+    monkeypatch.setattr(Figure, "savefig", inspecting)
     return seen
 
 
@@ -766,23 +769,11 @@ NO_FIGURES = {"hf_equivalence", "vit_equivalence", "sharded"}
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_smoke_figures_clean(name, tmp_path, monkeypatch):
     """Every figure an experiment's ``debug=smoke`` run saves, inspected as saved."""
-    from transflow.experiments import context
     from transflow.experiments.run import run_in_process
 
     if name in ("hf_equivalence", "vit_equivalence"):
         pytest.importorskip("transformers", reason="the HF experiments load transformers")
-    original = context.RunContext.save_figure
-    seen: dict[str, list[str]] = {}
-
-    def inspecting(self, fig, fname, **kw):
-        problems = P.figure_problems(fig)
-        width = float(fig.get_size_inches()[0])
-        if width != P.FIGURE_WIDTH:
-            problems.append(f"width {width} in, expected {P.FIGURE_WIDTH}")
-        seen[fname] = problems
-        return original(self, fig, fname, **kw)
-
-    monkeypatch.setattr(context.RunContext, "save_figure", inspecting)
+    seen = _inspect_saved_figures(monkeypatch)  # a debug=smoke run: smoke marks required
     run_in_process([f"experiment={name}", "debug=smoke"], tmp_path / "run")
     assert bool(seen) == (name not in NO_FIGURES), (name, sorted(seen))
     bad = {k: p for k, p in seen.items() if p}

@@ -414,22 +414,30 @@ def _log_problems(fig) -> list[str]:
                         f"its data range [{lo:.3g}, {hi:.3g}]"
                     )
                     continue
-            if not len(axis.get_majorticklocs()):
-                continue  # ticks turned off on purpose (an image, a table)
+            if not len(axis.get_majorticklocs()) or ax.images:
+                continue  # ticks turned off on purpose; an image's pixels are indices
             if not labelled:
+                group = ax.get_shared_x_axes() if which == "x" else ax.get_shared_y_axes()
+                if len(group.get_siblings(ax)) > 1:
+                    continue  # read on the axes it shares this axis with
                 problems.append(f"{name}: {which} axis has no labelled tick in its view")
                 continue
             if not all(_numeric(t) for _, t in labelled):
                 continue  # categories (rows of a table, names): no scale to read
-            gaps = tick_gaps([loc for loc, _ in labelled], lo, hi, _scale(axis))
-            if gaps is not None and max(gaps) > MAX_END_GAP:
+            locs = sorted(loc for loc, _ in labelled)
+            gaps = tick_gaps(locs, lo, hi, _scale(axis))
+            allowed = MAX_END_GAP
+            if not log and len(locs) >= 2 and hi > lo:
+                # evenly spaced ticks: a reader extends them by one step
+                allowed = max(allowed, float(np.min(np.diff(locs))) / (hi - lo))
+            if gaps is not None and max(gaps) > allowed:
                 end = "upper" if gaps[1] >= gaps[0] else "lower"
                 shown = ", ".join(_plain(t) for _, t in labelled)
                 problems.append(
                     f"{name}: the {end} end of the {which} data range [{lo:.3g}, {hi:.3g}] "
                     f"is {100 * max(gaps):.0f}% of the range from a labelled tick (labels: "
                     f"{shown}); label ticks nearer the data (at most "
-                    f"{100 * MAX_END_GAP:.0f}%)"
+                    f"{100 * allowed:.0f}%)"
                 )
     return problems
 
@@ -437,28 +445,36 @@ def _log_problems(fig) -> list[str]:
 # --------------------------------------------------------------------------- integer data
 
 
-def _axis_values(ax, which: str) -> np.ndarray:
-    """The data values drawn on ``ax``'s ``which`` axis by lines and markers."""
-    from matplotlib.collections import PathCollection
+def _axis_values(ax, which: str) -> tuple[np.ndarray, bool]:
+    """The data values drawn on ``ax``'s ``which`` axis by lines, markers and collections
+    (threshold lines and images aside), and whether any of them is a marker."""
+    from matplotlib.collections import Collection, PathCollection
     from matplotlib.lines import Line2D
 
     k = 0 if which == "x" else 1
-    out = []
+    out, markers = [], False
     for art in ax.get_children():
         if not _plotted(art):
             continue
         if isinstance(art, Line2D):
-            if art.get_gid() and str(art.get_gid()).startswith(THRESHOLD_GID):
+            if str(art.get_gid() or "").startswith(THRESHOLD_GID):
                 continue
             branch = art.get_transform().contains_branch_seperately(ax.transData)
             if branch[k]:
-                out.append(np.asarray(art.get_xdata() if k == 0 else art.get_ydata(), float))
+                v = np.asarray(art.get_xdata() if k == 0 else art.get_ydata(), float)
+                out.append(v)
+                markers = markers or (_has_marker(art) and bool(np.isfinite(v).any()))
         elif isinstance(art, PathCollection) and len(art.get_offsets()):
             branch = art.get_offset_transform().contains_branch_seperately(ax.transData)
             if branch[k]:
                 out.append(np.asarray(art.get_offsets(), float)[:, k])
+                markers = True
+        elif isinstance(art, Collection) and not isinstance(art, PathCollection):
+            branch = art.get_transform().contains_branch_seperately(ax.transData)
+            if branch[k]:
+                out += [np.asarray(p.vertices, float)[:, k] for p in art.get_paths()]
     v = np.concatenate(out) if out else np.array([])
-    return v[np.isfinite(v)]
+    return v[np.isfinite(v)], markers
 
 
 def _plain(label: str) -> str:
@@ -529,7 +545,8 @@ def _integer_problems(fig) -> list[str]:
                 integer = _colorbar_integer(fig, cbar)
                 what = "colour bar"
             else:
-                integer = _integers(_axis_values(ax, which))
+                values, markers = _axis_values(ax, which)
+                integer = markers and _integers(values)
                 what = f"{which} axis"
             integer = integer or bool(getattr(axis, INTEGER_MARK, False))
             if not integer:
@@ -644,7 +661,7 @@ def _drawn_lines(fig) -> list:
 def _entry_drawn(handle, label: str, lines, others) -> bool:
     """Whether a legend entry stands for something drawn: an artist with its label and
     data, or (a key of styles) a drawn artist with the handle's look."""
-    from matplotlib.collections import Collection
+    from matplotlib.collections import Collection, PathCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -652,10 +669,10 @@ def _entry_drawn(handle, label: str, lines, others) -> bool:
         want_stroke, want_marker = _has_stroke(handle), _has_marker(handle)
         colour = _rgb(handle.get_color())
         for art, segment, point in lines:
+            if art.get_label() == label and (segment or (_has_marker(art) and point)):
+                return True
             if (want_stroke and not segment) or (want_marker and not point):
                 continue
-            if art.get_label() == label:
-                return True
             if want_stroke and not (_has_stroke(art) and _dashes(art) == _dashes(handle)):
                 continue
             if want_marker and art.get_marker() != handle.get_marker():
@@ -663,13 +680,25 @@ def _entry_drawn(handle, label: str, lines, others) -> bool:
             if colour is not None and not _neutral(colour) and colour not in _line_colours(art):
                 continue
             return True
+        if want_stroke and not want_marker and colour is not None and not _neutral(colour):
+            # a line key of contour lines or a line collection of that colour
+            if any(
+                colour in _collection_colours(c)
+                for c in others
+                if isinstance(c, Collection) and not isinstance(c, PathCollection)
+            ):
+                return True
+        if want_marker and not want_stroke and handle.get_marker() in ("|", "_"):
+            # the key of error bars: drawn as line collections
+            if any(isinstance(c, Collection) and not isinstance(c, PathCollection) for c in others):
+                return True
         if want_marker and not want_stroke:  # a marker key: scatter markers count too
             return any(
                 label == c.get_label()
                 or (colour is None or _neutral(colour))
                 or colour in _collection_colours(c)
                 for c in others
-                if isinstance(c, Collection) and len(c.get_offsets())
+                if isinstance(c, PathCollection) and len(c.get_offsets())
             )
         return False
     if isinstance(handle, Patch | Collection):

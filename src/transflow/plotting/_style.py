@@ -37,7 +37,7 @@ __all__ = [
 #: The farthest an end of an axis's data range may lie from its nearest labelled tick, as
 #: a fraction of the range in the axis's scale (log10 on a log axis): the figure checker
 #: reports more, and :class:`LogTicks` picks ticks that keep within it.
-MAX_END_GAP = 0.25
+MAX_END_GAP = 0.3
 
 #: The gid prefix of a line drawn by :func:`threshold_line` (``threshold:<claim>=<value>``).
 THRESHOLD_GID = "threshold:"
@@ -305,7 +305,8 @@ def smoke_note(ax, text: str, *, empty: bool = False) -> None:
     """Say on ``ax`` that its data are too small to show (a smoke-size run).
 
     ``empty=True``: the panel has nothing to show; its frame is turned off and the note
-    stands in its middle. Otherwise the note sits in the upper left corner of the axes.
+    stands in its middle. Otherwise the note is a second line of the panel's title (in
+    grey), where it covers no data.
     """
     if empty:
         ax.set_axis_off()
@@ -321,18 +322,7 @@ def smoke_note(ax, text: str, *, empty: bool = False) -> None:
             wrap=True,
         )
         return
-    ax.text(
-        0.02,
-        0.97,
-        text,
-        transform=ax.transAxes,
-        ha="left",
-        va="top",
-        fontsize=7,
-        color="0.3",
-        bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "0.7", "alpha": 0.9},
-        zorder=10,
-    )
+    ax.set_title(f"{ax.get_title()}\n({text})" if ax.get_title() else f"({text})")
 
 
 def integer_axis(axis):
