@@ -407,7 +407,8 @@ def _log_problems(fig) -> list[str]:
             name = f"axes {i} ({ax.get_title() or 'no title'!r})"
             if log:
                 slack = max(1.05, (hi / lo) ** 0.05)
-                locs = [loc for loc, _ in labelled if lo / slack <= loc <= hi * slack]
+                a, b = (vlo, vhi) if hi <= lo * slack else (lo, hi)  # one value: the view
+                locs = [loc for loc, _ in labelled if a / slack <= loc <= b * slack]
                 if len(locs) < 2:
                     problems.append(
                         f"{name}: log {which} axis has {len(locs)} labelled tick(s) within "

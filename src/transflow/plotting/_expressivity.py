@@ -119,6 +119,7 @@ def plot_regions(rows, *, title: str = "linear regions of the zigzag transformer
         ax.set_xlabel("depth $D$ (blocks)")
         ax.set_ylabel("linear regions on [0, 1] ($d = 1$)")
         integer_axis(ax.xaxis)
+        integer_axis(ax.yaxis)  # region counts
         ax.grid(True, which="both")
         styles = [Line2D([], [], color="k", marker="o", ls="", label="counted (exact, certified)")]
         if lines:

@@ -165,11 +165,12 @@ def _decade(x: float) -> int:
 class LogTicks:
     """Tick positions and labels of a log axis that stay readable for any span.
 
-    The first of these that gives two or more ticks and leaves neither end of the span
-    farther than :data:`MAX_END_GAP` of it (in decades) from a tick: the decades (thinned
-    to at most ``max_ticks``), labelled ``10^k``; 1–2–5 × 10^k; 1…9 × 10^k, labelled as
-    plain numbers (``0.02``, ``20``) between 10⁻³ and 10⁴ and ``m×10^k`` outside; else
-    evenly spaced round numbers. Minor ticks stay, unlabelled.
+    Of these, with two to ``max_ticks`` ticks, the first that leaves neither end of the
+    span farther than :data:`MAX_END_GAP` of it (in decades) from a tick (else the one
+    that comes closest): the decades (thinned to at most ``max_ticks``), labelled
+    ``10^k``; 1–2–5 × 10^k; 1–3 × 10^k, labelled as plain numbers (``0.02``, ``20``) between 10⁻³
+    and 10⁴ and ``m×10^k`` outside; evenly spaced round numbers (about 4, then 6; the
+    top ones of 1…9 × 10^k would crowd). Minor ticks stay, unlabelled.
 
     Example:
         >>> from transflow.plotting import LogTicks
@@ -191,24 +192,25 @@ class LogTicks:
         tol = 1e-9
         inside = lambda ts: [t for t in ts if lo * (1 - tol) <= t <= hi * (1 + tol)]  # noqa: E731
 
-        def covers(ts) -> bool:
+        def worst_gap(ts) -> float:
             gaps = tick_gaps(ts, lo, hi, np.log10)
-            return len(ts) >= 2 and (gaps is None or max(gaps) <= MAX_END_GAP)
+            return 0.0 if gaps is None else max(gaps)
 
-        for subs in ((1,), (1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
+        import matplotlib.ticker as mticker
+
+        candidates = []
+        for subs in ((1,), (1, 2, 5), (1, 3)):
             ts = inside([m * 10.0**k for k in range(k0, k1 + 1) for m in subs])
             if subs == (1,) and len(ts) > cls.max_ticks:
                 stride = math.ceil(len(ts) / cls.max_ticks)
                 ts = [t for t in ts if _decade(t) % stride == 0]
-            if covers(ts):
-                break
-        if not covers(ts):  # a short span: evenly spaced round numbers
-            import matplotlib.ticker as mticker
-
-            for n in (4, 6, 8):
-                ts = inside(mticker.MaxNLocator(n).tick_values(lo, hi))
-                if covers(ts):
-                    break
+            candidates.append(ts)
+        for n in (4, 6):  # a short span: evenly spaced round numbers
+            candidates.append(inside(mticker.MaxNLocator(n).tick_values(lo, hi)))
+        fit = [ts for ts in candidates if 2 <= len(ts) <= cls.max_ticks] or [candidates[0]]
+        ts = next((t for t in fit if worst_gap(t) <= MAX_END_GAP), None)
+        if ts is None:  # none keeps both ends near a label: the one that comes closest
+            ts = min(fit, key=worst_gap)
         return np.array(ts, dtype=float)
 
     @staticmethod
@@ -235,7 +237,14 @@ class LogTicks:
                 return self.tick_values(vmin, vmax)
 
             def tick_values(self, vmin, vmax):
-                return cls.ticks(vmin, vmax)
+                ts = cls.ticks(vmin, vmax)
+                if getattr(self.axis, INTEGER_MARK, False):  # integer data: integer ticks
+                    ts = ts[np.abs(ts - np.round(ts)) < 1e-9 * np.maximum(1, ts)]
+                    if len(ts) < 2:
+                        lo, hi = sorted((vmin, vmax))
+                        ts = mticker.MaxNLocator(integer=True, min_n_ticks=1).tick_values(lo, hi)
+                        ts = ts[(ts >= lo) & (ts <= hi)]
+                return ts
 
         class _Formatter(mticker.Formatter):
             ticks: list = []
@@ -327,7 +336,8 @@ def smoke_note(ax, text: str, *, empty: bool = False) -> None:
 
 def integer_axis(axis):
     """Tick ``axis`` (an ``XAxis``/``YAxis``, or a colour bar's long axis) at integers
-    only and mark it integer for the figure checker. Returns ``axis``.
+    only and mark it integer for the figure checker (a log axis keeps :class:`LogTicks`,
+    which then drops fractional ticks). Returns ``axis``.
 
     Example:
         >>> from transflow.plotting import integer_axis, new_figure
