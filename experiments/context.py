@@ -128,10 +128,15 @@ class RunContext:
         return path
 
     def save_figure(self, fig: Any, name: str, *, dpi: int = 150) -> list[pathlib.Path]:
-        """Save a matplotlib figure as ``<name>.png`` and ``<name>.pdf`` and close it."""
+        """Save a matplotlib figure as ``<name>.png`` and ``<name>.pdf`` and close it (a
+        ``debug=smoke`` run marks it smoke size first: ``transflow.plotting.smoke_mark``)."""
         import matplotlib.pyplot as plt
 
         _check_name("name", name)
+        if self.smoke:
+            from transflow.plotting import smoke_mark
+
+            smoke_mark(fig)
         paths = [self.run_dir / f"{name}.png", self.run_dir / f"{name}.pdf"]
         for p in paths:
             fig.savefig(p, dpi=dpi, bbox_inches="tight")

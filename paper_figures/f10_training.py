@@ -61,7 +61,16 @@ def make(out_dir: pathlib.Path) -> dict:
         if c is None:
             c, src = _short_run(task, steps)
         curves[label], sources[label] = c, src
-    fig = plot_training_curves(curves, title="training the continuous model (optax AdamW)")
+    from transflow.experiments.run import compose
+
+    # the claims the curves illustrate: the tasks' own bounds (configs/experiment/*.yaml)
+    thresholds = {
+        f"{label} test_accuracy": float(compose([f"experiment={task}"])[0].task.min_test_accuracy)
+        for label, task in (("digits", "train_digits"), ("sort", "train_sequence"))
+    }
+    fig = plot_training_curves(
+        curves, title="training the continuous model (optax AdamW)", thresholds=thresholds
+    )
     save_figure(fig, out_dir, FIGURE["id"], {"curves": curves, "sources": sources})
     return {
         "digits_test_accuracy": curves["digits"]["eval_accuracy"][-1],

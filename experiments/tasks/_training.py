@@ -56,7 +56,12 @@ def run_task(name: str, label: str, cfg: Any, ctx: Any, *, claims: dict[str, flo
         ctx.report("## Resumed\n\n" + text[0].upper() + text[1:])
     curves = curves_from_history(result.history)
     ctx.save_arrays("curves", **curves)
-    ctx.save_figure(plot_training_curves({label: result.history}, title=f"train_{name}"), "curves")
+    fig = plot_training_curves(
+        {label: result.history},
+        title=f"train_{name}",
+        thresholds={k: v for k, v in claims.items() if k == "test_accuracy"},
+    )
+    ctx.save_figure(fig, "curves")
     target = min(cfg.steps, 40) if ctx.smoke else cfg.steps
     ctx.claim("steps", summary["steps"], target, op="==")
     if curves["loss"]:

@@ -27,13 +27,17 @@ def save_figure(
 ) -> list[pathlib.Path]:
     """Save ``fig`` as ``<fid>.png`` and ``<fid>.pdf`` and ``data`` as ``<fid>.json``.
 
-    Closes the figure; returns the three paths. ``data`` is made JSON-safe (arrays become
-    lists, NaN stays NaN).
+    Under ``make_all.py --smoke`` (:func:`figure_smoke`) the figure gets a smoke mark
+    first (:func:`transflow.plotting.smoke_mark`). Closes the figure; returns the three
+    paths. ``data`` is made JSON-safe (arrays become lists, NaN stays NaN).
     """
     import matplotlib.pyplot as plt
 
     from .._records import to_jsonable
+    from ._style import smoke_mark
 
+    if figure_smoke():
+        smoke_mark(fig)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{fid}.png", out_dir / f"{fid}.pdf", out_dir / f"{fid}.json"]
