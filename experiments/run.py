@@ -1184,7 +1184,7 @@ def _say_error(e: BaseException) -> str:
         why = str(getattr(cause, "msg", None) or cause).strip().splitlines()[0].rstrip(".")
         for word, text in (("Integer", "an integer"), ("Float", "a number")):
             why = why.replace(f"could not be converted to {word}", f"is not {text}")
-        rule = rule_for("", key.rsplit(".", 1)[-1])
+        rule = rule_for("", key.rsplit(".", 1)[-1].split("[", 1)[0])  # task.sizes[0]
         allowed = ""
         if "expected one of" not in why and rule is not None:
             integer = "an integer" in why
