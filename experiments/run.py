@@ -930,8 +930,10 @@ def experiment_help(name: str) -> str:
         *_option_lines(module.Config, task_obj, task_name, getattr(module, "CHOICES", {}), "task."),
         "",
         "Common options:",
-        "  debug=smoke                   shrink the sizes to run in seconds (options given on",
-        "                                the command line are kept; replaced ones are reported)",
+        "  debug=smoke                   the sizes of configs/sizes/smoke/"
+        f"{task_name}.yaml (below; a value given",
+        "                                on the command line always wins)",
+        *_smoke_lines(task_name),
         f"  seed={cfg.seed}  [int; >= 0]",
         f"  precision={_value(cfg.precision)}  [fp32 | fp64 | both]",
         "  claims=auto  [auto | enforce | record]",
@@ -950,6 +952,14 @@ def experiment_help(name: str) -> str:
     else:
         lines += ["", "It reads no group grid or model (overriding one is an error)."]
     return "\n".join(lines)
+
+
+def _smoke_lines(task_name: str) -> list[str]:
+    """The lines of ``configs/sizes/smoke/<task>.yaml`` that set a value, indented."""
+    path = CONFIG_DIR / "sizes" / "smoke" / f"{task_name}.yaml"
+    if not path.exists():
+        return ["      (no smoke sizes: the full-size values)"]
+    return ["      " + ln for ln in path.read_text().splitlines() if not ln.startswith("#")]
 
 
 def list_experiments() -> str:
