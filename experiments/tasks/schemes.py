@@ -216,18 +216,6 @@ def _task_config(cfg: Config, ctx, task: str, scheme: str):
         base = cfg.digits if task == "digits" else cfg.sequence
         n = cfg.n_steps if task == "digits" else cfg.sequence_n_steps
         tcfg = complete(base, d=cfg.d, n_steps=n, **common)
-    if ctx.smoke:
-        tcfg = dataclasses.replace(
-            tcfg,
-            d=tcfg.d if task != "text" else 8,
-            n_heads=1,
-            log_every=3,
-            warmup_steps=1,
-        )
-        if task == "sequence":
-            tcfg = dataclasses.replace(tcfg, n_test=64)
-        if task == "text":
-            tcfg = dataclasses.replace(tcfg, context=16, n_val=16, n_steps=2, batch_size=8)
     return tcfg
 
 
@@ -278,7 +266,7 @@ def _measure(cfg: Config, ctx, task: str, scheme: str, seed: int) -> tuple[dict,
     xte, yte = _test_data(task, tcfg, seed, ctx.smoke)
     n = tcfg.n_steps
     half, double = at_depth(model, 2 * n), at_depth(model, max(1, n // 2))
-    k = 4 if ctx.smoke else cfg.n_sensitivity
+    k = cfg.n_sensitivity
     ftle = _ftle(model, xte[:k], jax.random.key(seed))
     count = int(sum(x.size for x in jax.tree.leaves(model) if hasattr(x, "size") and x.ndim > 0))
     copies = model.scheme.ffn_copies
@@ -345,7 +333,7 @@ def _record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
             "cell": cell_name(task, scheme),
             "seed": int(seed),
             "training": dataclasses.asdict(_task_config(cfg, ctx, task, scheme)),
-            "n_sensitivity": 4 if ctx.smoke else int(cfg.n_sensitivity),
+            "n_sensitivity": int(cfg.n_sensitivity),
             "smoke": bool(ctx.smoke),
             "precision": str(ctx.precision),
         }
@@ -419,12 +407,11 @@ def _records(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
 
 def _text_baselines(cfg: Config, ctx) -> dict:
     """n-gram baselines (:func:`transflow.control.text_baselines`, issue 37) on the
-    validation windows the text runs are scored on (``_train``'s text config: its smoke
-    size has ``context=16, n_val=16``); logged, reported, not claimed."""
+    validation windows the text runs are scored on (``task.text``, the text runs' config;
+    at smoke size ``context=16, n_val=16``); logged, reported, not claimed."""
     from transflow.control import text_baselines
 
-    tcfg = dataclasses.replace(cfg.text, context=16, n_val=16) if ctx.smoke else cfg.text
-    b = text_baselines(tcfg)
+    b = text_baselines(cfg.text)
     ctx.log({"kind": "text_baselines", **b})
     return b
 
@@ -924,7 +911,7 @@ def run(cfg: Config, ctx) -> dict:
         key, label = _METRIC[task]
         what = "validation bits per character, lower is better; " if key == "bpc" else ""
         lines = [
-            f"### {task} (seeds {seeds}, {cfg.steps if not ctx.smoke else 6} steps each; "
+            f"### {task} (seeds {seeds}, {cfg.steps} steps each; "
             f"{what}mean ± std over seeds, sample std (n − 1))\n",
             f"| scheme | order | parameters | seeds | {label} | {label} at Δt/2 | "
             f"{label} at 2Δt | CPU ms/step | FTLE (sensitivity) | largest stable Δt |",
