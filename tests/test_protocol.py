@@ -169,8 +169,13 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
         if c.name.startswith(("legendre-0.2-random-p", "per_layer-0.2-random-p"))
     } == {5}
     assert task.study.claims and all(c.metric for c in task.study.claims)
+    # the smoke design is configuration (configs/sizes/smoke/depth.yaml), merged below the
+    # command line; its claims naming a cell it lacks are dropped (task.partial_design)
+    cfg, _ = compose(["experiment=depth", "debug=smoke"])
+    smoke = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(depth.Config), cfg.task))
+    depth.check(smoke)
     ctx = RunContext(tmp_path, smoke=True)
-    small, n_steps, rand = depth._smoke_study(task, ctx)
+    small, n_steps, rand = depth._study(smoke, ctx)
     sc = design_cells(small)
     assert n_steps == 2 and rand == [2, 4] and small.eval_grid == [1, 2, 4, 8]
     for f in depth.FACTORS:  # every factor varied
