@@ -35,20 +35,22 @@ def _shared_label(ax, which: str) -> str:
     return ""
 
 
-def _visible_tick_labels(axis) -> list:
+def _ticks_in_view(axis):
+    """``(location, labels)`` of every major and minor tick of ``axis`` within its view;
+    ``labels``: the tick's visible labels that show text."""
     lo, hi = sorted(axis.get_view_interval())
     eps = 1e-9 * max(abs(hi - lo), abs(hi), 1e-300)
-    out = []
     for minor in (False, True):
         locs = axis.get_minorticklocs() if minor else axis.get_majorticklocs()
         ticks = axis.get_minor_ticks(len(locs)) if minor else axis.get_major_ticks(len(locs))
         for tick, loc in zip(ticks, locs):
-            if not (lo - eps <= loc <= hi + eps):
-                continue
-            for label in (tick.label1, tick.label2):
-                if label.get_visible() and label.get_text().strip():
-                    out.append(label)
-    return out
+            if lo - eps <= loc <= hi + eps:
+                labels = [t for t in (tick.label1, tick.label2) if t.get_visible()]
+                yield float(loc), [t for t in labels if t.get_text().strip()]
+
+
+def _visible_tick_labels(axis) -> list:
+    return [label for _, labels in _ticks_in_view(axis) for label in labels]
 
 
 def _overlaps(a, b, slack: float = 0.5) -> bool:
@@ -368,19 +370,7 @@ def _scale(axis):
 
 def _labelled_ticks(axis) -> list[tuple[float, str]]:
     """``(location, text)`` of the labelled ticks of ``axis`` within its view."""
-    lo, hi = sorted(axis.get_view_interval())
-    eps = 1e-9 * max(abs(hi - lo), abs(hi), 1e-300)
-    out = []
-    for minor in (False, True):
-        locs = axis.get_minorticklocs() if minor else axis.get_majorticklocs()
-        ticks = axis.get_minor_ticks(len(locs)) if minor else axis.get_major_ticks(len(locs))
-        for tick, loc in zip(ticks, locs):
-            if lo - eps <= loc <= hi + eps:
-                texts = [t.get_text() for t in (tick.label1, tick.label2) if t.get_visible()]
-                texts = [t for t in texts if t.strip()]
-                if texts:
-                    out.append((float(loc), texts[0]))
-    return out
+    return [(loc, labels[0].get_text()) for loc, labels in _ticks_in_view(axis) if labels]
 
 
 def _log_problems(fig) -> list[str]:
