@@ -696,10 +696,9 @@ def run(cfg: Config, ctx) -> dict:
     )
     _figures(ctx, cfg, study, cells, agg)
     full = not ctx.smoke
-    for v in verdicts:
-        if v.get("skipped"):
-            continue
-        ctx.claim(v["name"], v["value"], v["bound"], op=v["op"], enforce=full)
+    # every declared claim is a claim of the run: one over cells not run (task.study.cells)
+    # is "not checked", so a restricted run never says that all its claims pass
+    ctx.record_verdicts(verdicts, enforce=full)
     ctx.log({"kind": "claims", "verdicts": verdicts})
     # the continuous limit's own error (first seed of every cell), against its declared max
     ratios = {
