@@ -404,13 +404,14 @@ def _rounded(v: Any) -> Any:
 
 def md_cell(v: Any) -> str:
     """``v`` as the text of one markdown table cell: ``|`` escaped, no line breaks;
-    numbers as :func:`format_number` writes them (also inside a list or dict).
+    numbers as :func:`format_number` writes them (also inside a list or dict), a missing
+    one (NaN, None) as ``n/a``.
 
     Example:
-        >>> md_cell(float("nan")), md_cell({"a": 0.97014925373, "b": [1.0, float("nan")]})
-        ('n/a', '{"a": 0.9701, "b": [1.0, null]}')
+        >>> md_cell(float("nan")), md_cell(None), md_cell({"a": 0.97014925373, "b": [1.0]})
+        ('n/a', 'n/a', '{"a": 0.9701, "b": [1.0]}')
     """
-    if isinstance(v, float):
+    if v is None or isinstance(v, float):
         text = format_number(v)
     elif isinstance(v, list | dict):
         text = json.dumps(_rounded(to_jsonable(v)))
