@@ -523,3 +523,33 @@ def test_a_restricted_study_run_says_its_cross_cell_claims_are_not_checked(
     counts = assert_verdicts_agree(full, console=out)
     assert counts["not checked"] == 0 and counts[checked] == 4
     assert json.loads((full / "summary.json").read_text())["claims_pass"] is (not smoke)
+
+
+@pytest.mark.slow  # trains 2 tiny models: ~2-3 min on 2 shared cores
+def test_restricted_depth_run_reports_its_cross_cell_claims_not_checked(tmp_path, capsys):
+    """Issue 50's command at smoke size: experiment=depth restricted to the headline cell.
+    Its claims about the per-layer cell are 'not checked' in the console, report.md and
+    summary.json alike, and the run does not say that all claims pass."""
+    import json
+
+    from transflow.experiments.run import run_in_process
+
+    from test_experiments import assert_verdicts_agree
+
+    summary, _ = run_in_process(
+        [
+            "experiment=depth",
+            "debug=smoke",
+            "task.study.cells=[legendre-0.2-random-prenorm]",
+        ],
+        tmp_path,
+    )
+    out = capsys.readouterr().out
+    counts = assert_verdicts_agree(tmp_path, console=out)
+    assert counts["not checked"] >= 2 and counts["FAILED"] == 0, counts
+    assert summary["claims_pass"] is False and summary["claims_verdict"] == "INCOMPLETE"
+    unchecked = [v for v in summary["claims_verdicts"] if v["verdict"] == "not checked"]
+    assert len(unchecked) == counts["not checked"]
+    assert all("per_layer-0.2-random-prenorm" in v["missing"] for v in unchecked), unchecked
+    assert json.loads((tmp_path / "status.json").read_text())["claims"] == "INCOMPLETE"
+    assert "| not checked |" in (tmp_path / "report.md").read_text().split("## Claim checks")[0]
