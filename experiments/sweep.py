@@ -5,8 +5,8 @@
 rewrites, in the sweep directory,
 
 - ``sweep_summary.md``: a markdown table, one row per job: the job number, the swept
-  parameters, the status, the claim verdict (``PASS``, or ``FAILED: <names>``) and the
-  job's headline numbers (``summary.json``);
+  parameters, the status, the claim verdict (``PASS``, ``FAILED: <names>`` or
+  ``INCOMPLETE: <counts>``) and the job's headline numbers (``summary.json``);
 - ``sweep_summary.csv``: the same table;
 - ``sweep_summary.json``: ``{"sweep_dir", "params", "columns", "rows"}`` with full values.
 
