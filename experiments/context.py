@@ -53,13 +53,17 @@ __all__ = [
     "to_jsonable",
 ]
 
-#: The verdict of one claim: the same word in the console, ``report.md`` and
-#: ``summary.json`` (key ``verdict`` of every entry of ``claims``). ``PASS``: enforced and
-#: holds; ``FAILED``: enforced and does not hold (a missing value never holds); ``not
-#: enforced``: recorded but not held to its bound at this size (``debug=smoke``) or a
-#: finding; ``not checked``: the run did not produce what the claim is about (a cell it
-#: did not run).
-PASS, FAILED, NOT_ENFORCED, NOT_CHECKED = "PASS", "FAILED", "not enforced", "not checked"
+#: Verdict of a claim that is enforced and holds.
+PASS = "PASS"
+#: Verdict of a claim that is enforced and does not hold (a missing value never holds).
+FAILED = "FAILED"
+#: Verdict of a claim recorded but not held to its bound at this size (``debug=smoke``),
+#: or a finding.
+NOT_ENFORCED = "not enforced"
+#: Verdict of a claim about something the run did not produce (a cell it did not run).
+NOT_CHECKED = "not checked"
+#: The verdicts of one claim: the same word in the console, ``report.md`` and
+#: ``summary.json`` (key ``verdict`` of every entry of ``claims``).
 VERDICTS = (PASS, FAILED, NOT_ENFORCED, NOT_CHECKED)
 #: The verdict of a run's claims together when none FAILED but not all are PASS.
 INCOMPLETE = "INCOMPLETE"
