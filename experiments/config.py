@@ -6,7 +6,11 @@ composition time, before any compute, with an error that names the key.
 
 Top level (``configs/config.yaml`` composes, in order)::
 
-    base_config (RunConfig) → _self_ → grid → model → task → experiment → debug
+    base_config (RunConfig) → _self_ → grid → model → task → experiment → debug → sizes
+
+- ``sizes`` (``configs/sizes/<debug>/<task>.yaml``, optional): with ``debug=smoke`` the
+  task's smoke sizes (``task.*`` values and ``not_enforced`` claims). Hydra applies the
+  command line after every config file, so a value the user gives always wins.
 
 - ``grid`` (:class:`GridConfig`): the quadrature grid (:class:`transflow.Grid`).
 - ``model`` (:class:`ModelConfig`): the reference layer(s): shapes and where the weights
@@ -133,8 +137,13 @@ class RunConfig:
 
     seed: int = 0
     precision: Precision = Precision.both
-    smoke: bool = False  # debug=smoke: the task shrinks itself to run in seconds
+    # debug=smoke: a label (report, output directory); the smoke sizes themselves are
+    # configuration, configs/sizes/smoke/<task>.yaml, merged below the command line
+    smoke: bool = False
     claims: ClaimsMode = ClaimsMode.auto  # enforce | record | auto (enforce; record in sweeps)
+    # claims recorded but not enforced in this run (names or fnmatch patterns; set by
+    # configs/sizes/smoke/<task>.yaml for the claims that do not hold at smoke size)
+    not_enforced: list[str] = field(default_factory=list)
     grid: GridConfig = field(default_factory=GridConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: Any = MISSING

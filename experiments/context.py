@@ -84,13 +84,16 @@ class RunContext:
 
     Attributes:
         run_dir: the job's directory (created if missing).
-        smoke: ``debug=smoke``: the task must shrink itself to run in a few seconds.
+        smoke: ``debug=smoke`` (a label for reports and figures; the smoke sizes are
+            configuration, ``configs/sizes/smoke/<task>.yaml``, already in the task's config).
         seed: the job's seed (top-level ``seed``).
         precision: ``"fp32"``, ``"fp64"`` or ``"both"``; x64 is enabled for the last two.
         cfg: the whole composed config (``task``, ``seed``, ... and the groups ``grid``,
             ``model``, ``scheme`` the task reads), or ``None`` outside ``transflow-run``.
-        overrides: the command-line overrides of this job (``task.schemes=[lie,heun]``);
-            :meth:`smoke_value` keeps a value the user gave there.
+        overrides: the command-line overrides of this job (``task.schemes=[lie,heun]``).
+        not_enforced: claims (names or ``fnmatch`` patterns) recorded but not enforced in
+            this run: the top-level ``not_enforced``, which ``configs/sizes/smoke/<task>.yaml``
+            sets for the claims that do not hold at smoke size.
 
     Example:
         >>> import tempfile, pathlib
@@ -106,10 +109,10 @@ class RunContext:
     precision: str = "both"
     cfg: Any = None
     overrides: tuple[str, ...] = ()
+    not_enforced: tuple[str, ...] = ()
     #: seconds between two progress lines of :meth:`progress`
     progress_every: float = 5.0
     claims: list[dict[str, Any]] = dataclasses.field(default_factory=list, init=False, repr=False)
-    _smoke_said: set = dataclasses.field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self):
         self.run_dir = pathlib.Path(self.run_dir)
@@ -151,10 +154,15 @@ class RunContext:
         return path
 
     def save_figure(self, fig: Any, name: str, *, dpi: int = 150) -> list[pathlib.Path]:
-        """Save a matplotlib figure as ``<name>.png`` and ``<name>.pdf`` and close it."""
+        """Save a matplotlib figure as ``<name>.png`` and ``<name>.pdf`` and close it (a
+        ``debug=smoke`` run marks it smoke size first: ``transflow.plotting.smoke_mark``)."""
         import matplotlib.pyplot as plt
 
         _check_name("name", name)
+        if self.smoke:
+            from transflow.plotting import smoke_mark
+
+            smoke_mark(fig)
         paths = [self.run_dir / f"{name}.png", self.run_dir / f"{name}.pdf"]
         for p in paths:
             fig.savefig(p, dpi=dpi, bbox_inches="tight")
@@ -171,47 +179,20 @@ class RunContext:
         """
         return Progress(iterable, total=total, desc=desc, every=self.progress_every)
 
-    def given(self, key: str) -> bool:
-        """Whether ``key`` (``"task.schemes"``) or a key below it was set on the command line.
+    def declared_not_enforced(self, name: str) -> bool:
+        """Whether claim ``name`` is declared not enforced in this run (``not_enforced``).
 
         Example:
             >>> import tempfile
-            >>> ctx = RunContext(pathlib.Path(tempfile.mkdtemp()), overrides=("task.seeds=[1]",))
-            >>> ctx.given("task.seeds"), ctx.given("task.schemes")
-            (True, False)
+            >>> ctx = RunContext(pathlib.Path(tempfile.mkdtemp()), not_enforced=("|slope*",))
+            >>> ctx.declared_not_enforced("|slope - 2| attention")
+            True
+            >>> ctx.declared_not_enforced("n_fail")
+            False
         """
-        for item in self.overrides:
-            k = str(item).split("=", 1)[0].lstrip("+~")
-            if k == key or k.startswith(key + ".") or key.startswith(k + "."):
-                return True
-        return False
+        import fnmatch
 
-    def smoke_value(self, key: str, value: Any, small: Any) -> Any:
-        """The value of option ``key`` for this run: ``small`` under ``debug=smoke`` unless
-        the user gave ``key`` on the command line (then ``value``, the user's choice).
-
-        Smoke mode shrinks sizes but never silently replaces an explicit choice: a value
-        it replaces is reported in one line (console and ``run.log``).
-
-        Example:
-            >>> import tempfile
-            >>> ctx = RunContext(pathlib.Path(tempfile.mkdtemp()), smoke=True)
-            >>> ctx.smoke_value("task.seeds", [0, 1, 2], [0])
-            [0]
-            >>> ctx.overrides = ("task.seeds=[1,2]",)
-            >>> ctx.smoke_value("task.seeds", [1, 2], [0])
-            [1, 2]
-        """
-        if not self.smoke or self.given(key) or value == small:
-            return value
-        if key in self._smoke_said:
-            return small
-        self._smoke_said.add(key)
-        self.message(
-            f"debug=smoke: {key}={_short(small)} (instead of {_short(value)}; give {key}=... "
-            "to keep a value)"
-        )
-        return small
+        return any(fnmatch.fnmatchcase(name, p) for p in self.not_enforced)
 
     def message(self, text: str) -> None:
         """Say ``text`` on the console and in ``run.log`` (e.g. "resumed from ...")."""
@@ -233,10 +214,14 @@ class RunContext:
         op, bound, pass, enforced, verdict), a table into ``report.md`` and a line on the
         console, all with the claim's :data:`VERDICTS` word, computed here once. If any
         *enforced* claim fails, the run is marked FAILED (no ``DONE``) and the command
-        exits non-zero. Use ``enforce=False`` for a claim that does not hold at this size
-        (``debug=smoke``): its verdict is ``not enforced``. A missing value (NaN or None)
-        never holds: it is shown as ``n/a (<missing>)`` and stored as ``null`` with
-        ``missing`` saying why (give the reason, e.g. ``missing="one refinement factor"``).
+        exits non-zero. A claim that does not hold at smoke size is declared in
+        ``configs/sizes/smoke/<task>.yaml`` (``not_enforced``), not in the task: it is
+        recorded, not enforced (:meth:`declared_not_enforced`), and its verdict is ``not
+        enforced``. ``enforce=False`` is for a claim the task itself cannot check in this
+        run (e.g. float64 sub-steps in a float32 job); its verdict is ``not enforced`` too.
+        A missing value (NaN or None) never holds: it is shown as ``n/a (<missing>)`` and
+        stored as ``null`` with ``missing`` saying why (give the reason, e.g.
+        ``missing="one refinement factor"``).
 
         Example:
             >>> import tempfile
@@ -264,14 +249,15 @@ class RunContext:
         value, bound = to_jsonable(value), to_jsonable(bound)
         absent = value is None or (isinstance(value, float) and math.isnan(value))
         ok = bool(not absent and ops[op](value, bound))
+        enforced = bool(enforce) and not self.declared_not_enforced(name)
         entry = {
             "name": name,
             "value": None if absent else value,
             "op": op,
             "bound": bound,
             "pass": ok,
-            "enforced": bool(enforce),
-            "verdict": (PASS if ok else FAILED) if enforce else NOT_ENFORCED,
+            "enforced": enforced,
+            "verdict": (PASS if ok else FAILED) if enforced else NOT_ENFORCED,
         }
         if absent:
             entry["missing"] = missing or "no value"
@@ -303,13 +289,13 @@ class RunContext:
             }
         )
 
-    def record_verdicts(self, verdicts: list[dict[str, Any]], *, enforce: bool) -> None:
+    def record_verdicts(self, verdicts: list[dict[str, Any]], *, enforce: bool = True) -> None:
         """Record the verdicts of a study's declared claims
         (:func:`transflow.experiments.protocol.evaluate_claims`) as claims of this run: a
-        checked one as :meth:`claim` (``enforce``: whether it is held to its bound at this
-        size), a skipped one (cells not run) as :meth:`not_checked`. Each verdict gets the
-        claim's ``verdict`` word, so the study's own table says what the console and the
-        summary say."""
+        checked one as :meth:`claim` (held to its bound unless ``enforce`` is false or the
+        claim is declared not enforced, :meth:`declared_not_enforced`), a skipped one (cells
+        not run) as :meth:`not_checked`. Each verdict gets the claim's ``verdict`` word, so
+        the study's own table says what the console and the summary say."""
         for v in verdicts:
             if v.get("skipped"):
                 reason = "cells not run: " + ", ".join(v.get("missing") or [])
@@ -337,11 +323,6 @@ class RunContext:
         """Append markdown ``text`` (a paragraph, a table, ...) to ``report.md``."""
         with self.report_path.open("a") as f:
             f.write(text.rstrip("\n") + "\n\n")
-
-
-def _short(v: Any) -> str:
-    text = str(to_jsonable(list(v) if isinstance(v, tuple) else v)).replace("'", "")
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def release_compiled() -> None:
@@ -523,8 +504,8 @@ class ClaimsOutcome:
 
 _VERDICT_NOTE = (
     " A claim `not enforced` is recorded without being held to its bound at this size "
-    "(`debug=smoke`) or is a finding; a claim `not checked` is about something this run did "
-    "not produce."
+    "(declared in `configs/sizes/smoke/<task>.yaml` for `debug=smoke`) or is a finding; "
+    "a claim `not checked` is about something this run did not produce."
 )
 
 

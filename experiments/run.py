@@ -51,12 +51,21 @@ from .context import (
     to_jsonable,
 )
 from .tasks import discover, register_tasks
-from .validate import ConfigValueError, rule_for, validate
+from .validate import (
+    ConfigValueError,
+    OneOf,
+    Rule,
+    check_constraints,
+    rule_for,
+    validate,
+    writable_dir_problem,
+)
 
 __all__ = [
     "CONFIG_DIR",
     "GROUPS",
     "check_config",
+    "check_output_dirs",
     "check_overrides",
     "top_level_names",
     "check_task_keys",
@@ -210,6 +219,20 @@ def _report_header(task_name: str, cfg: DictConfig, overrides: str, multirun: bo
         f"Command: `{cmd}` · seed {cfg.get('seed', 0)} · precision {_value(cfg.get('precision'))}"
         f" · smoke {bool(cfg.get('smoke', False))} · claims {_claims_mode(cfg, multirun)} · "
         f"started {time.strftime('%Y-%m-%d %H:%M:%S')}"
+        + (f"\n\n{_not_enforced_text(cfg, task_name)}" if _not_enforced(cfg) else "")
+    )
+
+
+def _not_enforced(cfg: DictConfig) -> list[str]:
+    return [str(c) for c in cfg.get("not_enforced", ())]
+
+
+def _not_enforced_text(cfg: DictConfig, task_name: str) -> str:
+    """The claims declared not enforced in this run, in one line (report and console)."""
+    where = f", configs/sizes/smoke/{task_name}.yaml" if cfg.get("smoke", False) else ""
+    return (
+        f"Claims not enforced in this run (not_enforced{where}; recorded, never failing the "
+        f"run): {'; '.join(_not_enforced(cfg))}"
     )
 
 
@@ -228,7 +251,7 @@ def _claims_mode(cfg: DictConfig, multirun: bool) -> str:
 GROUPS = ("grid", "model")
 
 #: Top-level keys every task reads (through ``ctx``) besides ``task.*``.
-COMMON_KEYS = ("seed", "precision", "claims", "smoke")
+COMMON_KEYS = ("seed", "precision", "claims", "smoke", "not_enforced")
 
 
 def _task_module(task_name: str):
@@ -359,7 +382,7 @@ def prune(cfg: DictConfig, task_name: str) -> DictConfig:
     Example:
         >>> cfg, task = compose(["experiment=clustering"])
         >>> sorted(prune(cfg, task))
-        ['claims', 'precision', 'seed', 'smoke', 'task']
+        ['claims', 'not_enforced', 'precision', 'seed', 'smoke', 'task']
     """
     reads = task_reads(task_name)
     out = OmegaConf.create({})
@@ -393,9 +416,12 @@ def check_config(cfg: DictConfig, task_name: str):
     Raises :class:`~omegaconf.errors.ConfigKeyError` for a key the task's ``Config`` does
     not have (``+task.typo=1``, which Hydra lets through because ``task`` is open in
     :class:`RunConfig`) and :class:`~transflow.experiments.validate.ConfigValueError` for
-    a value out of range (``task.n_tokens=-3``), a name not among the task's ``CHOICES``
-    (``task.schemes=[lie,foo]``) or a value the task's ``check(cfg)`` refuses (a missing
-    ``task.model_path``); each names the key. Writes nothing.
+    a value out of range (``task.n_tokens=-3``, ``task.t1=inf``; the rules of
+    :mod:`~transflow.experiments.validate`), a name not among the task's ``CHOICES``
+    (``task.schemes=[lie,foo]``), a path that cannot be written (``task.checkpoint_dir``),
+    a violated cross-option ``CONSTRAINTS`` entry (``task.dt <= task.t1``) or a value the
+    task's ``check(cfg)`` refuses (a missing ``task.model_path``); each names the key.
+    Writes nothing.
     """
     module = _task_module(task_name)
     fields = {f.name for f in dataclasses.fields(module.Config)}
@@ -407,18 +433,14 @@ def check_config(cfg: DictConfig, task_name: str):
         )
     task_cfg = OmegaConf.merge(OmegaConf.structured(module.Config), cfg.task)
     task_obj = OmegaConf.to_object(task_cfg)
-    validate(prune(cfg, task_name), task_name, task_obj)
-    for path, spec in getattr(module, "CHOICES", {}).items():
-        allowed = _choices(spec)
-        value = _get_path(task_obj, path)
-        values = list(value) if isinstance(value, list | tuple) else [value]
-        bad = [v for v in values if v not in allowed]
-        if bad:
-            raise ConfigValueError(
-                f"task.{path}: {', '.join(repr(b) for b in bad)} "
-                f"{'is' if len(bad) == 1 else 'are'} not allowed; choose from "
-                f"{', '.join(map(str, allowed))} (got task.{path}={_plain(value)})."
-            )
+    choices = getattr(module, "CHOICES", {})
+    pruned = prune(cfg, task_name)
+    validate(pruned, task_name, task_obj, named=choices)
+    for path, spec in choices.items():
+        problem = OneOf(spec).problem(f"task.{path}", _get_path(task_obj, path))
+        if problem is not None:
+            raise ConfigValueError(problem)
+    check_constraints(getattr(module, "CONSTRAINTS", ()), pruned, task_obj)
     check = getattr(module, "check", None)
     if check is not None:
         try:
@@ -544,6 +566,8 @@ def run_job(
             f"; overrides: {overrides}" if overrides else "",
             mode,
         )
+        if _not_enforced(cfg):
+            log.info("%s", _not_enforced_text(cfg, task_name))
         try:
             # Hydra's .hydra/config.yaml keeps interpolations (model.d_model:
             # ${grid.n_features}); write the values the job actually used next to it.
@@ -556,6 +580,7 @@ def run_job(
                 precision=Precision(_value(cfg.precision)).value,
                 cfg=cfg,
                 overrides=tuple(ov_list),
+                not_enforced=tuple(str(c) for c in cfg.get("not_enforced", ())),
             )
             ctx.report(_report_header(task_name, cfg, overrides, multirun))
             with _Precision(_value(cfg.precision)):
@@ -575,6 +600,10 @@ def run_job(
             outcome = ClaimsOutcome(ctx.claims)
             if ctx.claims:
                 result.update(outcome.summary())
+                if _not_enforced(cfg):  # the declared ones (their verdict: not enforced)
+                    result["claims_not_enforced"] = [
+                        c["name"] for c in ctx.claims if ctx.declared_not_enforced(c["name"])
+                    ]
             _write_json(run_dir / "summary.json", result)
             ctx.report(summary_markdown({k: v for k, v in result.items() if k != "claims"}))
             if ctx.claims:
@@ -849,11 +878,13 @@ def _option_lines(cls: type, obj: Any, task_name: str, choices: dict, prefix: st
             allowed = " | ".join(m.value for m in type(value))
         else:
             rule = rule_for(task_name, f.name)
-            if rule is not None and (
+            if isinstance(rule, Rule) and (
                 isinstance(value, int | float)
                 or (isinstance(value, list | tuple) and value and not isinstance(value[0], str))
             ):
                 allowed = ("each " if isinstance(value, list | tuple) else "") + rule.describe()
+            elif rule is not None and not isinstance(rule, Rule) and isinstance(value, str):
+                allowed = rule.describe()
         tp = _type_name(hints.get(f.name, f.type))
         lines.append(f"  {key}={shown}  [{tp}{'; ' + allowed if allowed else ''}]")
         if f.name in comments:
@@ -903,8 +934,10 @@ def experiment_help(name: str) -> str:
         *_option_lines(module.Config, task_obj, task_name, getattr(module, "CHOICES", {}), "task."),
         "",
         "Common options:",
-        "  debug=smoke                   shrink the sizes to run in seconds (options given on",
-        "                                the command line are kept; replaced ones are reported)",
+        "  debug=smoke                   the sizes of configs/sizes/smoke/"
+        f"{task_name}.yaml (below; a value given",
+        "                                on the command line always wins)",
+        *_smoke_lines(task_name),
         f"  seed={cfg.seed}  [int; >= 0]",
         f"  precision={_value(cfg.precision)}  [fp32 | fp64 | both]",
         "  claims=auto  [auto | enforce | record]",
@@ -918,11 +951,19 @@ def experiment_help(name: str) -> str:
                     rule = rule_for("", str(k))
                     lines.append(
                         f"  {g}.{k}={_plain(_value(v))}"
-                        + (f"  [{rule.describe()}]" if rule is not None else "")
+                        + (f"  [{rule.describe()}]" if isinstance(rule, Rule) else "")
                     )
     else:
         lines += ["", "It reads no group grid or model (overriding one is an error)."]
     return "\n".join(lines)
+
+
+def _smoke_lines(task_name: str) -> list[str]:
+    """The lines of ``configs/sizes/smoke/<task>.yaml`` that set a value, indented."""
+    path = CONFIG_DIR / "sizes" / "smoke" / f"{task_name}.yaml"
+    if not path.exists():
+        return ["      (no smoke sizes: the full-size values)"]
+    return ["      " + ln for ln in path.read_text().splitlines() if not ln.startswith("#")]
 
 
 def list_experiments() -> str:
@@ -1071,6 +1112,32 @@ def check_task_keys(overrides: Sequence[str], task_name: str) -> None:
             seen = f"{seen}.{part}"
 
 
+def check_output_dirs(overrides: Sequence[str]) -> None:
+    """Refuse a run or sweep directory that cannot be created (``hydra.run.dir=/proc/x``)
+    before Hydra creates anything: the literal part of the path (up to the first
+    ``${...}``) is checked with :func:`~transflow.experiments.validate.writable_dir_problem`;
+    without an override, the working directory (``outputs/``, ``multirun/`` go there).
+
+    Example:
+        >>> check_output_dirs(["hydra.run.dir=/proc/nope"])
+        Traceback (most recent call last):
+        ...
+        transflow.experiments.validate.ConfigValueError: hydra.run.dir = /proc/nope: ...
+    """
+    given = {}
+    for item in overrides:
+        key = override_key(item)
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and "=" in str(item):
+            given[key] = str(item).split("=", 1)[1].strip("'\"")
+    for key in ("hydra.run.dir", "hydra.sweep.dir"):
+        value = given.get(key, "outputs/")
+        problem = writable_dir_problem(key, value.split("${", 1)[0] or ".")
+        if problem is not None:
+            raise ConfigValueError(
+                problem.replace(" = " + value.split("${", 1)[0], f" = {value}", 1)
+            )
+
+
 def _select_keys(job: Sequence[str]) -> tuple[str, ...]:
     return tuple(o for o in job if override_key(o) in ("experiment", "task"))
 
@@ -1088,6 +1155,7 @@ def precheck(overrides: Sequence[str]) -> list[tuple[list[str], DictConfig, str]
         >>> [task for _, _, task in precheck(["experiment=clustering", "seed=0,1"])]
         ['clustering', 'clustering']
     """
+    check_output_dirs(overrides)
     jobs = expand_sweep(overrides)
     tasks: dict[tuple[str, ...], str] = {}
     out = []
@@ -1104,7 +1172,43 @@ def precheck(overrides: Sequence[str]) -> list[tuple[list[str], DictConfig, str]
     return out
 
 
+def _config_cause(e: BaseException):
+    """The OmegaConf error behind a Hydra composition error (it names the key), or None."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OmegaConfBaseException) and getattr(e, "full_key", None):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def _say_error(e: BaseException) -> str:
+    """One line for a config error: the key, the cause and what is allowed.
+
+    Hydra's merge errors (``precision=fp16``, ``task.n_tokens=abc``) say only "Error
+    merging override ..."; the OmegaConf error behind them names the key and the reason,
+    and the rule of the key (:mod:`~transflow.experiments.validate`) what is allowed.
+    """
+    cause = _config_cause(e) if not isinstance(e, ConfigValueError) else None
+    if cause is not None:
+        key = str(cause.full_key)
+        why = str(getattr(cause, "msg", None) or cause).strip().splitlines()[0].rstrip(".")
+        for word, text in (("Integer", "an integer"), ("Float", "a number")):
+            why = why.replace(f"could not be converted to {word}", f"is not {text}")
+        rule = rule_for("", key.rsplit(".", 1)[-1].split("[", 1)[0])  # task.sizes[0]
+        allowed = ""
+        if "expected one of" not in why and rule is not None:
+            integer = "an integer" in why
+            what = (
+                rule.describe()
+                if not isinstance(rule, Rule)
+                else (f"{'an integer' if integer else 'a finite number'} {rule.describe()}")
+            )
+            allowed = f"; allowed: {what}"
+        return f"transflow-run: invalid config: {key}: {why}{allowed}."
     text = " ".join(str(e).split())
     if isinstance(e, ConfigKeyError | ConfigValueError):
         return f"transflow-run: invalid config: {text}"

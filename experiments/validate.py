@@ -1,16 +1,24 @@
-"""Range checks of a composed config, run before any compute.
+"""Every option's allowed values, checked before any compute and before any directory.
 
 Hydra and the structured schemas already reject unknown keys and values of the wrong type
-at composition time. This module adds the *value* checks the types cannot express:
-counts and sizes are positive, step sizes and temperatures positive, fractions inside
-``(0, 1)``, tolerances positive. The rules are keyed by field name (:data:`RULES`), so a
-field that appears in several tasks (``n_tokens``, ``dt``, ``batch_size``, ...) has one
-rule; :data:`TASK_RULES` overrides one for a single task. Lists of numbers are checked
-element-wise; nested dataclasses (``task.parallel``, ``task.digits``) are checked too.
+at composition time (``transflow-run`` shows Hydra's cause and the allowed values). This
+module declares what the types cannot express, once per option:
 
-A violated rule raises :class:`ConfigValueError` naming the key, the value and the range::
+- :data:`RULES`, keyed by field name (so a field that appears in several tasks,
+  ``n_tokens``, ``dt``, ``batch_size``, ``checkpoint_dir``, has one declaration): a
+  :class:`Rule` (a numeric range; ±inf and NaN are out of range unless the rule says
+  ``finite=False``), a :class:`OneOf` (allowed names) or a :class:`WritableDir` (a
+  directory the run will create or write). :data:`TASK_RULES` overrides one for a single
+  task; a task's ``CHOICES`` (names keyed by option path) take precedence over both.
+- A task's ``CONSTRAINTS``: :class:`Constraint` objects over several options
+  (``task.dt <= task.t1``), and its ``check(cfg)`` for the study designs they cannot
+  express.
 
-    task.n_tokens = -3 is out of range: expected an integer > 0 (experiments/validate.py).
+Lists are checked element-wise; nested dataclasses (``task.parallel``, ``task.digits``)
+are checked too. A violation raises :class:`ConfigValueError`, one line naming the key,
+the value and what is allowed::
+
+    task.n_tokens = -3 is out of range: expected a finite value > 0 (experiments/validate.py).
 
 This module imports neither JAX nor torch.
 """
@@ -19,10 +27,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["RULES", "TASK_RULES", "ConfigValueError", "Rule", "numeric_fields", "validate"]
+__all__ = [
+    "RULES",
+    "TASK_RULES",
+    "ConfigValueError",
+    "Constraint",
+    "OneOf",
+    "Rule",
+    "WritableDir",
+    "check_constraints",
+    "numeric_fields",
+    "validate",
+    "writable_dir_problem",
+]
 
 
 class ConfigValueError(ValueError):
@@ -31,11 +51,12 @@ class ConfigValueError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """``lo <(=) value <(=) hi``; ``None`` for an open end.
+    """``lo <(=) value <(=) hi``; ``None`` for an open end. ±inf and NaN are out of range
+    unless ``finite=False`` (NaN always is).
 
     Example:
-        >>> Rule(0, False).check(3), Rule(0, False).check(0)
-        (True, False)
+        >>> Rule(0, False).check(3), Rule(0, False).check(0), Rule(0, False).check(float("inf"))
+        (True, False, False)
         >>> Rule(0, False).describe()
         '> 0'
     """
@@ -44,9 +65,10 @@ class Rule:
     lo_incl: bool = True
     hi: float | None = None
     hi_incl: bool = True
+    finite: bool = True
 
     def check(self, value: float) -> bool:
-        if isinstance(value, float) and math.isnan(value):
+        if isinstance(value, float) and (math.isnan(value) or (self.finite and math.isinf(value))):
             return False
         if self.lo is not None and (value < self.lo or (value == self.lo and not self.lo_incl)):
             return False
@@ -69,14 +91,157 @@ class Rule:
         assert self.hi is not None
         return self.hi + 3
 
+    def problem(self, key: str, value: Any) -> str | None:
+        """The one-line error for ``key = value``, or ``None`` when it is allowed."""
+        for v in value if isinstance(value, list) else [value]:
+            if _is_number(v) and not self.check(v):
+                shown = value if not isinstance(value, list) else f"{value} (element {v})"
+                what = ("a finite value " if self.finite else "a value ") + self.describe()
+                return (
+                    f"{key} = {shown} is out of range: expected {what}. Fix the override "
+                    f"(e.g. {key}={_example(self, v)}); the ranges are listed in "
+                    "experiments/validate.py (RULES)."
+                )
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """Allowed names (a tuple, or a callable returning one, so a registry is read when the
+    check runs); a list value is checked element-wise.
+
+    Example:
+        >>> OneOf(("dt", "2dt")).problem("task.ffn_branch_dt", "3dt")[:53]
+        "task.ffn_branch_dt: '3dt' is not allowed; choose from"
+    """
+
+    names: Any
+
+    def allowed(self) -> tuple:
+        return tuple(self.names() if callable(self.names) else self.names)
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(map(str, self.allowed()))
+
+    def problem(self, key: str, value: Any) -> str | None:
+        values = list(value) if isinstance(value, list | tuple) else [value]
+        allowed = self.allowed()
+        bad = [v for v in values if v not in allowed]
+        if not bad:
+            return None
+        shown = "[" + ",".join(map(str, values)) + "]" if isinstance(value, list | tuple) else value
+        return (
+            f"{key}: {', '.join(repr(b) for b in bad)} {'is' if len(bad) == 1 else 'are'} not "
+            f"allowed; choose from {', '.join(map(str, allowed))} (got {key}={shown})."
+        )
+
+
+def writable_dir_problem(key: str, path: str) -> str | None:
+    """Why the directory ``path`` could not be created or written (``None``: it can be).
+
+    The nearest existing ancestor must be a directory in which a directory can be created
+    (tried with a temporary one, removed at once, so root's permissions and read-only or
+    virtual file systems such as ``/proc`` are judged by what happens, not by mode bits).
+    Nothing is left behind.
+
+    Example:
+        >>> writable_dir_problem("task.checkpoint_dir", "/proc/nope")[:54]
+        'task.checkpoint_dir = /proc/nope: cannot create a dire'
+        >>> writable_dir_problem("task.checkpoint_dir", "outputs/checkpoints/x") is None
+        True
+    """
+    import os
+    import pathlib
+    import tempfile
+
+    p = pathlib.Path(os.path.expanduser(str(path)))
+    if p.exists() and not p.is_dir():
+        return f"{key} = {path}: exists and is not a directory; give a directory to write to."
+    anc = p
+    while not anc.exists():
+        anc = anc.parent
+    why = "is not a directory"
+    if anc.is_dir():
+        try:
+            tempfile.TemporaryDirectory(dir=anc, prefix=".transflow-probe-").cleanup()
+            return None
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+    return (
+        f"{key} = {path}: cannot create a directory there ({anc}: {why}); give a writable "
+        "directory."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class WritableDir:
+    """A directory the run creates or writes, unless the value is one of ``special``
+    (``"auto"``, ``"none"``, ...: the task picks or skips the directory)."""
+
+    special: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return "a writable directory" + (
+            f" or one of {', '.join(repr(s) for s in self.special)}" if self.special else ""
+        )
+
+    def problem(self, key: str, value: Any) -> str | None:
+        if not isinstance(value, str) or value in self.special:
+            return None
+        return writable_dir_problem(key, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+    """A rule over several options of one task (its module's ``CONSTRAINTS``).
+
+    ``keys`` are full config keys (``task.dt``, ``task.digits.patch``, ``precision``);
+    ``test`` receives their values in that order and returns whether they are allowed;
+    ``expect`` says what is required, for the error line.
+
+    Example:
+        >>> c = Constraint(("task.dt", "task.t1"), lambda dt, t1: dt <= t1, "task.dt <= task.t1")
+        >>> c.problem({"task.dt": 5.0, "task.t1": 1.0})
+        'task.dt = 5.0, task.t1 = 1.0: expected task.dt <= task.t1; change one of them.'
+    """
+
+    keys: tuple[str, ...]
+    test: Any
+    expect: str
+
+    def problem(self, values: Mapping[str, Any]) -> str | None:
+        args = [values[k] for k in self.keys]
+        if self.test(*args):
+            return None
+        shown = ", ".join(f"{k} = {_plain(values[k])}" for k in self.keys)
+        fix = "change one of them" if len(self.keys) > 1 else "change it"
+        return f"{shown}: expected {self.expect}; {fix}."
+
+
+def _plain(v: Any) -> str:
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(map(str, v)) + "]"
+    return str(getattr(v, "value", v))
+
 
 POSITIVE = Rule(0, False)
 NON_NEGATIVE = Rule(0, True)
 UNIT_OPEN = Rule(0, False, 1, False)
 UNIT_CLOSED = Rule(0, True, 1, True)
 
-#: Field name → rule, for every numeric field of the top-level groups and of every task.
-RULES: dict[str, Rule] = {
+
+def _train_schemes() -> tuple[str, ...]:
+    from transflow import SCHEME_NAMES
+
+    return tuple(
+        dict.fromkeys(("lie", "prenorm", "relaxed", "imex", "imex_dissipative", *SCHEME_NAMES))
+    )
+
+
+#: Field name → rule, for every numeric field of the top-level groups and of every task,
+#: and for the names and paths shared by several tasks (the training options of
+#: :class:`transflow.control.TrainConfig`).
+RULES: dict[str, Rule | OneOf | WritableDir] = {
     # top level, grid, model
     "seed": NON_NEGATIVE,
     "n_tokens": POSITIVE,
@@ -130,7 +295,11 @@ RULES: dict[str, Rule] = {
     "lam_end": POSITIVE,
     "grid_1d": POSITIVE,
     "count_time_budget": POSITIVE,
-    "large_regions": POSITIVE,
+    "large_regions": NON_NEGATIVE,  # 0: no large count (expressivity)
+    "softmax_grid": Rule(2, True),
+    "precision_grid": Rule(2, True),
+    "first_configs": NON_NEGATIVE,  # 0: every configuration (hf_equivalence)
+    "min_seeds": Rule(2, True),  # a std needs two seeds (trained_regions)
     "partition_tokens": POSITIVE,
     "partition_depth": POSITIVE,
     "grid_2d": POSITIVE,
@@ -152,7 +321,13 @@ RULES: dict[str, Rule] = {
     "timeout_s": POSITIVE,
     "devices": POSITIVE,
     "mesh": POSITIVE,
-    # training
+    # training (transflow.control.TrainConfig and its task configs)
+    "scheme": OneOf(_train_schemes),
+    "ffn_branch_dt": OneOf(("dt", "2dt")),
+    "remat": OneOf(("none", "step", "nested")),
+    "pool": OneOf(("mean", "cls")),
+    "kind": OneOf(("sort", "reverse")),
+    "checkpoint_dir": WritableDir(special=("auto", "run", "none", "")),
     "steps": POSITIVE,
     "lr": POSITIVE,
     "warmup_steps": NON_NEGATIVE,
@@ -224,7 +399,7 @@ RULES: dict[str, Rule] = {
 }
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.
-TASK_RULES: dict[tuple[str, str], Rule] = {
+TASK_RULES: dict[tuple[str, str], Rule | OneOf | WritableDir] = {
     ("sharded", "d_ff"): POSITIVE,  # null (not 0) selects the square FFN there
 }
 
@@ -241,36 +416,54 @@ def _items(node: Any) -> Iterator[tuple[str, Any]]:
         yield from node.items()
 
 
-def numeric_fields(node: Any, prefix: str) -> Iterator[tuple[str, str, Any]]:
-    """``(key, field name, value)`` of every number or list of numbers under ``node``.
+def _is_leaf(value: Any) -> bool:
+    if _is_number(value) or isinstance(value, str):
+        return True
+    if isinstance(value, list | tuple) or type(value).__name__ == "ListConfig":
+        return any(_is_number(v) or isinstance(v, str) for v in value)
+    return False
 
-    Descends into nested dataclasses/mappings (``task.parallel.mesh``); ``None`` values and
-    ``None`` list elements are skipped.
+
+def option_values(node: Any, prefix: str) -> Iterator[tuple[str, str, Any]]:
+    """``(key, field name, value)`` of every number, name, or list of them under ``node``.
+
+    Descends into nested dataclasses/mappings (``task.parallel.mesh``); ``None`` values,
+    booleans and enums (typed by the schema) are skipped.
     """
     for name, value in _items(node):
         key = f"{prefix}.{name}" if prefix else str(name)
-        if _is_number(value):
-            yield key, str(name), value
-        elif isinstance(value, list | tuple) or type(value).__name__ == "ListConfig":
-            if any(_is_number(v) for v in value):
-                yield key, str(name), list(value)
+        if _is_leaf(value):
+            yield key, str(name), list(value) if not isinstance(value, str | int | float) else value
         elif (dataclasses.is_dataclass(value) and not isinstance(value, type)) or (
             type(value).__name__ == "DictConfig" and str(name) != "assignments"
         ):
-            yield from numeric_fields(value, key)
+            yield from option_values(value, key)
 
 
-def rule_for(task: str, name: str) -> Rule | None:
+def numeric_fields(node: Any, prefix: str) -> Iterator[tuple[str, str, Any]]:
+    """``(key, field name, value)`` of every number or list of numbers under ``node``."""
+    for key, name, value in option_values(node, prefix):
+        if _is_number(value) or (isinstance(value, list) and any(_is_number(v) for v in value)):
+            yield key, name, value
+
+
+def rule_for(task: str, name: str) -> Rule | OneOf | WritableDir | None:
     """The rule of field ``name`` (in task ``task``), or ``None`` when it has none."""
     return TASK_RULES.get((task, name), RULES.get(name))
 
 
-def validate(cfg: Any, task_name: str, task_obj: Any = None) -> None:
-    """Check every numeric value of ``cfg`` (and of the task's dataclass ``task_obj``).
+def _get(cfg: Any, key: str) -> Any:
+    return cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
 
-    Raises :class:`ConfigValueError` naming the first key out of range. Fields without a
-    rule are not checked (``tests/test_validate.py`` checks that every numeric field of
-    every task has one).
+
+def validate(cfg: Any, task_name: str, task_obj: Any = None, *, named: Iterable[str] = ()) -> None:
+    """Check every value of ``cfg`` (and of the task's dataclass ``task_obj``) against its
+    rule in :data:`RULES` / :data:`TASK_RULES`.
+
+    ``named``: the option paths below ``task`` whose names the task declares itself
+    (its ``CHOICES``), skipped here. Raises :class:`ConfigValueError` naming the first key
+    out of range. Fields without a rule are not checked (``tests/test_cli.py`` checks that
+    every numeric field of every task has one).
 
     Example:
         >>> from omegaconf import OmegaConf
@@ -280,31 +473,49 @@ def validate(cfg: Any, task_name: str, task_obj: Any = None) -> None:
         ...
         transflow.experiments.validate.ConfigValueError: grid.n_tokens = -3 is out of range: ...
     """
-    sources: list[tuple[Any, str]] = [
-        (cfg.get(g) if hasattr(cfg, "get") else getattr(cfg, g, None), g) for g in ("grid", "model")
-    ]
-    seed = cfg.get("seed") if hasattr(cfg, "get") else getattr(cfg, "seed", None)
-    checks: list[tuple[str, str, Any]] = [("seed", "seed", seed)] if _is_number(seed) else []
-    for node, prefix in sources:
+    skip = {f"task.{p}" for p in named}
+    checks: list[tuple[str, str, Any]] = []
+    seed = _get(cfg, "seed")
+    if _is_number(seed):
+        checks.append(("seed", "seed", seed))
+    for g in ("grid", "model"):
+        node = _get(cfg, g)
         if node is not None:
-            checks.extend(numeric_fields(node, prefix))
-    task_node = (
-        task_obj if task_obj is not None else (cfg.get("task") if hasattr(cfg, "get") else None)
-    )
+            checks.extend(numeric_fields(node, g))
+    task_node = task_obj if task_obj is not None else _get(cfg, "task")
     if task_node is not None:
-        checks.extend(numeric_fields(task_node, "task"))
+        checks.extend(option_values(task_node, "task"))
     for key, name, value in checks:
+        if key in skip:
+            continue
         rule = rule_for(task_name if key.startswith("task.") else "", name)
         if rule is None:
             continue
-        for v in value if isinstance(value, list) else [value]:
-            if _is_number(v) and not rule.check(v):
-                shown = value if not isinstance(value, list) else f"{value} (element {v})"
-                raise ConfigValueError(
-                    f"{key} = {shown} is out of range: expected a value {rule.describe()}. "
-                    f"Fix the override (e.g. {key}={_example(rule, v)}); the ranges are "
-                    f"listed in experiments/validate.py (RULES)."
-                )
+        if isinstance(rule, OneOf) and not (
+            isinstance(value, str)
+            or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        ):
+            continue  # an enum or a number under a name another task uses for names
+        problem = rule.problem(key, value)
+        if problem is not None:
+            raise ConfigValueError(problem)
+
+
+def check_constraints(constraints: Iterable[Constraint], cfg: Any, task_obj: Any) -> None:
+    """Check a task's ``CONSTRAINTS`` on the composed config (top-level keys such as
+    ``precision``) and the task's dataclass (``task.*`` keys); raises the first violation
+    as :class:`ConfigValueError`."""
+    for c in constraints:
+        values = {}
+        for key in c.keys:
+            parts = key.split(".")
+            obj = task_obj if parts[0] == "task" else cfg
+            for part in parts[1:] if parts[0] == "task" else parts:
+                obj = _get(obj, part)
+            values[key] = getattr(obj, "value", obj)
+        problem = c.problem(values)
+        if problem is not None:
+            raise ConfigValueError(problem)
 
 
 def _example(rule: Rule, v: float) -> str:

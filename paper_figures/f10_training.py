@@ -126,10 +126,17 @@ def make(out_dir: pathlib.Path) -> dict:
         else:
             c, src = _short_run(task, steps)
         curves[label], sources[label] = c, src
+    from transflow.experiments.run import compose
+
+    # the claims the curves illustrate: the tasks' own bounds (configs/experiment/*.yaml)
+    thresholds = {
+        f"{label} test_accuracy": float(compose([f"experiment={task}"])[0].task.min_test_accuracy)
+        for label, task in (("digits", "train_digits"), ("sort", "train_sequence"))
+    }
     title = "training the continuous model (optax AdamW)\n" + "\n".join(
         f"{label}: {src}" for label, src in sources.items()
     )
-    fig = plot_training_curves(curves, title=title)
+    fig = plot_training_curves(curves, title=title, thresholds=thresholds)
     save_figure(fig, out_dir, FIGURE["id"], {"curves": curves, "sources": sources})
     return {
         "digits_test_accuracy": curves["digits"]["eval_accuracy"][-1],

@@ -467,7 +467,7 @@ def test_cfg_job_and_saved_config_hold_only_what_the_task_reads(tmp_path):
     proc = _transflow_run("experiment=clustering", "--cfg", "job", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     shown = yaml.safe_load(proc.stdout)
-    assert sorted(shown) == ["claims", "precision", "seed", "smoke", "task"]
+    assert sorted(shown) == ["claims", "not_enforced", "precision", "seed", "smoke", "task"]
     proc = _transflow_run("experiment=equivalence", "--cfg", "job", "--resolve", cwd=tmp_path)
     shown = yaml.safe_load(proc.stdout)
     assert shown["grid"] == {"n_tokens": 8, "n_features": 16}
@@ -475,7 +475,7 @@ def test_cfg_job_and_saved_config_hold_only_what_the_task_reads(tmp_path):
     assert not any(tmp_path.iterdir())
     run_in_process(["experiment=clustering", "debug=smoke"], tmp_path / "run")
     saved = yaml.safe_load((tmp_path / "run" / ".hydra" / "config.yaml").read_text())
-    assert sorted(saved) == ["claims", "precision", "seed", "smoke", "task"]
+    assert sorted(saved) == ["claims", "not_enforced", "precision", "seed", "smoke", "task"]
     report = (tmp_path / "run" / "report.md").read_text()
     assert "Command: `transflow-run experiment=clustering debug=smoke`" in report
 
@@ -493,28 +493,30 @@ def test_a_sweep_over_a_group_the_task_reads_changes_its_results(tmp_path):
         report = (tmp_path / str(n) / "report.md").read_text()
         assert f"{n} tokens" in report
         assert summary["all_pass"]
-        out[n] = summary["max_abs_fp64"]
+        out[n] = (summary["max_abs_fp64"], summary["substep_max_abs"])
     assert out[3] != out[6]
 
 
 # --------------------------------------------------------------------------- smoke
-def test_smoke_keeps_what_the_user_gave_and_reports_what_it_replaces(tmp_path, caplog):
+def test_smoke_sizes_are_configuration_below_the_command_line(tmp_path):
+    """debug=smoke merges configs/sizes/smoke/<task>.yaml below the command line: its
+    sizes apply unless the user gives the option, and the claims it declares not enforced
+    are recorded, not enforced (was: ctx.smoke_value in the task, replaced by config)."""
     from transflow.experiments.context import RunContext
+    from transflow.experiments.run import compose
 
-    ctx = RunContext(tmp_path, smoke=True, overrides=("task.schemes=[lie,heun]",))
-    with caplog.at_level(logging.INFO, logger="transflow.run"):
-        assert ctx.smoke_value("task.schemes", ["lie", "heun"], ["prenorm", "imex"]) == [
-            "lie",
-            "heun",
-        ]
-        assert ctx.smoke_value("task.seeds", [0, 1, 2], [0]) == [0]
-        assert ctx.smoke_value("task.seeds", [0, 1, 2], [0]) == [0]  # reported once
-    lines = [r.getMessage() for r in caplog.records]
-    assert lines == [
-        "debug=smoke: task.seeds=[0] (instead of [0, 1, 2]; give task.seeds=... to keep a value)"
-    ]
-    full = RunContext(tmp_path, smoke=False)
-    assert full.smoke_value("task.seeds", [0, 1, 2], [0]) == [0, 1, 2]
+    cfg, _ = compose(["experiment=clustering", "debug=smoke"])
+    assert (cfg.task.t1, cfg.task.n_tokens) == (4.0, 8)
+    assert list(cfg.not_enforced) == ["min pairwise cosine at t = T"]
+    cfg, _ = compose(["experiment=clustering", "debug=smoke", "task.t1=20", "not_enforced=[]"])
+    assert (cfg.task.t1, cfg.task.n_tokens, list(cfg.not_enforced)) == (20.0, 8, [])
+    cfg, _ = compose(["experiment=clustering"])
+    assert (cfg.task.t1, cfg.task.n_tokens, list(cfg.not_enforced)) == (20.0, 32, [])
+    ctx = RunContext(tmp_path, smoke=True, not_enforced=("min pairwise cosine at t = T",))
+    assert not ctx.claim("min pairwise cosine at t = T", 0.5, 0.99, op=">")
+    assert not ctx.claim("min pairwise cosine at t = 0", 0.5, 0.0, op="<")
+    assert [c["enforced"] for c in ctx.claims] == [False, True]
+    assert ctx.failed_claims == ["min pairwise cosine at t = 0"]
 
 
 # --------------------------------------------------------------------------- failures

@@ -30,6 +30,7 @@ def _train_and_evaluate(train_depths: list[int], seed: int = 0) -> list[float]:
     import jax
     from transflow.experiments.tasks import depth
 
+    from transflow import Adaptive
     from transflow.control import (
         DEPTH_DIGITS,
         DepthDigitsConfig,
@@ -55,7 +56,8 @@ def _train_and_evaluate(train_depths: list[int], seed: int = 0) -> list[float]:
     _, _, xte, yte = load_digits_split(cfg.test_fraction, seed=seed)
     with jax.enable_x64(True):  # evaluated in float64, as the study does
         model = depth._f64(result.model)
-        r = depth_accuracy(model, xte.astype("float64"), yte, DEPTHS, rtol=study.rtol)
+        adaptive = Adaptive(rtol=study.rtol, atol=study.rtol)
+        r = depth_accuracy(model, xte.astype("float64"), yte, DEPTHS, adaptive=adaptive)
     print(r["accuracy"], r["adaptive_accuracy"])
     return [*r["accuracy"], r["adaptive_accuracy"]]
 

@@ -77,7 +77,8 @@ def test_api_reference_skips_private_modules(api_text):
 def test_gallery_shows_every_figure():
     gallery = (DOCS / "gallery.md").read_text()
     shown = set(re.findall(r"\]\(figures/([^)]+\.png)\)", gallery))
-    committed = {p.name for p in (DOCS / "figures").glob("*.png")}
+    figures = DOCS / "figures"
+    committed = {p.relative_to(figures).as_posix() for p in figures.rglob("*.png")}
     assert committed, "docs/figures has no snapshots"
     assert committed <= shown, f"add to docs/gallery.md: {sorted(committed - shown)}"
     assert shown <= committed, f"missing in docs/figures: {sorted(shown - committed)}"

@@ -54,7 +54,7 @@ MODULES = _modules_with_examples()
 #: 2 cores, so they run in the slow tier (``make test-slow``), like the other checks that
 #: take that long.
 SLOW_MODULES = {
-    "transflow.continuous._solve",
+    "transflow._solve",
     "transflow.control._at_depth",
     "transflow.control._adjoint",
     "transflow.control._memory",

@@ -183,17 +183,17 @@ def test_path_with_constant_steps_equals_evolve_path():
 
 def test_adaptive_route_on_a_path_is_solve_adaptive():
     """solve_adaptive over the path's interval: the same computation, the same bits."""
-    u0, opts = _u0(), {"rtol": 1e-4, "atol": 1e-4}
+    u0, opts = _u0(), Adaptive(rtol=1e-4, atol=1e-4)
     path = _path()
-    got = evolve(u0, path, PreNormScheme(), stepsize_controller=Adaptive(**opts))
-    _same(got, solve_adaptive(u0, path, PreNormScheme(), **opts).u)
+    got = evolve(u0, path, PreNormScheme(), stepsize_controller=opts)
+    _same(got, solve_adaptive(u0, path, PreNormScheme(), opts).u)
 
 
 def test_adaptive_route_on_stacked_controls_is_the_piecewise_constant_path():
     """Stacked controls: solve_adaptive over [0, N_t Δt] of PiecewiseConstant(θ, Δt)."""
-    u0, opts, theta = _u0(), {"rtol": 1e-4, "atol": 1e-4}, _theta(2)
-    got = evolve(u0, theta, PreNormScheme(), dt=0.5, stepsize_controller=Adaptive(**opts))
-    ref = solve_adaptive(u0, PiecewiseConstant(theta, tau=0.5), PreNormScheme(), **opts).u
+    u0, opts, theta = _u0(), Adaptive(rtol=1e-4, atol=1e-4), _theta(2)
+    got = evolve(u0, theta, PreNormScheme(), dt=0.5, stepsize_controller=opts)
+    ref = solve_adaptive(u0, PiecewiseConstant(theta, tau=0.5), PreNormScheme(), opts).u
     _same(got, ref)
 
 

@@ -362,7 +362,8 @@ def test_equivalence_smoke_results(tmp_path_factory):
     """The default experiment's numbers, tables and figures in smoke mode."""
     tmp_path, summary, _ = _smoke_run("equivalence", tmp_path_factory)
     assert summary["all_pass"] is True
-    assert summary["n_pass"] == summary["n_configs"] == 5  # 2 x 2 layers + one encoder
+    # 2 x 2 layers + the two encoder stacks (post-/pre-LN) at depth 2
+    assert summary["n_pass"] == summary["n_configs"] == 6
     assert summary["max_abs_fp64"] < 1e-10  # the stated fp64 tolerance
     assert summary["max_rel_fp32"] < 1e-5  # the stated fp32 tolerance
     assert summary["substep_max_abs"] < 1e-10
@@ -627,7 +628,9 @@ def test_equivalence_run_without_hydra(tmp_path):
     from transflow.experiments.context import RunContext
     from transflow.experiments.tasks.equivalence import Config, run
 
-    cfg = Config(norm_first=[True], activation=["gelu"], encoder_layers=0)
+    # the sizes are the config's (smoke sizes are configuration, not ctx.smoke)
+    one = dict(nhead=[1], dim_feedforward=[None], bias=[True], layer_norm_eps=[1e-5], batch=1)
+    cfg = Config(norm_first=[True], activation=["gelu"], encoder_layers=0, **one)
     summary = run(cfg, RunContext(tmp_path, smoke=True, precision="fp64"))
     assert summary["n_configs"] == 1 and summary["all_pass"] is True
     assert summary["max_abs_fp64"] < 1e-10

@@ -8,10 +8,13 @@ import jax
 import numpy as np
 import pytest
 
+from _wrappers import only
 from transflow.expressivity import (
+    AbstractAffineLogits,
+    AbstractBoundedEval,
+    AbstractIntervalForward,
     CertificationError,
     MaxoutNetwork,
-    _exact2d,
     count_linear_regions,
     lp_region_count,
     maxout_to_transformer,
@@ -54,26 +57,20 @@ def test_exact_walk_finds_regions_thinner_than_round_off():
     assert all(s[1] for s in switches)  # the slope changes at both
 
 
-def test_strict_raises_when_certification_is_impossible(monkeypatch):
+def test_strict_raises_when_certification_is_impossible():
     """No exact evaluation available and a junction float64 cannot prove: raise (strict) or
-    return certified=False — never a silent count."""
+    return certified=False — never a silent count. (The network behind its float
+    capabilities only: no AbstractExactEval, so neither the layerwise counter nor any
+    exact path applies.)"""
     net = MaxoutNetwork.from_relu(
         [np.array([[1.0], [3.0]]), np.array([[1.0, 2.0]])], [np.zeros(2), np.zeros(1)]
     )
-
-    def no_exact(self):
-        raise NotImplementedError("no exact evaluation in this test")
-
-    def no_program(*args):
-        raise _exact2d.NotExact("no integer program in this test")
-
-    monkeypatch.setattr(MaxoutNetwork, "exact_params", no_exact)
-    # the exact integer program of the hole groups (issue #38) is an exact path too
-    monkeypatch.setattr(_exact2d, "exact_segments_1d", no_program)
+    f = only(net, AbstractAffineLogits, AbstractBoundedEval, AbstractIntervalForward)
     with pytest.raises(CertificationError, match="no exact evaluation"):
-        count_linear_regions(net, -1.0, 1.0, n_seed=4)
-    r = count_linear_regions(net, -1.0, 1.0, n_seed=4, strict=False)
+        count_linear_regions(f, -1.0, 1.0, n_seed=4)
+    r = count_linear_regions(f, -1.0, 1.0, n_seed=4, strict=False)
     assert r.certified is False and "no exact evaluation" in r.certificate["failure"]
+    assert "AbstractExactEval" in r.certificate["failure"]
 
 
 def test_bounded_evaluation_covers_the_error():

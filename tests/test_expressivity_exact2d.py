@@ -6,8 +6,10 @@ import jax
 import numpy as np
 import pytest
 
+from _wrappers import only
 from transflow.expressivity import (
-    AbstractPiecewiseLinear,
+    AbstractAffineLogits,
+    AbstractExactEval,
     CertificationError,
     MaxoutNetwork,
     count_linear_regions,
@@ -16,7 +18,7 @@ from transflow.expressivity import (
     random_maxout,
     restrict,
 )
-from transflow.expressivity._exact2d import _Aff, _program
+from transflow.expressivity._exact2d import _Aff
 
 jax.config.update("jax_enable_x64", True)
 
@@ -82,7 +84,7 @@ def test_exact_programs_equal_exact_eval(name):
     logits and output of the model's rational reference evaluation (exact_eval)."""
     f = _models()[name]
     params = f.exact_params()
-    prog = _program(f, None)
+    prog = f.exact_program()
     rng = np.random.default_rng(3)
     for _ in range(3):
         x = np.array([Fraction(float(v)) for v in rng.uniform(-1, 1, 2)], dtype=object)
@@ -156,41 +158,19 @@ def test_plane_slice_of_torch_net_certified():
     assert (fl.activation, fl.linear) == (r.activation, r.linear) > (5, 5)
 
 
-class _Wrapped(AbstractPiecewiseLinear):
-    """A user's model: a MaxoutNetwork behind the generic interface only."""
-
-    net: MaxoutNetwork
-    exact: bool = True
-
-    @property
-    def in_dim(self):
-        return self.net.in_dim
-
-    def __call__(self, x):
-        return self.net(x)
-
-    def layer_logits(self, x):
-        return self.net.layer_logits(x)
-
-    def exact_params(self):
-        if not self.exact:
-            return super().exact_params()
-        return self.net.exact_params()
-
-    def exact_eval(self, params, x, pattern=None):
-        return self.net.exact_eval(params, x, pattern)
-
-
 def test_generic_model_and_strict_semantics():
     """A model with only exact_eval is counted exactly by the generic program; one without
     it raises (strict) or returns the float count with certified=False."""
     net = _relu_net(np.random.default_rng(9), (4, 3))
     r = count_linear_regions(net, *BOX)
-    g = count_linear_regions(_Wrapped(net), *BOX)
+    # a user's model: the network behind the generic interface and exact evaluation
+    g = count_linear_regions(only(net, AbstractAffineLogits, AbstractExactEval), *BOX)
     assert g.certified and g.certificate["program"] == "Generic"
     assert (g.activation, g.linear) == (r.activation, r.linear)
-    bare = _Wrapped(net, exact=False)
-    with pytest.raises(CertificationError, match="strict=False"):
+    bare = only(net, AbstractAffineLogits)  # the same without exact evaluation
+    with pytest.raises(
+        CertificationError, match="Only does not inherit AbstractExactEval.*strict=False"
+    ):
         count_linear_regions(bare, *BOX)
     u = count_linear_regions(bare, *BOX, strict=False)
     assert not u.certified and "failure" in u.certificate

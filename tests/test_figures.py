@@ -324,7 +324,7 @@ def test_a_smoke_figure_says_so_below_everything_it_shows():
     import matplotlib.pyplot as plt
 
     import transflow.plotting as P
-    from transflow.plotting._common import SMOKE_STAMP, smoke_stamp
+    from transflow.plotting._style import SMOKE_MARK
 
     curves = {
         "digits": {
@@ -339,8 +339,9 @@ def test_a_smoke_figure_says_so_below_everything_it_shows():
     fig = P.plot_training_curves(curves, title="t")
     renderer = fig.canvas.get_renderer()
     lowest = fig.get_tightbbox(renderer).y0 * fig.dpi  # inches -> display pixels
-    stamp = smoke_stamp(fig)
-    assert stamp.get_text() == SMOKE_STAMP and "SMOKE SIZE" in SMOKE_STAMP
+    P.smoke_mark(P.smoke_mark(fig))  # idempotent: one mark
+    (stamp,) = [t for t in fig.texts if t.get_gid() == "smoke-mark"]
+    assert stamp.get_text() == SMOKE_MARK and "SMOKE SIZE" in SMOKE_MARK
     box = stamp.get_window_extent(renderer)
     assert box.y1 <= lowest, (box, lowest)  # entirely below everything else
     assert P.figure_problems(fig) == []

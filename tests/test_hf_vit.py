@@ -195,7 +195,7 @@ def test_vit_unsupported_activation_names_the_option(act):
 
 
 def test_from_hf_rejects_other_modules():
-    with pytest.raises(TypeError, match="from_hf supports"):
+    with pytest.raises(TypeError, match="from_hf: `module` must be one of"):
         from_hf(torch.nn.Linear(3, 3))
     with pytest.raises(TypeError, match="torch.nn.Module"):
         from_hf("ViTLayer")

@@ -672,7 +672,7 @@ def test_stable_dt_of_the_imex_layer_as_trained(name, random_layer_trajectory):
     c = confirm_stable_dt(s, r["j_attention"], r["j_ffn"], r["dt"])
     assert c["rho_below"] <= 1.0 < c["rho_above"], c
     assert c["growth_below"] < 1.0 and c["growth_above"] > 10.0, c
-    with pytest.raises(TypeError, match='form="imex" needs an IMEXScheme, got PreNormScheme'):
+    with pytest.raises(TypeError, match='form="imex".*PreNormScheme lacks .*AbstractImplicitFFN'):
         linearised_stability(make_scheme("prenorm"), th, traj, form="imex")
     with pytest.raises(ValueError, match="'prenorm', 'postnorm', 'imex'"):
         linearised_stability(s, th, traj, form="implicit")
@@ -755,9 +755,6 @@ class _Ctx:
     def message(self, text):
         pass
 
-    def smoke_value(self, key, value, small):  # RunContext's, with nothing given
-        return small if self.smoke else value
-
     def progress(self, items, desc=""):
         raise _Validated  # the options passed validation: stop before any training
 
@@ -807,7 +804,9 @@ def test_schemes_task_names_are_checked(tmp_path):
 def test_schemes_smoke_runs_cover_every_scheme_both_tasks_and_two_seeds():
     from transflow.experiments.tasks import schemes
 
-    runs = schemes._runs(["digits", "text"], schemes._SMOKE_SCHEMES, [0, 1], smoke=True)
+    runs = schemes._runs(
+        ["digits", "text"], ["imex_dissipative", "macaron_untied"], [0, 1], smoke=True
+    )
     assert {s for _, s, _ in runs} == {"imex_dissipative", "macaron_untied"}
     assert {t for t, _, _ in runs} == {"digits", "text"}
     assert ("digits", "imex_dissipative", 1) in runs and ("text", "macaron_untied", 0) in runs

@@ -311,9 +311,6 @@ def test_schemes_baselines_use_the_windows_of_its_text_runs(smoke, tmp_path, mon
         def log(self, rec):
             pass
 
-        def smoke_value(self, key, value, small):  # RunContext's, with nothing given
-            return small if self.smoke else value
-
     ctx = Ctx()
     ctx.smoke = smoke
     cfg = schemes.Config()

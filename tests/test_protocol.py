@@ -170,8 +170,13 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
         if c.name.startswith(("legendre-0.2-random-p", "per_layer-0.2-random-p"))
     } == {5}
     assert task.study.claims and all(c.metric for c in task.study.claims)
+    # the smoke design is configuration (configs/sizes/smoke/depth.yaml), merged below the
+    # command line; its claims naming a cell it lacks are dropped (task.partial_design)
+    cfg, _ = compose(["experiment=depth", "debug=smoke"])
+    smoke = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(depth.Config), cfg.task))
+    depth.check(smoke)
     ctx = RunContext(tmp_path, smoke=True)
-    small, n_steps, rand = depth._smoke_study(task, ctx)
+    small, n_steps, rand = depth._study(smoke, ctx)
     sc = design_cells(small)
     assert n_steps == 2 and rand == [2, 4] and small.eval_grid == [1, 2, 4, 8]
     for f in depth.FACTORS:  # every factor varied
@@ -216,9 +221,11 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
 
     from transflow.experiments.tasks import depth
 
+    from transflow.control import ReferenceTolerances
+
     task = depth.Config()
     study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
-    ref = ("dopri5", 1e-8, 1e-7, 1e-6)
+    ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
     key = depth._record_key(task, study, 4, [4, 8], ref, False)
     cell = design_cells(_study())[0]
     path = tmp_path / "record.json"
@@ -227,7 +234,8 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
     assert reusable_record(path, key, cell.name, 1) is None  # another seed
     other = dataclasses.replace(task, steps=task.steps + 1)
     assert depth._record_key(other, study, 4, [4, 8], ref, False) != key  # another option
-    assert depth._record_key(task, study, 4, [4, 8], ("dopri5", 1e-9, 1e-7, 1e-6), False) != key
+    finer = ReferenceTolerances("dopri5", 1e-9, 1e-7, 1e-6)
+    assert depth._record_key(task, study, 4, [4, 8], finer, False) != key
     assert (
         depth._record_key(dataclasses.replace(task, ref_split=False), study, 4, [4, 8], ref, False)
         != key
@@ -252,19 +260,19 @@ def test_depth_reference_is_refined_in_a_cell_whose_error_is_over_the_bound(tmp_
     from transflow.experiments.context import RunContext
     from transflow.experiments.tasks import depth
 
+    from transflow.control import ReferenceTolerances
+
     calls = []
 
     def fake(cfg, ctx, study, cell, seed, n_steps, random_depths, ref, check_ref):
-        calls.append((seed, ref[1]))  # the ratio falls 10x per decade of the reference
-        return {"ref_error_ratio": 0.125 * ref[1] / 1e-8} if check_ref else {"acc": 0.9}
+        calls.append((seed, ref.rtol))  # the ratio falls 10x per decade of the reference
+        return {"ref_error_ratio": 0.125 * ref.rtol / 1e-8} if check_ref else {"acc": 0.9}
 
     monkeypatch.setattr(depth, "_evaluate_cell", fake)
     task = depth.Config()
     study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
-    ref = ("dopri5", 1e-8, 1e-7, 1e-6)
-    keys = [
-        depth._record_key(task, study, 4, [4, 8], depth._refined(ref, j), False) for j in range(3)
-    ]
+    ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
+    keys = [depth._record_key(task, study, 4, [4, 8], ref.refined(j), False) for j in range(3)]
     v2 = depth._record_key(dataclasses.replace(task, ref_refine=0), study, 4, [4, 8], ref, False)
     assert keys[0] == v2 and len(set(keys)) == 3
     ctx = RunContext(tmp_path)

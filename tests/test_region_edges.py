@@ -19,7 +19,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from _wrappers import only
 from transflow.expressivity import (
+    AbstractAffineLogits,
+    AbstractBoundedEval,
+    AbstractExactEval,
+    AbstractExactProgram,
+    AbstractIntervalForward,
     MaxoutNetwork,
     count_linear_regions,
     exact_regions_1d,
@@ -47,16 +53,18 @@ def slack():
 
 
 @pytest.fixture(params=["layerwise", "point walk"])
-def path(request, monkeypatch):
+def path(request):
     """Count with the layerwise counter (default) or the point walk of models without
-    ``interval_forward``."""
-    if request.param == "point walk":
-
-        def missing(self, ctx, x):
-            raise NotImplementedError("no interval_forward in this test")
-
-        monkeypatch.setattr(MaxoutNetwork, "interval_forward", missing)
+    ``interval_forward`` (see :func:`_model`)."""
     return request.param
+
+
+def _model(net, path):
+    """The network, or (``path == "point walk"``) the same network without
+    AbstractIntervalForward: the counters then take the point walk."""
+    if path == "point walk":
+        return only(net, AbstractAffineLogits, AbstractBoundedEval, AbstractExactProgram)
+    return net
 
 
 def exact_count(net, lo, hi):
@@ -101,13 +109,13 @@ def test_float32_certificate_covers_the_float64_box(x64_off, path):
     kink = Fraction(float(np.float32(0.11))) / Fraction(float(np.float32(0.7)))
     assert Fraction(hi) < kink < Fraction(float(np.float32(hi)))  # the trap
     assert exact_count(net, 0.0, hi) == (1, 1)
-    r = count_linear_regions(net, 0.0, hi)
+    r = count_linear_regions(_model(net, path), 0.0, hi)
     assert (r.linear, r.activation) == (1, 1) or not r.certified
     assert r.certified  # and it is certified (the slivers are counted exactly)
     # one float64 number right of the kink: 2 regions
     hi2 = math.nextafter(float(kink), math.inf)
     assert exact_count(net, 0.0, hi2) == (2, 2)
-    r2 = count_linear_regions(net, 0.0, hi2)
+    r2 = count_linear_regions(_model(net, path), 0.0, hi2)
     assert (r2.linear, r2.activation, r2.certified) == (2, 2, True)
 
 
@@ -129,7 +137,7 @@ def test_float32_counts_match_exact_counts_near_kinks(x64_off, path):
                 hi = kinks[k + 1] + db * math.ulp(kinks[k + 1])
                 if not lo < hi:
                     continue
-                r = count_linear_regions(net, lo, hi, n_seed=16)
+                r = count_linear_regions(_model(net, path), lo, hi, n_seed=16)
                 assert r.certified
                 assert (r.linear, r.activation) == exact_count(net, lo, hi), (lo, hi)
                 checked += 1
@@ -180,20 +188,17 @@ def test_time_budget_1d_layerwise_and_float_fallback(slack):
     assert el <= 2e-6 + slack
 
 
-def test_time_budget_bounds_the_exact_rational_walk(monkeypatch, slack):
-    """Without the exact affine propagation, the coincident kinks of a grid-weight net go
-    to the exact rational walk (72 s at width 500, ~3 s at width 150 on an idle core):
-    the budget stops it."""
-    from transflow.expressivity import _exact2d
-
-    def no_program(*args):
-        raise _exact2d.NotExact("no integer program in this test")
-
-    monkeypatch.setattr(_exact2d, "exact_segments_1d", no_program)
+def test_time_budget_bounds_the_exact_rational_walk(slack):
+    """Without the exact affine propagation (the net without AbstractExactProgram), the
+    coincident kinks of a grid-weight net go to the exact rational walk (72 s at width 500,
+    ~3 s at width 150 on an idle core): the budget stops it."""
     net = _grid_net(150)
+    f = only(
+        net, AbstractAffineLogits, AbstractBoundedEval, AbstractIntervalForward, AbstractExactEval
+    )
     truth = exact_count(net, -2.0, 2.0)
-    count_linear_regions(net, 5.0, 6.0, certify=False)  # compile the bisection's kernels
-    r, el = _timed(net, -2.0, 2.0, time_budget=0.3)
+    count_linear_regions(f, 5.0, 6.0, certify=False)  # compile the bisection's kernels
+    r, el = _timed(f, -2.0, 2.0, time_budget=0.3)
     _check_budgeted(r, 0.3, el, truth, slack)
     if not r.certified:
         assert "(in the exact rational walk)" in r.certificate["failure"]

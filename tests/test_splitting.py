@@ -327,14 +327,18 @@ def test_wmul_is_the_matrix_product():
 
 def test_a_family_writes_only_advance():
     """The step signature is written once (AbstractScheme.step): a family that defines
-    ``advance`` and ``substep_names`` gets masks, named sub-steps and evolve."""
+    ``advance``, ``substep_names`` and ``nodes`` gets named sub-steps and evolve, and
+    masks when it declares AbstractMaskable (without it, masks are refused in one line)."""
     from transflow import AbstractScheme
+    from transflow.schemes import AbstractMaskable, MissingCapability
 
-    class Damped(AbstractScheme):
+    class Damped(AbstractMaskable):
+        nodes = (0.5,)
+
         def substep_names(self, controls):
             return ("half", "out")
 
-        def advance(self, u, controls, dt, *, grid, causal, masks):
+        def advance(self, u, controls, dt, *, ops):
             half = u - 0.5 * dt * u
             return half - 0.5 * dt * half, (half, half - 0.5 * dt * half)
 
@@ -346,3 +350,16 @@ def test_a_family_writes_only_advance():
     pad = jnp.array([False, True])
     u_T = evolve(u0, theta, Damped(), dt=0.5, key_padding_mask=pad)  # masks accepted
     np.testing.assert_allclose(u_T, 0.75**6 * u0, rtol=1e-12)
+
+    class Unmasked(AbstractScheme):
+        nodes = (0.5,)
+
+        def substep_names(self, controls):
+            return ("out",)
+
+        def advance(self, u, controls, dt, *, ops):
+            return u, (u,)
+
+    np.testing.assert_array_equal(evolve(u0, theta, Unmasked()), u0)
+    with pytest.raises(MissingCapability, match="Unmasked lacks the capability AbstractMaskable"):
+        evolve(u0, theta, Unmasked(), key_padding_mask=pad)

@@ -9,7 +9,11 @@
 - the public import paths give the same objects; the old private module paths are gone
   (CHANGELOG.md);
 - the modules of ``src/transflow`` import each other without a cycle (issue 36): the
-  import graph of module- and function-level imports has no strongly connected component.
+  import graph of module- and function-level imports has no strongly connected component;
+- an import of a module is also an import of its parent packages' ``__init__`` (Python
+  runs them first), except the packages the importer itself lies in (issue 47);
+- the layers below ``evolve`` (the schemes, the control paths, the adaptive solve, the
+  integrator) import nothing from which ``transflow._evolve`` can be reached (issue 47).
 """
 
 from __future__ import annotations
@@ -263,11 +267,21 @@ def _imports(tree: ast.AST):
         stack.extend(ast.iter_child_nodes(node))
 
 
+def _parents(name: str) -> list[str]:
+    """The packages above module ``name``: ``a.b.c`` -> ``["a.b", "a"]``."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
 def import_graph(root: pathlib.Path = SRC, missing: list | None = None) -> dict[str, set[str]]:
     """``module -> {modules of the package it imports}`` from the sources' AST: module- and
     function-level imports, relative ones resolved; ``from P import m`` of a submodule
-    ``m`` is an edge to ``P.m``, of a name defined in ``P`` an edge to ``P``. Imports of a
-    module of the package that has no file are appended to ``missing``."""
+    ``m`` is an edge to ``P.m``, of a name defined in ``P`` an edge to ``P``. An import of
+    ``P.m`` is also an edge to every package above it (``P``'s ``__init__`` runs first)
+    that does not hold the importer too (its own packages are being imported already;
+    so the top package, above every module, is an edge only where it is imported by
+    name). Imports of a module of the package that has no file are appended to
+    ``missing``."""
     files = {_module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     top = root.name
     graph: dict[str, set[str]] = {}
@@ -291,7 +305,8 @@ def import_graph(root: pathlib.Path = SRC, missing: list | None = None) -> dict[
             if missing is not None and in_package and target not in files:
                 missing.append(f"{name} imports {target}")
         deps.discard(name)
-        graph[name] = deps
+        above = {p for d in deps for p in _parents(d) if p in files}  # run on the way
+        graph[name] = deps | (above - {name, *_parents(name)})
     return graph
 
 
@@ -345,10 +360,30 @@ def test_import_graph_sees_relative_function_level_and_import_module_imports(tmp
     graph = import_graph(pkg, missing=missing)
     assert missing == ["transflow._c imports transflow._gone"]
     assert graph["transflow"] == {"transflow._a"}
-    assert graph["transflow._a"] == {"transflow.sub._b"}
+    assert graph["transflow._a"] == {"transflow.sub._b", "transflow.sub"}  # sub's __init__
     assert graph["transflow.sub._b"] == {"transflow._a"}  # not _c: TYPE_CHECKING only
-    assert graph["transflow._c"] == {"transflow.sub._b"}
+    assert graph["transflow._c"] == {"transflow.sub._b", "transflow.sub"}
     assert import_cycles(graph) == [["transflow._a", "transflow.sub._b"]]
+
+
+def test_import_graph_counts_the_parent_packages_of_an_import(tmp_path):
+    """``from .low._x import f`` runs ``low/__init__`` first: an edge to ``transflow.low``.
+    So a package ``__init__`` that re-exports from a module above the importer closes a
+    cycle the submodule alone does not show. A module's own packages (being imported
+    already) and the top package are no such edge."""
+    pkg = tmp_path / "transflow"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from ._top import g\n")
+    (pkg / "_top.py").write_text("from .low._x import f\ndef g():\n    return f\n")
+    (pkg / "low" / "__init__.py").write_text("from .._top import g\nfrom ._x import f\n")
+    (pkg / "low" / "_x.py").write_text("from ._y import h\nf = h\n")
+    (pkg / "low" / "_y.py").write_text("import transflow._errors\nh = 1\n")
+    (pkg / "_errors.py").write_text("")
+    graph = import_graph(pkg)
+    assert graph["transflow._top"] == {"transflow.low._x", "transflow.low"}
+    assert graph["transflow.low._x"] == {"transflow.low._y"}  # not its own package
+    assert graph["transflow.low._y"] == {"transflow._errors"}  # not the top package
+    assert import_cycles(graph) == [["transflow._top", "transflow.low"]]
 
 
 #: Known import cycles (none: the expressivity cycle of issue 36 was broken by moving the
@@ -377,8 +412,7 @@ def test_no_import_cycle_between_the_modules_of_transflow():
 
 def test_the_core_imports_no_layer_above_it():
     """The integrator imports no transflow module but the error helpers; the schemes and
-    evolve import nothing of the models, the subpackages or the experiments (the
-    continuous-time paths and solves only inside evolve's functions)."""
+    evolve import nothing of the models, the subpackages or the experiments."""
     graph = import_graph()
     assert graph["transflow._integrate"] <= {"transflow._errors"}, graph["transflow._integrate"]
     upper = ("transflow.models", "transflow.control", "transflow.analysis", "transflow.interop")
@@ -386,3 +420,34 @@ def test_the_core_imports_no_layer_above_it():
     for name in ("transflow._integrate", "transflow._evolve", *core):
         bad = {m for m in graph[name] if m.startswith(upper)}
         assert not bad, f"{name} imports {sorted(bad)}"
+
+
+#: The layers below ``evolve`` (issue 47): the schemes, the control paths, the adaptive
+#: solve of a scheme's continuous limit and the integrator.
+BELOW_EVOLVE = ("transflow.schemes", "transflow._paths", "transflow._solve", "transflow._integrate")
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, stack = set(), [start]
+    while stack:
+        for m in graph.get(stack.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                stack.append(m)
+    return seen
+
+
+def test_the_layers_below_evolve_import_nothing_above_it():
+    """No import, a package's ``__init__`` counted, runs from the schemes, the control
+    paths, the adaptive solve or the integrator up into ``transflow._evolve`` or into any
+    module from which it can be reached (``transflow.continuous``, which re-exports
+    ``evolve_path``, included); evolve itself imports them."""
+    graph = import_graph()
+    top = "transflow._evolve"
+    above = {top} | {m for m in graph if top in _reachable(graph, m)}
+    low = [m for m in graph if m == "transflow.schemes" or m.startswith(BELOW_EVOLVE)]
+    assert len(low) > 4 and {"transflow._paths", "transflow._solve"} <= set(low)
+    bad = {m: sorted(graph[m] & above) for m in sorted(low) if graph[m] & above}
+    assert not bad, f"imports from below evolve into it or above: {bad}"
+    assert {"transflow._paths", "transflow._solve", "transflow._integrate"} <= graph[top]
+    assert "transflow.continuous" in above  # the public face sits above evolve

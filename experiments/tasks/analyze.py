@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from transflow.control._tasks import DigitsConfig
 
 from ..context import format_number
+from ..validate import Constraint
 
 __all__ = ["Config", "run", "resolve_model_path"]
 
@@ -54,6 +55,20 @@ CHOICES = {
     "arch": _ARCHS,
     "interpolation": ("constant", "linear", "both"),
 }
+
+
+CONSTRAINTS = (
+    Constraint(
+        ("task.digits.patch",),
+        lambda p: 8 % p == 0,
+        "task.digits.patch dividing the 8×8 image: 1, 2, 4 or 8",
+    ),
+    Constraint(
+        ("task.image_size", "task.patch_size"),
+        lambda size, patch: size % patch == 0,
+        "task.patch_size dividing task.image_size",
+    ),
+)
 
 
 def check(cfg) -> None:
@@ -82,6 +97,8 @@ class Config:
     factors: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     interpolation: str = "both"  # "constant" | "linear" | "both"
     threshold: float = 0.99  # cosine threshold of the cluster count
+    # the refined models' accuracy on the labelled inputs (digits) beside the refinement
+    evaluate: bool = True
     digits: DigitsConfig = field(default_factory=DigitsConfig)  # the train_digits config
 
 
@@ -132,19 +149,12 @@ def _load_digits(cfg, ctx, path: pathlib.Path | None):
     from transflow.control import run_training
 
     dcfg = cfg.digits
-    if path is None and ctx.smoke:  # a few training steps: the smoke run checks the wiring
-        import dataclasses
-
-        dcfg = dataclasses.replace(
-            dcfg, steps=10, eval_every=10, checkpoint_every=10, log_every=5, warmup_steps=2
-        )
     if path is None:
         summary, result = run_training(
             "digits",
             dcfg,
             run_dir=ctx.run_dir,
             seed=ctx.seed,
-            smoke=ctx.smoke,
             progress=ctx.progress,
         )
         return result.model, {
@@ -294,14 +304,6 @@ def run(cfg, ctx) -> dict:
     Dynamical-systems analysis of a trained or HF model: trajectories, clustering,
     refinement in depth.
     """
-    if cfg.interpolation not in ("constant", "linear", "both"):
-        raise ValueError(
-            f"task.interpolation must be 'constant', 'linear' or 'both', got {cfg.interpolation!r}."
-        )
-    if cfg.source not in ("digits", "random"):
-        raise ValueError(f"task.source must be 'digits' or 'random', got {cfg.source!r}.")
-    if cfg.arch not in _ARCHS:
-        raise ValueError(f"task.arch must be one of {_ARCHS}, got {cfg.arch!r}.")
     kind, path = resolve_model_path(cfg.model_path) if cfg.model_path else (cfg.source, None)
 
     import jax
@@ -320,12 +322,6 @@ def run(cfg, ctx) -> dict:
     dtype = _dtype()
     factors = [int(k) for k in cfg.factors]
     n_inputs = cfg.n_inputs
-    if ctx.smoke:  # small sizes, except those given on the command line
-        small = dict(n_layers=2, d_model=16, d_ff=32, seq_len=8, image_size=16, patch_size=8)
-        for key, value in small.items():
-            setattr(cfg, key, ctx.smoke_value(f"task.{key}", getattr(cfg, key), value))
-        n_inputs = ctx.smoke_value("task.n_inputs", n_inputs, min(n_inputs, 4))
-        factors = [k for k in factors if k <= 2] or [1, 2]
     info: dict = {"source": kind}
     if kind in ("digits", "transflow"):
         model, extra = _load_digits(cfg, ctx, path if kind == "transflow" else None)
@@ -347,15 +343,13 @@ def run(cfg, ctx) -> dict:
     info["inputs"] = input_kind
     x = xs[0]
     evaluate = None
-    if labels is not None and not ctx.smoke:
+    if labels is not None and cfg.evaluate:
         from transflow.control import evaluate as evaluate_classifier
 
         def evaluate(m):
             return evaluate_classifier(m, np.asarray(xs), labels)
 
     interps = ("constant", "linear") if cfg.interpolation == "both" else (cfg.interpolation,)
-    if ctx.smoke:
-        interps = tuple(ctx.smoke_value("task.interpolation", list(interps), list(interps[:1])))
     res = analyze(
         model,
         x,

@@ -51,7 +51,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from transflow.control import DepthDigitsConfig
+from transflow.control import DepthDigitsConfig, ReferenceTolerances
 
 from ..config import complete, options_without
 from ..protocol import (
@@ -199,6 +199,9 @@ class Config:
     text_path_scheme: str = "heun"
     # the digits model's other options (DepthDigitsConfig without the fields set above)
     digits: DigitsOptions = field(default_factory=DigitsOptions)
+    # a design with fewer cells than the claims name (debug=smoke): the claims and headline
+    # cells naming a missing cell are said and not checked, instead of refused
+    partial_design: bool = False
 
 
 def check(cfg: Config) -> None:
@@ -231,6 +234,8 @@ def check(cfg: Config) -> None:
                 f"task.study.factors.scheme / task.eval_schemes: {s!r} is not a consistent "
                 "scheme of the pre-LN field; choose e.g. prenorm (Euler), heun, midpoint."
             )
+    if cfg.partial_design:
+        study = _within_design(study)
     check_study(study)  # after the levels, so a bad level is named as such
     if not set(study.factors["scheme"]) <= set(cfg.eval_schemes):
         raise ValueError(
@@ -258,37 +263,12 @@ def check(cfg: Config) -> None:
         )
 
 
-def _smoke_study(cfg: Config, ctx) -> tuple[StudyConfig, int, list[int]]:
-    """The design at smoke size (a wiring check within 3 minutes on 2 loaded cores): every
-    factor varied once around the headline (its headline level and the first other one),
-    nothing crossed, 2 seeds in the headline cells and 1 elsewhere, depths 1..8, and the
-    reference solve sharing the adaptive solve's compiled program (Tsit5 at ``task.rtol``).
-    Each replaced value is reported; a value given on the command line is kept."""
-    s = cfg.study
-    if not ctx.smoke:
-        return s, cfg.n_steps, [int(n) for n in cfg.random_depths]
-    head = s.headline
-    two = {
-        k: [head[k]] + [v for v in levels if str(v) != str(head[k])][:1]
-        for k, levels in s.factors.items()
-    }
-    grid = ctx.smoke_value("task.study.eval_grid", list(s.eval_grid), [1, 2, 4, 8])
-    small = {k: [2, 8] for k in s.fit_windows}
-    s = dataclasses.replace(
-        s,
-        factors=ctx.smoke_value("task.study.factors", dict(s.factors), two),
-        crossed=ctx.smoke_value("task.study.crossed", list(s.crossed), []),
-        n_seeds=ctx.smoke_value("task.study.n_seeds", s.n_seeds, 1),
-        headline_n_seeds=ctx.smoke_value("task.study.headline_n_seeds", s.headline_n_seeds, 2),
-        eval_grid=grid,
-        fit_windows=ctx.smoke_value("task.study.fit_windows", dict(s.fit_windows), small),
-    )
+def _within_design(s: StudyConfig) -> StudyConfig:
+    """``s`` without the headline cells and claims naming a cell its design does not have."""
     names = {c.name for c in design_cells(s, check=False)}
-    s = dataclasses.replace(
-        s, headline_cells=[c for c in s.headline_cells if c == "headline" or c in names]
-    )
-    s = dataclasses.replace(
+    return dataclasses.replace(
         s,
+        headline_cells=[c for c in s.headline_cells if c == "headline" or c in names],
         claims=[
             c
             for c in s.claims
@@ -297,8 +277,25 @@ def _smoke_study(cfg: Config, ctx) -> tuple[StudyConfig, int, list[int]]:
             )
         ],
     )
-    n_steps = ctx.smoke_value("task.n_steps", cfg.n_steps, 2)
-    return s, n_steps, ctx.smoke_value("task.random_depths", list(cfg.random_depths), [2, 4])
+
+
+def _study(cfg: Config, ctx) -> tuple[StudyConfig, int, list[int]]:
+    """The design as configured (smoke sizes: configs/sizes/smoke/depth.yaml); with
+    ``task.partial_design`` the headline cells and claims naming a cell the design does
+    not have are dropped, each said in one line."""
+    s = cfg.study
+    if cfg.partial_design:
+        kept = _within_design(s)
+        dropped = [c for c in s.headline_cells if c not in kept.headline_cells] + [
+            c.name for c in s.claims if c not in kept.claims
+        ]
+        if dropped:
+            ctx.message(
+                "depth study (task.partial_design): not in this design's cells, so not "
+                f"checked: {', '.join(dropped)}"
+            )
+        s = kept
+    return s, cfg.n_steps, [int(n) for n in cfg.random_depths]
 
 
 #: The version of a (cell, seed) record's content: part of its digest, so that a record
@@ -318,40 +315,28 @@ def _record_key(cfg: Config, study: StudyConfig, n_steps, random_depths, ref, sm
     for k in [k for k in opts if k.startswith(("memory_", "adjoint_", "max_memory"))]:
         opts.pop(k)
     opts.pop("ref_check_max")
+    opts.pop("partial_design")  # selects the claims checked, not a record's content
     opts.pop("ref_refine")  # selects the reference level; the level's tolerances are in ref
     design = {
         "eval_grid": [int(n) for n in study.eval_grid],
         "fit_windows": {k: list(v) for k, v in study.fit_windows.items()},
         "n_steps": n_steps,
         "random_depths": list(random_depths),
-        "ref": list(ref),
+        "ref": [ref.solver, ref.rtol, ref.check_rtol, ref.coarse_rtol],
         "smoke": bool(smoke),
     }
     return digest({"version": RECORD_VERSION, "options": opts, "design": design})
 
 
-def _smoke_solver(cfg: Config, ctx) -> tuple[str, float, float, float]:
-    """The reference solve's solver, tolerance and the two check tolerances (smoke: the
-    adaptive solve's own, checked at 10× and 100× its tolerance)."""
-    solver = ctx.smoke_value("task.ref_solver", cfg.ref_solver, "tsit5")
-    rtol = ctx.smoke_value("task.ref_rtol", cfg.ref_rtol, cfg.rtol)
-    check = cfg.ref_check_rtol and ctx.smoke_value(
-        "task.ref_check_rtol", cfg.ref_check_rtol, 10 * rtol
-    )
-    coarse = (
-        check
-        and cfg.ref_check_coarse_rtol
-        and ctx.smoke_value("task.ref_check_coarse_rtol", cfg.ref_check_coarse_rtol, 10 * check)
-    )
+def _smoke_solver(cfg: Config, ctx) -> ReferenceTolerances:
+    """The reference solve's solver, tolerance and the two check tolerances (smoke,
+    configs/sizes/smoke/depth.yaml: the adaptive solve's own, checked at 10× and 100× its
+    tolerance)."""
+    solver, rtol = cfg.ref_solver, cfg.ref_rtol
+    check = cfg.ref_check_rtol
+    coarse = check and cfg.ref_check_coarse_rtol
     _check_ref_tolerances(rtol, check, coarse)
-    return solver, rtol, check, coarse
-
-
-def _refined(ref: tuple[str, float, float, float], level: int):
-    """The reference (solver, tolerance, check tolerances) with every tolerance divided by
-    10**level (design v3's refinement of a cell whose reference error is over the bound)."""
-    solver, *tols = ref
-    return (solver, *(t / 10**level if t else t for t in tols))
+    return ReferenceTolerances(solver, rtol, check, coarse)
 
 
 def _check_ref_tolerances(rtol: float, check: float, coarse: float = 0.0) -> None:
@@ -389,16 +374,6 @@ def _train_cell(cfg: Config, ctx, cell, seed: int, n_steps: int, random_depths):
         smoothness=cfg.smoothness,
         dt=float(lv["T"]) / n_steps,
     )
-    if ctx.smoke:  # a wiring check: tiny model, a few steps
-        dcfg = dataclasses.replace(
-            dcfg,
-            d=ctx.smoke_value("task.d", dcfg.d, 8),
-            n_heads=1,
-            steps=ctx.smoke_value("task.steps", dcfg.steps, min(dcfg.steps, 10)),
-            eval_every=10,
-            log_every=5,
-            warmup_steps=2,
-        )
     summary, result = run_training(
         DEPTH_DIGITS,
         dcfg,
@@ -447,14 +422,14 @@ def _evaluate(
     n_steps,
     xte,
     yte,
-    ref: tuple[str, float, float, float],
+    ref: ReferenceTolerances,
     check_ref: bool = False,
 ) -> dict:
     """Every evaluation of one trained model, in float64 (the metrics of a seed record)."""
     import jax
     import numpy as np
 
-    from transflow import make_scheme
+    from transflow import Adaptive, make_scheme
     from transflow.analysis import fit_order
     from transflow.control import depth_accuracy
 
@@ -463,7 +438,6 @@ def _evaluate(
     with jax.enable_x64(True):
         m = _f64(model)
         x = np.asarray(xte, np.float64)
-        ref_solver, ref_rtol, check_rtol, coarse_rtol = ref
 
         def timed(name, *args, **kw):  # depth_accuracy, its seconds in rec["seconds.<name>"]
             t0 = time.perf_counter()
@@ -472,33 +446,31 @@ def _evaluate(
             return out
 
         split = bool(cfg.ref_split)
-        ref = timed("reference", m, x, yte, [], rtol=ref_rtol, solver=ref_solver, split=split)
-        z_ref = np.asarray(ref["adaptive_outputs"], np.float64)
+        solved = timed("reference", m, x, yte, [], adaptive=ref.reference, split=split)
+        z_ref = np.asarray(solved["adaptive_outputs"], np.float64)
         norm = float(np.linalg.norm(z_ref))
 
         def dist(z):
             return float(np.linalg.norm(np.asarray(z, np.float64) - z_ref) / norm)
 
-        rec["acc.reference"] = ref["adaptive_accuracy"]
-        rec["nfev.reference"] = ref["adaptive_nfev_mean"]
-        if check_ref and check_rtol:  # the reference's error: a looser solve's distance
-            loose = depth_accuracy(m, x, yte, [], rtol=check_rtol, solver=ref_solver, split=split)
+        rec["acc.reference"] = solved["adaptive_accuracy"]
+        rec["nfev.reference"] = solved["adaptive_nfev_mean"]
+        if check_ref and ref.check:  # the reference's error: a looser solve's distance
+            loose = depth_accuracy(m, x, yte, [], adaptive=ref.check, split=split)
             d1 = rec["dist.ref_check"] = dist(loose["adaptive_outputs"])
             est = d1  # v1: the loose solve's distance itself
-            if coarse_rtol:  # v2: the decay from the coarse to the loose solve, once more
-                coarse = depth_accuracy(
-                    m, x, yte, [], rtol=coarse_rtol, solver=ref_solver, split=split
-                )
+            if ref.coarse:  # v2: the decay from the coarse to the loose solve, once more
+                coarse = depth_accuracy(m, x, yte, [], adaptive=ref.coarse, split=split)
                 d2 = rec["dist.ref_check_coarse"] = dist(coarse["adaptive_outputs"])
                 est = d1 * d1 / d2 if d2 > 0 else math.nan
             rec["ref_error_est"] = est
-        ad = timed("adaptive", m, x, yte, [], rtol=cfg.rtol)
+        ad = timed("adaptive", m, x, yte, [], adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol))
         rec["acc.adaptive"] = ad["adaptive_accuracy"]
         rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
         rec["dist.adaptive"] = dist(ad["adaptive_outputs"])
         for s in cfg.eval_schemes:
             ms = m if s == own else dataclasses.replace(m, scheme=make_scheme(s))
-            r = timed(s, ms, x, yte, grid, rtol=None)
+            r = timed(s, ms, x, yte, grid, adaptive=None)
             for n, a, z in zip(grid, r["accuracy"], r["outputs"]):
                 rec[f"acc.{s}.{n}"] = a
                 rec[f"dist.{s}.{n}"] = dist(z)
@@ -577,7 +549,7 @@ def _job_record(cfg, ctx, study, cell, seed, out, keys, ref, lv, n_steps, random
     while True:
         if rec is None:
             rec = _evaluate_cell(
-                cfg, ctx, study, cell, seed, n_steps, random_depths, _refined(ref, lv), first
+                cfg, ctx, study, cell, seed, n_steps, random_depths, ref.refined(lv), first
             )
             rec["ref_level"] = lv
             rec.update(history)  # the ratios at the lower levels (first seed)
@@ -590,8 +562,8 @@ def _job_record(cfg, ctx, study, cell, seed, out, keys, ref, lv, n_steps, random
         if first and cfg.ref_check_max and ratio > cfg.ref_check_max and lv < cfg.ref_refine:
             ctx.message(
                 f"{cell.name} seed {seed}: reference error ratio {ratio:.3g} > "
-                f"{cfg.ref_check_max:g} at rtol {_refined(ref, lv)[1]:g}; evaluated again at "
-                f"{_refined(ref, lv + 1)[1]:g} "
+                f"{cfg.ref_check_max:g} at rtol {ref.refined(lv).rtol:g}; evaluated again at "
+                f"{ref.refined(lv + 1).rtol:g} "
                 "(task.ref_refine, design v3)"
             )
             history = {k: v for k, v in rec.items() if k.startswith("ref_error_ratio.")}
@@ -607,7 +579,7 @@ def run(cfg: Config, ctx) -> dict:
     import jax
     import numpy as np
 
-    study, n_steps, random_depths = _smoke_study(cfg, ctx)
+    study, n_steps, random_depths = _study(cfg, ctx)
     cells = design_cells(study, seed=ctx.seed)
     if study.cells:
         wanted = {c if c != "headline" else cells[0].name for c in study.cells}
@@ -632,7 +604,7 @@ def run(cfg: Config, ctx) -> dict:
     # a record is reused only if it was written with this very configuration; one key per
     # reference level (design v3: level j divides the reference's tolerances by 10**j)
     keys = [
-        _record_key(cfg, study, n_steps, random_depths, _refined(ref, j), ctx.smoke)
+        _record_key(cfg, study, n_steps, random_depths, ref.refined(j), ctx.smoke)
         for j in range(int(cfg.ref_refine) + 1)
     ]
     level: dict[str, int] = {}  # the reference level of every cell (set by its first seed)
@@ -695,10 +667,10 @@ def run(cfg: Config, ctx) -> dict:
         + "\n"
     )
     _figures(ctx, cfg, study, cells, agg)
-    full = not ctx.smoke
     # every declared claim is a claim of the run: one over cells not run (task.study.cells)
-    # is "not checked", so a restricted run never says that all its claims pass
-    ctx.record_verdicts(verdicts, enforce=full)
+    # is "not checked", so a restricted run never says that all its claims pass; at smoke
+    # size they are declared not enforced (configs/sizes/smoke/depth.yaml, not_enforced)
+    ctx.record_verdicts(verdicts)
     ctx.log({"kind": "claims", "verdicts": verdicts})
     # the continuous limit's own error (first seed of every cell), against its declared max
     ratios = {
@@ -714,48 +686,41 @@ def run(cfg: Config, ctx) -> dict:
             ref_worst[1],
             cfg.ref_check_max,
             op="<=",
-            enforce=full,
         )
 
     adj = _adjoint_check(cfg.adjoint_activation, cfg.adjoint_rtol)
     ctx.log({"kind": "adjoint", **adj})
     adjoint_rel = adj["relative_difference"]
     relu_rel = None
-    if cfg.adjoint_relu_rtol and not ctx.smoke:  # the kink-limited contrast (not a claim)
+    if cfg.adjoint_relu_rtol:  # the kink-limited contrast (not a claim)
         relu = _adjoint_check("relu", cfg.adjoint_relu_rtol)
         ctx.log({"kind": "adjoint", **relu})
         relu_rel = relu["relative_difference"]
     memory = _memory(cfg, ctx)
     # smoke: the text models only when asked (task.text=true), to stay within 3 minutes
-    with_text = ctx.smoke_value("task.text", cfg.text, False) if ctx.smoke else cfg.text
-    text_seeds = cells[0].seeds[: 2 if ctx.smoke else int(cfg.text_seeds)]
+    with_text = cfg.text
+    text_seeds = cells[0].seeds[: int(cfg.text_seeds)]
     text = _text(cfg, ctx, study, n_steps, random_depths, text_seeds) if with_text else None
 
-    ctx.claim("adjoint_relative_difference", adjoint_rel, 1e-6, op="<=", enforce=full)
+    ctx.claim("adjoint_relative_difference", adjoint_rel, 1e-6, op="<=")
     for g, m in memory.items():
         if g != "backprop":  # backprop stores a state per step: the contrast, not a claim
-            ctx.claim(
-                f"peak_rss_ratio_{g}", m["ratio"], cfg.max_memory_ratio, op="<=", enforce=full
-            )
+            ctx.claim(f"peak_rss_ratio_{g}", m["ratio"], cfg.max_memory_ratio, op="<=")
     if text is not None:
         ctx.claim(  # every seed
             "text_path_bpc_change_at_4x_depth",
             max(text["path"]["change_4x"]),
             cfg.max_bpc_change,
             op="<=",
-            enforce=full,
         )
         four = text["baselines"]["bpc"][3]
         for name in ("path", "per_layer"):  # mean over seeds, at the training depth
-            ctx.claim(
-                f"text_{name}_beats_4gram", text[name]["bpc_train"], four, op="<", enforce=full
-            )
+            ctx.claim(f"text_{name}_beats_4gram", text[name]["bpc_train"], four, op="<")
         ctx.claim(
             "text_equal_parameters",
             abs(text["path"]["n_params"] - text["per_layer"]["n_params"]),
             0,
             op="<=",
-            enforce=full,
         )
 
     seconds = time.perf_counter() - t_study
@@ -833,14 +798,14 @@ def run(cfg: Config, ctx) -> dict:
 
 def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -> str:
     """The continuous limit and the estimate of its own error (report)."""
-    solver, rtol, check, coarse = ref
+    check, coarse = ref.check_rtol, ref.coarse_rtol
     how = (
         f"d1²/d2 from the distances d1, d2 of solves at {check:g} and {coarse:g} to it"
         if coarse
         else f"the distance of a solve at {check:g} to it (~10× its own error)"
     )
     line = (
-        f"\n\nThe continuous limit: {solver} at rtol = atol = {rtol:g} (float64"
+        f"\n\nThe continuous limit: {ref.solver} at rtol = atol = {ref.rtol:g} (float64"
         + (", solved piece by piece between the jumps of θ" if cfg.ref_split else "")
         + f"). Its error, estimated on the first seed of every cell as {how}, over the "
         "smallest distance an order fit uses: "
@@ -859,7 +824,7 @@ def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -
         + (
             " Refined (design v3, `task.ref_refine`; all tolerances ÷ 10 per level, every "
             "seed of the cell): "
-            + ", ".join(f"{c} to rtol {_refined(ref, j)[1]:g}" for c, j in refined.items())
+            + ", ".join(f"{c} to rtol {ref.refined(j).rtol:g}" for c, j in refined.items())
             + "."
             if refined
             else ""
@@ -1009,7 +974,7 @@ def _adjoint_check(activation: str = "tanh", tol: float = 1e-10, solver: str = "
     import jax
     import jax.numpy as jnp
 
-    from transflow import LayerControls, PreNormScheme
+    from transflow import Adaptive, LayerControls, PreNormScheme
     from transflow.continuous import compare_adjoints, init_path
 
     with jax.enable_x64(True):
@@ -1021,7 +986,8 @@ def _adjoint_check(activation: str = "tanh", tol: float = 1e-10, solver: str = "
             smooth=False,
         )
         u0 = jax.random.normal(jax.random.key(1), (3, 4), jnp.float64)
-        r = compare_adjoints(u0, path, PreNormScheme(), rtol=tol, atol=tol, solver=solver)
+        solve = Adaptive(rtol=tol, atol=tol, solver=solver, max_steps=100_000)
+        r = compare_adjoints(u0, path, PreNormScheme(), solve)
         return {
             "activation": activation,
             "rtol": tol,
@@ -1039,11 +1005,6 @@ def _memory(cfg: Config, ctx) -> dict:
     depths = [int(n) for n in cfg.memory_depths]
     batch, d = cfg.memory_batch, cfg.d
     gradients = list(cfg.memory_gradients)
-    if ctx.smoke:  # a fresh process per (gradient, depth), ~35 s each on 2 loaded cores:
-        # none at smoke size (give task.memory_gradients=[...] to run them; the slow test
-        # tests/test_depth.py::test_gradient_memory_does_not_grow_with_the_depth covers them)
-        depths, batch, d = [2, 8], 4, 8
-        gradients = ctx.smoke_value("task.memory_gradients", gradients, [])
     out = {}
     for g in gradients:
         runs = [gradient_peak_rss(n, gradient=g, batch_size=batch, d=d) for n in depths]
@@ -1125,7 +1086,7 @@ def _text(
                 )
                 ctx.log({"kind": "train", "model": f"text_{name}", "seed": seed, **summary})
                 xv, yv = validation_windows(tcfg)
-                r = depth_accuracy(result.model, xv, yv, depths, rtol=None)
+                r = depth_accuracy(result.model, xv, yv, depths, adaptive=None)
                 rec = {
                     "bpc": [bits_per_char(v) for v in r["loss"]],
                     "n_params": summary["n_params"],

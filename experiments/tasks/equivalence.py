@@ -25,9 +25,9 @@ with the torch layer's intermediates (:func:`transflow.interop.torch_substeps`);
 figure F1. The agreement heat map is F2.
 
 Claims (``summary.json``, ``claims``; any failure marks the run FAILED), at every size
-(smoke included): ``n_fail == 0``, ``max_abs_fp64 ≤ tol_fp64``, ``max_rel_fp32 ≤
-tol_fp32`` (each when that dtype runs) and ``substep_max_abs ≤ tol_fp64`` (enforced when
-the sub-steps run in float64).
+(smoke included; its sizes: configs/sizes/smoke/equivalence.yaml): ``n_fail == 0``,
+``max_abs_fp64 ≤ tol_fp64``, ``max_rel_fp32 ≤ tol_fp32`` (each when that dtype runs) and
+``substep_max_abs ≤ tol_fp64`` (enforced when the sub-steps run in float64).
 """
 
 from __future__ import annotations
@@ -95,8 +95,6 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
     else:
         n_tokens, model_cfg = int(full.grid.n_tokens), full.model
         d_model = int(model_cfg.d_model)
-    if ctx.smoke:
-        n_tokens = ctx.smoke_value("grid.n_tokens", n_tokens, min(n_tokens, 4))
     dtypes = tuple(ctx.dtypes)
     sub_dtype = "float64" if "float64" in dtypes else "float32"
     with fast_eager():
@@ -105,7 +103,6 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
             model_cfg,
             n_tokens,
             seed=ctx.seed,
-            smoke=ctx.smoke,
             dtypes=dtypes,
             progress=ctx.progress,
             log=lambda r: ctx.log({"kind": "agreement", **r}),

@@ -26,7 +26,8 @@ CHOICES = {
         "c8",
         "precision",
         "slice",
-    )
+    ),
+    "variants": ("A", "B"),
 }
 
 
@@ -35,21 +36,29 @@ class Config:
     """Parameters of the expressivity checks (``task.<field>=...``)."""
 
     n_points: int = 20000
+    variants: list[str] = field(default_factory=lambda: ["A", "B"])  # C1/C7 constructions
+    softmax_grid: int = 20001  # C5: grid points of the sup over the input
+    softmax_multilayer: bool = True  # C5: also the multi-layer error vs the §3.6 bound
     softmax_tokens: list[int] = field(default_factory=lambda: [2, 3, 4, 8])
     lambdas: list[float] = field(default_factory=lambda: [1.0, 3.0, 10.0, 30.0, 100.0, 1e3, 1e4])
     # zigzag depth sweep (certified 1-D counts of the constructed transformers)
     tokens_a: list[int] = field(default_factory=lambda: [2, 3, 4])
     tokens_b: list[int] = field(default_factory=lambda: [3, 4, 5])
     max_regions: int = 20000  # every depth whose count is <= this ...
-    large_regions: int = 200000  # ... and the deepest whose count is <= this (>= 1e5)
+    # ... and the deepest whose count is <= this (>= 1e5; 0: none, the C6/C7 >= 1e5
+    # claims then fail)
+    large_regions: int = 200000
     partition_tokens: int = 3  # F9: zigzag Variant A on [0,1]^2 with this T ...
     partition_depth: int = 3  # ... and this depth D
+    partition_relu: bool = True  # F9: also the ReLU-net transformer's certified count
     grid_2d: int = 600
     precision_rank: int = 3  # C10: zigzag rank and depths of the precision rows
     precision_depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4])
+    precision_grid: int = 20001  # C10: points on [0, 1]
     slice_width: int = 16  # F13: torch ReLU net R^5 -> R, depth x width
     slice_depth: int = 3
     slice_dense: int = 400001  # dense-sampling points on the segment
+    slice_figure: bool = True  # F13
     # run only these sections (empty: all): construction, cpwl, outside_box, softmax,
     # regions, partition, c8, precision, slice
     only: list[str] = field(default_factory=list)
@@ -64,22 +73,15 @@ def run(cfg, ctx) -> dict:
 
     from transflow import expressivity as ex, plotting
 
-    smoke = ctx.smoke
-    full = not smoke
-    n = 2000 if smoke else int(cfg.n_points)
+    n = int(cfg.n_points)
     rng = np.random.default_rng(ctx.seed)
     summary: dict = {}
     sections = set(cfg.only)
-    known = set(CHOICES["only"])
-    if sections - known:
-        raise ValueError(
-            f"task.only: unknown sections {sorted(sections - known)}; choose from {sorted(known)}"
-        )
     on = lambda name: not sections or name in sections
 
     # C1 / C7 / C9
     if on("construction"):
-        for row in ex.construction_checks(rng, n, ("A",) if smoke else ("A", "B")):
+        for row in ex.construction_checks(rng, n, tuple(cfg.variants)):
             v = row["variant"]
             ctx.log({"check": "C1" if v == "A" else "C7", **row})
             summary[f"C1_hardmax_max_rel_{v}"] = row["max_rel"]
@@ -91,7 +93,7 @@ def run(cfg, ctx) -> dict:
                 ctx.claim("C9 dense (Variant A)", row["dense"], 2144, op="==")
 
     # C2, C3
-    if on("cpwl") and full:
+    if on("cpwl"):
         for row in ex.relu_and_cpwl_checks(rng, n):
             ctx.log(row)
             summary[f"{row['check']}_{row['route']}_max_rel"] = row["max_rel"]
@@ -109,16 +111,16 @@ def run(cfg, ctx) -> dict:
 
     # C5
     if on("softmax"):
-        tokens = [2] if smoke else list(cfg.softmax_tokens)
-        lambdas = [10.0, 1e3] if smoke else [float(v) for v in cfg.lambdas]
-        rows = ex.softmax_rows(tokens, lambdas, n_grid=2001 if smoke else 20001)
+        tokens = list(cfg.softmax_tokens)
+        lambdas = [float(v) for v in cfg.lambdas]
+        rows = ex.softmax_rows(tokens, lambdas, n_grid=int(cfg.softmax_grid))
         ctx.log({"check": "C5", "rows": rows})
         dev = max(
             abs(r["err_lambda_grid"] - r["c_T"]) / r["c_T"] for r in rows if r["lambda"] >= 10
         )
         summary["C5_max_rel_dev_err_lambda_vs_cT"] = dev
         ctx.claim("C5 sup err·λ = W((T−1)/e) (max rel dev, λ >= 10)", dev, 1e-6)
-        if full:
+        if cfg.softmax_multilayer:
             multi = ex.softmax_multilayer_rows(rng, n)
             ctx.log({"check": "C5_multilayer", "rows": multi})
             worst = max(m["max_abs"] / m["bound"] for m in multi)
@@ -129,10 +131,10 @@ def run(cfg, ctx) -> dict:
     # C6 / C7 / C12 (certified exact counts vs depth, candidate bounds)
     if on("regions"):
         rrows = ex.region_rows(
-            [2] if smoke else list(cfg.tokens_a),
-            [3] if smoke else list(cfg.tokens_b),
-            3 if smoke else int(cfg.max_regions),
-            large=None if smoke else int(cfg.large_regions),
+            list(cfg.tokens_a),
+            list(cfg.tokens_b),
+            int(cfg.max_regions),
+            large=int(cfg.large_regions) or None,
         )
         for r in rrows:
             ctx.log({"check": "C6" if r["variant"] == "A" else "C7", **r})
@@ -149,14 +151,12 @@ def run(cfg, ctx) -> dict:
             max(r["regions"] for r in rrows if r["variant"] == "A"),
             100000,
             op=">=",
-            enforce=full,
         )
         ctx.claim(
             "C7 largest certified transformer count (Variant B)",
             summary["C6_C7_largest_count_B"],
             100000,
             op=">=",
-            enforce=full,
         )
         below = sum(r["regions"] < r["montufar"] for r in rrows)
         ctx.claim("C12 counts below Montúfar's k^(L−1) k^d", below, 0, op="==")
@@ -172,14 +172,14 @@ def run(cfg, ctx) -> dict:
 
     # C6 in 2-D, F9
     if on("partition"):
-        T2, D2 = (2, 2) if smoke else (int(cfg.partition_tokens), int(cfg.partition_depth))
-        parts = ex.partition_2d(T2, D2, seed=ctx.seed, relu=full)
+        T2, D2 = int(cfg.partition_tokens), int(cfg.partition_depth)
+        parts = ex.partition_2d(T2, D2, seed=ctx.seed, relu=bool(cfg.partition_relu))
         z = parts["zigzag"]
         g = ex.grid_region_count(
             ex.maxout_to_transformer(ex.zigzag_maxout(T2, D2 - 1, 2), 0.0, 1.0),
             [0.0, 0.0],
             [1.0, 1.0],
-            100 if smoke else int(cfg.grid_2d),
+            int(cfg.grid_2d),
         )
         rc = (2 * T2 - 1) ** (2 * (D2 - 1))
         ctx.log(
@@ -199,7 +199,7 @@ def run(cfg, ctx) -> dict:
         ctx.claim("C6 2-D grid patterns = (2T−1)^{2(D−1)}", g["patterns"], rc, op="==")
         exact = z.certified and z.certificate["method"].startswith("exact integer")
         ctx.claim("C6 2-D count certified (exact integer arithmetic)", bool(exact), True, op="==")
-        if full:
+        if cfg.partition_relu:
             r2 = parts["relu"]
             ctx.claim(
                 "C6 2-D ReLU-net transformer count certified (exact integer arithmetic)",
@@ -211,28 +211,27 @@ def run(cfg, ctx) -> dict:
 
     # C8
     if on("c8"):
-        if full:
-            c8 = ex.c8_regions(rng)
-            ctx.log({"check": "C8", **c8})
-            summary["C8_regions_net_tf_grid"] = [
-                c8["net"][0],
-                c8["transformer"][0],
-                c8["grid"]["linear"],
-            ]
-            ctx.claim(
-                "C8 transformer regions = maxout-net regions",
-                c8["transformer"][0],
-                c8["net"][0],
-                op="==",
-            )
-            ctx.claim("C8 grid hashing = exact count", c8["grid"]["linear"], c8["net"][0], op="==")
+        c8 = ex.c8_regions(rng)
+        ctx.log({"check": "C8", **c8})
+        summary["C8_regions_net_tf_grid"] = [
+            c8["net"][0],
+            c8["transformer"][0],
+            c8["grid"]["linear"],
+        ]
+        ctx.claim(
+            "C8 transformer regions = maxout-net regions",
+            c8["transformer"][0],
+            c8["net"][0],
+            op="==",
+        )
+        ctx.claim("C8 grid hashing = exact count", c8["grid"]["linear"], c8["net"][0], op="==")
 
     # C10 precision
     if on("precision"):
         prows = ex.precision_rows(
             int(cfg.precision_rank),
-            [1, 2] if smoke else [int(v) for v in cfg.precision_depths],
-            n=2001 if smoke else 20001,
+            [int(v) for v in cfg.precision_depths],
+            n=int(cfg.precision_grid),
         )
         for r in prows:
             ctx.log({"check": "C10", **r})
@@ -250,9 +249,9 @@ def run(cfg, ctx) -> dict:
     if on("slice"):
         st = ex.slice_study(
             ctx.seed,
-            width=6 if smoke else int(cfg.slice_width),
-            depth=2 if smoke else int(cfg.slice_depth),
-            n_dense=20001 if smoke else int(cfg.slice_dense),
+            width=int(cfg.slice_width),
+            depth=int(cfg.slice_depth),
+            n_dense=int(cfg.slice_dense),
             plane=True,
         )
         ctx.log({"check": "slice", "line": st["line"], "plane": st.get("plane")})
@@ -272,7 +271,7 @@ def run(cfg, ctx) -> dict:
             True,
             op="==",
         )
-        if full:
+        if cfg.slice_figure:
             ctx.save_figure(plotting.plot_slice(st), "F13_slice")
 
     sections = sorted(

@@ -119,10 +119,6 @@ _DEFAULT_SCHEMES = [
     "macaron_untied",  # issue 37: Macaron-Net's two FFNs beside the tied Macaron
     "imex_dissipative",  # issue 37: W_eff = W - W^T - W W^T beside the free IMEX
 ]
-# smoke: the two schemes of issue 37, each on one task (imex_dissipative on digits,
-# macaron_untied on text) with two seeds: both tasks, both new schemes, the mean ± std
-# over seeds (see _runs)
-_SMOKE_SCHEMES = ["imex_dissipative", "macaron_untied"]
 
 
 def _scheme_names():
@@ -148,8 +144,6 @@ _ORDER_SCHEMES = [
     "imex",
     "imex_dissipative",
 ]
-#: smoke: the new schemes and the highest order (each with its own reference field)
-_SMOKE_ORDER_SCHEMES = ["rk4", "macaron_untied", "imex_dissipative"]
 
 
 @dataclass
@@ -223,19 +217,6 @@ def _task_config(cfg: Config, ctx, task: str, scheme: str):
         base = cfg.digits if task == "digits" else cfg.sequence
         n = cfg.n_steps if task == "digits" else cfg.sequence_n_steps
         tcfg = complete(base, d=cfg.d, n_steps=n, **common)
-    if ctx.smoke:
-        tcfg = dataclasses.replace(
-            tcfg,
-            d=ctx.smoke_value("task.d", tcfg.d, 8) if task != "text" else 8,
-            n_heads=1,
-            steps=ctx.smoke_value("task.steps", tcfg.steps, min(tcfg.steps, 6)),
-            log_every=3,
-            warmup_steps=1,
-        )
-        if task == "sequence":
-            tcfg = dataclasses.replace(tcfg, n_test=64)
-        if task == "text":
-            tcfg = dataclasses.replace(tcfg, context=16, n_val=16, n_steps=2, batch_size=8)
     return tcfg
 
 
@@ -286,7 +267,7 @@ def _measure(cfg: Config, ctx, task: str, scheme: str, seed: int) -> tuple[dict,
     xte, yte = _test_data(task, tcfg, seed, ctx.smoke)
     n = tcfg.n_steps
     half, double = at_depth(model, 2 * n), at_depth(model, max(1, n // 2))
-    k = 4 if ctx.smoke else cfg.n_sensitivity
+    k = cfg.n_sensitivity
     ftle = _ftle(model, xte[:k], jax.random.key(seed))
     count = int(sum(x.size for x in jax.tree.leaves(model) if hasattr(x, "size") and x.ndim > 0))
     copies = model.scheme.ffn_copies
@@ -353,7 +334,7 @@ def _record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
             "cell": cell_name(task, scheme),
             "seed": int(seed),
             "training": dataclasses.asdict(_task_config(cfg, ctx, task, scheme)),
-            "n_sensitivity": 4 if ctx.smoke else int(cfg.n_sensitivity),
+            "n_sensitivity": int(cfg.n_sensitivity),
             "smoke": bool(ctx.smoke),
             "precision": str(ctx.precision),
         }
@@ -427,12 +408,11 @@ def _records(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
 
 def _text_baselines(cfg: Config, ctx) -> dict:
     """n-gram baselines (:func:`transflow.control.text_baselines`, issue 37) on the
-    validation windows the text runs are scored on (``_train``'s text config: its smoke
-    size has ``context=16, n_val=16``); logged, reported, not claimed."""
+    validation windows the text runs are scored on (``task.text``, the text runs' config;
+    at smoke size ``context=16, n_val=16``); logged, reported, not claimed."""
     from transflow.control import text_baselines
 
-    tcfg = dataclasses.replace(cfg.text, context=16, n_val=16) if ctx.smoke else cfg.text
-    b = text_baselines(tcfg)
+    b = text_baselines(cfg.text)
     ctx.log({"kind": "text_baselines", **b})
     return b
 
@@ -861,13 +841,10 @@ def run(cfg: Config, ctx) -> dict:
     from transflow import declared_order, make_scheme
     from transflow.control import baselines_table
 
-    # smoke: the new schemes, two seeds, unless given on the command line (then kept)
-    schemes = ctx.smoke_value("task.schemes", [str(s) for s in cfg.schemes], list(_SMOKE_SCHEMES))
-    given = ctx.smoke_value("task.seeds", [int(s) for s in cfg.seeds], [0, 1])
-    seeds = [s + int(cfg.seed_offset) for s in given]
-    order_schemes = ctx.smoke_value(
-        "task.order_schemes", [str(s) for s in cfg.order_schemes], list(_SMOKE_ORDER_SCHEMES)
-    )
+    # smoke (configs/sizes/smoke/schemes.yaml): the new schemes, two seeds, 6 steps
+    schemes = [str(s) for s in cfg.schemes]
+    seeds = [int(s) + int(cfg.seed_offset) for s in cfg.seeds]
+    order_schemes = [str(s) for s in cfg.order_schemes]
     tasks = [str(t) for t in cfg.tasks]
     _check_names(schemes, tasks, order_schemes)
     check(cfg)
@@ -923,9 +900,10 @@ def run(cfg: Config, ctx) -> dict:
     # the declared claims over seeds (task.claims): a claim whose cell this run does not
     # train (a user's subset of task.schemes/task.tasks) is said so in the report and the
     # summary, never dropped silently; at smoke size (6 steps) they are recorded, not enforced
+    # (configs/sizes/smoke/schemes.yaml, not_enforced)
     verdicts = _verdicts(list(cfg.claims), records)
     unchecked = [_not_checked_line(v) for v in verdicts if v.get("skipped")]
-    ctx.record_verdicts(verdicts, enforce=not ctx.smoke)
+    ctx.record_verdicts(verdicts)
     ctx.log({"kind": "claims", "verdicts": verdicts})
 
     # ------------------------------------------------------------------ table and figure
@@ -934,7 +912,7 @@ def run(cfg: Config, ctx) -> dict:
         key, label = _METRIC[task]
         what = "validation bits per character, lower is better; " if key == "bpc" else ""
         lines = [
-            f"### {task} (seeds {seeds}, {cfg.steps if not ctx.smoke else 6} steps each; "
+            f"### {task} (seeds {seeds}, {cfg.steps} steps each; "
             f"{what}mean ± std over seeds, sample std (n − 1))\n",
             f"| scheme | order | parameters | seeds | {label} | {label} at Δt/2 | "
             f"{label} at 2Δt | CPU ms/step | FTLE (sensitivity) | largest stable Δt |",

@@ -27,7 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CHOICES", "Config", "ParallelConfig", "run"]
+from ..validate import Constraint
+
+__all__ = ["CHOICES", "CONSTRAINTS", "Config", "ParallelConfig", "run"]
 
 #: Names checked before any work, smoke runs included (transflow-run help sharded).
 CHOICES = {
@@ -36,6 +38,13 @@ CHOICES = {
     "parallel.methods": ("gspmd", "ring", "gspmd+chunked"),
     "memory_methods": ("gspmd", "ring", "gspmd+chunked"),
 }
+CONSTRAINTS = (
+    Constraint(
+        ("task.assignment_labels", "task.parallel.assignments"),
+        lambda labels, assignments: set(labels) <= set(assignments),
+        "every task.assignment_labels entry a label of task.parallel.assignments",
+    ),
+)
 
 
 def _default_assignments() -> dict[str, Any]:
@@ -84,6 +93,8 @@ class Config:
     # claim: temp(P) / temp(P=1) ≤ memory_ratio_factor / P for the largest P (1/P is ideal)
     memory_ratio_factor: float = 2.0
     timeout_s: int = 1200
+    # run only these labels of parallel.assignments (empty: all of them)
+    assignment_labels: list[str] = field(default_factory=list)
 
 
 def _table(records, tol) -> str:
@@ -134,23 +145,8 @@ def run(cfg: Config, ctx) -> dict:
         key_block=cfg.key_block,
     )
     mem_devices = [p for p in cfg.memory_token_devices if p <= par.devices]
-    if ctx.smoke:  # seconds: tiny problem, one dtype, jit path only, no memory scan
-        n_dev = 1
-        for s in par.mesh:
-            n_dev *= int(s)
-        opts.update(
-            batch=n_dev,
-            n_tokens=16,
-            d_model=16,
-            d_ff=16,
-            n_layers=1,
-            methods=ctx.smoke_value("task.parallel.methods", list(par.methods), ["gspmd"]),
-            dtypes=list(ctx.dtypes)[-1:],
-        )
-        # two assignments that between them split all three logical axes
-        keep = [k for k in ("tokens_x_features", "batch_x_tokens") if k in assignments]
-        opts["assignments"] = {k: assignments[k] for k in keep} or assignments
-        mem_devices = []
+    if cfg.assignment_labels:  # a subset of the mesh assignments, by label
+        opts["assignments"] = {k: assignments[k] for k in cfg.assignment_labels}
     tol = {"float64": cfg.tol_fp64, "float32": cfg.tol_fp32}
 
     records = run_subprocess("check", opts, timeout=cfg.timeout_s)

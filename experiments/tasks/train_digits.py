@@ -23,9 +23,17 @@ from dataclasses import dataclass
 
 from transflow.control import DigitsConfig
 
+from ..validate import Constraint
 from ._training import run_task
 
-__all__ = ["Config", "run"]
+__all__ = ["CONSTRAINTS", "Config", "run"]
+
+#: Checked before any work (the ranges and names of each option: experiments/validate.py).
+CONSTRAINTS = (
+    Constraint(
+        ("task.patch",), lambda p: 8 % p == 0, "task.patch dividing the 8×8 image: 1, 2, 4 or 8"
+    ),
+)
 
 
 @dataclass

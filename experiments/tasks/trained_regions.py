@@ -23,7 +23,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Config", "run"]
+from ..validate import Constraint
+
+__all__ = ["CHOICES", "CONSTRAINTS", "Config", "run"]
+
+
+def _targets() -> tuple[str, ...]:
+    from transflow.expressivity import TARGETS
+
+    return tuple(TARGETS)
+
+
+#: Checked before any work (the ranges of each option: experiments/validate.py).
+CHOICES = {"targets": _targets}
+CONSTRAINTS = (
+    Constraint(
+        ("task.seeds", "task.min_seeds"),
+        lambda seeds, n: len(seeds) >= n,
+        "at least task.min_seeds seeds in task.seeds (a mean ± std over seeds)",
+    ),
+)
 
 
 @dataclass
@@ -54,8 +73,9 @@ class Config:
     claim_all_certified: bool = True
     claim_init_lower_bound: bool = True
     claim_training_reduces_loss: bool = True
-    # debug=smoke runs every code path small: depths [1, 2] (1-D and 2-D), seeds [0, 1],
-    # 100 steps, targets sawtooth and zigzag2d; an option given on the command line is kept.
+    min_seeds: int = 3  # the seeds a mean ± std needs (debug=smoke: 2)
+    # debug=smoke (configs/sizes/smoke/trained_regions.yaml) runs every code path small:
+    # depths [1, 2] (1-D and 2-D), seeds [0, 1], 100 steps, targets sawtooth and zigzag2d.
 
 
 def _ms(vals) -> str:
@@ -86,24 +106,10 @@ def run(cfg, ctx) -> dict:
     from transflow import expressivity as ex, plotting
 
     t_start = time.perf_counter()
-    smoke = ctx.smoke
-    depths = list(ctx.smoke_value("task.depths", list(cfg.depths), [1, 2]))
-    depths_2d = list(ctx.smoke_value("task.depths_2d", list(cfg.depths_2d), [1, 2]))
-    seeds = list(ctx.smoke_value("task.seeds", list(cfg.seeds), [0, 1]))
-    steps = int(ctx.smoke_value("task.steps", cfg.steps, 100))
+    depths, depths_2d, seeds = list(cfg.depths), list(cfg.depths_2d), list(cfg.seeds)
+    steps = int(cfg.steps)
     grid_1d, grid_2d = int(cfg.grid_1d), int(cfg.grid_2d)
-    target_names = list(
-        ctx.smoke_value("task.targets", list(cfg.targets), ["sawtooth", "zigzag2d"])
-    )
-    if len(seeds) < 2 or (not smoke and len(seeds) < 3):
-        raise ValueError(
-            f"trained_regions: `seeds` must hold >= 3 seeds (>= 2 at smoke size), got {seeds}."
-        )
-    for name in target_names:
-        if name not in ex.TARGETS:
-            raise ValueError(
-                f"trained_regions: `targets` must be a list of {ex.TARGETS}, got {name!r}."
-            )
+    target_names = list(cfg.targets)
     arch = dict(
         n_tokens=int(cfg.n_tokens),
         width=int(cfg.width),

@@ -24,7 +24,7 @@ Public API (re-exported from private modules, equinox style):
   and :class:`Adaptive` (step-size controllers).
 - Layers designed by numerical analysis (docs/schemes.md): :class:`StrangScheme`
   (Macaron), :class:`RungeKuttaScheme` (ODE Transformer), :class:`IMEXScheme`,
-  :func:`make_scheme`, :func:`stability_function`, :func:`stage_controls`.
+  :func:`make_scheme`, :func:`register_scheme`, :func:`stability_function`, :func:`stage_controls`.
 - Subpackages: :mod:`transflow.models` (every architecture; docs/architectures.md),
   :mod:`transflow.interop` (PyTorch/HuggingFace → models), :mod:`transflow.continuous`
   (Δt and grid limits), :mod:`transflow.vision` (ViT/CvT), :mod:`transflow.expressivity`
@@ -68,7 +68,6 @@ from ._operators import (
     project_s1 as project_s1,
     project_s2 as project_s2,
 )
-from .models._causal import CausalScheme as CausalScheme
 from .models._decoder import (
     DecoderLayerControls as DecoderLayerControls,
     SplitDecoder as SplitDecoder,
@@ -80,6 +79,7 @@ from .schemes import (
     TABLEAUS as TABLEAUS,
     AbstractScheme as AbstractScheme,
     ButcherTableau as ButcherTableau,
+    CausalScheme as CausalScheme,
     IMEXScheme as IMEXScheme,
     LieScheme as LieScheme,
     PreNormScheme as PreNormScheme,
@@ -96,6 +96,7 @@ from .schemes import (
     make_scheme as make_scheme,
     perturbation_growth as perturbation_growth,
     reference_solution as reference_solution,
+    register_scheme as register_scheme,
     spectral_radius as spectral_radius,
     stability_function as stability_function,
     stage_controls as stage_controls,

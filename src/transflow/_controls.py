@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._activations import activation_fn
+from ._errors import check_number
 
 __all__ = [
     "AttentionParams",
@@ -229,8 +230,7 @@ class NormParams(eqx.Module):
     eps: float = eqx.field(static=True, default=0.0)
 
     def __check_init__(self):
-        if not (isinstance(self.eps, int | float) and self.eps >= 0):
-            raise ValueError(f"NormParams: `eps` must be a float >= 0, got {self.eps!r}.")
+        check_number("eps", self.eps, "NormParams", lower=0, strict=False, example="1e-5")
 
     @classmethod
     def scalar(
@@ -284,6 +284,7 @@ class LayerControls(eqx.Module):
         other in ``ffn`` (2k sub-steps): the untied Macaron layer's two half-step FFNs
         (``StrangScheme(untied=True)``, ``make_scheme("macaron_untied")``).
         """
+        _check_layer_sizes(d=d, n_heads=n_heads, d_ff=d_ff)
         if isinstance(ffn_copies, bool) or not isinstance(ffn_copies, int) or ffn_copies < 1:
             raise ValueError(
                 f"LayerControls.random: `ffn_copies` must be an integer >= 1, got {ffn_copies!r} "
@@ -322,6 +323,12 @@ class LayerControls(eqx.Module):
         return cls(attn, norm, ffn, norm)
 
 
+def _check_layer_sizes(**sizes) -> None:
+    for name, size in sizes.items():
+        if size is not None or name != "d_ff":
+            check_number(name, size, "LayerControls.random", lower=0, integer=True, example="8")
+
+
 def stack_controls(layers: Sequence[LayerControls]) -> LayerControls:
     """Stack per-layer controls into one pytree with a leading time axis."""
     layers = list(layers)
@@ -335,7 +342,23 @@ def stack_controls(layers: Sequence[LayerControls]) -> LayerControls:
                 "as n_heads, activation, eps or FFN form) from layer 0; evolve needs equal "
                 "structures to scan over time."
             )
+    _check_same_shapes(layers)
     return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *layers)
+
+
+def _check_same_shapes(layers: list) -> None:
+    """One line naming the first layer whose array shapes differ from layer 0's."""
+    first = jax.tree_util.tree_leaves_with_path(layers[0])
+    for i, layer in enumerate(layers[1:], 1):
+        for (path, a), b in zip(first, jax.tree.leaves(layer)):
+            if np.shape(a) != np.shape(b):
+                d = [getattr(x, "d_model", "?") for x in (layers[0], layer)]
+                raise ValueError(
+                    f"stack_controls: `layers[{i}]` does not match `layers[0]`: "
+                    f"{jax.tree_util.keystr(path)} has shape {np.shape(b)} in layer {i} and "
+                    f"{np.shape(a)} in layer 0 (d_model {d[1]} vs {d[0]}); every layer "
+                    "needs the same sizes (d_model, n_heads, d_ff) to stack over time."
+                )
 
 
 def num_steps(stacked: LayerControls) -> int:

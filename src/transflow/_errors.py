@@ -159,17 +159,39 @@ def as_input(
     )
 
 
-def check_step(name: str, value: Any, owner: str) -> None:
-    """Raise unless ``value`` is a finite number > 0 (a time step such as ``dt``).
+def _is_traced(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def check_step(name: str, value: Any, owner: str):
+    """Return ``value``, raising unless it is a finite number > 0 (a time step such as
+    ``dt``).
+
+    One rule for every entry point that takes a step (:func:`transflow.evolve`,
+    :class:`transflow.SplitTransformer`, :func:`transflow.parallel.shard_evolve`, ...): a
+    Python number or a concrete array is checked here, in one line; a traced value (under
+    ``jax.jit``/``grad``) gets a runtime check (:func:`equinox.error_if`) with the same
+    message, so use the returned value.
 
     Example:
         >>> from transflow._errors import check_step
         >>> check_step("dt", 0.5, "SplitTransformer")
+        0.5
         >>> check_step("dt", 0.0, "SplitTransformer")
         Traceback (most recent call last):
         ...
         ValueError: SplitTransformer: `dt` must be a finite number > 0 (the time step), got 0.0; ...
     """
+    msg = (
+        f"{owner}: `{name}` must be a finite number > 0 (the time step), got {{got}}; "
+        f"pass e.g. {name}=1.0 (the step of one layer; T = N_t * {name})."
+    )
+    if _is_traced(value):
+        if np.ndim(value) != 0 or not jnp.issubdtype(value.dtype, jnp.floating):
+            got = f"a traced {value.dtype} array of shape {tuple(value.shape)}"
+            raise TypeError(msg.format(got=got))
+        bad = ~(jnp.isfinite(value) & (value > 0))
+        return eqx.error_if(value, bad, msg.format(got="a value outside (0, inf) (traced)"))
     v = None
     if not isinstance(value, bool | np.bool_ | str | bytes) and np.ndim(value) == 0:
         try:
@@ -182,21 +204,106 @@ def check_step(name: str, value: Any, owner: str) -> None:
             f"{type(value).__name__} {value!r}; pass e.g. {name}=1.0."
         )
     if not (np.isfinite(v) and v > 0):
-        raise ValueError(
-            f"{owner}: `{name}` must be a finite number > 0 (the time step), got {value!r}; "
-            f"pass e.g. {name}=1.0 (the step of one layer; T = N_t * {name})."
-        )
+        raise ValueError(msg.format(got=repr(value)))
+    return value
 
 
 def check_finite(name: str, x):
-    """Return ``x``, raising at run time (also under jit) if it holds NaN or Inf."""
+    """Return ``x``, raising if it holds NaN or Inf, with one line naming ``name``.
+
+    A NumPy array or a concrete ``jax.Array`` is checked at once (one reduction and one
+    transfer of a bool to the host): the error is a one-line ``ValueError`` whose first
+    line names the argument. A traced value (inside ``jax.jit``, ``vmap`` or ``grad``)
+    gets a runtime check, :func:`equinox.error_if`, whose message starts with the same
+    words (JAX and equinox print their own header above it).
+    """
     if isinstance(x, np.ndarray):
-        if not np.all(np.isfinite(x)):
-            raise ValueError(f"`{name}` contains NaN or Inf; expected finite values.")
-        return x
-    return eqx.error_if(
-        x, ~jnp.all(jnp.isfinite(x)), f"`{name}` contains NaN or Inf; expected finite values."
-    )
+        bad = ~np.isfinite(x)
+    else:
+        bad = ~jnp.isfinite(x)
+    n_bad = jnp.sum(bad) if _is_traced(bad) else int(np.sum(bad))
+    if _is_traced(n_bad):  # under jit/vmap/grad, or a constant inside a jit trace
+        return eqx.error_if(
+            x,
+            n_bad > 0,
+            f"`{name}` contains NaN or Inf; expected finite values. Check how `{name}` "
+            "was computed (e.g. `jnp.isfinite(...).all()` before the call).",
+        )
+    if n_bad:
+        raise ValueError(
+            f"`{name}` contains NaN or Inf ({n_bad} of {int(np.size(x))} entries); expected "
+            f"finite values. Check how `{name}` was computed (e.g. `jnp.isfinite(...).all()`)."
+        )
+    return x
+
+
+def check_number(
+    name: str,
+    value: Any,
+    owner: str | None = None,
+    *,
+    lower: float | None = None,
+    upper: float | None = None,
+    strict: bool = True,
+    integer: bool = False,
+    example: str = "",
+) -> None:
+    """Raise unless ``value`` is a finite real (an integer with ``integer=True``) inside
+    the bounds (``lower < value`` with ``strict``, else ``lower <= value``; the same for
+    ``upper``).
+
+    Example:
+        >>> from transflow._errors import check_number
+        >>> check_number("n_tokens", 4, "Grid.index", lower=0, integer=True)
+        >>> check_number("n_tokens", 0, "Grid.index", lower=0, integer=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: Grid.index: `n_tokens` must be an integer > 0, got 0.
+    """
+    where = f"{owner}: " if owner else ""
+    kind = "an integer" if integer else "a finite number"
+    bounds = []
+    if lower is not None:
+        bounds.append(f"{'>' if strict else '>='} {lower}")
+    if upper is not None:
+        bounds.append(f"{'<' if strict else '<='} {upper}")
+    want = kind + (" " + " and ".join(bounds) if bounds else "")
+    fix = f"; pass e.g. {name}={example}" if example else ""
+    ok_type = not isinstance(value, bool | np.bool_ | str | bytes) and np.ndim(value) == 0
+    if ok_type and integer:
+        ok_type = isinstance(value, int | np.integer)
+    if not ok_type or _is_traced(value):
+        got = f"{type(value).__name__} {value!r}"
+        raise TypeError(f"{where}`{name}` must be {want}, got {got}{fix}.")
+    v = float(value)
+    ok = bool(np.isfinite(v))
+    if lower is not None:
+        ok = ok and (v > lower if strict else v >= lower)
+    if upper is not None:
+        ok = ok and (v < upper if strict else v <= upper)
+    if not ok:
+        raise ValueError(f"{where}`{name}` must be {want}, got {value!r}{fix}.")
+
+
+def check_domain(name: str, domain: Any, owner: str | None = None) -> tuple[float, float]:
+    """Return ``(a, b)`` as floats, raising unless ``domain`` is a pair of finite numbers
+    with ``a < b`` (an interval such as a grid's Ω_x).
+
+    Example:
+        >>> from transflow._errors import check_domain
+        >>> check_domain("x_domain", (0, 1))
+        (0.0, 1.0)
+    """
+    where = f"{owner}: " if owner else ""
+    want = f"{where}`{name}` must be an interval (a, b) of finite numbers with a < b"
+    try:
+        a, b = domain
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        raise TypeError(f"{want}, got {domain!r}; pass e.g. {name}=(0.0, 1.0).") from None
+    if not (np.isfinite(a) and np.isfinite(b) and a < b):
+        raise ValueError(f"{want}, got {domain!r}; pass e.g. {name}=(0.0, 1.0).")
+    return a, b
 
 
 def check_choice(name: str, value: Any, choices: tuple[Any, ...]) -> None:

@@ -5,31 +5,30 @@ scheme, Δt, the grid, masks, a closing norm) is stated here and handed to the i
 (``transflow._integrate``): N_t uniform steps of ``scheme.step`` as one ``lax.scan``
 (:func:`~transflow._integrate.scan_steps`), or, with ``stepsize_controller=Adaptive(...)``,
 the adaptive solve of the scheme's continuous limit
-(:func:`transflow.continuous.solve_adaptive`). :func:`evolve_path` is a path run with N
-uniform steps sampled at chosen points.
+(:func:`transflow.continuous.solve_adaptive`, the ``Adaptive`` passed whole). :func:`evolve_path`
+is a path run with N uniform steps sampled at chosen points.
 
-Layering: this module imports the schemes and the integrator at module level and the
-continuous-time modules (paths, adaptive solve) inside the functions that need them;
-none of those imports it back.
+Layering: this module imports the schemes, the integrator, the control paths
+(``transflow._paths``) and the adaptive solve (``transflow._solve``); none of those
+imports it back (tests/test_structure.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from jaxtyping import Array, Bool, Float
 
 from ._controls import LayerControls, NormParams, num_steps
-from ._errors import as_input, check_choice, check_finite, param_dtype
+from ._errors import as_input, check_choice, check_finite, check_step, param_dtype
 from ._grid import Grid
-from ._integrate import Adaptive, ConstantSteps, Remat, SaveAt, scan_steps
+from ._integrate import Adaptive, ConstantSteps, Remat, SaveAt, check_option, scan_steps
 from ._operators import Implementation
-from .schemes._base import AbstractScheme, _project, check_masks
+from ._paths import ControlPath, PiecewiseConstant
+from ._solve import solve_adaptive
+from .schemes._base import AbstractAttentionChoice, AbstractScheme, _project, check_masks, require
 from .schemes._lie import LieScheme
-
-if TYPE_CHECKING:
-    from .continuous._paths import ControlPath
 
 __all__ = ["evolve", "evolve_path"]
 
@@ -120,8 +119,9 @@ def evolve(
         ...
         TypeError: `remat` must be a transflow.Remat or None, got True; e.g. remat=Remat('step') ...
     """
-    saving = _check_option("saveat", saveat, SaveAt, "SaveAt(steps=True)")
-    remat = _check_option("remat", remat, Remat, "Remat('step') (jax.checkpoint per step)")
+    dt = dt if dt is None else check_step("dt", dt, "evolve")
+    saving = check_option("saveat", saveat, SaveAt, "SaveAt(steps=True)")
+    remat = check_option("remat", remat, Remat, "Remat('step') (jax.checkpoint per step)")
     controller = _controller(stepsize_controller)
     scheme = LieScheme() if scheme is None else scheme
     if not isinstance(scheme, AbstractScheme):
@@ -130,11 +130,7 @@ def evolve(
         check_choice(
             "attention_implementation", attention_implementation, ("auto", "dense", "chunked")
         )
-        if not hasattr(scheme, "implementation"):
-            raise TypeError(
-                f"`attention_implementation` needs a scheme with an `implementation` field "
-                f"(LieScheme, PreNormScheme); got {type(scheme).__name__}."
-            )
+        require(scheme, AbstractAttentionChoice, "attention_implementation")
         scheme = dataclasses.replace(scheme, implementation=attention_implementation)
     path = _as_path(controls)
     if isinstance(controller, Adaptive):
@@ -247,18 +243,6 @@ def evolve_path(
     )
 
 
-def _check_option(name: str, value, cls: type, example: str):
-    """``value`` if it is a ``cls`` (``None``: the default ``cls()``), else a TypeError."""
-    if value is None:
-        return cls()
-    if not isinstance(value, cls):
-        raise TypeError(
-            f"`{name}` must be a transflow.{cls.__name__} or None, got {value!r}; e.g. "
-            f"{name}={example} (the legacy keyword spellings are gone, see CHANGELOG.md)."
-        )
-    return value
-
-
 def _controller(stepsize_controller):
     if stepsize_controller is None:
         return ConstantSteps()
@@ -273,8 +257,6 @@ def _controller(stepsize_controller):
 
 def _as_path(controls):
     """``controls`` if it is a ``transflow.continuous.ControlPath``, else ``None``."""
-    from .continuous._paths import ControlPath
-
     return controls if isinstance(controls, ControlPath) else None
 
 
@@ -295,9 +277,6 @@ def _evolve_adaptive(
     masked,
 ):
     """``evolve`` with ``stepsize_controller=Adaptive(...)``: ``solve_adaptive``."""
-    from .continuous._paths import PiecewiseConstant
-    from .continuous._solve import solve_adaptive
-
     name = f"stepsize_controller={controller!r}"
     refused = [
         (saving, "saveat=SaveAt(steps=True)", "the adaptive steps are not layers; use SaveAt()"),
@@ -322,18 +301,7 @@ def _evolve_adaptive(
         path = PiecewiseConstant(controls, tau=float(tau))
     u0 = as_input("u0", u0, param_dtype(controls), ndim=2)
     u0 = check_finite("u0", u0)
-    u_T = solve_adaptive(
-        u0,
-        path,
-        scheme,
-        grid=grid,
-        solver=controller.solver,
-        rtol=controller.rtol,
-        atol=controller.atol,
-        dt0=controller.dt0,
-        max_steps=controller.max_steps,
-        adjoint=controller.adjoint,
-    ).u
+    u_T = solve_adaptive(u0, path, scheme, controller, grid=grid).u
     if final_norm is not None:
         u_T = _project(u_T, final_norm, grid)
     return u_T

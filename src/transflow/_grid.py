@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._errors import check_choice, check_positive
+from ._errors import check_choice, check_domain, check_positive
 
 __all__ = ["Grid"]
 
@@ -130,10 +130,14 @@ class Grid(eqx.Module):
     ) -> Grid:
         """Ω_x and Ω_y as intervals discretized by a quadrature rule.
 
-        ``rule`` is ``"midpoint"`` (order 2), ``"trapezoid"`` (order 2) or ``"gauss"``
-        (Gauss–Legendre; non-uniform weights).
+        ``x_domain`` and ``y_domain`` are intervals ``(a, b)`` of finite numbers, a < b.
+        ``x_rule`` (for Ω_x) and ``y_rule`` (for Ω_y) are each ``"midpoint"`` (order 2),
+        ``"trapezoid"`` (order 2) or ``"gauss"`` (Gauss–Legendre; non-uniform weights),
+        e.g. ``Grid.interval(8, 16, x_rule="gauss", y_rule="gauss")``.
         """
         _check_sizes(n_tokens, n_features)
+        x_domain = check_domain("x_domain", x_domain, "Grid.interval")
+        y_domain = check_domain("y_domain", y_domain, "Grid.interval")
         for r, nm in ((x_rule, "x_rule"), (y_rule, "y_rule")):
             check_choice(nm, r, ("midpoint", "trapezoid", "gauss"))
         dtype = dtype or jnp.result_type(float)
@@ -210,5 +214,5 @@ class Grid(eqx.Module):
 
 def _check_sizes(n_tokens, n_features):
     for name, v in (("n_tokens", n_tokens), ("n_features", n_features)):
-        if not isinstance(v, int | np.integer) or v < 1:
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
             raise ValueError(f"`{name}` must be a positive integer, got {v!r}.")

@@ -7,9 +7,13 @@ advances a state ``u`` with
   stacked per-step inputs (one ``lax.scan``; unrolled, rolled or chunked, with
   rematerialisation), or
 - :func:`solve_ode`: an adaptive solve of ``u' = f(t, u, args)`` with diffrax (Tsit5,
-  Dopri5 or Dopri8, a PID step-size controller, a choice of adjoint),
+  Dopri5 or Dopri8, a PID step-size controller, a choice of adjoint), or
+- :func:`solve_steps`: uniform steps of a one-step map inside diffrax, so that its
+  gradient goes through a diffrax adjoint (checkpointed, or the continuous adjoint),
 
-and holds the option objects that say how, grouped as diffrax groups its options:
+and holds the option objects that say how, grouped as diffrax groups its options (every
+caller passes them whole; this module and ``transflow.continuous._reference``, an
+independent reference, are the only callers of ``diffrax.diffeqsolve``):
 
 - :class:`SaveAt`: what is returned (the final state only, or also every step's state);
 - :class:`Remat`: rematerialisation in reverse mode (what reverse-mode AD stores);
@@ -23,6 +27,7 @@ see docs/model.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, Literal
@@ -30,6 +35,7 @@ from typing import Any, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
 __all__ = [
@@ -41,8 +47,10 @@ __all__ = [
     "Remat",
     "RematMode",
     "SaveAt",
+    "check_option",
     "scan_steps",
     "solve_ode",
+    "solve_steps",
 ]
 
 #: The rematerialisation modes of :class:`Remat`: ``"none"``, ``"step"``
@@ -188,6 +196,8 @@ class ConstantSteps(eqx.Module):
 class Adaptive(eqx.Module):
     """Solve the continuous limit ``u' = f(t, u)`` adaptively (cf. ``diffrax.PIDController``).
 
+    The options of every adaptive solve, passed whole from the caller to the integrator
+    (:func:`solve_ode`); its fields hold the one default of each.
     ``evolve(u0, controls, scheme, stepsize_controller=Adaptive(...))`` runs
     :func:`transflow.continuous.solve_adaptive` on the scheme's vector field
     (:func:`transflow.continuous.vector_field`), over the path's interval for a
@@ -216,10 +226,9 @@ class Adaptive(eqx.Module):
         >>> path = init_path("linear", lambda k: LayerControls.random(4, key=k), 2,
         ...                  key=jax.random.key(0))
         >>> u0 = jax.random.normal(jax.random.key(1), (3, 4))
-        >>> u_T = evolve(u0, path, PreNormScheme(), stepsize_controller=Adaptive(rtol=1e-4,
-        ...                                                                     atol=1e-4))
-        >>> ref = solve_adaptive(u0, path, PreNormScheme(), rtol=1e-4, atol=1e-4).u
-        >>> bool(jnp.array_equal(u_T, ref))
+        >>> options = Adaptive(rtol=1e-4, atol=1e-4)
+        >>> u_T = evolve(u0, path, PreNormScheme(), stepsize_controller=options)
+        >>> bool(jnp.array_equal(u_T, solve_adaptive(u0, path, PreNormScheme(), options).u))
         True
     """
 
@@ -255,11 +264,24 @@ class Adaptive(eqx.Module):
         _adjoint(self.adjoint)  # 'recursive', 'backsolve' or a diffrax adjoint
 
 
-# ------------------------------------------------------------------ checks of the adaptive solve
+# ------------------------------------------------------------------ checks of the options
+
+
+def check_option(name: str, value, cls: type, example: str):
+    """``value`` if it is a ``cls`` (``None``: the default ``cls()``), else a TypeError
+    naming the argument: the one check of an option object at a public function."""
+    if value is None:
+        return cls()
+    if not isinstance(value, cls):
+        raise TypeError(
+            f"`{name}` must be a transflow.{cls.__name__} or None, got {value!r}; e.g. "
+            f"{name}={example} (the legacy keyword spellings are gone, see CHANGELOG.md)."
+        )
+    return value
 
 
 def _check_tol(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(
             f"`{name}` must be a positive number (a tolerance of the adaptive solve), got "
             f"{value!r}; e.g. {name}=1e-5."
@@ -403,13 +425,7 @@ def solve_ode(
     u0,
     interval: tuple[float, float],
     args: Any = None,
-    *,
-    solver: str = "tsit5",
-    rtol: float = 1e-5,
-    atol: float = 1e-5,
-    dt0: float | None = None,
-    max_steps: int = 4096,
-    adjoint: Any = "recursive",
+    controller: Adaptive | None = None,
 ) -> AdaptiveResult:
     """``u' = f(t, u, args)`` on ``interval`` with diffrax and a PID step-size controller.
 
@@ -417,43 +433,38 @@ def solve_ode(
         f: the vector field; ``args`` is passed through (differentiated by the adjoint).
         u0: the initial state.
         interval: ``(t0, t1)``.
-        solver: ``"tsit5"``, ``"dopri5"`` (order 5 with an embedded order-4 error
-            estimate) or ``"dopri8"`` (order 8) (:data:`SOLVERS`).
-        rtol, atol: the tolerances of the PID controller.
-        dt0: the first step (default: a quarter of the interval).
-        max_steps: the solver's step limit.
-        adjoint: ``"recursive"`` (backpropagation through the solver's steps),
-            ``"backsolve"`` (the continuous adjoint ODE solved backwards) or a diffrax
-            adjoint object.
+        controller: an :class:`Adaptive`, whole: the solver, the PID controller's
+            tolerances, the first step, the step limit and the adjoint (``None``:
+            ``Adaptive()``).
 
     Returns:
         An :class:`AdaptiveResult` (the final state and the evaluation counts).
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from transflow._integrate import solve_ode
-        >>> res = solve_ode(lambda t, u, a: -a * u, jnp.ones(2), (0.0, 1.0), 2.0, rtol=1e-8,
-        ...                 atol=1e-8)
+        >>> from transflow._integrate import Adaptive, solve_ode
+        >>> res = solve_ode(lambda t, u, a: -a * u, jnp.ones(2), (0.0, 1.0), 2.0,
+        ...                 Adaptive(rtol=1e-8, atol=1e-8))
         >>> bool(jnp.allclose(res.u, jnp.exp(-2.0), rtol=1e-6)), int(res.nfev) > 1
         (True, True)
     """
     import diffrax
 
-    rtol, atol = _check_tol("rtol", rtol), _check_tol("atol", atol)
-    diffrax_solver = _diffrax_solver(solver)
+    controller = check_option("controller", controller, Adaptive, "Adaptive(rtol=1e-6)")
     t0, t1 = interval
     dtype = jnp.result_type(u0)
+    dt0 = (t1 - t0) / 4 if controller.dt0 is None else controller.dt0
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(f),
-        diffrax_solver,
+        _diffrax_solver(controller.solver),
         t0=jnp.asarray(t0, dtype),
         t1=jnp.asarray(t1, dtype),
-        dt0=jnp.asarray((t1 - t0) / 4 if dt0 is None else dt0, dtype),
+        dt0=jnp.asarray(dt0, dtype),
         y0=u0,
         args=args,
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        adjoint=_adjoint(adjoint),
-        max_steps=max_steps,
+        stepsize_controller=diffrax.PIDController(rtol=controller.rtol, atol=controller.atol),
+        adjoint=_adjoint(controller.adjoint),
+        max_steps=controller.max_steps,
     )
     n = sol.stats["num_steps"]
     return AdaptiveResult(
@@ -461,5 +472,89 @@ def solve_ode(
         n,
         sol.stats["num_accepted_steps"],
         sol.stats["num_rejected_steps"],
-        1 + SOLVERS[solver] * n,
+        1 + SOLVERS[controller.solver] * n,
     )
+
+
+def solve_steps(
+    step: Callable[[Any, Any, Any, Any], Any],
+    f: Callable[[Any, Any, Any], Any],
+    u0,
+    interval: tuple[float, float],
+    n_steps: int,
+    args: Any = None,
+    *,
+    adjoint: Any = "recursive",
+):
+    """``n_steps`` uniform steps ``u ← step(t, t + Δt, u, args)`` inside diffrax, so that
+    reverse mode goes through a diffrax adjoint.
+
+    The forward value is the one-step map's (Δt = (t1 − t0)/N, the step times
+    ``linspace(t0, t1, N + 1)`` in ``u0``'s dtype); ``adjoint`` says how its gradient is
+    taken: ``"recursive"`` (or ``diffrax.RecursiveCheckpointAdjoint(checkpoints=k)``:
+    backpropagation through the steps with k stored states), ``"backsolve"`` (or a
+    ``diffrax.BacksolveAdjoint`` with its own solver and steps: the continuous adjoint of
+    ``u' = f(t, u, args)`` solved backwards) or another diffrax adjoint. ``f`` is the
+    vector field the step is consistent with; only a continuous adjoint evaluates it.
+    Arrays travel in ``args`` (never closed over, as ``BacksolveAdjoint`` needs).
+
+    Returns:
+        The state after the N steps.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from transflow._integrate import solve_steps
+        >>> euler = lambda t0, t1, u, a: u - (t1 - t0) * a * u  # explicit Euler on u' = −a u
+        >>> u = solve_steps(euler, lambda t, u, a: -a * u, jnp.ones(1), (0.0, 1.0), 4, 2.0)
+        >>> float(u[0])  # (1 − 2/4)^4
+        0.0625
+    """
+    import diffrax
+
+    t0, t1 = interval
+    ts = jnp.asarray(np.linspace(t0, t1, n_steps + 1), jnp.result_type(u0))
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(f),
+        _step_solver(step),
+        t0=ts[0],
+        t1=ts[-1],
+        dt0=None,
+        y0=u0,
+        args=args,
+        stepsize_controller=diffrax.StepTo(ts=ts),
+        adjoint=_adjoint(adjoint),
+        max_steps=n_steps + 2,
+    )
+    return sol.ys[-1]
+
+
+def _step_solver(step):
+    return _step_solver_class()(step)
+
+
+@functools.cache
+def _step_solver_class():
+    """A diffrax solver whose step is the one-step map ``step_fn(t0, t1, y0, args)``
+    (first order, fixed steps; ``func`` is the term's vector field, for the adjoint).
+    ``step_fn`` is a field, so that the arrays of a module passed as the map are traced."""
+    import diffrax
+
+    class StepSolver(diffrax.AbstractSolver):
+        step_fn: Callable
+        term_structure = diffrax.AbstractTerm
+        interpolation_cls = diffrax.LocalLinearInterpolation
+
+        def order(self, terms):
+            return 1
+
+        def init(self, terms, t0, t1, y0, args):
+            return None
+
+        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+            y1 = self.step_fn(t0, t1, y0, args)
+            return y1, None, dict(y0=y0, y1=y1), None, diffrax.RESULTS.successful
+
+        def func(self, terms, t0, y0, args):
+            return terms.vf(t0, y0, args)
+
+    return StepSolver

@@ -36,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from ._errors import check_number
+
 __all__ = ["causal_mask", "padding_mask", "mask_from_torch", "mask_from_hf"]
 
 
@@ -114,6 +116,11 @@ def mask_bias(attention_mask, dtype):
 
 
 # --------------------------------------------------------------------------- public helpers
+def _check_lengths(owner: str, **sizes) -> None:
+    for name, size in sizes.items():
+        check_number(name, size, owner, lower=0, integer=True, example="8")
+
+
 def causal_mask(n_q: int, n_k: int | None = None) -> Bool[Array, "n_q n_k"]:
     """The causal attention mask ``j ≤ i`` (True = may attend), ``(n_q, n_k)``.
 
@@ -123,6 +130,7 @@ def causal_mask(n_q: int, n_k: int | None = None) -> Bool[Array, "n_q n_k"]:
         [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
     """
     n_k = n_q if n_k is None else n_k
+    _check_lengths(n_q=n_q, n_k=n_k, owner="causal_mask")
     return jnp.arange(n_k)[None, :] <= jnp.arange(n_q)[:, None]
 
 
@@ -134,6 +142,7 @@ def padding_mask(lengths, n: int) -> Bool[Array, "batch n"]:
         >>> padding_mask([1, 3], 3).astype(int).tolist()
         [[0, 1, 1], [0, 0, 0]]
     """
+    _check_lengths(n=n, owner="padding_mask")
     lengths = jnp.asarray(lengths)
     return jnp.arange(n)[None, :] >= lengths[:, None]
 

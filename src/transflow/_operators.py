@@ -28,7 +28,7 @@ from ._activations import (
     project_s2 as project_s2,
 )
 from ._controls import AttentionParams
-from ._errors import as_input, param_dtype
+from ._errors import as_input, check_array, check_number, param_dtype
 from ._grid import Grid
 from ._masks import (
     causal_mask,
@@ -144,7 +144,7 @@ def attention_scores(
     ``scale`` overrides the |Ω_η|^{-1/2} factor (e.g. CvT's ``embed_dim**-0.5`` quirk); the
     feature quadrature weights of ``grid`` still weight ⟨Q, K⟩ (see :func:`attention`).
     """
-    u = as_input("u", u, param_dtype(p), ndim=2)
+    u = as_input("u", u, param_dtype(p), ndim=2, shape=(None, p.wq.shape[-2]))
     q = _scaled_queries(u, p, grid, scale, 1.0)
     k = _heads(wmul(u, p.wk) + p.bk, p.n_heads)
     return jnp.einsum("hic,hjc->hij", q, k)
@@ -457,7 +457,7 @@ def attention(
         >>> bool(jnp.allclose(a[:3], attention(u[:3], p)))
         True
     """
-    u = as_input("u", u, param_dtype(p), ndim=2)
+    u = as_input("u", u, param_dtype(p), ndim=2, shape=(None, p.wq.shape[-2]))
     n = u.shape[0]
     H = p.n_heads
     impl = _resolve_implementation(implementation, H, n, n)
@@ -569,6 +569,7 @@ def project_s1(
     ``eps == 0`` a token counts as constant when ``β ≤ (d·ε_mach)² · mean(v²)``, i.e. it is
     constant up to the round-off of computing its mean.
     """
+    check_number("eps", eps, "project_s1", lower=0, strict=False, example="1e-5")
     v = as_input("v", v, nonempty=())
     d = v.shape[-1]
     if y_weights is None:
@@ -600,7 +601,8 @@ def linear_y(
 
     ``W`` is the sampled kernel including quadrature weights (:meth:`Grid.sample_kernel`).
     """
-    u = as_input("u", u, param_dtype(w), nonempty=())
+    check_array("w", w, ndim=2)
+    u = as_input("u", u, param_dtype(w), nonempty=(), shape=(None, w.shape[0]))
     out = wmul(u, w)
     return out if b is None else out + b
 

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..schemes._lie import LieScheme
+from ..schemes._base import AbstractPostNorm, has
 from ._flow import Flow, as_flow, iter_steps
 
 __all__ = [
@@ -157,17 +157,12 @@ def substep_parents(names: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _unwrap(scheme):
-    inner = getattr(scheme, "inner", None)
-    return scheme if inner is None else _unwrap(inner)
-
-
 def _s1_reference(flow: Flow, s1) -> Callable[[int], tuple[Any, Any]]:
     """(σ1, σ2) for the state after step n (n = 0: the initial condition)."""
     if s1 != "auto":
         sig = (float(s1[0]), float(s1[1]))
         return lambda n: sig
-    if not isinstance(_unwrap(flow.scheme), LieScheme):
+    if not has(flow.scheme, AbstractPostNorm):
         return lambda n: (0.0, 1.0)
     c = flow.controls
 

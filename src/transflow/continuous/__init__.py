@@ -1,11 +1,30 @@
 """The continuous-time limit: splitting schemes as data, continuous controls and kernels,
 diffrax reference solves of the well-posed sub-models, and convergence studies.
 
+Also the public face of the continuous-time core that :func:`transflow.evolve` builds on
+(control paths, ``transflow._paths``; the adaptive solve, ``transflow._solve``) and of
+:func:`evolve_path`: this package sits above ``transflow._evolve``, those modules below it.
+
 See ``docs/continuous.md`` and docs/spec/continuous-model.md §3, §7 (Q9, Q10), §8.4, §8.10.
 """
 
 from .._evolve import evolve_path as evolve_path
 from .._integrate import SOLVERS as SOLVERS, AdaptiveResult as AdaptiveResult
+from .._paths import (
+    PATH_KINDS as PATH_KINDS,
+    BasisExpansion as BasisExpansion,
+    ControlPath as ControlPath,
+    PiecewiseConstant as PiecewiseConstant,
+    PiecewiseLinear as PiecewiseLinear,
+    TimeEmbeddingNet as TimeEmbeddingNet,
+    init_path as init_path,
+    stack_leading as stack_leading,
+)
+from .._solve import (
+    compare_adjoints as compare_adjoints,
+    solve_adaptive as solve_adaptive,
+    vector_field as vector_field,
+)
 from ..schemes._lie import RelaxedLieScheme as RelaxedLieScheme
 from ._controls import (
     KernelAttention as KernelAttention,
@@ -25,16 +44,6 @@ from ._models import (
     tangent_s1 as tangent_s1,
     y_mean as y_mean,
 )
-from ._paths import (
-    PATH_KINDS as PATH_KINDS,
-    BasisExpansion as BasisExpansion,
-    ControlPath as ControlPath,
-    PiecewiseConstant as PiecewiseConstant,
-    PiecewiseLinear as PiecewiseLinear,
-    TimeEmbeddingNet as TimeEmbeddingNet,
-    init_path as init_path,
-    stack_leading as stack_leading,
-)
 from ._reference import (
     reference_error_estimate as reference_error_estimate,
     reference_solve as reference_solve,
@@ -49,11 +58,6 @@ from ._schemes import (
     paper_lie as paper_lie,
     parallel as parallel,
     strang as strang,
-)
-from ._solve import (
-    compare_adjoints as compare_adjoints,
-    solve_adaptive as solve_adaptive,
-    vector_field as vector_field,
 )
 from ._solver import (
     ProjectionTerm as ProjectionTerm,

@@ -1,6 +1,6 @@
 """Continuous controls θ(t) and kernels W(ξ, y) as functions.
 
-- :class:`~transflow.continuous.PiecewiseConstant` (in ``_paths``, with the other
+- :class:`~transflow.continuous.PiecewiseConstant` (in ``transflow._paths``, with the other
   :class:`~transflow.continuous.ControlPath` kinds): the paper's controls, one per layer.
 - :class:`SmoothPath`: ``θ(t) = θ_0 + sin(ω t) θ_1`` leaf by leaf, a smooth control for
   convergence studies in Δt.
@@ -24,7 +24,7 @@ from jaxtyping import Array
 
 from .._controls import AttentionParams
 from .._grid import Grid
-from ._paths import ControlPath
+from .._paths import ControlPath
 
 __all__ = ["SmoothPath", "KernelAttention", "KernelLinear"]
 

@@ -23,10 +23,10 @@ from .._controls import (
 )
 from .._grid import Grid
 from .._operators import attention, project_s1
+from .._paths import PiecewiseConstant
 from ._controls import KernelAttention, KernelLinear, SmoothPath
 from ._flows import euler_flow, projection_flow
 from ._models import SubModel, full_model_flows
-from ._paths import PiecewiseConstant
 from ._reference import reference_error_estimate, reference_solve
 from ._schemes import SplittingScheme, hybrid, integrate, lie, paper_lie, parallel, strang
 
@@ -51,7 +51,25 @@ __all__ = [
     "SUBMODELS",
 ]
 
-SCHEMES = ("lie", "strang", "lie-paper", "parallel", "hybrid-2dt", "hybrid-dt")
+def _hybrid(ffn_branch_dt: str):
+    def build(ops):
+        return hybrid([ops[0], [*[(op,) for op in ops[1:]], None]], ffn_branch_dt=ffn_branch_dt)
+
+    return build
+
+
+#: The one table of the sub-model splittings by name: name -> (the splitting of the
+#: operators, the sub-flow method, whether the sub-flows may use the tangent part).
+_SPLITTINGS: dict[str, tuple] = {
+    "lie": (lie, "rk4", True),
+    "strang": (strang, "rk4", True),
+    "lie-paper": (lie, "euler", False),
+    "parallel": (parallel, "rk4", True),
+    "hybrid-2dt": (_hybrid("2dt"), "rk4", True),
+    "hybrid-dt": (_hybrid("dt"), "rk4", True),
+}
+
+SCHEMES = tuple(_SPLITTINGS)
 """Scheme names of :func:`scheme_for`: ``lie``/``strang``/``parallel`` with RK4 sub-flows
 (tangent attention for sub-model b), ``lie-paper`` with explicit Euler sub-steps and the
 full F (the paper's step types), ``hybrid-2dt``/``hybrid-dt``: attention, then the other
@@ -226,21 +244,14 @@ def scheme_for(
     """
     if b_splitting not in ("tangent", "full"):
         raise ValueError(f"`b_splitting` must be 'tangent' or 'full', got {b_splitting!r}.")
+    if name not in _SPLITTINGS:
+        raise ValueError(f"unknown scheme {name!r}; expected one of {SCHEMES}.")
+    build, method, may_use_tangent = _SPLITTINGS[name]
     ops = model.operators
-    tangent = b_splitting == "tangent"
     if name == "strang" and model.kind in ("b", "c"):
         # the constraint outermost: every step ends with its (exact) projection
-        return strang((ops[-1], *ops[:-1])), model.flows("rk4", tangent=tangent)
-    if name in ("lie", "strang", "parallel"):
-        build = {"lie": lie, "strang": strang, "parallel": parallel}[name]
-        return build(ops), model.flows("rk4", tangent=tangent)
-    if name == "lie-paper":
-        return lie(ops), model.flows("euler", tangent=False)
-    if name in ("hybrid-2dt", "hybrid-dt"):
-        rest = [(op,) for op in ops[1:]]
-        scheme = hybrid([ops[0], [*rest, None]], ffn_branch_dt=name.split("-")[1])
-        return scheme, model.flows("rk4", tangent=tangent)
-    raise ValueError(f"unknown scheme {name!r}; expected one of {SCHEMES}.")
+        ops = (ops[-1], *ops[:-1])
+    return build(ops), model.flows(method, tangent=may_use_tangent and b_splitting == "tangent")
 
 
 def dt_convergence(

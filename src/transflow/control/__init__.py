@@ -18,7 +18,9 @@ checkpoints, resume.
   :data:`SEQUENCE`; configs :class:`TrainConfig` → :class:`DigitsConfig`,
   :class:`SequenceConfig`), used by the Hydra tasks and by ``python -m transflow.control``.
 - Continuous depth (issue 26): :func:`at_depth` (any number of steps),
-  :func:`adaptive_logits` and :func:`depth_accuracy` (diffrax adaptive solves),
+  :func:`adaptive_logits` and :func:`depth_accuracy` (diffrax adaptive solves, their
+  options a :class:`~transflow.Adaptive`; a reference solve and its error check,
+  :class:`ReferenceTolerances`),
   :func:`depth_loss` (random depth per batch, smoothness penalty; gradients by
   backpropagation, checkpointing or the continuous adjoint, :func:`flow_logits`),
   :data:`DEPTH_DIGITS`, :data:`DEPTH_TEXT` (a character-level LM on ``pydoc_data.topics``,
@@ -47,6 +49,7 @@ from ._adjoint import (
 )
 from ._at_depth import (
     GRADIENTS as GRADIENTS,
+    ReferenceTolerances as ReferenceTolerances,
     adaptive_logits as adaptive_logits,
     at_depth as at_depth,
     depth_accuracy as depth_accuracy,

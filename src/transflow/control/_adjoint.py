@@ -8,8 +8,9 @@ docs/spec/continuous-model.md Q9)
 is discretised by the Lie splitting of the paper's scheme (attention explicit Euler, then
 linear explicit Euler, Δt = T/N each). The discrete adjoint (backpropagation through the
 N steps) converges to the continuous adjoint gradient at first order as Δt → 0. The
-continuous gradient is computed with ``diffrax.diffeqsolve`` (Dopri5, tight tolerances)
-and either ``RecursiveCheckpointAdjoint`` (discretise-then-optimise, checkpointed) or
+continuous gradient is computed with diffrax through the integrator
+(:func:`~transflow._integrate.solve_ode`; Dopri5, tight tolerances) and either
+``RecursiveCheckpointAdjoint`` (discretise-then-optimise, checkpointed) or
 ``BacksolveAdjoint`` (optimise-then-discretise: the adjoint ODE solved backwards).
 """
 
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import AttentionParams
+from .._integrate import Adaptive, solve_ode
 from .._operators import attention
 
 __all__ = ["AttentionLinearControls", "discrete_loss", "continuous_loss", "adjoint_gradients"]
@@ -74,33 +76,18 @@ def continuous_loss(
     rtol: float = 1e-10,
     atol: float = 1e-10,
 ):
-    """ℓ(u(T)) with u from ``diffrax.diffeqsolve`` (Dopri5, adaptive).
+    """ℓ(u(T)) with u from the integrator's adaptive diffrax solve (Dopri5, first step
+    t1/16): :func:`~transflow._integrate.solve_ode` with
+    ``Adaptive(rtol, atol, solver="dopri5", dt0=t1/16, adjoint=adjoint)``.
 
     ``adjoint``: ``"recursive"`` (``RecursiveCheckpointAdjoint``) or ``"backsolve"``
     (``BacksolveAdjoint``).
     """
-    import diffrax
-
-    adj = {
-        "recursive": diffrax.RecursiveCheckpointAdjoint(),
-        "backsolve": diffrax.BacksolveAdjoint(),
-    }
-    if adjoint not in adj:
+    if adjoint not in ("recursive", "backsolve"):
         raise ValueError(f"`adjoint` must be 'recursive' or 'backsolve', got {adjoint!r}.")
-    term = diffrax.ODETerm(lambda t, u, th: th.field(u))
-    sol = diffrax.diffeqsolve(
-        term,
-        diffrax.Dopri5(),
-        t0=0.0,
-        t1=t1,
-        dt0=t1 / 16,
-        y0=u0,
-        args=theta,
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        adjoint=adj[adjoint],
-        max_steps=4096,
-    )
-    return 0.5 * jnp.sum((sol.ys[-1] - target) ** 2)
+    options = Adaptive(rtol=rtol, atol=atol, solver="dopri5", dt0=t1 / 16, adjoint=adjoint)
+    res = solve_ode(lambda t, u, th: th.field(u), u0, (0.0, t1), theta, options)
+    return 0.5 * jnp.sum((res.u - target) ** 2)
 
 
 def adjoint_gradients(theta, u0, target, *, t1: float = 1.0, refinements=(4, 8, 16, 32, 64)):

@@ -12,7 +12,8 @@
   smoothness penalty λ ∫‖θ'(t)‖² dt, and a choice of how its gradient is computed
   (``gradient=``, :data:`GRADIENTS`).
 - :func:`flow_logits`: a batch of logits of a model whose N steps run inside
-  ``diffrax.diffeqsolve`` (one diffrax step = one step of the model's scheme), so that
+  ``diffrax.diffeqsolve`` (the integrator's :func:`~transflow._integrate.solve_steps`:
+  one diffrax step = one step of the model's scheme), so that
   the gradient is taken by checkpointed backpropagation (``RecursiveCheckpointAdjoint``
   with a fixed number of checkpoints) or by the continuous adjoint (``BacksolveAdjoint``):
   memory that does not grow with N.
@@ -29,13 +30,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..continuous._paths import PiecewiseConstant
-from ..continuous._solve import solve_adaptive
+from .._integrate import Adaptive, check_option, solve_steps
+from .._paths import PiecewiseConstant
+from .._solve import solve_adaptive, vector_field
 from ..models._flow import FlowModel
+from ..schemes._base import check_consistent
 from ._train import cross_entropy_loss
 
 __all__ = [
     "GRADIENTS",
+    "ReferenceTolerances",
     "at_depth",
     "adaptive_logits",
     "depth_accuracy",
@@ -87,53 +91,40 @@ def _path_of(model: FlowModel):
 def adaptive_logits(
     model: FlowModel,
     x,
+    stepsize_controller: Adaptive | None = None,
     *,
-    rtol: float = 1e-5,
-    atol: float = 1e-5,
-    solver: str = "tsit5",
-    adjoint: Any = "recursive",
-    max_steps: int = 4096,
     split: bool = False,
 ):
     """``(logits, nfev)`` of one example with the continuous limit solved adaptively.
 
     The model's scheme must be consistent (:class:`~transflow.PreNormScheme` or
-    :class:`~transflow.continuous.RelaxedLieScheme`); see
-    :func:`transflow.continuous.solve_adaptive` for the options (``split``: piece by
-    piece between the jumps of a per-layer or piecewise-linear path).
+    :class:`~transflow.continuous.RelaxedLieScheme`); ``stepsize_controller`` is the
+    solve's :class:`~transflow.Adaptive` (``None``: ``Adaptive()``), passed whole to
+    :func:`transflow.continuous.solve_adaptive` (``split``: piece by piece between the
+    jumps of a per-layer or piecewise-linear path).
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from transflow import PreNormScheme
+        >>> from transflow import Adaptive, PreNormScheme
         >>> from transflow.control import adaptive_logits, make_vit
         >>> m = make_vit(d=8, n_steps=2, n_heads=1, path="linear", scheme=PreNormScheme(),
         ...              key=jax.random.key(0))
-        >>> logits, nfev = adaptive_logits(m, jnp.zeros((8, 8)), rtol=1e-4, atol=1e-4)
+        >>> logits, nfev = adaptive_logits(m, jnp.zeros((8, 8)), Adaptive(rtol=1e-4, atol=1e-4))
         >>> logits.shape, int(nfev) >= 7
         ((10,), True)
     """
     model = _check_model(model)
+    controller = check_option("stepsize_controller", stepsize_controller, Adaptive, "Adaptive()")
     u0 = model.embed(jnp.asarray(x, model.head_w.dtype))
     res = solve_adaptive(
-        u0,
-        _path_of(model),
-        model.scheme,
-        grid=model.embed.grid(),
-        solver=solver,
-        rtol=rtol,
-        atol=atol,
-        adjoint=adjoint,
-        max_steps=max_steps,
-        split=split,
+        u0, _path_of(model), model.scheme, controller, grid=model.embed.grid(), split=split
     )
     return model.readout(res.u), res.nfev
 
 
 @eqx.filter_jit
-def _adaptive_batch(model, x, rtol, atol, solver, split):
-    return jax.vmap(
-        lambda xx: adaptive_logits(model, xx, rtol=rtol, atol=atol, solver=solver, split=split)
-    )(x)
+def _adaptive_batch(model, x, controller, split):
+    return jax.vmap(lambda xx: adaptive_logits(model, xx, controller, split=split))(x)
 
 
 @eqx.filter_jit
@@ -147,9 +138,7 @@ def depth_accuracy(
     y,
     depths: Sequence[int] = (4, 8, 16, 32, 64),
     *,
-    rtol: float | None = 1e-5,
-    atol: float | None = None,
-    solver: str = "tsit5",
+    adaptive: Adaptive | None = Adaptive(),  # noqa: B008 (immutable)
     batch_size: int = 128,
     split: bool = False,
 ) -> dict[str, Any]:
@@ -157,21 +146,24 @@ def depth_accuracy(
 
     Returns ``{"depths", "accuracy", "loss", "outputs"}`` (``loss``: the mean softmax
     cross-entropy in nats, over tokens too for per-token outputs; ``outputs``: the logits
-    per depth, NumPy) and, when ``rtol`` is set (consistent schemes only),
+    per depth, NumPy) and, when ``adaptive`` is an :class:`~transflow.Adaptive` (default
+    ``Adaptive()``; consistent schemes only; ``None``: no adaptive solve),
     ``adaptive_accuracy``, ``adaptive_loss``, ``adaptive_nfev_mean``/``max`` and
-    ``adaptive_outputs``; ``atol`` defaults to ``rtol``; ``split``: the adaptive solve
-    piece by piece between the jumps of θ (:func:`transflow.continuous.solve_adaptive`).
+    ``adaptive_outputs``; ``split``: the adaptive solve piece by piece between the jumps
+    of θ (:func:`transflow.continuous.solve_adaptive`).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from transflow.control import depth_accuracy, make_vit
         >>> m = make_vit(d=8, n_steps=2, n_heads=1, key=jax.random.key(0))
         >>> r = depth_accuracy(m, jnp.zeros((3, 8, 8)), jnp.zeros(3, jnp.int32), (2, 4),
-        ...                    rtol=None)
+        ...                    adaptive=None)
         >>> r["depths"], len(r["accuracy"])
         ([2, 4], 2)
     """
     model = _check_model(model)
+    if adaptive is not None:
+        adaptive = check_option("adaptive", adaptive, Adaptive, "Adaptive(rtol=1e-5, atol=1e-5)")
     y = np.asarray(y)
 
     def batched(fn):
@@ -195,15 +187,68 @@ def depth_accuracy(
         out["accuracy"].append(float(np.mean(np.argmax(logits, -1) == y)))
         out["loss"].append(nll(np.asarray(logits, np.float64)))
         out["outputs"].append(logits)
-    if rtol is not None:
-        atol = rtol if atol is None else atol
-        logits, nfev = batched(lambda xb: _adaptive_batch(model, xb, rtol, atol, solver, split))
+    if adaptive is not None:
+        logits, nfev = batched(lambda xb: _adaptive_batch(model, xb, adaptive, split))
         out["adaptive_accuracy"] = float(np.mean(np.argmax(logits, -1) == y))
         out["adaptive_loss"] = nll(np.asarray(logits, np.float64))
         out["adaptive_nfev_mean"] = float(np.mean(nfev))
         out["adaptive_nfev_max"] = int(np.max(nfev))
         out["adaptive_outputs"] = logits
     return out
+
+
+class ReferenceTolerances(eqx.Module):
+    """A continuous-limit reference solve and the two looser solves that estimate its
+    error (the depth study's reference, ``experiments/tasks/depth.py``), as one object.
+
+    Every solve is ``Adaptive(rtol=tol, atol=tol, solver=solver)``:
+    :attr:`reference` at ``rtol``, :attr:`check` at ``check_rtol`` and :attr:`coarse` at
+    ``coarse_rtol`` (a tolerance of 0: that solve is skipped, its property is ``None``).
+
+    Example:
+        >>> from transflow.control import ReferenceTolerances
+        >>> ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
+        >>> ref.reference.rtol, ref.refined(1).check.atol, ref.refined(1).solver
+        (1e-08, 1e-08, 'dopri5')
+    """
+
+    solver: str = eqx.field(static=True)
+    rtol: float = eqx.field(static=True)
+    check_rtol: float = eqx.field(static=True, default=0.0)
+    coarse_rtol: float = eqx.field(static=True, default=0.0)
+
+    def __check_init__(self):
+        Adaptive(rtol=self.rtol, atol=self.rtol, solver=self.solver)  # its own checks
+        for name in ("check_rtol", "coarse_rtol"):
+            tol = getattr(self, name)
+            if isinstance(tol, bool) or not isinstance(tol, int | float) or tol < 0:
+                raise ValueError(
+                    f"ReferenceTolerances: `{name}` must be a number >= 0 (0: that check is "
+                    f"skipped), got {tol!r}; e.g. {name}=1e-7."
+                )
+
+    def _solve(self, tol) -> Adaptive | None:
+        return Adaptive(rtol=tol, atol=tol, solver=self.solver) if tol else None
+
+    @property
+    def reference(self) -> Adaptive:
+        """The reference solve."""
+        return self._solve(self.rtol)
+
+    @property
+    def check(self) -> Adaptive | None:
+        """The looser solve whose distance to the reference estimates its error."""
+        return self._solve(self.check_rtol)
+
+    @property
+    def coarse(self) -> Adaptive | None:
+        """The coarser solve (with :attr:`check`, the decay per decade of tolerance)."""
+        return self._solve(self.coarse_rtol)
+
+    def refined(self, level: int) -> ReferenceTolerances:
+        """Every tolerance divided by ``10**level`` (0 stays 0)."""
+        tols = (t / 10**level if t else t for t in (self.rtol, self.check_rtol, self.coarse_rtol))
+        return ReferenceTolerances(self.solver, *tols)
 
 
 def depth_loss(
@@ -271,41 +316,18 @@ def depth_loss(
     return loss
 
 
-class _SchemeSolver(eqx.Module):
-    """One diffrax step = one step of ``scheme`` on a batch of states, with θ the path at
-    the step's midpoint; diffrax's ``args`` is ``(path, grid)`` (arrays travel as
-    arguments, never closed over, as ``BacksolveAdjoint`` needs). Fixed steps only."""
+class _SchemeStep(eqx.Module):
+    """One step of ``scheme`` on a batch of states from t0 to t1, with θ the path at the
+    step's midpoint: the one-step map of :func:`~transflow._integrate.solve_steps`, whose
+    ``args`` are ``(path, grid)`` (arrays travel as arguments, never closed over, as
+    ``BacksolveAdjoint`` needs)."""
 
     scheme: Any
 
-    def step_batch(self, args, t0, t1, y0):
+    def __call__(self, t0, t1, y0, args):
         path, grid = args
         theta = path(t0 + 0.5 * (t1 - t0))
         return jax.vmap(lambda u: self.scheme.step(u, theta, t1 - t0, grid=grid))(y0)
-
-
-def _make_solver(inner: _SchemeSolver):
-    import diffrax
-
-    class SchemeSolver(diffrax.AbstractSolver):
-        impl: _SchemeSolver
-        term_structure = diffrax.AbstractTerm
-        interpolation_cls = diffrax.LocalLinearInterpolation
-
-        def order(self, terms):
-            return 1
-
-        def init(self, terms, t0, t1, y0, args):
-            return None
-
-        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-            y1 = self.impl.step_batch(args, t0, t1, y0)
-            return y1, None, dict(y0=y0, y1=y1), None, diffrax.RESULTS.successful
-
-        def func(self, terms, t0, y0, args):
-            return terms.vf(t0, y0, args)
-
-    return SchemeSolver(inner)
 
 
 def _check_gradient(gradient, checkpoints=1) -> None:
@@ -353,9 +375,6 @@ def flow_logits(
     """
     import diffrax
 
-    from ..continuous._solve import vector_field
-    from ..schemes._base import check_consistent as _check_consistent
-
     model = _check_model(model)
     _check_gradient(gradient, checkpoints)
     solvers = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
@@ -368,15 +387,12 @@ def flow_logits(
     path = _path_of(model)
     n = model.n_steps if model.is_path else _leading_size(model.controls)
     t0, t1 = path.interval
-    dtype = model.head_w.dtype
     grid = model.embed.grid()
     u0 = jax.vmap(model.embed)(jnp.asarray(x))
-    solver = _make_solver(_SchemeSolver(model.scheme))
-    ts = jnp.asarray(np.linspace(t0, t1, n + 1), dtype)
     if gradient == "checkpointed":
         adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=checkpoints)
     else:
-        _check_consistent(model.scheme)
+        check_consistent(model.scheme)
         adjoint = diffrax.BacksolveAdjoint(
             solver=solvers[adjoint_solver](),
             stepsize_controller=diffrax.ConstantStepSize(),
@@ -388,19 +404,10 @@ def flow_logits(
         f = vector_field(model.scheme, args[0], grid=args[1])
         return jax.vmap(lambda ui: f(t, ui))(u)
 
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs),
-        solver,
-        t0=ts[0],
-        t1=ts[-1],
-        dt0=None,
-        y0=u0,
-        args=(path, grid),
-        stepsize_controller=diffrax.StepTo(ts=ts),
-        adjoint=adjoint,
-        max_steps=n + 2,
+    u_T = solve_steps(
+        _SchemeStep(model.scheme), rhs, u0, (t0, t1), n, (path, grid), adjoint=adjoint
     )
-    return jax.vmap(model.readout)(sol.ys[-1])
+    return jax.vmap(model.readout)(u_T)
 
 
 def _leading_size(tree) -> int:

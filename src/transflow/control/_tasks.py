@@ -260,26 +260,12 @@ def checkpoint_dir_for(
 
 
 def _scheme(name: str, ffn_branch_dt: str, relax_tau: float = 1.0):
-    from .. import LieScheme, PreNormScheme
+    """The scheme ``name`` of the registry (:func:`transflow.make_scheme`, and those of
+    :func:`transflow.register_scheme`) with the task options it declares it takes."""
+    from ..schemes._registry import make_scheme, scheme_options
 
-    if name == "lie":
-        return LieScheme(ffn_branch_dt=ffn_branch_dt)
-    if name == "prenorm":
-        return PreNormScheme()
-    if name == "relaxed":
-        from ..continuous import RelaxedLieScheme
-
-        return RelaxedLieScheme(ffn_branch_dt=ffn_branch_dt, tau=relax_tau)
-    if name in ("imex", "imex_dissipative"):
-        from .. import IMEXScheme
-
-        kind = "dissipative" if name == "imex_dissipative" else "free"
-        return IMEXScheme(ffn_branch_dt=ffn_branch_dt, tau=relax_tau, parameterization=kind)
-    from .. import SCHEME_NAMES, make_scheme
-
-    if name in SCHEME_NAMES:  # the layers of issue 27 (docs/schemes.md)
-        return make_scheme(name)
-    raise ValueError(f"`scheme` must be one of {', '.join(SCHEME_NAMES)}; got {name!r}.")
+    task = {"ffn_branch_dt": ffn_branch_dt, "tau": relax_tau}
+    return make_scheme(name, **{k: v for k, v in task.items() if k in scheme_options(name)})
 
 
 def _prepare_dir(ckpt, resume: bool, message):

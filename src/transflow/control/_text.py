@@ -268,6 +268,7 @@ def make_char_lm(
 
     from .. import CausalScheme, PreNormScheme
     from ..models._flow import FlowModel, TokenEmbedding, _ffn_copies, _layer_or_path_controls
+    from ..schemes._base import AbstractCausal, has
 
     dtype = jnp.float32 if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)
@@ -283,7 +284,7 @@ def make_char_lm(
         controls,
         jax.random.normal(k4, (d, vocab), dtype) / float(np.sqrt(d)),
         jnp.zeros((vocab,), dtype),
-        scheme if isinstance(scheme, CausalScheme) else CausalScheme(scheme),
+        scheme if has(scheme, AbstractCausal) else CausalScheme(scheme),
         dt,
         "tokens",
         remat,

@@ -18,6 +18,11 @@ Public API:
   roots of quadratics, :class:`QuadraticRoot`; used by :func:`count_linear_regions`).
 - Slices and users' networks: :func:`restrict` (a line or plane of any input space),
   :meth:`MaxoutNetwork.from_torch`.
+- The contract of a countable model: :class:`AbstractPiecewiseLinear` plus the capabilities
+  it inherits (:class:`AbstractAffineLogits`, :class:`AbstractBoundedEval`,
+  :class:`AbstractExactEval`, :class:`AbstractIntervalForward`,
+  :class:`AbstractExactProgram`, :class:`AbstractAttention`, :class:`AbstractProvenance`);
+  the counters dispatch on them (docs/expressivity.md, "Adding an architecture").
 - Studies (records for the experiment task and the paper figures): :func:`softmax_rows`,
   :func:`region_rows`, :func:`partition_2d`, :func:`relu_and_cpwl_checks`,
   :func:`c8_regions`, :func:`precision_rows`, :func:`slice_study`, ….
@@ -39,20 +44,36 @@ from ._cpwl import (
     lattice_from_1d as lattice_from_1d,
 )
 from ._exact1d import QuadraticRoot as QuadraticRoot, exact_regions_1d as exact_regions_1d
-from ._hardmax import HardmaxTransformer as HardmaxTransformer
+from ._hardmax import (
+    ConstantQueryTransformer as ConstantQueryTransformer,
+    HardmaxTransformer as HardmaxTransformer,
+)
 from ._lp import lp_region_count as lp_region_count
 from ._maxout import (
     MaxoutNetwork as MaxoutNetwork,
     ibp_bounds as ibp_bounds,
     zigzag_maxout as zigzag_maxout,
 )
-from ._pwl import AbstractPiecewiseLinear as AbstractPiecewiseLinear
+from ._pwl import (
+    AbstractAffineLogits as AbstractAffineLogits,
+    AbstractAttention as AbstractAttention,
+    AbstractBoundedEval as AbstractBoundedEval,
+    AbstractExactEval as AbstractExactEval,
+    AbstractExactProgram as AbstractExactProgram,
+    AbstractIntervalForward as AbstractIntervalForward,
+    AbstractPiecewiseLinear as AbstractPiecewiseLinear,
+    AbstractProvenance as AbstractProvenance,
+)
 from ._regions import (
     RegionCount as RegionCount,
     count_linear_regions as count_linear_regions,
     grid_region_count as grid_region_count,
 )
-from ._slice import Restricted as Restricted, restrict as restrict
+from ._slice import (
+    AbstractRestricted as AbstractRestricted,
+    Restricted as Restricted,
+    restrict as restrict,
+)
 from ._softmax import (
     lambert_w as lambert_w,
     softmax_error_bound as softmax_error_bound,
@@ -76,7 +97,6 @@ from ._studies import (
 from ._trained import (
     MODEL_KINDS as MODEL_KINDS,
     TARGETS as TARGETS,
-    ConstantQueryTransformer as ConstantQueryTransformer,
     Target as Target,
     certified_regions as certified_regions,
     constructed_capacity as constructed_capacity,

@@ -6,7 +6,7 @@ The count on ``[lo, hi]`` is certified in three steps:
    point predicted by the region's frozen affine logits, plus a step that clears the
    round-off band, and records one point per region at which the pattern is *certified*:
    every logit gap exceeds the running round-off bound of the two logits
-   (:meth:`AbstractPiecewiseLinear.eval_bounded`), so the float pattern is the exact one.
+   (:meth:`AbstractBoundedEval.eval_bounded`), so the float pattern is the exact one.
 2. **Junctions** (float with error bounds, rigorous): for consecutive recorded points
    ``a < b`` with patterns p and q, the frozen models of p and q are evaluated at both
    points with bounds. Every gap of p is affine, so p is valid on ``[a, x_p]`` where
@@ -19,7 +19,8 @@ The count on ``[lo, hi]`` is certified in three steps:
    continuity at the junction is checked.
 3. **Exact fallback**: every junction that step 2 cannot certify (round-off larger than a
    gap, a region thinner than the walk's step, maps equal up to round-off) is recomputed
-   in exact rational arithmetic (:class:`fractions.Fraction`, :meth:`exact_eval`): exact
+   in exact rational arithmetic (:class:`fractions.Fraction`,
+   :meth:`AbstractExactEval.exact_eval`; a model without it gets no exact fallback): exact
    patterns, exact frozen affine gaps (two exact evaluations determine an affine map), an
    exact walk from ``a`` to ``b`` over the exact roots, and exact map comparisons.
 
@@ -37,8 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._batch import batched, combine, pattern_hash
 from ._budget import CertificationError, check_budget
 from ._exact_walk import _Exact
+from ._pwl import AbstractBoundedEval, AbstractExactEval, lacks
 
 __all__ = ["CertificationError"]
 
@@ -76,10 +79,6 @@ def _gaps(shapes, L, E, pat):
         errs.append((ew + e).ravel())
         masks.append(mask.ravel())
     return jnp.concatenate(gaps), jnp.concatenate(errs), jnp.concatenate(masks)
-
-
-def _hash(pat, coeffs):
-    return pat.astype(jnp.uint32) @ coeffs
 
 
 def _roots_right(gpa, egpa, gpb, egpb, mask, A, w):
@@ -147,7 +146,7 @@ def _point_kernel(f, xprev, x, xnext, coeffs, shapes, lid, gid, cid):
             4.0 * (e0[i] + en[i]) / jnp.abs(jnp.where(down[i], dgap[i], 1.0)),
             0.0,
         )
-        walk = (_hash(p, coeffs), X + t[i], step)
+        walk = (pattern_hash(p, coeffs), X + t[i], step)
         return p.astype(jnp.int8), valid, right, left, (y, ey, yn, eyn, yp, eyp), walk
 
     return jax.vmap(one)(xprev, x, xnext)
@@ -156,7 +155,7 @@ def _point_kernel(f, xprev, x, xnext, coeffs, shapes, lid, gid, cid):
 def _run_points(f, xprev, xs, xnext, coeffs, shapes, tables, dtype):
     lid, gid, cid = tables[:3]
     col = lambda v: np.asarray(v, np.float64).reshape(-1, 1).astype(dtype)
-    return _batched(
+    return batched(
         _point_kernel,
         f,
         (col(xprev), col(xs), col(xnext)),
@@ -229,34 +228,6 @@ def _junctions(f, P, coeffs, shapes, tables, dtype):
     return cert, same, xstar, differ, defect, (slope, icpt)
 
 
-_CHUNK = 2048
-
-
-def _batched(kernel, f, xs, *extra):
-    """Run a vmapped kernel in fixed-size padded chunks (one compilation per structure)."""
-    xs = [np.asarray(x) for x in (xs if isinstance(xs, tuple) else (xs,))]
-    n = xs[0].shape[0]
-    outs = []
-    for start in range(0, max(n, 1), _CHUNK):
-        check_budget("float evaluation")
-        parts = []
-        for x in xs:
-            part = x[start : start + _CHUNK]
-            k = part.shape[0]
-            if k < _CHUNK:
-                part = np.concatenate([part, np.repeat(part[:1], _CHUNK - k, axis=0)])
-            parts.append(jnp.asarray(part))
-        k = min(_CHUNK, n - start)
-        res = kernel(f, *parts, *extra)
-        outs.append(jax.tree.map(lambda a, k=k: np.asarray(a)[:k], res))
-    return jax.tree.map(lambda *a: np.concatenate(a), *outs)
-
-
-def _combine(h):
-    h = h.astype(np.uint64)
-    return (h[:, 0] << np.uint64(32)) | h[:, 1]
-
-
 # --------------------------------------------------------------------------- exact path
 # the exact rational walk (_Exact) is in ._exact_walk (shared with ._layerwise)
 
@@ -288,17 +259,17 @@ def _down(x, dtype):
 def _all_exact(f, lo: float, hi: float) -> dict:
     """The whole interval by the exact rational walk (a box narrower than two numbers of
     the evaluation dtype)."""
-    from ._layerwise import NotApplicable, _exact_whole
+    from ._layerwise import _exact_whole
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    try:
-        return _exact_whole(f, lo, hi, t0, c0, "the box holds fewer than two float32 numbers")
-    except NotApplicable as err:
+    if not isinstance(f, AbstractExactEval):
         raise CertificationError(
             f"count_linear_regions: the box [{lo!r}, {hi!r}] holds fewer than two float32 "
-            f"numbers, so only the exact walk can count on it, and it is unavailable: {err}. "
-            'Enable float64 with jax.config.update("jax_enable_x64", True).'
-        ) from err
+            "numbers, so only the exact walk can count on it, and "
+            + lacks(f, AbstractExactEval, type(f).__name__, "it needs")
+            + ' Or enable float64 with jax.config.update("jax_enable_x64", True).'
+        )
+    t0, c0 = time.perf_counter(), time.process_time()
+    return _exact_whole(f, lo, hi, t0, c0, "the box holds fewer than two float32 numbers")
 
 
 def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, strict: bool):
@@ -309,6 +280,8 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
     exactly its two end points, and the slivers between the box ends as given (float64)
     and the nearest float32 numbers inside them, ``[lo, lo32]`` and ``[hi32, hi]``, are
     counted by the exact rational walk: the certificate covers the box as given."""
+    if not isinstance(f, AbstractBoundedEval):
+        raise TypeError(lacks(f, AbstractBoundedEval, "count_1d_certified", "the point walk needs"))
     dtype = np.dtype(dtype).type
     lo_d, hi_d = float(_up(lo, dtype)), float(_down(hi, dtype))
     if not lo_d < hi_d:  # no two float32 numbers inside the box: all exact
@@ -327,7 +300,7 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
         _, valid, _, _, _, (h, e, s) = _run_points(
             f, xs, xs, xs + span, coeffs, shapes, tables, dtype
         )
-        return _combine(h), e.astype(np.float64), s.astype(np.float64), valid
+        return combine(h), e.astype(np.float64), s.astype(np.float64), valid
 
     # seeds: numbers of dtype (evaluated exactly where they are)
     xs = np.unique(_snap(np.linspace(lo_d, hi_d, n_seed + 1), dtype))
@@ -407,11 +380,14 @@ def count_1d_certified(f, lo: float, hi: float, *, n_seed: int, dtype, coeffs, s
             walks.append([hi_d, hi])
     exact_used = 0
     failure = None
+    ex_model = None
     if walks:
-        try:
+        if isinstance(f, AbstractExactEval):
             ex_model = _Exact(f)
-        except NotImplementedError as err:
-            ex_model, failure = None, str(err)
+        else:
+            failure = "no exact evaluation: " + lacks(
+                f, AbstractExactEval, type(f).__name__, "the exact fallback needs"
+            )
             if lo_d > lo or hi_d < hi:
                 failure += (
                     f" (the box ends {lo!r}, {hi!r} are not {np.dtype(dtype).name} numbers: the "

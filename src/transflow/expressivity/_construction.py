@@ -28,7 +28,19 @@ from .._errors import as_input, param_dtype
 from .._operators import attention as _attention_op, attention_scores
 from ..schemes._base import ffn_branch
 from ._maxout import MaxoutNetwork, ibp_bounds
-from ._pwl import AbstractPiecewiseLinear, exact_argmax, gamma, odot, to_fraction_array
+from ._programs import TransformerProgram
+from ._pwl import (
+    AbstractAffineLogits,
+    AbstractAttention,
+    AbstractBoundedEval,
+    AbstractExactProgram,
+    AbstractIntervalForward,
+    AbstractProvenance,
+    exact_argmax,
+    gamma,
+    odot,
+    to_fraction_array,
+)
 from ._softmax import softmax_deltas, softmax_error_bound
 
 _SCALED: dict[int, tuple] = {}  # id(exact params) -> (params, scaled-integer params)
@@ -36,8 +48,16 @@ _SCALED: dict[int, tuple] = {}  # id(exact params) -> (params, scaled-integer pa
 __all__ = ["MaxoutTransformer", "maxout_to_transformer"]
 
 
-class MaxoutTransformer(AbstractPiecewiseLinear):
-    """A transformer built by :func:`maxout_to_transformer`, callable on one input x.
+class MaxoutTransformer(
+    AbstractAffineLogits,
+    AbstractBoundedEval,
+    AbstractIntervalForward,
+    AbstractExactProgram,
+    AbstractAttention,
+    AbstractProvenance,
+):
+    """A transformer built by :func:`maxout_to_transformer`, callable on one input x
+    (final; every counting capability, constant attention queries).
 
     ``model(x)`` embeds ``x ∈ R^d`` on T tokens (``X⁰ = E x 1_Tᵀ + P``: x replicated on
     every token plus a fixed positional/constant part), runs the blocks and reads out
@@ -162,7 +182,7 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
 
     def eval_bounded(self, x, ex=None, pattern=None):
         """Forward pass with running round-off bounds (hardmax; see
-        :meth:`AbstractPiecewiseLinear.eval_bounded`). Every matrix product with n terms
+        :meth:`AbstractBoundedEval.eval_bounded`). Every matrix product with n terms
         adds ``γ_{n+1}(|W||X̂| + |b|)`` to ``|W| e_X``; a score ``q·k`` adds
         ``|q| e_k + |k| e_q + e_q e_k + γ_{dk}|q||k|``; the hardmax keeps the error of the
         selected value; a residual sum adds ``u |X̂|``."""
@@ -234,7 +254,7 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
 
     def interval_forward(self, ctx, x):
         """The hardmax forward pass on 1-D intervals (see
-        :meth:`AbstractPiecewiseLinear.interval_forward`), mirroring :meth:`eval_bounded`:
+        :meth:`AbstractIntervalForward.interval_forward`), mirroring :meth:`eval_bounded`:
         one decision per attention block (groups = heads, competitors = key tokens, the
         constant query of token 0) and per FFN (groups = token × hidden unit, competitors
         ``(0, pre-activation)``)."""
@@ -294,6 +314,16 @@ class MaxoutTransformer(AbstractPiecewiseLinear):
             to_fraction_array(self.positional),
             to_fraction_array(self.readout_weight),
             to_fraction_array(self.readout_bias),
+        )
+
+    def exact_program(self) -> TransformerProgram:
+        return TransformerProgram(self)
+
+    def outside_certificate(self) -> tuple[str, ...]:
+        return (
+            "that the transformer equals its maxout network: its weights (gating bounds, "
+            "pieces) were built in float64 by maxout_to_transformer; the certificate is "
+            "about the transformer's stored weights",
         )
 
     def _scaled_params(self, params):

@@ -8,7 +8,7 @@ changes only at roots of winner-minus-competitor *gap* polynomials. This module 
 ``lo`` to ``hi`` in exact arithmetic:
 
 1. **Gap polynomials.** For a pattern p the frozen model is evaluated exactly
-   (:meth:`AbstractPiecewiseLinear.exact_eval`, :class:`fractions.Fraction`) at
+   (:meth:`AbstractExactEval.exact_eval`, :class:`fractions.Fraction`) at
    t = 0, 1, −1; the logits are interpolated to ``a + b t + c t²`` and checked at t = 2
    (a fourth point: the degree ≤ 2 of the structure), the output to ``y₀ + y₁ t``.
 2. **Exit.** On the current region p holds every gap > 0 (identically zero gaps are ties
@@ -46,8 +46,9 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._errors import check_number
 from ._exact_arith import _Dyadic
-from ._pwl import AbstractPiecewiseLinear, safe_float
+from ._pwl import AbstractExactEval, AbstractPiecewiseLinear, lacks, safe_float
 
 __all__ = ["QuadraticRoot", "exact_regions_1d"]
 
@@ -578,6 +579,7 @@ def exact_regions_1d(
     """
     from ._region_count import RegionCount, _check_box, _check_model
 
+    check_number("max_regions", max_regions, "exact_regions_1d", lower=0, integer=True)
     if f.in_dim != 1:
         raise ValueError(
             f"exact_regions_1d: `f` must have input dimension 1, got {f.in_dim}; restrict it "
@@ -587,13 +589,9 @@ def exact_regions_1d(
     lo, hi = _check_box(f, lo, hi)  # finite float64 numbers, lo < hi
     lo_q, hi_q = Fraction(float(lo[0])), Fraction(float(hi[0]))
     t0 = time.perf_counter()
-    try:
-        ex = _ExactModel(f)
-    except NotImplementedError as err:
-        raise NotImplementedError(
-            f"exact_regions_1d: {type(f).__name__} has no exact rational evaluation "
-            f"(exact_params/exact_eval), which exact counting needs: {err}"
-        ) from err
+    if not isinstance(f, AbstractExactEval):
+        raise TypeError(lacks(f, AbstractExactEval, "exact_regions_1d", "exact counting needs"))
+    ex = _ExactModel(f)
     ex.float_filter = bool(float_filter)
     span = hi_q - lo_q
     tiny = span / (1 << 40)

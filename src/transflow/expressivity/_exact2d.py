@@ -25,10 +25,12 @@ their maps are exactly equal and they share a boundary segment of positive lengt
 (decided on the canonical integer key of the common supporting line, endpoints compared
 as exact rationals). The areas of the cells sum exactly to the box's area.
 
-Models: :class:`MaxoutNetwork` (ReLU nets via ``from_relu`` / ``from_torch``), hardmax
-:class:`MaxoutTransformer` (constant queries: checked exactly) and :class:`Restricted`
-slices of them have a fast integer program; any other :class:`AbstractPiecewiseLinear`
-with :meth:`exact_eval` uses three exact rational evaluations per polygon and layer.
+Models: a model that inherits :class:`AbstractExactProgram` (:class:`MaxoutNetwork`, ReLU
+nets via ``from_relu`` / ``from_torch``, hardmax :class:`MaxoutTransformer` with constant
+queries — checked exactly — and :func:`restrict` slices of them) brings its own integer
+program (``transflow.expressivity._programs``); any other model with
+:class:`AbstractExactEval` uses three exact rational evaluations per polygon and layer
+(:class:`GenericProgram`); a model with neither has no exact count.
 """
 
 from __future__ import annotations
@@ -41,7 +43,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._pwl import AbstractPiecewiseLinear, safe_float
+from ._programs import (
+    ExactProgram,
+    GenericProgram,
+    NotExact,
+    _Aff,
+)
+from ._pwl import (
+    AbstractExactEval,
+    AbstractExactProgram,
+    AbstractPiecewiseLinear,
+    lacks,
+    safe_float,
+)
 from ._region_count import _components
 
 METHOD = (
@@ -49,282 +63,6 @@ METHOD = (
     "with integer supporting lines and homogeneous integer vertices, exact sign tests, "
     "exact map equality and edge adjacency"
 )
-
-
-class NotExact(Exception):
-    """The model (or this part of it) has no exact affine program."""
-
-
-# --------------------------------------------------------------------------- dyadic arrays
-def _dyadic(a) -> tuple[np.ndarray, int]:
-    """``(M, e)`` with ``a = M·2^e`` exactly, M an object array of Python ints."""
-    a = np.asarray(a, np.float64)
-    if not np.all(np.isfinite(a)):
-        raise NotExact("a parameter is not finite")
-    flat = a.reshape(-1)
-    ratios = [float(v).as_integer_ratio() for v in flat]
-    exps = [-(d.bit_length() - 1) for _, d in ratios if _ != 0]
-    e = min(exps) if exps else 0
-    M = np.empty(flat.shape, dtype=object)
-    for i, (n, d) in enumerate(ratios):
-        M[i] = n << (-(d.bit_length() - 1) - e)
-    return M.reshape(a.shape), e
-
-
-class _Aff:
-    """An array of affine functions of (s, t): ``M[..., 0] + M[..., 1] s + M[..., 2] t``,
-    all scaled by ``2^e`` (M: object array of Python ints, trailing axis 3)."""
-
-    __slots__ = ("M", "e")
-
-    def __init__(self, M, e):
-        self.M, self.e = M, e
-
-    def __getitem__(self, idx):
-        return _Aff(self.M[idx], self.e)
-
-    def aligned(self, e):
-        return self.M if e == self.e else self.M * (1 << (self.e - e))
-
-    def __add__(self, other: _Aff) -> _Aff:
-        e = min(self.e, other.e)
-        return _Aff(self.aligned(e) + other.aligned(e), e)
-
-    def reshape(self, *shape):
-        return _Aff(self.M.reshape(*shape, 3), self.e)
-
-    def fractions(self) -> np.ndarray:
-        s = Fraction(2) ** self.e
-        out = np.empty(self.M.shape, dtype=object)
-        for idx in np.ndindex(*self.M.shape):
-            out[idx] = Fraction(self.M[idx]) * s
-        return out
-
-
-def _lin(X: _Aff, W, b=None) -> _Aff:
-    """``X @ W + b`` for X of shape (..., n_in) (affine), W ``(n_in, n_out)`` and b
-    ``(n_out,)`` given as dyadic pairs."""
-    WM, We = W
-    M = np.matmul(np.moveaxis(X.M, -1, -2), WM)  # (..., 3, n_out)
-    out = _Aff(np.ascontiguousarray(np.moveaxis(M, -2, -1)), X.e + We)
-    if b is None:
-        return out
-    bM, be = b
-    e = min(out.e, be)
-    M = out.aligned(e).copy()
-    M[..., 0] = M[..., 0] + bM * (1 << (be - e))
-    return _Aff(M, e)
-
-
-def _const(M, e, shape) -> _Aff:
-    out = np.zeros((*shape, 3), dtype=object)
-    out[..., 0] = M
-    return _Aff(out, e)
-
-
-def _zeros_obj(shape):
-    out = np.empty(shape, dtype=object)
-    out.fill(0)
-    return out
-
-
-# --------------------------------------------------------------------------- programs
-class _Program:
-    """Exact affine propagation of one model: ``start(x)`` → state, ``logits(state, l)`` →
-    (integer logits (G, K, 3) up to a positive scale, cache), ``advance(state, cache, l,
-    winners)`` → state, ``output(state)`` → exact map as Fractions (d_out, 3)."""
-
-    n_layers: int
-
-
-class _MaxoutProgram(_Program):
-    def __init__(self, net):
-        self.W, self.b, self.shape = [], [], []
-        for w, b in zip(net.weights, net.biases):
-            n, k, n_prev = w.shape
-            self.W.append(_dyadic(np.asarray(w, np.float64).reshape(n * k, n_prev).T))
-            self.b.append(_dyadic(np.asarray(b, np.float64).reshape(n * k)))
-            self.shape.append((n, k))
-        self.A = _dyadic(np.asarray(net.readout_weight, np.float64).T)
-        self.c = _dyadic(np.asarray(net.readout_bias, np.float64))
-        self.n_layers = len(self.W)
-
-    def start(self, x: _Aff):
-        return x
-
-    def logits(self, h: _Aff, layer: int):
-        n, k = self.shape[layer]
-        z = _lin(h, self.W[layer], self.b[layer]).reshape(n, k)
-        return z, z
-
-    def advance(self, h, z: _Aff, layer: int, win):
-        n = z.M.shape[0]
-        return _Aff(z.M[np.arange(n), win], z.e)
-
-    def output(self, h: _Aff):
-        return _lin(h, self.A, self.c)
-
-
-class _TransformerProgram(_Program):
-    def __init__(self, tf):
-        if not tf.hardmax:
-            raise NotExact("softmax attention is not piecewise linear")
-        self.P = _dyadic(np.asarray(tf.positional, np.float64))
-        self.T, self.m = self.P[0].shape
-        self.layers = []  # (kind, params)
-        for a, f in tf.blocks:
-            if a is not None:
-                p = [_dyadic(np.asarray(t, np.float64)) for t in (a.wq, a.bq, a.wk, a.bk)]
-                p += [_dyadic(np.asarray(t, np.float64)) for t in (a.wv, a.bv, a.wo, a.bo)]
-                self.layers.append(("attn", (*p, a.n_heads)))
-            if f is not None:
-                W1, W2 = f.weights
-                b1, b2 = f.biases
-                p = [_dyadic(np.asarray(t, np.float64)) for t in (W1, b1, W2, b2)]
-                self.layers.append(("ffn", tuple(p)))
-        self.A = _dyadic(np.asarray(tf.readout_weight, np.float64).T)
-        self.c = _dyadic(np.asarray(tf.readout_bias, np.float64))
-        self.n_out = tf.n_out_units
-        self.n_layers = len(self.layers)
-
-    def start(self, x: _Aff):
-        T, m = self.T, self.m
-        PM, Pe = self.P
-        d = x.M.shape[0]
-        e = min(Pe, x.e)
-        M = _zeros_obj((T, m, 3))
-        M[..., 0] = PM * (1 << (Pe - e))
-        M[:, :d, :] = M[:, :d, :] + x.aligned(e)[None]
-        return _Aff(M, e)
-
-    def logits(self, X: _Aff, layer: int):
-        kind, p = self.layers[layer]
-        T = self.T
-        if kind == "attn":
-            wq, bq, wk, bk, wv, bv, wo, bo, H = p
-            q = _lin(X, wq, bq)  # (T, H dk, 3)
-            Q = q.M[0, :, 0]
-            if any(v != 0 for v in q.M[..., 1:].reshape(-1)) or any(
-                v != w for row in q.M[1:, :, 0] for v, w in zip(row, Q)
-            ):
-                raise NotExact(
-                    "an attention query depends on x or differs between tokens (the scores "
-                    "are not affine with the pattern frozen)"
-                )
-            k = _lin(X, wk, bk)  # (T, H dk, 3)
-            dk = Q.shape[0] // H
-            kM = k.M.reshape(T, H, dk, 3)
-            s = (kM * Q.reshape(1, H, dk, 1)).sum(axis=2)  # (T, H, 3)
-            return _Aff(np.ascontiguousarray(s.transpose(1, 0, 2)), q.e + k.e), None
-        W1, b1, W2, b2 = p
-        pre = _lin(X, W1, b1)  # (T, r, 3)
-        r = pre.M.shape[1]
-        M = _zeros_obj((T * r, 2, 3))
-        M[:, 1, :] = pre.M.reshape(T * r, 3)
-        return _Aff(M, pre.e), pre
-
-    def advance(self, X: _Aff, cache, layer: int, win):
-        kind, p = self.layers[layer]
-        T = self.T
-        if kind == "attn":
-            wq, bq, wk, bk, wv, bv, wo, bo, H = p
-            v = _lin(X, wv, bv)  # (T, H dv, 3)
-            dv = v.M.shape[1] // H
-            vM = v.M.reshape(T, H, dv, 3)
-            o = _Aff(np.concatenate([vM[win[h], h] for h in range(H)]), v.e)  # (H dv, 3)
-            out = _lin(o, wo, bo)  # (m, 3)
-            return X + _Aff(np.broadcast_to(out.M[None], X.M.shape), out.e)
-        W1, b1, W2, b2 = p
-        pre = cache
-        act = np.asarray(win).reshape(pre.M.shape[:2]) == 1
-        hid = _Aff(np.where(act[..., None], pre.M, 0), pre.e)
-        return X + _lin(hid, W2, b2)
-
-    def output(self, X: _Aff):
-        return _lin(X[0, : self.n_out], self.A, self.c)
-
-
-class _RestrictedProgram(_Program):
-    def __init__(self, g, inner: _Program):
-        self.inner = inner
-        self.o = np.asarray(g.origin, np.float64)
-        self.D = np.asarray(g.directions, np.float64)  # (d, 2)
-        self.n_layers = inner.n_layers
-
-    def start(self, x: _Aff):
-        # origin + D @ x: x is the identity map of (s, t) here; compose in general
-        oM, oe = _dyadic(self.o)
-        y = _lin(x, _dyadic(self.D.T)) + _const(oM, oe, oM.shape)
-        return self.inner.start(y)
-
-    def logits(self, state, layer):
-        return self.inner.logits(state, layer)
-
-    def advance(self, state, cache, layer, win):
-        return self.inner.advance(state, cache, layer, win)
-
-    def output(self, state):
-        return self.inner.output(state)
-
-
-class _GenericProgram(_Program):
-    """Any model with ``exact_eval``: the logits of layer l from three exact rational
-    evaluations with the prefix pattern frozen (later layers padded with winner 0)."""
-
-    def __init__(self, f, sizes):
-        self.f = f
-        self.params = f.exact_params()
-        self.sizes = sizes  # groups per decision layer
-        self.n_layers = len(sizes)
-
-    def start(self, x):
-        return ()
-
-    def _eval(self, prefix):
-        pat = np.concatenate(
-            [np.asarray(w, np.int64) for w in prefix]
-            + [np.zeros(g, np.int64) for g in self.sizes[len(prefix) :]]
-        )
-        pts = [(0, 0), (1, 0), (0, 1)]
-        return [
-            self.f.exact_eval(self.params, np.array([Fraction(a), Fraction(b)], dtype=object), pat)
-            for a, b in pts
-        ]
-
-    def logits(self, prefix, layer):
-        (_, L0, _), (_, L1, _), (_, L2, _) = self._eval(prefix)
-        z0, z1, z2 = (np.asarray(L[layer], dtype=object) for L in (L0, L1, L2))
-        F = np.stack([z0, z1 - z0, z2 - z0], axis=-1)
-        den = 1
-        for v in F.reshape(-1):
-            den = math.lcm(den, Fraction(v).denominator)
-        M = np.empty(F.shape, dtype=object)
-        for idx in np.ndindex(*F.shape):
-            v = Fraction(F[idx]) * den
-            M[idx] = v.numerator
-        return _Aff(M, 0), None
-
-    def advance(self, prefix, cache, layer, win):
-        return (*prefix, np.asarray(win, np.int64))
-
-    def output(self, prefix):
-        (y0, _, _), (y1, _, _), (y2, _, _) = self._eval(prefix)
-        y0, y1, y2 = (np.asarray(y, dtype=object) for y in (y0, y1, y2))
-        return np.stack([y0, y1 - y0, y2 - y0], axis=-1)
-
-
-def _program(f: AbstractPiecewiseLinear, sizes) -> _Program:
-    from ._construction import MaxoutTransformer
-    from ._maxout import MaxoutNetwork
-    from ._slice import Restricted
-
-    if isinstance(f, MaxoutNetwork):
-        return _MaxoutProgram(f)
-    if isinstance(f, MaxoutTransformer):
-        return _TransformerProgram(f)
-    if isinstance(f, Restricted) and isinstance(f.f, MaxoutNetwork | MaxoutTransformer):
-        return _RestrictedProgram(f, _program(f.f, sizes))
-    return _GenericProgram(f, sizes)
 
 
 # --------------------------------------------------------------------------- geometry
@@ -475,19 +213,27 @@ def _box(lo, hi):
     return verts, lines
 
 
-def count_2d_exact(f: AbstractPiecewiseLinear, lo, hi) -> dict:
+def program_of(f: AbstractExactEval) -> ExactProgram:
+    """The exact program the counters use for ``f``: its own (``f.exact_program()``, a
+    model with :class:`AbstractExactProgram`) or the :class:`GenericProgram` of its exact
+    evaluation."""
+    if isinstance(f, AbstractExactProgram):
+        return f.exact_program()
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    shapes = jax.eval_shape(f.layer_logits, jnp.zeros((f.in_dim,), dtype))
+    return GenericProgram(f, [int(s.shape[0]) for s in shapes])
+
+
+def count_2d_exact(f: AbstractExactEval, lo, hi) -> dict:
     """Exact activation polygons, maps and linear-region labels of ``f`` on the box.
 
-    Raises :class:`NotExact` (or ``NotImplementedError`` from ``exact_eval``) when the
-    model has no exact affine program.
+    Raises :class:`NotExact` when the model's weights do not meet its program's
+    precondition (a hardmax query that depends on x or differs between tokens).
     """
     from ._budget import check_budget
 
     t0 = time.perf_counter()
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    shapes = jax.eval_shape(f.layer_logits, jnp.zeros((2,), dtype))
-    sizes = [int(s.shape[0]) for s in shapes]
-    prog = _program(f, sizes)
+    prog = program_of(f)
     ident = _Aff(np.array([[0, 1, 0], [0, 0, 1]], dtype=object), 0)
     box = _box(lo, hi)
     # items: (polygon, state, prefix pattern)
@@ -565,7 +311,7 @@ def count_2d_exact(f: AbstractPiecewiseLinear, lo, hi) -> dict:
         "evaluations": n_exact,
         "certificate": {
             "method": METHOD,
-            "program": type(prog).__name__.strip("_").replace("Program", ""),
+            "program": prog.name,
             "activation_polygons": len(polys),
             "distinct_maps": len(ids),
             "exact_affine_evaluations": n_exact,
@@ -586,17 +332,23 @@ def count_2d_certified(f, lo, hi, *, strict: bool, float_count):
     from ._budget import CertificationError
     from ._region_count import RegionCount
 
-    try:
-        res = count_2d_exact(f, lo, hi)
-    except (NotExact, NotImplementedError) as err:
-        reason = f"{type(f).__name__}: {err}"
+    if isinstance(f, AbstractExactEval):
+        try:
+            res, reason = count_2d_exact(f, lo, hi), None
+        except NotExact as err:  # the weights fail the program's precondition (data)
+            res, reason = None, f"{type(f).__name__}: {err}"
+    else:
+        res, reason = (
+            None,
+            lacks(f, AbstractExactEval, type(f).__name__, "an exact 2-D count needs"),
+        )
+    if res is None:
         if strict:
             raise CertificationError(
                 f"count_linear_regions (2-D): no exact integer program for this model "
                 f"({reason}), so the count cannot be certified. Count with strict=False to "
-                "get the float64 polygon count marked certified=False, or implement "
-                "exact_params/exact_eval for the model."
-            ) from err
+                "get the float64 polygon count marked certified=False."
+            )
         r = float_count()
         r.certified = False
         r.certificate = {"method": "float64 polygon clipping (not certified)", "failure": reason}
@@ -658,18 +410,13 @@ def _sweep(a, b, w, u: Fraction, v: Fraction):
         pos, cur = best_t, best_k
 
 
-def program_1d(f: AbstractPiecewiseLinear) -> _Program:
+def program_1d(f: AbstractPiecewiseLinear) -> ExactProgram | None:
     """The integer program of a 1-D model for :func:`exact_segments_1d` (build it once per
-    count); :class:`NotExact` if the model has none."""
+    count), or ``None`` for a model without :class:`AbstractExactProgram` (the caller
+    walks)."""
     if f.in_dim != 1:
-        raise NotExact("exact_segments_1d: a 1-D model is needed")
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    shapes = jax.eval_shape(f.layer_logits, jnp.zeros((1,), dtype))
-    sizes = [int(s.shape[0]) for s in shapes]
-    prog = _program(f, sizes)
-    if isinstance(prog, _GenericProgram):
-        raise NotExact("no integer program for this model (the exact walk is used)")
-    return prog
+        raise ValueError(f"exact_segments_1d: a 1-D model is needed, got in_dim = {f.in_dim}.")
+    return f.exact_program() if isinstance(f, AbstractExactProgram) else None
 
 
 def exact_segments_1d(f: AbstractPiecewiseLinear, A: Fraction, B: Fraction, prog=None):
@@ -686,12 +433,19 @@ def exact_segments_1d(f: AbstractPiecewiseLinear, A: Fraction, B: Fraction, prog
     Returns ``(switches, maps)``: the switches in the open interval (A, B) as
     ``[(point, maps differ)]`` (as :meth:`transflow.expressivity._exact_walk._Exact.walk`),
     and per region the exact ``(slope, intercept)`` Fraction arrays ``(d_out,)``.
-    Raises :class:`NotExact` for models without an integer program (the caller walks).
-    ``prog``: the model's :func:`program_1d`, if already built.
+    Raises :class:`NotExact` where the model's weights fail its program's precondition
+    (the caller walks). ``prog``: the model's :func:`program_1d`, if already built.
     """
     from ._budget import check_budget
 
-    prog = program_1d(f) if prog is None else prog
+    if prog is None:
+        prog = program_1d(f)
+        if prog is None:
+            raise TypeError(
+                lacks(
+                    f, AbstractExactProgram, "exact_segments_1d", "exact affine propagation needs"
+                )
+            )
     ident = _Aff(np.array([[0, 1, 0]], dtype=object), 0)
     items = [(A, B, prog.start(ident))]
     for layer in range(prog.n_layers):

@@ -25,55 +25,21 @@ from .._controls import AttentionParams, FFNParams
 from .._errors import as_input, param_dtype
 from .._operators import attention as _attention_op, attention_scores
 from ._exact_arith import _dyadic_out, _fraction_out, _sadd, _scaled_input, _scaled_int, _slin
-from ._pwl import AbstractPiecewiseLinear, exact_argmax, to_fraction_array
+from ._pwl import (
+    AbstractAffineLogits,
+    AbstractAttention,
+    AbstractExactEval,
+    exact_argmax,
+    to_fraction_array,
+)
 
-__all__ = ["HardmaxTransformer"]
+__all__ = ["AbstractHardmaxTransformer", "ConstantQueryTransformer", "HardmaxTransformer"]
 
 
-class HardmaxTransformer(AbstractPiecewiseLinear):
-    """A hardmax transformer with input-dependent queries and keys, on one input x.
-
-    ``model(x)`` for ``x ∈ R^d``:
-
-    - embedding ``X⁰[t] = x @ embedding[t] + positional[t]`` (a per-token embedding
-      ``(T, d, m)``; a shared one is ``embedding[t] = E`` for every t);
-    - per block: ``X ← X + Attn(X)`` then ``X ← X + FFN(X)`` (either may be ``None``).
-      Attention (:class:`transflow.AttentionParams`, H heads): scores
-      ``s_h[i, j] = q_h(X[i]) · k_h(X[j])`` over all keys (no mask; the score scale is
-      irrelevant to a hardmax), query token i of head h takes the value row of its
-      **argmax key** (the lowest index on ties, as :func:`jax.numpy.argmax` — not the tie
-      averaging of ``transflow.attention(..., hardmax=True)``; ties have measure zero),
-      then ``W_O``. FFN (:class:`transflow.FFNParams` with lifting sub-steps
-      ``residual=(False, …)``, ReLU between them): ``X ← X + relu(X W₁ + b₁) W₂ + b₂``
-      (more hidden layers are allowed);
-    - read-out ``y = readout_weight @ X[readout_token] + readout_bias``.
-
-    Decision layers (:meth:`layer_logits`): for every attention block the scores of every
-    head **and every query token**, shape ``(H·T, T)`` (group ``h·T + i``); for every FFN
-    hidden layer the pairs ``(0, pre-activation)``, shape ``(T·r, 2)`` (group ``t·r + j``).
-    With the pattern frozen the scores are quadratic in x (``affine_logits`` is False),
-    so in 2-D the activation regions have curved boundaries; count on lines with
-    :func:`restrict` and :func:`count_linear_regions` (exact in 1-D).
-
-    The model is generally **discontinuous** where a hardmax switches (the selected value
-    row jumps); it is still affine on every activation region, and its pieces are counted.
-
-    ``attention`` may be a float λ > 0 (softmax of λ·scores) to compare with a smooth
-    model; such a model is not piecewise linear and region counting refuses it.
-
-    Build with :meth:`random` or :meth:`from_params` (your own weights).
-
-    Example:
-        >>> import jax, numpy as np
-        >>> jax.config.update("jax_enable_x64", True)
-        >>> from transflow.expressivity import HardmaxTransformer, count_linear_regions
-        >>> f = HardmaxTransformer.random(jax.random.PRNGKey(0), in_dim=1, n_tokens=3)
-        >>> f.affine_logits, [z.shape for z in f.layer_logits(np.array([0.5]))]
-        (False, [(6, 3), (24, 2), (6, 3), (24, 2)])
-        >>> r = count_linear_regions(f, -2.0, 2.0)
-        >>> r.certified, r.certificate["method"]
-        (True, 'exact rational / quadratic-irrational arithmetic')
-    """
+class AbstractHardmaxTransformer(AbstractExactEval, AbstractAttention):
+    """A hardmax transformer on one input x: the fields and the code shared by
+    :class:`HardmaxTransformer` (general queries) and :class:`ConstantQueryTransformer`
+    (``W_Q = 0``, affine logits). See :class:`HardmaxTransformer` for the model."""
 
     blocks: tuple[tuple[AttentionParams | None, FFNParams | None], ...]
     embedding: Float[Array, "T d m"]
@@ -101,10 +67,6 @@ class HardmaxTransformer(AbstractPiecewiseLinear):
     def depth(self) -> int:
         return len(self.blocks)
 
-    @property
-    def affine_logits(self) -> bool:
-        return False
-
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_params(
@@ -118,7 +80,7 @@ class HardmaxTransformer(AbstractPiecewiseLinear):
         readout_token: int = 0,
         attention: str | float = "hardmax",
         dtype=None,
-    ) -> HardmaxTransformer:
+    ) -> AbstractHardmaxTransformer:
         """A model from your own weights (validated, cast to ``dtype``).
 
         Args:
@@ -240,85 +202,6 @@ class HardmaxTransformer(AbstractPiecewiseLinear):
             temperature=jnp.asarray(lam, dtype),
             readout_token=readout_token,
             hardmax=hardmax,
-        )
-
-    @classmethod
-    def random(
-        cls,
-        key,
-        *,
-        in_dim: int = 1,
-        n_tokens: int = 3,
-        width: int = 4,
-        depth: int = 2,
-        n_heads: int = 2,
-        head_dim: int = 2,
-        ffn_width: int = 8,
-        out_dim: int = 1,
-        attention: str | float = "hardmax",
-        dtype=None,
-    ) -> HardmaxTransformer:
-        """A random model: every weight ``N(0, 1/fan_in)`` (biases ``N(0, 1/4)``), a random
-        per-token embedding and positional part; ``depth`` blocks of attention (``n_heads``
-        heads of size ``head_dim``, value size ``head_dim``) and a one-hidden-layer ReLU
-        FFN of width ``ffn_width``; read-out from token 0. ``attention``: as
-        :meth:`from_params`. ``dtype`` defaults to JAX's default float."""
-        for name, v in (
-            ("in_dim", in_dim),
-            ("n_tokens", n_tokens),
-            ("width", width),
-            ("depth", depth),
-            ("n_heads", n_heads),
-            ("head_dim", head_dim),
-            ("ffn_width", ffn_width),
-            ("out_dim", out_dim),
-        ):
-            if not (isinstance(v, int) and v >= 1):
-                raise ValueError(
-                    f"HardmaxTransformer.random: `{name}` must be an int >= 1, got {v!r}."
-                )
-        dtype = jnp.zeros(()).dtype if dtype is None else jnp.dtype(dtype)
-        T, m, H, dk, r = n_tokens, width, n_heads, head_dim, ffn_width
-        per_block = 3 * m * H * dk + H * dk * m + 3 * H * dk + m + 2 * m * r + r + m
-        total = depth * per_block + T * in_dim * m + T * m + out_dim * m + out_dim
-        # one draw (one compilation), sliced in order
-        buf = np.asarray(jax.random.normal(key, (total,), dtype))
-        pos = [0]
-
-        def nrm(shape, s):
-            n = math.prod(shape)
-            out = s * buf[pos[0] : pos[0] + n].reshape(shape)
-            pos[0] += n
-            return out
-
-        blocks = []
-        for _ in range(depth):
-            attn = AttentionParams(
-                nrm((m, H * dk), m**-0.5),
-                nrm((m, H * dk), m**-0.5),
-                nrm((m, H * dk), m**-0.5),
-                nrm((H * dk, m), (H * dk) ** -0.5),
-                nrm((H * dk,), 0.5),
-                nrm((H * dk,), 0.5),
-                nrm((H * dk,), 0.5),
-                nrm((m,), 0.5),
-                H,
-            )
-            ffn = FFNParams(
-                (nrm((m, ffn_width), m**-0.5), nrm((ffn_width, m), ffn_width**-0.5)),
-                (nrm((ffn_width,), 0.5), nrm((m,), 0.5)),
-                (False, False),
-                "relu",
-            )
-            blocks.append((attn, ffn))
-        return cls.from_params(
-            blocks,
-            nrm((T, in_dim, m), in_dim**-0.5),
-            nrm((T, m), 1.0),
-            nrm((out_dim, m), m**-0.5),
-            nrm((out_dim,), 0.5),
-            attention=attention,
-            dtype=dtype,
         )
 
     # ------------------------------------------------------------------ evaluation
@@ -551,12 +434,156 @@ class HardmaxTransformer(AbstractPiecewiseLinear):
         return conv(*y), logits, np.concatenate(wins) if wins else np.zeros(0, np.int64)
 
 
+class HardmaxTransformer(AbstractHardmaxTransformer):
+    """A hardmax transformer with input-dependent queries and keys, on one input x.
+
+    ``model(x)`` for ``x ∈ R^d``:
+
+    - embedding ``X⁰[t] = x @ embedding[t] + positional[t]`` (a per-token embedding
+      ``(T, d, m)``; a shared one is ``embedding[t] = E`` for every t);
+    - per block: ``X ← X + Attn(X)`` then ``X ← X + FFN(X)`` (either may be ``None``).
+      Attention (:class:`transflow.AttentionParams`, H heads): scores
+      ``s_h[i, j] = q_h(X[i]) · k_h(X[j])`` over all keys (no mask; the score scale is
+      irrelevant to a hardmax), query token i of head h takes the value row of its
+      **argmax key** (the lowest index on ties, as :func:`jax.numpy.argmax` — not the tie
+      averaging of ``transflow.attention(..., hardmax=True)``; ties have measure zero),
+      then ``W_O``. FFN (:class:`transflow.FFNParams` with lifting sub-steps
+      ``residual=(False, …)``, ReLU between them): ``X ← X + relu(X W₁ + b₁) W₂ + b₂``
+      (more hidden layers are allowed);
+    - read-out ``y = readout_weight @ X[readout_token] + readout_bias``.
+
+    Decision layers (:meth:`layer_logits`): for every attention block the scores of every
+    head **and every query token**, shape ``(H·T, T)`` (group ``h·T + i``); for every FFN
+    hidden layer the pairs ``(0, pre-activation)``, shape ``(T·r, 2)`` (group ``t·r + j``).
+    With the pattern frozen the scores are quadratic in x (``affine_logits`` is False),
+    so in 2-D the activation regions have curved boundaries; count on lines with
+    :func:`restrict` and :func:`count_linear_regions` (exact in 1-D).
+
+    The model is generally **discontinuous** where a hardmax switches (the selected value
+    row jumps); it is still affine on every activation region, and its pieces are counted.
+
+    ``attention`` may be a float λ > 0 (softmax of λ·scores) to compare with a smooth
+    model; such a model is not piecewise linear and region counting refuses it.
+
+    Build with :meth:`random` or :meth:`from_params` (your own weights).
+
+    Example:
+        >>> import jax, numpy as np
+        >>> jax.config.update("jax_enable_x64", True)
+        >>> from transflow.expressivity import HardmaxTransformer, count_linear_regions
+        >>> f = HardmaxTransformer.random(jax.random.PRNGKey(0), in_dim=1, n_tokens=3)
+        >>> f.affine_logits, [z.shape for z in f.layer_logits(np.array([0.5]))]
+        (False, [(6, 3), (24, 2), (6, 3), (24, 2)])
+        >>> r = count_linear_regions(f, -2.0, 2.0)
+        >>> r.certified, r.certificate["method"]
+        (True, 'exact rational / quadratic-irrational arithmetic')
+    """
+
+    @classmethod
+    def random(
+        cls,
+        key,
+        *,
+        in_dim: int = 1,
+        n_tokens: int = 3,
+        width: int = 4,
+        depth: int = 2,
+        n_heads: int = 2,
+        head_dim: int = 2,
+        ffn_width: int = 8,
+        out_dim: int = 1,
+        attention: str | float = "hardmax",
+        dtype=None,
+    ) -> HardmaxTransformer:
+        """A random model: every weight ``N(0, 1/fan_in)`` (biases ``N(0, 1/4)``), a random
+        per-token embedding and positional part; ``depth`` blocks of attention (``n_heads``
+        heads of size ``head_dim``, value size ``head_dim``) and a one-hidden-layer ReLU
+        FFN of width ``ffn_width``; read-out from token 0. ``attention``: as
+        :meth:`from_params`. ``dtype`` defaults to JAX's default float."""
+        for name, v in (
+            ("in_dim", in_dim),
+            ("n_tokens", n_tokens),
+            ("width", width),
+            ("depth", depth),
+            ("n_heads", n_heads),
+            ("head_dim", head_dim),
+            ("ffn_width", ffn_width),
+            ("out_dim", out_dim),
+        ):
+            if not (isinstance(v, int) and v >= 1):
+                raise ValueError(
+                    f"HardmaxTransformer.random: `{name}` must be an int >= 1, got {v!r}."
+                )
+        dtype = jnp.zeros(()).dtype if dtype is None else jnp.dtype(dtype)
+        T, m, H, dk, r = n_tokens, width, n_heads, head_dim, ffn_width
+        per_block = 3 * m * H * dk + H * dk * m + 3 * H * dk + m + 2 * m * r + r + m
+        total = depth * per_block + T * in_dim * m + T * m + out_dim * m + out_dim
+        # one draw (one compilation), sliced in order
+        buf = np.asarray(jax.random.normal(key, (total,), dtype))
+        pos = [0]
+
+        def nrm(shape, s):
+            n = math.prod(shape)
+            out = s * buf[pos[0] : pos[0] + n].reshape(shape)
+            pos[0] += n
+            return out
+
+        blocks = []
+        for _ in range(depth):
+            attn = AttentionParams(
+                nrm((m, H * dk), m**-0.5),
+                nrm((m, H * dk), m**-0.5),
+                nrm((m, H * dk), m**-0.5),
+                nrm((H * dk, m), (H * dk) ** -0.5),
+                nrm((H * dk,), 0.5),
+                nrm((H * dk,), 0.5),
+                nrm((H * dk,), 0.5),
+                nrm((m,), 0.5),
+                H,
+            )
+            ffn = FFNParams(
+                (nrm((m, ffn_width), m**-0.5), nrm((ffn_width, m), ffn_width**-0.5)),
+                (nrm((ffn_width,), 0.5), nrm((m,), 0.5)),
+                (False, False),
+                "relu",
+            )
+            blocks.append((attn, ffn))
+        return cls.from_params(
+            blocks,
+            nrm((T, in_dim, m), in_dim**-0.5),
+            nrm((T, m), 1.0),
+            nrm((out_dim, m), m**-0.5),
+            nrm((out_dim,), 0.5),
+            attention=attention,
+            dtype=dtype,
+        )
+
+
+class ConstantQueryTransformer(AbstractHardmaxTransformer, AbstractAffineLogits):
+    """A hardmax transformer whose attention queries are constants (``W_Q = 0``: the query
+    of head h is ``b_Q``), so every score is affine in x with the pattern frozen (it
+    inherits :class:`AbstractAffineLogits`): the exact 2-D partition of
+    :func:`count_linear_regions` applies, as for the construction's transformers. Built by
+    :func:`hardmax_reading`; ``W_Q ≠ 0`` is refused."""
+
+    def __check_init__(self):
+        for b, (a, _) in enumerate(self.blocks):
+            if a is None or isinstance(a.wq, jax.core.Tracer):
+                continue
+            if np.any(np.asarray(a.wq)):
+                raise ValueError(
+                    f"ConstantQueryTransformer: `blocks[{b}][0].wq` must be zero (constant "
+                    "queries b_Q), got a non-zero W_Q; use HardmaxTransformer for queries "
+                    "that depend on x."
+                )
+
+
 # --------------------------------------------------------------------------- scaled integers
 # (the helpers _scaled_int, _sadd, _slin, ... are in ._exact_arith)
 class _Scaled:
     """The parameters of a :class:`HardmaxTransformer` as scaled integers ``(M, e)``."""
 
-    def __init__(self, model: HardmaxTransformer):
+    def __init__(self, model: AbstractHardmaxTransformer):
         self.blocks = []
         for a, f in model.blocks:
             sa = (

@@ -12,7 +12,7 @@ over all intervals (vectorised in numpy). A second bound ``es`` covers the slope
 *clean zone* of I (see below) ``q_true`` is affine with a slope within ``es`` of ``s``.
 Linear maps, sums and (constant-query) attention scores propagate ``(v, s, e, es)`` with
 the standard bounds ``γ_n Σ|w||x|`` (Higham), as
-:meth:`~transflow.expressivity.AbstractPiecewiseLinear.eval_bounded` does for points.
+:meth:`~transflow.expressivity.AbstractBoundedEval.eval_bounded` does for points.
 
 At a decision layer (a table of max-groups) every interval is either
 
@@ -46,7 +46,8 @@ of both patterns).
 
 The count is then exact: activation regions = good intervals + the regions found by the
 exact walks; linear regions = 1 + the switches between different affine maps. A model opts
-in with ``interval_forward(ctx, x)``; models without it use the walk of ``_certify``.
+in by inheriting :class:`AbstractIntervalForward` (``interval_forward(ctx, x)``) and
+:class:`AbstractExactEval`; models without them use the walk of ``_certify``.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ import numpy as np
 
 from ._budget import check_budget
 from ._exact_walk import _Exact
-from ._pwl import safe_float
+from ._pwl import AbstractExactEval, AbstractIntervalForward, lacks, safe_float
 
 __all__ = ["IntervalContext", "IntervalAffine", "NotApplicable", "count_1d_layerwise"]
 
@@ -72,8 +73,9 @@ def _g(n: int) -> float:
 
 
 class NotApplicable(Exception):
-    """The layerwise counter does not apply (model without ``interval_forward``, x-dependent
-    queries, exact fallback unavailable); the caller uses the point walk instead."""
+    """The layerwise counter does not apply to this model's weights (attention queries that
+    depend on x); the caller uses the point walk instead. (Capabilities are decided before
+    the count, by the abstract classes the model inherits.)"""
 
 
 class IntervalAffine:
@@ -347,10 +349,7 @@ class IntervalContext:
         float_same[un, ug] = same_u
         cand = np.zeros_like(decided)
         cand[un[ok], ug[ok]] = True
-        try:
-            ex, plen = self.exact_model()
-        except NotApplicable:
-            return out
+        ex, plen = self.exact_model()
         layer = self.n_decide - 1
         for i in np.unique(np.nonzero(cand)[0]):
             check_budget("layerwise exact tie check")
@@ -554,29 +553,25 @@ def _segment(f, exact, A: Fraction, B: Fraction, cache: dict):
     from . import _exact2d
 
     if "prog" not in cache:
-        try:
-            cache["prog"] = _exact2d.program_1d(f)
-        except (_exact2d.NotExact, NotImplementedError):
-            cache["prog"] = None
+        # a model with AbstractExactProgram brings one; others walk
+        cache["prog"] = _exact2d.program_1d(f)
     if cache["prog"] is not None:
         try:
             sw, maps = _exact2d.exact_segments_1d(f, A, B, cache["prog"])
             return sw, maps, True
-        except (_exact2d.NotExact, NotImplementedError):
-            cache["prog"] = None  # e.g. queries that depend on x: walk from now on
+        except _exact2d.NotExact:
+            cache["prog"] = None  # the weights fail the precondition (queries depend on x)
     return exact().walk(A, B), None, False
 
 
 def _exact_whole(f, lo, hi, t0, c0, reason: str) -> dict:
-    """The whole interval exactly (when float64 bounds are useless)."""
+    """The whole interval exactly (when float64 bounds are useless, or the model has only
+    exact evaluation); ``f`` must have :class:`AbstractExactEval`."""
     box = []
 
     def exact():
         if not box:
-            try:
-                box.append(_Exact(f))
-            except NotImplementedError as err:
-                raise NotApplicable(f"{reason}; exact fallback unavailable: {err}") from err
+            box.append(_Exact(f))
         return box[0]
 
     A, B = Fraction(float(lo)), Fraction(float(hi))
@@ -621,9 +616,13 @@ def _exact_whole(f, lo, hi, t0, c0, reason: str) -> dict:
 def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     """Certified exact count on ``[lo, hi]`` (see the module docstring); returns the dict
     of :func:`transflow.expressivity._certify.count_1d_certified` with the maps of every
-    region. Raises :class:`NotApplicable` if f has no ``interval_forward``, or if the exact
-    fallback is needed and unavailable (the caller then uses the point walk, which reports
-    or raises)."""
+    region. ``f`` must have :class:`AbstractIntervalForward` and :class:`AbstractExactEval`
+    (refused otherwise); raises :class:`NotApplicable` if its weights fail the interval
+    pass's precondition (attention queries that depend on x; the caller then uses the
+    point walk)."""
+    for cap in (AbstractIntervalForward, AbstractExactEval):
+        if not isinstance(f, cap):
+            raise TypeError(lacks(f, cap, "count_1d_layerwise", "the layerwise counter needs"))
     t0, c0 = time.perf_counter(), time.process_time()
     ctx = IntervalContext(lo, hi)
     ex_model = None
@@ -632,10 +631,7 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
     def exact():
         nonlocal ex_model
         if ex_model is None:
-            try:
-                ex_model = _Exact(f)
-            except NotImplementedError as err:
-                raise NotApplicable(f"exact fallback unavailable: {err}") from err
+            ex_model = _Exact(f)
         return ex_model
 
     def exact_and_length():
@@ -650,8 +646,6 @@ def count_1d_layerwise(f, lo: float, hi: float) -> dict:
         # meaningless: then the whole interval is counted by the exact walk
         with np.errstate(over="raise", invalid="raise", divide="ignore", under="ignore"):
             y = f.interval_forward(ctx, ctx.input())
-    except NotImplementedError as err:
-        raise NotApplicable(str(err)) from err
     except FloatingPointError as err:
         return _exact_whole(f, lo, hi, t0, c0, f"float64 overflow ({err})")
     ctx._check(y)

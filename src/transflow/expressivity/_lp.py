@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._maxout import MaxoutNetwork
+from ._region_count import _check_box
 
 __all__ = ["lp_region_count"]
 
@@ -72,6 +73,7 @@ def lp_region_count(net: MaxoutNetwork, lo, hi, *, eps: float = 1e-9) -> dict:
             f"lp_region_count: `net` must be a MaxoutNetwork (ReLU nets via from_relu or "
             f"from_torch), got {type(net).__name__}."
         )
+    _check_box(net, lo, hi)  # finite, of shape () or (d,), lo < hi
     d = net.in_dim
     lo = np.broadcast_to(np.asarray(lo, np.float64), (d,))
     hi = np.broadcast_to(np.asarray(hi, np.float64), (d,))

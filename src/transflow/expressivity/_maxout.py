@@ -12,7 +12,17 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import as_input, param_dtype
-from ._pwl import AbstractPiecewiseLinear, exact_argmax, gamma, to_fraction_array
+from ._programs import MaxoutProgram
+from ._pwl import (
+    AbstractAffineLogits,
+    AbstractBoundedEval,
+    AbstractExactProgram,
+    AbstractIntervalForward,
+    AbstractProvenance,
+    exact_argmax,
+    gamma,
+    to_fraction_array,
+)
 
 __all__ = ["MaxoutNetwork", "zigzag_maxout", "ibp_bounds"]
 
@@ -24,8 +34,14 @@ def _as_np(name: str, a) -> np.ndarray:
         raise TypeError(f"`{name}` must be a float array, got {type(a).__name__}.") from e
 
 
-class MaxoutNetwork(AbstractPiecewiseLinear):
-    """A deep maxout network with an affine read-out.
+class MaxoutNetwork(
+    AbstractAffineLogits,
+    AbstractBoundedEval,
+    AbstractIntervalForward,
+    AbstractExactProgram,
+    AbstractProvenance,
+):
+    """A deep maxout network with an affine read-out (final; every counting capability).
 
     ``h⁰ = x ∈ R^d``; layer ℓ = 1..L has width n_ℓ and rank k_ℓ, pieces
     ``z^ℓ_{ij} = w^ℓ_{ij}·h^{ℓ−1} + b^ℓ_{ij}`` and output ``h^ℓ_i = max_j z^ℓ_{ij}``; the
@@ -185,7 +201,7 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
     # ------------------------------------------------------------------ certification
     def eval_bounded(self, x, ex=None, pattern=None):
         """Forward pass with running round-off bounds (see
-        :meth:`AbstractPiecewiseLinear.eval_bounded`): for ``z = W h + b`` with n inputs,
+        :meth:`AbstractBoundedEval.eval_bounded`): for ``z = W h + b`` with n inputs,
         ``|ẑ − z| ≤ |W| e_h + γ_{n+1} (|W| |ĥ| + |b|)``; the max keeps the error of the
         selected piece."""
         dt = self.weights[0].dtype
@@ -213,7 +229,7 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
 
     def interval_forward(self, ctx, x):
         """The forward pass on 1-D intervals (see
-        :meth:`AbstractPiecewiseLinear.interval_forward`): one decision per layer, the
+        :meth:`AbstractIntervalForward.interval_forward`): one decision per layer, the
         groups are the units, the competitors their pieces."""
         h = x
         for w, b in zip(self.weights, self.biases):
@@ -258,6 +274,13 @@ class MaxoutNetwork(AbstractPiecewiseLinear):
             logits.append(z)
             wins.append(np.asarray(win, np.int64))
         return A.dot(h) + c, logits, np.concatenate(wins)
+
+    def exact_program(self) -> MaxoutProgram:
+        return MaxoutProgram(self)
+
+    def outside_certificate(self) -> tuple[str, ...]:
+        """The conversion that made the network (``from_torch``), if any."""
+        return (self.provenance,) if self.provenance else ()
 
     # ------------------------------------------------------------------ constructors
     @classmethod

@@ -15,18 +15,21 @@ Given the pattern of layers ``< l`` the logits of layer ``l`` are affine in ``x`
 constructions here, whose attention queries are constant), so every activation region is
 a convex polyhedron, and the model restricted to one region is affine.
 
-Certified counting (:func:`count_linear_regions`) needs two more methods:
+Certified counting (:func:`count_linear_regions`) needs more, declared as
+**capabilities**: abstract classes a model inherits (the counters dispatch on them and
+never probe for a method), for example
 
-- :meth:`AbstractPiecewiseLinear.eval_bounded`: the forward pass in floating point with a
-  *running round-off bound* next to every quantity (``|computed − exact| ≤ bound``, the
-  standard bound ``γ_n Σ|w||x|`` of a sum of n products, propagated through every
-  operation), optionally with the pattern frozen;
-- :meth:`AbstractPiecewiseLinear.exact_eval`: the same forward pass in exact rational
-  arithmetic (:class:`fractions.Fraction`; every float weight is a dyadic rational), for
-  the few places where round-off exceeds a logit gap.
+- :class:`AbstractBoundedEval`: the forward pass in floating point with a *running
+  round-off bound* next to every quantity (``|computed − exact| ≤ bound``, the standard
+  bound ``γ_n Σ|w||x|`` of a sum of n products, propagated through every operation),
+  optionally with the pattern frozen;
+- :class:`AbstractExactEval`: the same forward pass in exact rational arithmetic
+  (:class:`fractions.Fraction`; every float weight is a dyadic rational), for the few
+  places where round-off exceeds a logit gap.
+
+A model is one final class: :class:`AbstractPiecewiseLinear` plus the capabilities it has
+(docs/expressivity.md, "Adding an architecture").
 """
-
-from __future__ import annotations
 
 import abc
 import math
@@ -36,9 +39,19 @@ from fractions import Fraction
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
+from equinox import AbstractVar
 from jaxtyping import Array, Float, Int
 
-__all__ = ["AbstractPiecewiseLinear"]
+__all__ = [
+    "AbstractAffineLogits",
+    "AbstractAttention",
+    "AbstractBoundedEval",
+    "AbstractExactEval",
+    "AbstractExactProgram",
+    "AbstractIntervalForward",
+    "AbstractPiecewiseLinear",
+    "AbstractProvenance",
+]
 
 
 def unit_roundoff(dtype) -> float:
@@ -119,7 +132,24 @@ class AbstractPiecewiseLinear(eqx.Module):
 
     Subclasses implement :meth:`__call__` (one input ``x`` of shape ``(d,)``),
     :meth:`layer_logits` and :attr:`in_dim`. :meth:`pattern` is derived from them.
-    Certified counting also needs :meth:`eval_bounded` and :meth:`exact_eval`.
+
+    What a counter may do with a model is declared by the **capabilities** it inherits
+    (abstract classes of this module; a counter never probes for a method):
+
+    - :class:`AbstractAffineLogits`: with the pattern frozen every logit is affine in x
+      (activation regions are convex polyhedra; the 2-D counters and the affine 1-D paths
+      need it);
+    - :class:`AbstractBoundedEval`: :meth:`~AbstractBoundedEval.eval_bounded`, the float
+      forward pass with running round-off bounds (the certified 1-D point walk);
+    - :class:`AbstractExactEval`: :meth:`~AbstractExactEval.exact_params` and
+      :meth:`~AbstractExactEval.exact_eval` in exact rational arithmetic (every exact path);
+    - :class:`AbstractIntervalForward`: the forward pass on many 1-D intervals (the
+      layerwise certified 1-D counter, with :class:`AbstractExactEval` for its holes);
+    - :class:`AbstractExactProgram`: an exact integer affine program (fast exact 2-D
+      partition and exact 1-D segments; otherwise three exact evaluations per polygon);
+    - :class:`AbstractAttention`: attention read with ``hardmax`` or softmax (a softmax
+      model is smooth and refused by the counters);
+    - :class:`AbstractProvenance`: what a certificate does not cover (conversions).
     """
 
     @property
@@ -147,45 +177,116 @@ class AbstractPiecewiseLinear(eqx.Module):
             [jnp.argmax(z, axis=-1).astype(jnp.int32).ravel() for z in self.layer_logits(x)]
         )
 
-    # ------------------------------------------------------------------ certification
+    @property
+    def affine_logits(self) -> bool:
+        """True if the model declares :class:`AbstractAffineLogits`: with the pattern frozen
+        every logit is affine in x (then activation regions are convex polyhedra).
+        Input-dependent hardmax queries make them quadratic."""
+        return isinstance(self, AbstractAffineLogits)
+
+
+# --------------------------------------------------------------------------- capabilities
+class AbstractAffineLogits(AbstractPiecewiseLinear):
+    """Capability: with the activation pattern frozen, every logit is affine in x, so every
+    activation region is a convex polyhedron (the 2-D counters and the affine 1-D paths
+    need it). A model without it (e.g. input-dependent attention queries: quadratic
+    scores) is counted in 1-D by :func:`exact_regions_1d` and refused in 2-D."""
+
+
+class AbstractBoundedEval(AbstractPiecewiseLinear):
+    """Capability: the float forward pass with a rigorous running round-off bound (the
+    certified 1-D point walk of ``_certify`` needs it)."""
+
+    @abc.abstractmethod
     def eval_bounded(self, x, ex=None, pattern=None):
         """``(y, y_err, logits, logit_errs, pattern)``: the forward pass with a rigorous
         running round-off bound on every output and logit (``ex``: a bound on the error of
         the input itself). With ``pattern`` (the flat winner vector of :meth:`pattern`),
-        the winners are frozen to it (the affine map of that activation region).
-        """
-        raise NotImplementedError(
-            f"{type(self).__name__} has no round-off-bounded evaluation (eval_bounded), so its "
-            "region count cannot be certified; count with certify=False."
-        )
+        the winners are frozen to it (the affine map of that activation region)."""
 
+
+class AbstractExactEval(AbstractPiecewiseLinear):
+    """Capability: the forward pass in exact rational arithmetic (every exact path: the
+    exact rational walk, :func:`exact_regions_1d`, the generic exact 2-D program)."""
+
+    @abc.abstractmethod
     def exact_params(self):
         """The model's parameters as exact rationals (object arrays), for :meth:`exact_eval`."""
-        raise NotImplementedError(
-            f"{type(self).__name__} has no exact rational evaluation (exact_eval)."
-        )
 
+    @abc.abstractmethod
     def exact_eval(self, params, x, pattern=None):
         """``(y, logits, pattern)`` in exact rational arithmetic at a rational point ``x``
         (object array of Fractions); ``pattern`` freezes the winners as in
-        :meth:`eval_bounded`."""
-        raise NotImplementedError(
-            f"{type(self).__name__} has no exact rational evaluation (exact_eval)."
-        )
+        :meth:`AbstractBoundedEval.eval_bounded`."""
 
+
+class AbstractIntervalForward(AbstractPiecewiseLinear):
+    """Capability: the forward pass on many 1-D intervals at once, for the fast layerwise
+    certified counter (:mod:`transflow.expressivity._layerwise`; its holes are recounted
+    exactly, so the counter takes it only with :class:`AbstractExactEval`)."""
+
+    @abc.abstractmethod
     def interval_forward(self, ctx, x):
-        """Optional: the forward pass on many 1-D intervals at once, for the fast layerwise
-        certified counter (:mod:`transflow.expressivity._layerwise`). ``x`` is an
-        ``IntervalAffine`` of shape ``(N, d)`` (affine in the line parameter t on every
-        interval, with rigorous error bounds); the model computes with ``ctx.lin``,
-        ``ctx.add``, ``ctx.const``, ``ctx.scores``, calls ``ctx.decide(logits, values)`` at
-        every decision layer (same order and group layout as :meth:`layer_logits`), moves
-        earlier quantities with ``ctx.carry`` and returns the output ``(N, d_out)``.
-        Models without it are counted by the point walk."""
-        raise NotImplementedError(f"{type(self).__name__} has no interval_forward")
+        """``x`` is an ``IntervalAffine`` of shape ``(N, d)`` (affine in the line parameter t
+        on every interval, with rigorous error bounds); the model computes with
+        ``ctx.lin``, ``ctx.add``, ``ctx.const``, ``ctx.scores``, calls
+        ``ctx.decide(logits, values)`` at every decision layer (same order and group layout
+        as :meth:`layer_logits`), moves earlier quantities with ``ctx.carry`` and returns
+        the output ``(N, d_out)``."""
 
-    @property
-    def affine_logits(self) -> bool:
-        """True if, with the pattern frozen, every logit is affine in x (then activation
-        regions are convex polyhedra). Input-dependent hardmax queries make them quadratic."""
-        return True
+
+class AbstractExactProgram(AbstractExactEval):
+    """Capability: an exact integer affine program (``transflow.expressivity._programs``)
+    for the exact 2-D partition and the exact 1-D segments (one exact affine step per
+    polygon and layer). Without it, the 2-D counter uses three exact evaluations per
+    polygon and layer, and the 1-D holes the exact rational walk."""
+
+    @abc.abstractmethod
+    def exact_program(self):
+        """The model's :class:`transflow.expressivity._programs.ExactProgram`."""
+
+
+class AbstractAttention(AbstractPiecewiseLinear):
+    """Capability: a model whose attention is read with hardmax (``hardmax`` True: piecewise
+    linear) or with softmax (``hardmax`` False: smooth, no linear regions; the counters
+    refuse it)."""
+
+    hardmax: AbstractVar[bool]
+
+
+class AbstractProvenance(AbstractPiecewiseLinear):
+    """Capability: the model says what a region certificate about it does **not** cover
+    (a conversion in float64 before the model was stored)."""
+
+    @abc.abstractmethod
+    def outside_certificate(self) -> tuple[str, ...]:
+        """Sentences naming what lies outside the certificate (empty: nothing)."""
+
+
+CAPABILITIES = (
+    AbstractAffineLogits,
+    AbstractBoundedEval,
+    AbstractExactEval,
+    AbstractIntervalForward,
+    AbstractExactProgram,
+    AbstractAttention,
+    AbstractProvenance,
+)
+
+_NEEDS = {
+    AbstractAffineLogits: "affine logits with the pattern frozen",
+    AbstractBoundedEval: "eval_bounded",
+    AbstractExactEval: "exact_params/exact_eval",
+    AbstractIntervalForward: "interval_forward",
+    AbstractExactProgram: "exact_program",
+    AbstractAttention: "hardmax",
+    AbstractProvenance: "outside_certificate",
+}
+
+
+def lacks(f, capability, who: str, why: str) -> str:
+    """The one-line refusal of ``who`` for a model without ``capability``."""
+    return (
+        f"{who}: {type(f).__name__} does not inherit {capability.__name__} "
+        f"({_NEEDS[capability]}), which {why}; add it to the model's bases and implement it."
+    )

@@ -1,7 +1,10 @@
 """Exact counting of linear regions of the piecewise-linear models of this module.
 
 - **1-D certified** (the default): the layerwise interval counter of ``_layerwise`` for
-  models with ``interval_forward``, else the point walk of ``_certify``.
+  models with :class:`AbstractIntervalForward` and :class:`AbstractExactEval`, else the
+  point walk of ``_certify`` (:class:`AbstractBoundedEval`), else the exact walk over the
+  whole interval (:class:`AbstractExactEval`); the path follows the capabilities a model
+  inherits.
 - **1-D** uncertified (``certify=False``; docs/spec/maxout-expressivity.md §7, "exact 1-D region
     counter"): pattern
   bisection from a seed grid until the endpoints of every interval share the full activation
@@ -33,31 +36,27 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from ._batch import batched, combine, hash_coeffs, pattern_hash
 from ._budget import _DEADLINE, BudgetExceeded, check_budget
-from ._pwl import AbstractPiecewiseLinear
+from ._pwl import (
+    AbstractAffineLogits,
+    AbstractAttention,
+    AbstractBoundedEval,
+    AbstractExactEval,
+    AbstractIntervalForward,
+    AbstractPiecewiseLinear,
+    AbstractProvenance,
+    lacks,
+)
 from ._region_count import RegionCount, _check_box, _check_model, _components
 
 __all__ = ["RegionCount", "count_linear_regions", "grid_region_count"]
 
-# one fixed batch size: one compilation per kernel and model structure; small enough to
-# stay in cache on CPU (larger batches were slower per point).
-_CHUNK = 2048
-
 
 # --------------------------------------------------------------------------- batched kernels
-def _hash_coeffs(n: int) -> np.ndarray:
-    rng = np.random.default_rng(0x5EED)
-    return (rng.integers(0, 2**31, size=(n, 2), dtype=np.int64) * 2 + 1).astype(np.uint32)
-
-
-def _hash(pats, coeffs):
-    # two independent 32-bit linear hashes of the pattern (wrapping uint32 arithmetic)
-    return pats.astype(jnp.uint32) @ coeffs
-
-
 @eqx.filter_jit
 def _pattern_hash_kernel(f, xs, coeffs):
-    return _hash(jax.vmap(f.pattern)(xs), coeffs)
+    return pattern_hash(jax.vmap(f.pattern)(xs), coeffs)
 
 
 @eqx.filter_jit
@@ -88,7 +87,7 @@ def _probe(f, x, coeffs):
         t = jnp.where(pos, gap / jnp.where(pos, rate, 1), jnp.inf)
         tmin = jnp.minimum(tmin, jnp.min(t))
         pats.append(w.ravel())
-    return _hash(jnp.concatenate(pats), coeffs), x[0] + tmin, y, dy
+    return pattern_hash(jnp.concatenate(pats), coeffs), x[0] + tmin, y, dy
 
 
 @eqx.filter_jit
@@ -96,27 +95,9 @@ def _probe_kernel(f, xs, coeffs):
     return jax.vmap(lambda x: _probe(f, x, coeffs))(xs)
 
 
-def _batched(kernel, f, xs: np.ndarray, *extra):
-    """Run ``kernel(f, chunk, *extra)`` over ``xs`` in chunks of one fixed size (padded),
-    so each kernel compiles once per model structure."""
-
-    n = xs.shape[0]
-    outs = []
-    for start in range(0, max(n, 1), _CHUNK):
-        check_budget("float64 evaluation")
-        part = xs[start : start + _CHUNK]
-        k = part.shape[0]
-        pad = (
-            np.concatenate([part, np.repeat(part[:1], _CHUNK - k, axis=0)]) if k < _CHUNK else part
-        )
-        res = kernel(f, jnp.asarray(pad), *extra)
-        outs.append(jax.tree.map(lambda a, k=k: np.asarray(a)[:k], res))
-    return jax.tree.map(lambda *a: np.concatenate(a), *outs)
-
-
-def _combine(h: np.ndarray) -> np.ndarray:
-    h = h.astype(np.uint64)
-    return (h[:, 0] << np.uint64(32)) | h[:, 1]
+def _batched64(kernel, f, xs, *extra):
+    """:func:`batched` for the float64 counters (named so in a time-budget failure)."""
+    return batched(kernel, f, xs, *extra, what="float64 evaluation")
 
 
 class _Evaluator:
@@ -126,7 +107,7 @@ class _Evaluator:
         self.f = f
         self.dtype = dtype
         n_pat = jax.eval_shape(f.pattern, jnp.zeros((f.in_dim,), dtype)).shape[0]
-        self.coeffs = jnp.asarray(_hash_coeffs(n_pat))
+        self.coeffs = jnp.asarray(hash_coeffs(n_pat))
         self.n_eval = 0
 
     def _prep(self, xs):
@@ -136,17 +117,17 @@ class _Evaluator:
 
     def hashes(self, xs: np.ndarray) -> np.ndarray:
         xs = self._prep(xs)
-        return _combine(_batched(_pattern_hash_kernel, self.f, xs, self.coeffs))
+        return combine(_batched64(_pattern_hash_kernel, self.f, xs, self.coeffs))
 
     def probe(self, xs: np.ndarray):
         """1-D: (hash, exit point, f(x) (N, d_out), f'(x) (N, d_out))."""
         xs = self._prep(xs)
-        h, e, y, dy = _batched(_probe_kernel, self.f, xs, self.coeffs)
-        return _combine(h), e.astype(np.float64), y, dy
+        h, e, y, dy = _batched64(_probe_kernel, self.f, xs, self.coeffs)
+        return combine(h), e.astype(np.float64), y, dy
 
     def affine(self, xs: np.ndarray):
         xs = np.asarray(xs, self.dtype).reshape(-1, self.f.in_dim)
-        return _batched(_affine_kernel, self.f, xs)
+        return _batched64(_affine_kernel, self.f, xs)
 
 
 # --------------------------------------------------------------------------- results
@@ -373,7 +354,7 @@ def _count_2d(f, lo, hi, *, rtol, dtype, progress=None) -> RegionCount:
     for layer in range(n_layers):
         cents = np.array([P.mean(axis=0) for P in polys])
         ev.n_eval += len(cents)
-        vals, jacs = _batched(_logits_kernel, f, cents.astype(dtype))
+        vals, jacs = _batched64(_logits_kernel, f, cents.astype(dtype))
         vals, jacs = vals[layer], jacs[layer]  # (N, G, K), (N, G, K, 2)
         new = []
         for p, P in enumerate(polys):
@@ -436,16 +417,40 @@ def _float_count(f, lo, hi, *, n_seed, tol, rtol, split, dtype, progress) -> Reg
 
 
 def _count_1d_cert(f, lo, hi, *, n_seed, rtol, dtype, strict) -> RegionCount:
+    """The certified 1-D count, by the first path the model's capabilities allow: the
+    layerwise interval counter (:class:`AbstractIntervalForward` with
+    :class:`AbstractExactEval` for its holes), the point walk
+    (:class:`AbstractBoundedEval`; its exact fallback needs :class:`AbstractExactEval`),
+    the exact walk over the whole interval (:class:`AbstractExactEval` alone); a model
+    with none of them is refused."""
     from ._certify import count_1d_certified
-    from ._layerwise import NotApplicable, count_1d_layerwise
+    from ._layerwise import NotApplicable, _exact_whole, count_1d_layerwise
 
     a0, b0 = float(lo[0]), float(hi[0])
-    try:
-        # the fast path: layerwise interval propagation (models with interval_forward)
-        res = count_1d_layerwise(f, a0, b0)
+    res = None
+    if isinstance(f, AbstractIntervalForward) and isinstance(f, AbstractExactEval):
+        try:
+            # the fast path: layerwise interval propagation
+            res = count_1d_layerwise(f, a0, b0)
+        except NotApplicable:  # the weights fail its precondition (queries depend on x)
+            res = None
+    if res is None and not isinstance(f, AbstractBoundedEval):
+        if not isinstance(f, AbstractExactEval):
+            raise TypeError(
+                lacks(
+                    f,
+                    AbstractBoundedEval,
+                    "count_linear_regions",
+                    "a certified 1-D count needs (or AbstractIntervalForward with "
+                    "AbstractExactEval, or AbstractExactEval alone); count with certify=False",
+                )
+            )
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = _exact_whole(f, a0, b0, t0, c0, "the model has exact evaluation only")
+    if res is not None:
         bps, dif = res["breakpoints"], res["differ"]
         J, c = res["slopes"], res["intercepts"]
-    except NotApplicable:
+    else:
         ev = _Evaluator(f, dtype)
         res = count_1d_certified(
             f, a0, b0, n_seed=n_seed, dtype=dtype, coeffs=ev.coeffs, strict=strict
@@ -474,8 +479,7 @@ def _count_1d_cert(f, lo, hi, *, n_seed, rtol, dtype, strict) -> RegionCount:
 
 # --------------------------------------------------------------------------- public
 def _refuse(f):
-    hard = getattr(f, "hardmax", True)
-    if not hard:
+    if isinstance(f, AbstractAttention) and not f.hardmax:
         raise ValueError(
             "count_linear_regions: `f` uses softmax attention, which is smooth, not piecewise "
             "linear (it has no linear regions). Build it with attention='hardmax' (for a "
@@ -513,13 +517,16 @@ def count_linear_regions(
     Affine maps are those of the **pattern-frozen** model, never finite differences (the pitfall of
     docs/spec/maxout-expressivity.md §7).
 
-    **Certificate** (``certify=True``, the default). In 1-D, models with
-    ``interval_forward`` (:class:`MaxoutNetwork`, :class:`MaxoutTransformer`, their slices)
-    are counted by the layerwise interval counter (``transflow.expressivity._layerwise``):
+    **Certificate** (``certify=True``, the default). The path is chosen by the capabilities
+    ``f`` inherits (docs/expressivity.md, "Adding an architecture"); a model without the
+    capability a path needs is refused in one line naming it. In 1-D, models with
+    :class:`AbstractIntervalForward` and :class:`AbstractExactEval` (:class:`MaxoutNetwork`,
+    :class:`MaxoutTransformer`, their slices) are counted by the layerwise interval counter
+    (``transflow.expressivity._layerwise``):
     intervals are propagated decision layer by decision layer with rigorous round-off bounds
     on their affine maps, every switch is certified by a root enclosure inside the
     interval's clean zone, and the intervals that cannot be certified are recounted by the
-    exact rational walk. Other models use the point walk
+    exact rational walk. Models with :class:`AbstractBoundedEval` use the point walk
     (``transflow.expressivity._certify``): every region is found at a point where its
     pattern is proved by running round-off bounds (every logit gap exceeds the bound), every
     junction between neighbouring regions is proved to be a single switch (the frozen affine
@@ -527,14 +534,16 @@ def count_linear_regions(
     checked, and every junction that floating point cannot prove (round-off larger than a
     gap) is recomputed in exact rational arithmetic. The result has ``certified=True`` and
     the count is exact; if the exact fallback is unavailable, ``strict=True`` raises
-    :class:`CertificationError`, ``strict=False`` returns ``certified=False``. In 2-D the
+    :class:`CertificationError`, ``strict=False`` returns ``certified=False``. A model with
+    only :class:`AbstractExactEval` is counted by the exact walk over the whole interval;
+    one with none of these is refused (``certify=False`` needs none). In 2-D the
     partition is computed in exact integer arithmetic (dyadic affine logits per frozen
     prefix pattern, integer lines, homogeneous integer vertices, exact map equality and
     edge adjacency; ``transflow.expressivity._exact2d``), so the count is exact; a model
-    without an exact program raises :class:`CertificationError` (``strict=True``) or
+    without :class:`AbstractExactEval` raises :class:`CertificationError` (``strict=True``) or
     returns the float64 polygon count with ``certified=False``.
 
-    **Input-dependent hardmax attention** (``f.affine_logits`` False, e.g.
+    **Input-dependent hardmax attention** (no :class:`AbstractAffineLogits`, e.g.
     :class:`HardmaxTransformer`, whose queries and keys depend on x): with the pattern
     frozen its scores are quadratic in x. In 1-D the count is exact
     (:func:`exact_regions_1d`): the breakpoints are exact roots of the quadratic
@@ -549,7 +558,8 @@ def count_linear_regions(
     Args:
         f: a :class:`MaxoutNetwork` (ReLU networks via ``from_relu`` / ``from_torch``), a
             hardmax :class:`MaxoutTransformer` or :class:`HardmaxTransformer`, a slice
-            :func:`restrict` of any of them, or any :class:`AbstractPiecewiseLinear`.
+            :func:`restrict` of any of them, or any :class:`AbstractPiecewiseLinear` (with
+            the capabilities of the path it takes).
         lo, hi: the box: finite numbers (broadcast to ``(d,)``) or arrays of shape
             ``(d,)``, ``lo < hi``.
         n_seed: 1-D: number of seed intervals.
@@ -685,20 +695,7 @@ def _covers(f) -> dict:
         "region: fixed pattern, ties to the lowest index); a kink at an end of the domain "
         "is no boundary",
     }
-    outside, g = [], f
-    for _ in range(4):
-        prov = getattr(g, "provenance", None)
-        if prov:
-            outside.append(prov)
-        if type(g).__name__ == "MaxoutTransformer":
-            outside.append(
-                "that the transformer equals its maxout network: its weights (gating bounds, "
-                "pieces) were built in float64 by maxout_to_transformer; the certificate is "
-                "about the transformer's stored weights"
-            )
-        g = getattr(g, "f", None)
-        if g is None:
-            break
+    outside = list(f.outside_certificate()) if isinstance(f, AbstractProvenance) else []
     if outside:
         out["outside"] = "; ".join(outside)
     return out
@@ -707,15 +704,14 @@ def _covers(f) -> dict:
 def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, strict, progress):
     """The count on the validated float64 box ``lo, hi`` (shape ``(d,)``)."""
     _refuse(f)
-    inner = getattr(f, "f", None)
-    if inner is not None:
-        _refuse(inner)
-    if f.in_dim not in (1, 2) or (f.in_dim == 2 and not f.affine_logits):
-        if not f.affine_logits:
+    affine = isinstance(f, AbstractAffineLogits)
+    if f.in_dim not in (1, 2) or (f.in_dim == 2 and not affine):
+        if not affine:
             raise ValueError(
-                "count_linear_regions: this model's attention queries/keys depend on x, so "
-                "with a fixed pattern its scores are quadratic in x and its activation regions "
-                f"in {f.in_dim}-D have curved boundaries (conic arcs); exact counting of "
+                f"count_linear_regions: {type(f).__name__} does not inherit "
+                "AbstractAffineLogits (e.g. its attention queries/keys depend on x, so with a "
+                "fixed pattern its scores are quadratic in x), so its activation regions "
+                f"in {f.in_dim}-D may have curved boundaries (conic arcs); exact counting of "
                 "curved regions is not implemented. Count on lines instead: "
                 "transflow.expressivity.restrict(f, origin, direction) with ONE direction "
                 "(e.g. the line through two data points); 1-D is exact: the breakpoints are "
@@ -727,7 +723,7 @@ def _count_linear_regions(f, lo, hi, *, n_seed, tol, map_rtol, split, certify, s
             "transflow.expressivity.restrict(f, origin, directions) with one or two "
             "directions (e.g. the line through two data points, the plane through three)."
         )
-    if not f.affine_logits:  # 1-D, quadratic logits: exact walk over roots of quadratics
+    if not affine:  # 1-D, logits not affine: exact walk over roots of quadratics
         from ._exact1d import exact_regions_1d
 
         return exact_regions_1d(f, lo, hi)

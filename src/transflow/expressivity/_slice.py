@@ -6,15 +6,31 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._pwl import AbstractPiecewiseLinear, gamma, to_fraction_array
+from ._programs import RestrictedProgram
+from ._pwl import (
+    AbstractAffineLogits,
+    AbstractAttention,
+    AbstractBoundedEval,
+    AbstractExactEval,
+    AbstractExactProgram,
+    AbstractIntervalForward,
+    AbstractPiecewiseLinear,
+    AbstractProvenance,
+    gamma,
+    to_fraction_array,
+)
 
-__all__ = ["Restricted", "restrict"]
+__all__ = ["AbstractRestricted", "Restricted", "restrict"]
 
 
-class Restricted(AbstractPiecewiseLinear):
+class AbstractRestricted(AbstractPiecewiseLinear):
     """``t ↦ f(origin + directions @ t)`` for ``t ∈ R^r`` (r = 1 or 2); built by
     :func:`restrict`. Its activation pattern is f's pattern at ``origin + directions @ t``,
-    so its linear regions are f's regions cut by the line (plane)."""
+    so its linear regions are f's regions cut by the line (plane).
+
+    A slice has exactly the capabilities of f: :func:`restrict` returns an instance of the
+    final class ``Restricted`` made of this class and, for every capability of f, the
+    abstract part that implements it for a slice (one class per set of capabilities)."""
 
     f: AbstractPiecewiseLinear
     origin: Float[Array, " d"]
@@ -23,10 +39,6 @@ class Restricted(AbstractPiecewiseLinear):
     @property
     def in_dim(self) -> int:
         return int(self.directions.shape[1])
-
-    @property
-    def affine_logits(self) -> bool:
-        return self.f.affine_logits
 
     def point(self, t: Float[Array, " r"]) -> Float[Array, " d"]:
         """The input point ``origin + directions @ t`` of f."""
@@ -41,7 +53,17 @@ class Restricted(AbstractPiecewiseLinear):
     def output_and_logits(self, t):
         return self.f.output_and_logits(self.point(t))
 
+
+Restricted = AbstractRestricted  # every slice is an instance (the name of earlier versions)
+
+
+class _AbstractRestrictedAffineLogits(AbstractRestricted, AbstractAffineLogits):
+    """A slice of a model with affine logits: its logits are affine too."""
+
+
+class _AbstractRestrictedBoundedEval(AbstractRestricted, AbstractBoundedEval):
     def eval_bounded(self, t, et=None, pattern=None):
+        """f's bounded evaluation plus the round-off of forming the point."""
         t = jnp.asarray(t, self.origin.dtype)
         D = self.directions
         aD = jnp.abs(D)
@@ -51,12 +73,16 @@ class Restricted(AbstractPiecewiseLinear):
             ex = ex + aD @ et
         return self.f.eval_bounded(x, ex, pattern)
 
+
+class _AbstractRestrictedIntervalForward(AbstractRestricted, AbstractIntervalForward):
     def interval_forward(self, ctx, t):
         """``x = origin + directions @ t`` on 1-D intervals, then f's interval pass."""
         D = np.asarray(self.directions, np.float64)
         x = ctx.lin(t, D.T, np.asarray(self.origin, np.float64))
         return self.f.interval_forward(ctx, x)
 
+
+class _AbstractRestrictedExactEval(AbstractRestricted, AbstractExactEval):
     def exact_params(self):
         return (
             self.f.exact_params(),
@@ -70,7 +96,51 @@ class Restricted(AbstractPiecewiseLinear):
         return self.f.exact_eval(fp, x, pattern)
 
 
-def restrict(f, origin, directions) -> Restricted:
+class _AbstractRestrictedExactProgram(_AbstractRestrictedExactEval, AbstractExactProgram):
+    def exact_program(self) -> RestrictedProgram:
+        return RestrictedProgram(self, self.f.exact_program())
+
+
+class _AbstractRestrictedAttention(AbstractRestricted, AbstractAttention):
+    @property
+    def hardmax(self) -> bool:
+        return self.f.hardmax
+
+
+class _AbstractRestrictedProvenance(AbstractRestricted, AbstractProvenance):
+    def outside_certificate(self) -> tuple[str, ...]:
+        return self.f.outside_certificate()
+
+
+# capability of f -> the part that gives a slice the same capability (a part that
+# refines another comes first, for a consistent method resolution order)
+_PARTS = (
+    (AbstractAffineLogits, _AbstractRestrictedAffineLogits),
+    (AbstractBoundedEval, _AbstractRestrictedBoundedEval),
+    (AbstractIntervalForward, _AbstractRestrictedIntervalForward),
+    (AbstractExactProgram, _AbstractRestrictedExactProgram),
+    (AbstractExactEval, _AbstractRestrictedExactEval),
+    (AbstractAttention, _AbstractRestrictedAttention),
+    (AbstractProvenance, _AbstractRestrictedProvenance),
+)
+_CLASSES: dict[tuple, type] = {}
+
+
+def _restricted_class(f: AbstractPiecewiseLinear) -> type:
+    """The final slice class with the capabilities of ``f`` (one per set, cached)."""
+    parts = tuple(part for cap, part in _PARTS if isinstance(f, cap))
+    cls = _CLASSES.get(parts)
+    if cls is None:
+        cls = type(
+            "Restricted",
+            parts or (AbstractRestricted,),
+            {"__module__": __name__, "__doc__": AbstractRestricted.__doc__},
+        )
+        _CLASSES[parts] = cls
+    return cls
+
+
+def restrict(f, origin, directions) -> AbstractRestricted:
     """The piecewise-linear function ``t ↦ f(origin + t·directions)`` on a line (one
     direction) or a plane (two directions), so that an input of any dimension can be
     counted with :func:`count_linear_regions` (e.g. the plane through three data points:
@@ -119,13 +189,14 @@ def restrict(f, origin, directions) -> Restricted:
         )
     if np.linalg.matrix_rank(D) < D.shape[0]:
         raise ValueError("restrict: the `directions` must be linearly independent (non-zero).")
-    dtype = getattr(f, "positional", None)
-    dtype = dtype.dtype if dtype is not None else _dtype_of(f)
-    return Restricted(f, jnp.asarray(o, dtype), jnp.asarray(D.T, dtype))
+    dtype = _dtype_of(f)
+    return _restricted_class(f)(f, jnp.asarray(o, dtype), jnp.asarray(D.T, dtype))
 
 
 def _dtype_of(f):
+    """The dtype of f's first array (a model's arrays share one dtype)."""
+    import equinox as eqx
     import jax
 
-    leaves = [leaf for leaf in jax.tree.leaves(f) if hasattr(leaf, "dtype")]
+    leaves = [leaf for leaf in jax.tree.leaves(f) if eqx.is_array(leaf)]
     return leaves[0].dtype if leaves else jnp.float64

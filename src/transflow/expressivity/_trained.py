@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import AttentionParams, FFNParams
-from ._hardmax import HardmaxTransformer
+from ._hardmax import ConstantQueryTransformer, HardmaxTransformer
 from ._maxout import MaxoutNetwork, zigzag_maxout
 
 __all__ = [
@@ -354,17 +354,6 @@ _apply_jit = jax.jit(model_apply, static_argnums=0)
 
 
 # --------------------------------------------------------------------------- readings
-class ConstantQueryTransformer(HardmaxTransformer):
-    """A :class:`HardmaxTransformer` whose attention queries are constants (``W_Q = 0``),
-    so every score is affine in x with the pattern frozen (``affine_logits`` is True):
-    the exact 2-D partition of :func:`count_linear_regions` applies, as for the
-    construction's transformers. Built by :func:`hardmax_reading`."""
-
-    @property
-    def affine_logits(self) -> bool:
-        return all(a is None or not np.any(np.asarray(a.wq)) for a, _ in self.blocks)
-
-
 def hardmax_reading(params, *, lam: float | None = None, dtype=jnp.float64):
     """The trained transformer as a :class:`ConstantQueryTransformer` (hardmax, the object
     the exact counters take), or with ``lam`` the softmax model at scale λ (same weights,

@@ -20,7 +20,6 @@ from .._llama_ops import (
     GatedFFNParams as GatedFFNParams,
     RMSLayerControls as RMSLayerControls,
     RMSNormParams as RMSNormParams,
-    RMSPreNormScheme as RMSPreNormScheme,
     RotaryAttentionParams as RotaryAttentionParams,
     RotaryScaling as RotaryScaling,
     apply_rotary as apply_rotary,
@@ -38,6 +37,7 @@ from ..models._causal import (
 from ..models._heads import DenseHead as DenseHead, HeadModel as HeadModel
 from ..models._rms import RMSDecoder as RMSDecoder
 from ..models._text import TextEmbedding as TextEmbedding, TextEncoder as TextEncoder
+from ..schemes._rms import RMSPreNormScheme as RMSPreNormScheme
 from ._checkpoint import load_torch_checkpoint as load_torch_checkpoint
 from ._hf import from_hf as from_hf, hf_activation as hf_activation, load_hf as load_hf
 from ._hf_reference import hf_float64_reference as hf_float64_reference

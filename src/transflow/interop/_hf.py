@@ -389,8 +389,8 @@ def from_hf(
     if isinstance(module, cvt.CvtStage):
         return _cvt_stage(module, dtype)
     raise TypeError(
-        "from_hf supports ViTLayer, ViTModel, GPT2Block, GPT2Model, GPT2LMHeadModel, CvtLayer, "
-        "CvtStage, CvtModel, {Bert,Roberta,DistilBert}ForMaskedLM, "
+        "from_hf: `module` must be one of ViTLayer, ViTModel, GPT2Block, GPT2Model, "
+        "GPT2LMHeadModel, CvtLayer, CvtStage, CvtModel, {Bert,Roberta,DistilBert}ForMaskedLM, "
         "*ForSequenceClassification (BERT, RoBERTa, DistilBERT, GPT-2, Llama family), "
         "BertLayer, BertModel, RobertaLayer, RobertaModel, DistilBERT "
         "TransformerBlock, DistilBertModel, {Llama,Mistral,Qwen2}DecoderLayer, "

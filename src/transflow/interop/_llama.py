@@ -25,13 +25,13 @@ from .._llama_ops import (
     GatedFFNParams,
     RMSLayerControls,
     RMSNormParams,
-    RMSPreNormScheme,
     RotaryAttentionParams,
     RotaryScaling,
 )
 from ..models._causal import CausalScheme
 from ..models._encoder import SplitTransformer
 from ..models._rms import RMSDecoder
+from ..schemes._rms import RMSPreNormScheme
 from ._acts import hf_activation
 from ._torch import _arr
 

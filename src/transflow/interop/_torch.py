@@ -68,19 +68,26 @@ def _dropouts(module):
     return out
 
 
-def _check_module(module) -> None:
+def _check_module(module, arg: str = "module") -> None:
     """Refuse what the conversion cannot reproduce before reading any weight.
 
+    - an activation without an exact counterpart (``torch_activation``), named;
     - a module in training mode with active dropout: transflow computes the eval-mode
       output, so the conversion is refused (call ``module.eval()`` or use dropout 0);
     - parameters or buffers holding NaN or Inf, named.
     """
+    from ._acts import torch_activation
+
     torch = _torch()
+    layer_types = (torch.nn.TransformerEncoderLayer, torch.nn.TransformerDecoderLayer)
+    for sub in module.modules():  # the activation first: a PReLU is not a dtype problem
+        if isinstance(sub, layer_types):
+            torch_activation(sub.activation, type(sub).__name__)
     active = _dropouts(module)
     if active:
         name, rate = active[0]
         raise ValueError(
-            f"`module` ({type(module).__name__}) is in training mode with active dropout "
+            f"`{arg}` ({type(module).__name__}) is in training mode with active dropout "
             f"({name}: p={rate}; {len(active)} active in all). transflow reproduces the "
             "eval-mode output, where dropout is the identity; call `module.eval()` before "
             "converting (or build it with dropout=0.0)."
@@ -94,7 +101,7 @@ def _check_module(module) -> None:
                 if t.is_floating_point() and not bool(torch.isfinite(t).all()):
                     bad = int((~torch.isfinite(t)).sum())
                     raise ValueError(
-                        f"`module` {kind} {name!r} holds {bad} NaN/Inf entries (shape "
+                        f"`{arg}` {kind} {name!r} holds {bad} NaN/Inf entries (shape "
                         f"{tuple(t.shape)}); transflow converts finite weights only. Fix or "
                         "re-initialize the weights before converting."
                     )
@@ -177,7 +184,7 @@ def _mha(mha, dtype) -> AttentionParams:
     )
 
 
-def _check_layer(layer) -> None:
+def _check_layer(layer, arg: str = "module") -> None:
     torch = _torch()
     for attr in ("norm1", "norm2"):
         norm = getattr(layer, attr, None)
@@ -187,15 +194,18 @@ def _check_layer(layer) -> None:
                 "transflow reproduces torch.nn.LayerNorm only (the projection onto S1). "
                 f"Replace it with nn.LayerNorm or convert a layer whose {attr} is a LayerNorm."
             )
-    _check_module(layer)
+    _check_module(layer, arg)
 
 
 def layer_controls_from_torch(layer, *, ffn_form: FFNForm = "auto", dtype=None) -> LayerControls:
     """Controls θ of one ``torch.nn.TransformerEncoderLayer`` (see :func:`from_torch`)."""
     torch = _torch()
     if not isinstance(layer, torch.nn.TransformerEncoderLayer):
-        raise TypeError(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}.")
-    _check_layer(layer)
+        raise TypeError(
+            f"layer_controls_from_torch: `layer` must be a torch.nn.TransformerEncoderLayer, "
+            f"got {type(layer).__name__}; for a stack or a decoder call from_torch(module)."
+        )
+    _check_layer(layer, "layer")
     if ffn_form not in ("auto", "paper", "lifted"):
         raise ValueError(f"`ffn_form` must be 'auto', 'paper' or 'lifted', got {ffn_form!r}.")
     dtype = _resolve_dtype(layer, dtype)
@@ -419,8 +429,8 @@ def from_torch(
             final_norm = _norm(module.norm, _resolve_dtype(module, dtype))
     else:
         raise TypeError(
-            "from_torch supports torch.nn.TransformerEncoderLayer, TransformerEncoder, "
-            "TransformerDecoderLayer, TransformerDecoder and Transformer, got "
+            "from_torch: `module` must be a torch.nn.TransformerEncoderLayer, "
+            "TransformerEncoder, TransformerDecoderLayer, TransformerDecoder or Transformer, got "
             f"{type(module).__name__}. HuggingFace layers: "
             "see transflow.interop.from_hf."
         )

@@ -7,8 +7,9 @@ denominator of γ,
 
 so the state at token x after any number of steps depends only on the initial condition
 at tokens x̃ ≤ x (prefix dependence). Every scheme takes ``causal=True``; a
-:class:`CausalScheme` wraps a scheme so that a model (e.g. a GPT-2 block loaded with
-:func:`transflow.interop.from_hf`) is causal whatever its caller passes.
+:class:`CausalScheme` (defined in :mod:`transflow.schemes`, re-exported here) wraps a
+scheme so that a model (e.g. a GPT-2 block loaded with :func:`transflow.interop.from_hf`)
+is causal whatever its caller passes.
 
 A decoder's initial condition is f(x_i, ·) = E[token_i] + P[i] (token and position
 embeddings, :class:`TokenEmbedding`), and its read-out the logits ⟨u_T(x_i, ·), E[v]⟩
@@ -23,67 +24,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._errors import as_input
-from ..schemes._base import AbstractScheme
+from ..schemes._base import AbstractCausal, has
+from ..schemes._causal import CausalScheme as CausalScheme
 from ._encoder import SplitTransformer
 
 __all__ = ["CausalScheme", "TokenEmbedding", "CausalDecoder"]
-
-
-class CausalScheme(AbstractScheme):
-    """A scheme whose attention is always causal (x̃ ≤ x), docs/spec/continuous-model.md §4.4.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from transflow import LayerControls, PreNormScheme, SplitTransformer
-        >>> from transflow import stack_controls
-        >>> from transflow.interop import CausalScheme
-        >>> theta = stack_controls([LayerControls.random(8, n_heads=2, key=jax.random.key(0))])
-        >>> model = SplitTransformer(theta, CausalScheme(PreNormScheme()))
-        >>> u = jax.random.normal(jax.random.key(1), (5, 8))
-        >>> bool(jnp.allclose(model(u)[:3], model(u.at[3:].set(0.0))[:3]))
-        True
-    """
-
-    inner: AbstractScheme
-
-    def __check_init__(self):
-        if not isinstance(self.inner, AbstractScheme):
-            raise TypeError(
-                f"CausalScheme: `inner` must be an AbstractScheme, got {type(self.inner).__name__}."
-            )
-
-    def substep_names(self, controls) -> tuple[str, ...]:
-        return self.inner.substep_names(controls)
-
-    @property
-    def ffn_copies(self) -> int:
-        return self.inner.ffn_copies
-
-    @property
-    def consistent(self) -> bool:
-        return self.inner.consistent  # causal attention: the same consistency
-
-    def step(
-        self,
-        u,
-        controls,
-        dt=1.0,
-        *,
-        grid=None,
-        causal=True,
-        return_substeps=False,
-        key_padding_mask=None,
-        attention_mask=None,
-    ):
-        # masks (key_padding_mask=, attention_mask=) are combined with the causal one
-        masks = {}
-        if key_padding_mask is not None:
-            masks["key_padding_mask"] = key_padding_mask
-        if attention_mask is not None:
-            masks["attention_mask"] = attention_mask
-        return self.inner.step(
-            u, controls, dt, grid=grid, causal=True, return_substeps=return_substeps, **masks
-        )
 
 
 class TokenEmbedding(eqx.Module):
@@ -130,10 +75,10 @@ class CausalDecoder(eqx.Module):
     unembedding: Float[Array, "d vocab"] | None = None
 
     def __check_init__(self):
-        if not isinstance(self.decoder.scheme, CausalScheme):
+        if not has(self.decoder.scheme, AbstractCausal):
             raise ValueError(
-                "CausalDecoder: `decoder.scheme` must be a CausalScheme (got "
-                f"{type(self.decoder.scheme).__name__}); wrap it: CausalScheme(scheme)."
+                "CausalDecoder: `decoder.scheme` must be causal (capability AbstractCausal, "
+                f"got {type(self.decoder.scheme).__name__}); wrap it: CausalScheme(scheme)."
             )
 
     def initial_condition(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:

@@ -36,8 +36,7 @@ from .._controls import AttentionParams, FFNParams, NormParams, num_steps
 from .._errors import as_input, check_choice, param_dtype
 from .._evolve import evolve
 from .._operators import attention_weights, project_s1
-from ..schemes._base import AbstractScheme
-from ..schemes._prenorm import PreNormScheme, pre_ln_step
+from ..schemes._conv import ConvPreNormScheme as ConvPreNormScheme
 
 __all__ = [
     "DepthwiseConv2d",
@@ -217,6 +216,18 @@ class ConvAttentionParams(eqx.Module):
     def d_model(self) -> int:
         return self.attn.wq.shape[-2]
 
+    def attend(self, u, *, grid_shape=None, n_prefix=0, hardmax=False, temperature=1.0):
+        """:func:`conv_attention` of these controls (the attention operator of
+        :class:`ConvPreNormScheme`)."""
+        return conv_attention(
+            u,
+            self,
+            grid_shape=grid_shape,
+            n_prefix=n_prefix,
+            hardmax=hardmax,
+            temperature=temperature,
+        )
+
 
 def _apply_conv(conv: TokenConv, u, grid_shape, n_prefix):
     if conv is None:
@@ -320,55 +331,6 @@ class ConvLayerControls(eqx.Module):
 
 def _project(v, norm: NormParams):
     return project_s1(v, norm.bias, norm.gain, eps=norm.eps)
-
-
-class ConvPreNormScheme(AbstractScheme):
-    """Pre-LN step with convolutional attention (CvT), extension of docs/spec/continuous-model.md
-    §4.2/§4.3.
-
-        u¹ = u⁰ + Δt 𝒜_conv(P_{S1}(u⁰)),     u^{n+1} = u¹ + Δt ℱ(P_{S1'}(u¹)),
-
-    the pre-LN step of :class:`transflow.PreNormScheme` (the same code) with
-    :func:`conv_attention` in place of the attention operator; the projections use the
-    feature weights of ``grid`` (``grid.y_weights``) when one is given. The token-grid
-    geometry is part of the discretization and lives
-    here: ``grid_shape`` = (rows, columns) of the token grid and ``n_prefix`` leading
-    tokens off the grid (the class token). Controls (:class:`ConvLayerControls`) are
-    translation-invariant kernels and do not depend on the grid size.
-
-    Sub-step names: ``ln1``, ``attention``, ``ln2``, ``ffn1`` … ``ffnJ``, ``residual``.
-    """
-
-    grid_shape: tuple[int, int] | None = eqx.field(static=True, default=None)
-    n_prefix: int = eqx.field(static=True, default=0)
-    hardmax: bool = eqx.field(static=True, default=False)
-    temperature: float = eqx.field(static=True, default=1.0)
-
-    def substep_names(self, controls) -> tuple[str, ...]:
-        return PreNormScheme().substep_names(controls)
-
-    def step(self, u, controls, dt=1.0, *, grid=None, causal=False, return_substeps=False):
-        if causal:
-            raise ValueError(
-                "`causal=True` is not supported by ConvPreNormScheme: strided convolutional "
-                "keys have no token order. Use PreNormScheme for causal (decoder) layers."
-            )
-        if grid is not None and grid.n_features != controls.d_model:
-            raise ValueError(
-                f"`grid` has {grid.n_features} features, the controls {controls.d_model}."
-            )
-
-        def attend(p1):
-            return conv_attention(
-                p1,
-                controls.attn,
-                grid_shape=self.grid_shape,
-                n_prefix=self.n_prefix,
-                hardmax=self.hardmax,
-                temperature=self.temperature,
-            )
-
-        return pre_ln_step(self, attend, u, controls, dt, grid=grid, record=return_substeps)
 
 
 class ConvEmbedding(eqx.Module):

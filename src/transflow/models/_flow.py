@@ -26,7 +26,7 @@ from .._errors import as_input, check_step
 from .._evolve import evolve
 from .._grid import Grid
 from .._integrate import ConstantSteps, Remat, RematMode
-from ..continuous._paths import ControlPath, init_path
+from .._paths import ControlPath, init_path
 from ..schemes._base import AbstractScheme
 from ..schemes._lie import LieScheme
 from ._vit import patchify as vision_patchify
@@ -320,7 +320,7 @@ def _one_layer(d, n_heads, d_ff, dtype, key, ffn_copies=1):
 
 def _ffn_copies(scheme) -> int:
     """How many FFNs the controls of ``scheme`` hold (:attr:`AbstractScheme.ffn_copies`)."""
-    return 1 if scheme is None else int(getattr(scheme, "ffn_copies", 1))
+    return 1 if scheme is None else int(scheme.ffn_copies)
 
 
 def _layer_or_path_controls(

@@ -1,7 +1,6 @@
 """Sharded evolution of a batch of sequences over a device mesh.
 
-Two partitionings of the same scheme (:class:`~transflow.LieScheme` or
-:class:`~transflow.PreNormScheme`, same maths as :func:`transflow.evolve`):
+Two partitionings of the same scheme (same maths as :func:`transflow.evolve`):
 
 - ``method="gspmd"``: plain :func:`jax.jit` with :class:`~jax.sharding.NamedSharding` on
   the inputs and outputs and a :func:`jax.lax.with_sharding_constraint` on the state
@@ -14,7 +13,10 @@ Two partitionings of the same scheme (:class:`~transflow.LieScheme` or
   (:mod:`transflow.parallel._ring`): sequence parallel attention as a ring of
   :func:`jax.lax.ppermute` with an online softmax (no device ever holds all keys or an
   ``n × n`` score matrix), heads and FFN width split over the feature axis, LayerNorm
-  as ``psum`` reductions. For long grids.
+  as ``psum`` reductions. For long grids. These sharded operators
+  (:class:`~transflow.parallel._ring.RingOperators`) run the scheme's own ``advance``, so
+  every scheme that declares :class:`~transflow.schemes.AbstractShardable` runs (the
+  others are refused in one line naming the scheme and the capability).
 
 Both are validated against single-device :func:`transflow.evolve` (tests/test_parallel.py).
 """
@@ -31,13 +33,27 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Bool, Float
 
 from .._controls import LayerControls, NormParams, num_steps
-from .._errors import as_input, check_array, check_choice, param_dtype
+from .._errors import (
+    as_input,
+    check_array,
+    check_choice,
+    check_finite,
+    check_number,
+    check_step,
+    param_dtype,
+)
 from .._grid import Grid
 from .._operators import _head_scale
 from ..models._encoder import SplitTransformer
-from ..schemes._base import AbstractScheme, _project
+from ..schemes._base import (
+    AbstractMaskable,
+    AbstractScheme,
+    AbstractShardable,
+    DenseOperators,
+    _project,
+    require,
+)
 from ..schemes._lie import LieScheme
-from ..schemes._prenorm import PreNormScheme
 from . import _ring
 from ._mesh import ShardAxes, as_axes, axis_size
 
@@ -162,21 +178,8 @@ def _check_divisible(what: str, size: int, axis_desc, parts: int):
 
 
 def _check_implementation(impl: str, scheme) -> None:
-    import inspect
-
-    from .._operators import attention
-
-    if "implementation" not in inspect.signature(attention).parameters:
-        raise ValueError(
-            "`attention_implementation` needs transflow.attention(..., implementation=...), "
-            "which this version of transflow does not have."
-        )
     check_choice("attention_implementation", impl, ("auto", "dense", "chunked"))
-    if not isinstance(scheme, LieScheme | PreNormScheme):
-        raise ValueError(
-            "`attention_implementation` is implemented for LieScheme and PreNormScheme, got "
-            f"{type(scheme).__name__}."
-        )
+    require(scheme, AbstractShardable, "shard_evolve(attention_implementation=...)")
 
 
 def _batch_masks(kpm, am, B, n, H, axes, method, P_f, scheme):
@@ -206,15 +209,8 @@ def _batch_masks(kpm, am, B, n, H, axes, method, P_f, scheme):
         heads = axes.features if (method == "ring" and P_f > 1 and am.shape[1] == H) else None
         masks["attention_mask"] = am
         specs["attention_mask"] = P(axes.batch, heads, axes.tokens, None)
-    if masks and method == "gspmd":
-        import inspect
-
-        params = inspect.signature(scheme.step).parameters
-        if any(k not in params for k in masks):
-            raise TypeError(
-                f"{type(scheme).__name__}.step does not take masks; use LieScheme, "
-                "PreNormScheme or CausalScheme."
-            )
+    if masks:
+        require(scheme, AbstractMaskable, f"shard_evolve({next(iter(masks))}=...)")
     return masks, specs
 
 
@@ -226,19 +222,11 @@ def _gspmd_program(scheme, dt, causal, mesh, axes, *, implementation, blocks, d_
         masks = masks or {}
         if implementation is None:
             step = lambda x, theta, mk: scheme.step(x, theta, dt, grid=grid, causal=causal, **mk)
-        else:
-            ctx = dict(
-                implementation=implementation,
-                grid=grid,
-                causal=causal,
-                query_block=blocks[0],
-                key_block=blocks[1],
-                f_axis=None,
-                d_total=d_total,
-                y_weights=None if grid is None else grid.y_weights,
-            )
-            fn = _ring.lie_step if isinstance(scheme, LieScheme) else _ring.prenorm_step
-            step = lambda x, theta, mk: fn(x, theta, dt, {**ctx, **mk}, scheme)
+        else:  # the scheme's own advance with the chosen attention evaluation
+
+            def step(x, theta, mk):
+                ops = DenseOperators(grid, causal, mk, implementation, *blocks)
+                return scheme.advance(x, theta, dt, ops=ops)[0]
 
         def body(u, theta):
             un = jax.vmap(lambda x, mk: step(x, theta, mk))(u, masks)
@@ -258,39 +246,30 @@ def _ring_program(scheme, dt, causal, mesh, axes, *, n_heads, d_total, specs):
     f = axes.features
     P_t = axis_size(mesh, t)
     P_f = axis_size(mesh, f)
-    step = _ring.lie_step if isinstance(scheme, LieScheme) else _ring.prenorm_step
 
     def local(u, controls, extras, final_norm, masks):
-        ctx = dict(
-            t_axis=t if P_t > 1 else None,
-            f_axis=f if P_f > 1 else None,
-            n_token_shards=P_t,
-            n_heads_local=n_heads // P_f,
-            d_total=d_total,
-            causal=causal,
-            head_scale=extras["head_scale"],
-            q_weights=extras.get("q_weights"),
-            x_weights=extras.get("x_weights"),
-            y_weights=extras.get("y_weights"),
-        )
+        def ops(mk):  # the sharded operators the scheme's own advance runs in
+            return _ring.RingOperators(
+                t_axis=t if P_t > 1 else None,
+                f_axis=f if P_f > 1 else None,
+                n_token_shards=P_t,
+                n_heads_local=n_heads // P_f,
+                d_total=d_total,
+                head_scale=extras["head_scale"],
+                q_weights=extras.get("q_weights"),
+                x_weights=extras.get("x_weights"),
+                y_weights=extras.get("y_weights"),
+                causal=causal,
+                masks=mk,
+            )
 
         def body(u, theta):
-            one = lambda x, mk: step(x, theta, dt, {**ctx, **mk}, scheme)
+            one = lambda x, mk: scheme.advance(x, theta, dt, ops=ops(mk))[0]
             return jax.vmap(one)(u, masks), None
 
         u, _ = jax.lax.scan(body, u, controls)
         if final_norm is not None:
-            u = jax.vmap(
-                lambda x: _ring.project_s1(
-                    x,
-                    final_norm.bias,
-                    final_norm.gain,
-                    eps=final_norm.eps,
-                    y_weights=ctx["y_weights"],
-                    f_axis=ctx["f_axis"],
-                    d_total=d_total,
-                )
-            )(u)
+            u = jax.vmap(lambda x: ops({}).project(x, final_norm))(u)
         return u
 
     return jax.shard_map(
@@ -326,6 +305,8 @@ def _prepare(
     key_padding_mask=None,
     attention_mask=None,
 ):
+    dt = dt if dt is None else check_step("dt", dt, "shard_evolve")
+    _check_blocks(query_block=query_block, key_block=key_block)
     controls, scheme, dt, final_norm = _resolve(model_or_controls, scheme, dt, final_norm)
     axes = as_axes(axes)
     check_choice("method", method, ("gspmd", "ring"))
@@ -336,6 +317,7 @@ def _prepare(
     u_batch = as_input(
         "u_batch", u_batch, param_dtype(controls), ndim=3, shape=shape, nonempty=(0, 1)
     )
+    u_batch = check_finite("u_batch", u_batch)
     B, n, _ = u_batch.shape
     for field, size in (("batch size", B), ("n_tokens", n), ("n_features", d)):
         key = {"batch size": "batch", "n_tokens": "tokens", "n_features": "features"}[field]
@@ -409,11 +391,7 @@ def _prepare(
             "`attention_implementation` applies to method='gspmd'; method='ring' is "
             "itself a blockwise online-softmax attention over the token shards."
         )
-    if not isinstance(scheme, LieScheme | PreNormScheme):
-        raise ValueError(
-            f"method='ring' implements LieScheme and PreNormScheme, got {type(scheme).__name__}; "
-            "use method='gspmd'."
-        )
+    require(scheme, AbstractShardable, "shard_evolve(method='ring')")
     order = list(mesh.axis_names)
     for field in ("tokens", "features"):
         names = axes.names(field)
@@ -506,7 +484,8 @@ def shard_evolve(
         grid, causal: as in :func:`transflow.evolve`.
         attention_implementation: ``None`` (default) runs the scheme's own ``step``
             (any :class:`~transflow.AbstractScheme`); ``"dense"``, ``"chunked"`` or
-            ``"auto"`` run the Lie / pre-LN step with
+            ``"auto"`` run the scheme's own ``advance`` (a scheme that declares
+            :class:`~transflow.schemes.AbstractShardable`) with
             ``transflow.attention(..., implementation=...)`` and the block sizes
             ``query_block``, ``key_block`` (``method="gspmd"`` only).
         key_padding_mask: ``(batch, n)`` bool, True = padded (per example, as
@@ -519,6 +498,10 @@ def shard_evolve(
     Raises:
         ValueError: when a sharded size (batch, n_tokens, d_model, n_heads, an FFN width)
             is not divisible by its number of devices, naming the size and the mesh axis.
+        TypeError: (:class:`~transflow.schemes.MissingCapability`) when the scheme lacks
+            the capability the call needs (``method="ring"`` or an
+            ``attention_implementation``: :class:`~transflow.schemes.AbstractShardable`;
+            masks: :class:`~transflow.schemes.AbstractMaskable`).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -549,6 +532,11 @@ def shard_evolve(
         attention_mask=attention_mask,
     )
     return fn(*args)
+
+
+def _check_blocks(**blocks) -> None:
+    for name, size in blocks.items():
+        check_number(name, size, "shard_evolve", lower=0, integer=True, example="512")
 
 
 def lower_shard_evolve(model_or_controls, u_batch, mesh, axes=None, **kwargs):

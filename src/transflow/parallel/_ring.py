@@ -15,20 +15,25 @@ the continuous model become:
   the input is all-gathered over features, the per-head outputs are reduce-scattered.
 - the projection onto S1 (:func:`project_s1`): the per-token mean and variance over Ω_y
   are ``psum`` reductions over the feature shards.
-- the FFN sub-steps (:func:`ffn_branch`): each linear map all-gathers its input over the
-  features and computes its own column block of the output (the FFN width is split).
+- the FFN maps: each all-gathers its input over the features and computes its own
+  column block of the output (the FFN width is split).
 
-All functions take the names of the manual mesh axes (``None`` = not split).
+:class:`RingOperators` hands these to a scheme's own ``advance``
+(:class:`~transflow.schemes.AbstractShardable`): the ring never re-codes a step. All
+functions take the names of the manual mesh axes (``None`` = not split).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._operators import activation_fn
+from ..schemes._base import AbstractOperators
 
-__all__ = ["ring_attention", "project_s1", "ffn_branch", "lie_step", "prenorm_step"]
+__all__ = ["RingOperators", "ring_attention", "project_s1"]
 
 
 def _gather_features(u, f_axis):
@@ -209,78 +214,55 @@ def project_s1(v, sigma1, sigma2, *, eps: float, y_weights, f_axis: str | None, 
     return jnp.where(degenerate, jnp.broadcast_to(sigma1, out.shape), out)
 
 
-def ffn_branch(z, ffn, dt, *, f_axis: str | None):
-    """:func:`transflow.ffn_branch` with every width split over ``f_axis`` (column blocks)."""
-    act = activation_fn(ffn.activation)
-    J = len(ffn.weights)
-    for j in range(J):
-        lin = _gather_features(z, f_axis) @ ffn.weights[j] + ffn.biases[j]
-        z = z + dt * lin if ffn.residual[j] else lin
-        if j < J - 1 or ffn.activation_on_last:
-            z = act(z)
-    return z
+class RingOperators(AbstractOperators):
+    """The sharded operators of one device's block inside ``shard_map``: the ring
+    attention (:func:`ring_attention`), the projection onto S1 by ``psum`` over the
+    feature shards (:func:`project_s1`) and the FFN maps on column blocks. A scheme that
+    declares :class:`~transflow.schemes.AbstractShardable` runs its own ``advance`` in
+    them. There is no ``grid``: its weights are the local ``x_weights``/``y_weights``
+    (and ``q_weights``) the operators apply."""
 
+    t_axis: str | None = eqx.field(static=True)
+    f_axis: str | None = eqx.field(static=True)
+    n_token_shards: int = eqx.field(static=True)
+    n_heads_local: int = eqx.field(static=True)
+    d_total: int = eqx.field(static=True)
+    head_scale: Any
+    q_weights: Any = None
+    x_weights: Any = None
+    y_weights: Any = None
+    causal: bool = eqx.field(static=True, default=False)
+    masks: dict = eqx.field(default_factory=dict)
+    grid: None = eqx.field(static=True, default=None)
 
-def _project(v, norm, ctx, eps_scale=1.0):
-    return project_s1(
-        v,
-        norm.bias,
-        norm.gain,
-        eps=norm.eps * eps_scale,
-        y_weights=ctx["y_weights"],
-        f_axis=ctx["f_axis"],
-        d_total=ctx["d_total"],
-    )
-
-
-def _attention(u, attn, ctx, scheme):
-    masks = {k: ctx[k] for k in ("key_padding_mask", "attention_mask") if k in ctx}
-    if ctx.get("implementation") is not None:  # unpartitioned: the library's operator
-        from .._operators import attention
-
-        return attention(
-            u,
+    def attention(self, scheme, v, attn):
+        return ring_attention(
+            v,
             attn,
-            grid=ctx["grid"],
-            causal=ctx["causal"],
+            n_heads_local=self.n_heads_local,
+            t_axis=self.t_axis,
+            f_axis=self.f_axis,
+            n_token_shards=self.n_token_shards,
+            head_scale=self.head_scale,
+            q_weights=self.q_weights,
+            x_weights=self.x_weights,
+            causal=self.causal,
             hardmax=scheme.hardmax,
             temperature=scheme.temperature,
-            implementation=ctx["implementation"],
-            query_block=ctx["query_block"],
-            key_block=ctx["key_block"],
-            **masks,
+            **self.masks,
         )
-    return ring_attention(
-        u,
-        attn,
-        n_heads_local=ctx["n_heads_local"],
-        t_axis=ctx["t_axis"],
-        f_axis=ctx["f_axis"],
-        n_token_shards=ctx["n_token_shards"],
-        head_scale=ctx["head_scale"],
-        q_weights=ctx["q_weights"],
-        x_weights=ctx["x_weights"],
-        causal=ctx["causal"],
-        hardmax=scheme.hardmax,
-        temperature=scheme.temperature,
-        **masks,
-    )
 
+    def project(self, v, norm, eps_scale: float = 1.0):
+        return project_s1(
+            v,
+            norm.bias,
+            norm.gain,
+            eps=norm.eps * eps_scale,
+            y_weights=self.y_weights,
+            f_axis=self.f_axis,
+            d_total=self.d_total,
+        )
 
-def lie_step(u, c, dt, ctx, scheme):
-    """:meth:`transflow.LieScheme.step` on one device's block."""
-    u1 = u + dt * _attention(u, c.attn, ctx, scheme)
-    u2 = _project(u1, c.norm1, ctx)
-    ffn_dt = dt if scheme.ffn_branch_dt == "dt" else 2 * dt
-    z = ffn_branch(u2, c.ffn, ffn_dt, f_axis=ctx["f_axis"])
-    u5 = 0.5 * (z + u2)
-    return _project(u5, c.norm2, ctx, eps_scale=0.25)
-
-
-def prenorm_step(u, c, dt, ctx, scheme):
-    """:meth:`transflow.PreNormScheme.step` on one device's block."""
-    p1 = _project(u, c.norm1, ctx)
-    u1 = u + dt * _attention(p1, c.attn, ctx, scheme)
-    p2 = _project(u1, c.norm2, ctx)
-    z = ffn_branch(p2, c.ffn, 1.0, f_axis=ctx["f_axis"])
-    return u1 + dt * z
+    def linear(self, z, w, b):
+        """``z W + b`` with ``W``'s column block: the input all-gathered over features."""
+        return _gather_features(z, self.f_axis) @ w + b

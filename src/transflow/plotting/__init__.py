@@ -4,9 +4,13 @@ Each function takes the records a study returns (lists of dicts or dicts of arra
 returns a matplotlib ``Figure`` in the one figure style of the project (``_style``: the rc
 settings :data:`STYLE` applied by :func:`figure_style`, every figure :data:`FIGURE_WIDTH`
 inches wide with constrained layout, mathtext labels, readable log-axis ticks
-(:class:`LogTicks`), "smoke size" written on a panel whose data are too small);
+(:class:`LogTicks`), "smoke size" written on a panel whose data are too small and
+under every smoke-size figure (:func:`smoke_mark`), integer axes ticked at integers
+(:func:`integer_axis`), claim thresholds drawn from the claim (:func:`threshold_line`));
 :func:`figure_problems` lists what a reader would see wrong in a figure (unlabelled axes,
-overlapping tick labels, empty panels). Saving is the caller's job
+overlapping tick labels, empty panels, texts over data, unreadable or fractional ticks,
+legend entries for nothing drawn, thresholds that differ from their claim, smoke figures
+without a mark). Saving is the caller's job
 (:meth:`transflow.experiments.context.RunContext.save_figure` in a task,
 :func:`transflow.plotting.save_figure` in a figure script). One private module per area:
 ``_continuous`` (Δt/grid convergence, clustering, non-convergence), ``_equivalence``
@@ -38,7 +42,19 @@ from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
 from ._experiments import plot_schemes as plot_schemes
 from ._expressivity import plot_partition, plot_regions, plot_slice, plot_softmax
 from ._parallel import plot_sharded_memory
-from ._style import FIGURE_WIDTH, STYLE, LogTicks, figure_style, new_figure, smoke_note
+from ._style import (
+    FIGURE_WIDTH,
+    MAX_END_GAP,
+    STYLE,
+    LogTicks,
+    figure_style,
+    integer_axis,
+    new_figure,
+    smoke_mark,
+    smoke_note,
+    threshold_line,
+    tick_gaps,
+)
 from ._trained import plot_trained_partition, plot_trained_regions
 from ._training import plot_training_curves
 
@@ -47,12 +63,17 @@ __all__ = [
     "save_figure",
     # _style, _check
     "FIGURE_WIDTH",
+    "MAX_END_GAP",
     "STYLE",
     "LogTicks",
     "figure_problems",
     "figure_style",
+    "integer_axis",
     "new_figure",
+    "smoke_mark",
     "smoke_note",
+    "threshold_line",
+    "tick_gaps",
     # _continuous
     "plot_convergence",
     "plot_grid",

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._style import FIGURE_WIDTH, new_figure, smoke_note, styled
+from ._style import FIGURE_WIDTH, integer_axis, new_figure, smoke_note, styled
 
 __all__ = [
     "plot_token_trajectories",
@@ -68,7 +68,8 @@ def _trajectories(ax, proj: np.ndarray, title: str, container=None) -> None:
     ax.set_xlabel("principal component 1")
     ax.set_ylabel("principal component 2")
     sm = mpl.cm.ScalarMappable(mpl.colors.Normalize(0, max(n_states - 1, 1)), cmap)
-    (container or ax.figure).colorbar(sm, ax=ax, shrink=0.8, label="step $n$ (marker colour)")
+    cb = (container or ax.figure).colorbar(sm, ax=ax, shrink=0.8, label="step $n$ (marker colour)")
+    integer_axis(cb.ax.yaxis)  # steps are integers: no tick at 0.5
     ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=3, fontsize=6.5)
 
 
@@ -160,7 +161,6 @@ def plot_token_geometry(res: dict[str, Any]):
 @styled
 def plot_substep_budgets(res: dict[str, Any]):
     """‖increment‖ of every sub-step against the step (how far each operator moves u)."""
-    import matplotlib.ticker as mticker
 
     diag = res["diagnostics"]
     fig, ax = new_figure(3.0)
@@ -175,7 +175,7 @@ def plot_substep_budgets(res: dict[str, Any]):
     ax.set_title("operator budgets per step (lifting sub-steps omitted)")
     ax.grid(True, which="both")
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
-    ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))
+    integer_axis(ax.xaxis)
     if len(steps) < 2:
         smoke_note(ax, f"smoke size: {len(steps)} step")
     return fig
@@ -194,7 +194,14 @@ def plot_control_smoothness(res: dict[str, Any], *, max_blocks: int = 12):
         v = np.asarray(incs[k])
         ax.semilogy(np.arange(len(v)) + 0.5, np.where(v > 0, v, np.nan), ".-", lw=0.8, label=k)
     v = np.asarray(incs["all"])
-    ax.semilogy(np.arange(len(v)) + 0.5, np.where(v > 0, v, np.nan), "k-", lw=2, label="all θ")
+    ax.semilogy(
+        np.arange(len(v)) + 0.5,
+        np.where(v > 0, v, np.nan),
+        "k-",
+        marker="o" if len(v) < 2 else None,  # one increment: a point, not a line
+        lw=2,
+        label="all θ",
+    )
     ax.set_xlabel(r"$n + 1/2$ (between steps $n$ and $n + 1$)")
     ax.set_ylabel(r"$\|\theta^{n+1} - \theta^n\| / \|\theta^n\|$")
     ax.set_title("control increments across depth")

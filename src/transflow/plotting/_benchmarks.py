@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from ._common import _pyplot
-from ._style import FIGURE_WIDTH, new_figure, styled
+from ._style import FIGURE_WIDTH, new_figure, styled, threshold_line
 
 __all__ = ["BENCHMARK_PARTS", "plot_benchmarks"]
 
 #: The result files (``benchmarks/results/<name>.json``) :func:`plot_benchmarks` needs.
 BENCHMARK_PARTS = ("layer", "compile", "chunked")
+
+#: The claim of benchmarks/bench_chunked.py: chunked attention's peak RSS ≤ this (GiB).
+RSS_TARGET_GIB = 1.5
 
 
 def _bar(ax, labels, stats, scale, color):
@@ -92,13 +95,23 @@ def plot_benchmarks(results: dict[str, Any]):
         rss_labels.append("chunked\ngradient")
         vals.append(chunk["chunked_grad_peak_rss_gib"])
     axes[2].bar(rss_labels, vals, color="C4")
-    axes[2].axhline(1.5, color="k", ls="--", lw=1, label="target 1.5 GiB")
-    axes[2].axhline(
+    threshold_line(
+        axes[2],
+        "chunked_peak_rss_gib",
+        RSS_TARGET_GIB,
+        label=f"target {RSS_TARGET_GIB:g} GiB",
+        color="k",
+        ls="--",
+        lw=1,
+    )
+    threshold_line(
+        axes[2],
+        "dense_scores_gib",
         chunk["dense_scores_gib"],
+        label=f"dense scores alone ({chunk['dense_scores_gib']:.0f} GiB)",
         color="C3",
         ls=":",
         lw=1.5,
-        label=f"dense scores alone ({chunk['dense_scores_gib']:.0f} GiB)",
     )
     axes[2].set_ylabel("peak RSS [GiB]")
     axes[2].set_xlabel("process")

@@ -28,16 +28,17 @@ def save_figure(
     """Save ``fig`` as ``<fid>.png`` and ``<fid>.pdf`` and ``data`` as ``<fid>.json``.
 
     Closes the figure; returns the three paths. ``data`` is made JSON-safe (arrays become
-    lists, NaN stays NaN). Under :func:`figure_smoke` the figure says below everything it
-    shows that it is smoke size (:data:`SMOKE_STAMP`), and ``data`` (a dict) gets
-    ``"smoke": true``.
+    lists, NaN stays NaN). Under ``make_all.py --smoke`` (:func:`figure_smoke`) the figure
+    gets its smoke mark first (:func:`transflow.plotting.smoke_mark`: the red ``SMOKE
+    SIZE`` line below everything it shows), and ``data`` (a dict) gets ``"smoke": true``.
     """
     import matplotlib.pyplot as plt
 
     from .._records import to_jsonable
+    from ._style import smoke_mark
 
     if figure_smoke():
-        smoke_stamp(fig)
+        smoke_mark(fig)
         if isinstance(data, dict):
             data = {"smoke": True, **data}
     out_dir = pathlib.Path(out_dir)
@@ -48,28 +49,6 @@ def save_figure(
     plt.close(fig)
     paths[2].write_text(json.dumps(to_jsonable(data), indent=2, allow_nan=True) + "\n")
     return paths
-
-
-#: The line under a smoke-size figure of ``make_all.py --smoke``.
-SMOKE_STAMP = "SMOKE SIZE (make_all.py --smoke): tiny inputs, not the paper figure"
-
-
-def smoke_stamp(fig: Any) -> Any:
-    """Write :data:`SMOKE_STAMP` under everything ``fig`` draws (below its lowest text,
-    legend or axis, so it overlaps nothing); returns the text artist."""
-    renderer = fig.canvas.get_renderer()
-    box = fig.get_tightbbox(renderer)  # inches
-    width, height = fig.get_size_inches()
-    return fig.text(
-        (box.x0 + box.x1) / 2 / width,
-        box.y0 / height - 0.02,
-        SMOKE_STAMP,
-        ha="center",
-        va="top",
-        fontsize=8,
-        fontweight="bold",
-        color="#b00000",
-    )
 
 
 def _pyplot():

@@ -6,7 +6,7 @@ in the style of :mod:`transflow.plotting` (:func:`transflow.plotting.figure_styl
 
 from __future__ import annotations
 
-from ._style import new_figure, smoke_note, styled
+from ._style import new_figure, smoke_note, styled, threshold_line
 
 __all__ = ["plot_convergence", "plot_grid", "plot_nonconvergence", "plot_clustering"]
 
@@ -38,7 +38,7 @@ def plot_convergence(records: list[dict], *, title: str = ""):
     ``records``: :meth:`transflow.continuous.ConvergenceResult.record` dicts; ``title``:
     an optional figure title. Each scheme has one colour, marker and line style in every
     panel (filled and open markers, so curves that coincide both show); the fitted slopes
-    are in a box in the upper left corner of each panel (small Δt and large error: empty);
+    are in the key below the panels, per sub-model (a box inside would cover curves);
     the reference slopes are drawn a factor 4 below all the data; one key below the
     panels.
 
@@ -86,30 +86,37 @@ def plot_convergence(records: list[dict], *, title: str = ""):
         if frac is not None:
             ttl += f", $S_2$ active {100 * frac:.0f}% of $[0, T]$"
         ax.set_title(ttl)
-        ax.text(
-            0.03,
-            0.97,
-            ("" if len(dts) >= 3 else f"smoke size: {len(dts)} time steps\n")
-            + "fitted slopes\n"
-            + "\n".join(f"{name(r)}: {r['slope']:.2f}" for r in mine),
-            transform=ax.transAxes,
-            ha="left",
-            va="top",
-            fontsize=6.5,
-            bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "0.7", "alpha": 0.9},
-        )
+        if len(dts) < 3:
+            smoke_note(ax, f"smoke size: {len(dts)} time steps")
         ax.set_xlabel(r"time step $\Delta t$")
         ax.set_ylabel(r"$\max\,|u(T) - u_{\mathrm{ref}}(T)|$")
         ax.grid(True, which="both")
     handles = []
     for n in names:
         col, mk, filled, ls = style[n]
+        mine = [r for r in records if name(r) == n]
+        slopes = ", ".join(
+            f"{r['slope']:.2f}" + (f" ({r['submodel']})" if len(subs) > 1 else "") for r in mine
+        )
         handles.append(
-            Line2D([], [], color=col, marker=mk, ls=ls, mfc=col if filled else "none", label=n)
+            Line2D(
+                [],
+                [],
+                color=col,
+                marker=mk,
+                ls=ls,
+                mfc=col if filled else "none",
+                label=f"{n}: slope {slopes}",
+            )
         )
     for p, ls in ((1, (0, (1, 1.5))), (2, (0, (5, 2)))):
         handles.append(Line2D([], [], color="0.35", ls=ls, lw=1, label=_ORDER_LABEL[p]))
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6))
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncol=min(len(handles), 4),
+        title="fitted slopes per sub-model (panel)" if len(subs) > 1 else "fitted slope",
+    )
     if title:
         fig.suptitle(title)
     return fig
@@ -219,7 +226,7 @@ def plot_clustering(res: dict):
     ax.set_aspect("equal", adjustable="box")
     mc = np.asarray(res["min_cosine"], float)
     bx.plot(res["times"], mc, color="C0", label="min over token pairs")
-    bx.axhline(1.0, color="0.4", ls=":", lw=1, label="cos = 1 (tokens parallel)")
+    threshold_line(bx, "cos", 1.0, label="cos = 1 (tokens parallel)", color="0.4", ls=":", lw=1)
     bx.set_xlabel("time $t$")
     bx.set_ylabel("min pairwise cosine")
     verdict = (

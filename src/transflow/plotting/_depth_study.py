@@ -106,7 +106,15 @@ def plot_depth_factorial(
                 )
                 continue
             ax.set_xscale("log", base=2)
-            ticks = [n for n in grid if n in (1, 4, 16, 64, 256)] or list(grid)
+            # every depth of a short grid; of a long one every other power of 2, with
+            # both ends (so neither end of the data is far from a label)
+            ticks = (
+                list(grid)
+                if len(grid) <= 6
+                else sorted(
+                    {n for n in grid if n in (1, 4, 16, 64, 256, 1024)} | {grid[0], grid[-1]}
+                )
+            )
             ax.xaxis.set_major_locator(mticker.FixedLocator(ticks))
             ax.xaxis.set_major_formatter(mticker.FixedFormatter([str(n) for n in ticks]))
             ax.xaxis.set_minor_formatter(mticker.NullFormatter())

@@ -122,23 +122,21 @@ def plot_schemes(
         drawn.append(s)
     missing = [s for s in schemes if s not in stable]
     note = flat + ([f"not analysed: {', '.join(missing)}"] if missing else [])
-    if note:
-        ax.text(
-            0.03,
-            0.03,
-            "\n".join(note),
-            transform=ax.transAxes,
-            fontsize=6,
-            va="bottom",
-            bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "0.7", "alpha": 0.9},
-        )
     ax.axhline(0, color="k", lw=0.5)
     ax.axvline(0, color="k", lw=0.5)
     ax.set_xlabel(r"Re $\Delta t\lambda$")
     ax.set_ylabel(r"Im $\Delta t\lambda$")
     ax.set_title("stability: |R| = 1\n(Δtλ split equally)")
-    if drawn:
-        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.22), fontsize=6, ncol=2)
+    if drawn or note:  # under the panel: a note inside would cover the contours
+        ax.legend(
+            handles=ax.get_legend_handles_labels()[0],
+            title="\n".join(note) or None,
+            loc="upper left",
+            bbox_to_anchor=(0.0, -0.22),
+            fontsize=6,
+            title_fontsize=6,
+            ncol=2,
+        )
     keyed: dict[str, Any] = {}
     for a in axes[:-1]:
         for h, lab in zip(*a.get_legend_handles_labels()):

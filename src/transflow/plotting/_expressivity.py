@@ -5,7 +5,7 @@ partitions, F13 a plane slice of a network on R^d); the records come from
 
 from __future__ import annotations
 
-from ._style import new_figure, smoke_note, styled
+from ._style import integer_axis, new_figure, smoke_note, styled
 
 __all__ = ["plot_softmax", "plot_regions", "plot_partition", "plot_slice"]
 
@@ -81,7 +81,6 @@ def plot_regions(rows, *, title: str = "linear regions of the zigzag transformer
     no rows is a panel saying so; one with a single depth says "smoke size". A value of
     T has one colour in both panels; the bounds differ in dash pattern and marker.
     """
-    import matplotlib.ticker as mticker
     from matplotlib.lines import Line2D
 
     fig, axes = new_figure(3.9, 1, 2)
@@ -97,9 +96,11 @@ def plot_regions(rows, *, title: str = "linear regions of the zigzag transformer
             smoke_note(ax, f"Variant {variant}: not run", empty=True)
             continue
         handles = []
+        lines = False  # a bound is a line through two depths or more; one depth: points only
         for T in sorted({r["T"] for r in rr}):
             s = sorted((r for r in rr if r["T"] == T), key=lambda r: r["D"])
             D = [r["D"] for r in s]
+            lines = lines or len(D) >= 2
             col = colour_of[T]
             ax.semilogy(D, [r["regions"] for r in s], "o", color=col, ms=6)
             ax.semilogy(D, [r["rc_exact"] for r in s], "-", color=col, lw=1)
@@ -114,21 +115,22 @@ def plot_regions(rows, *, title: str = "linear regions of the zigzag transformer
                     color=col,
                     lw=1.2,
                 )
-            handles.append(Line2D([], [], color=col, lw=4, label=f"$T = {T}$"))
+            handles.append(Line2D([], [], color=col, marker="o", ls="", ms=6, label=f"$T = {T}$"))
         ax.set_xlabel("depth $D$ (blocks)")
         ax.set_ylabel("linear regions on [0, 1] ($d = 1$)")
-        ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))
+        integer_axis(ax.xaxis)
+        integer_axis(ax.yaxis)  # region counts
         ax.grid(True, which="both")
-        styles = [
-            Line2D([], [], color="k", marker="o", ls="", label="counted (exact, certified)"),
-            Line2D([], [], color="k", lw=1, label=_FORMULA[variant]),
-            Line2D([], [], color="k", ls=(0, (5, 2)), lw=1, label=r"Montúfar $k^{L-1}k^d$"),
-        ]
+        styles = [Line2D([], [], color="k", marker="o", ls="", label="counted (exact, certified)")]
+        if lines:
+            styles += [
+                Line2D([], [], color="k", lw=1, label=_FORMULA[variant]),
+                Line2D([], [], color="k", ls=(0, (5, 2)), lw=1, label=r"Montúfar $k^{L-1}k^d$"),
+            ]
         if variant == "B":
             summary = r"$(T-1)^d\,(T-1)^{q(\lfloor D/3\rfloor-1)}$"
-            styles.append(
-                Line2D([], [], color="k", ls=(0, (1, 1.5)), marker="v", ms=3, lw=1.2, label=summary)
-            )
+            ls = (0, (1, 1.5)) if lines else ""
+            styles.append(Line2D([], [], color="k", ls=ls, marker="v", ms=3, lw=1.2, label=summary))
         ax.legend(
             handles=styles + handles,
             loc="upper center",

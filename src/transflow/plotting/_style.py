@@ -20,14 +20,53 @@ import numpy as np
 
 __all__ = [
     "FIGURE_WIDTH",
+    "MAX_END_GAP",
     "STYLE",
     "LogTicks",
     "figure_style",
     "finish",
+    "integer_axis",
     "new_figure",
+    "smoke_mark",
     "smoke_note",
     "styled",
+    "threshold_line",
+    "tick_gaps",
 ]
+
+#: The farthest an end of an axis's data range may lie from its nearest labelled tick, as
+#: a fraction of the range in the axis's scale (log10 on a log axis): the figure checker
+#: reports more, and :class:`LogTicks` picks ticks that keep within it.
+MAX_END_GAP = 0.3
+
+#: The gid prefix of a line drawn by :func:`threshold_line` (``threshold:<claim>=<value>``).
+THRESHOLD_GID = "threshold:"
+
+#: The attribute :func:`integer_axis` sets on an axis (the checker reads it).
+INTEGER_MARK = "_transflow_integer"
+
+
+def tick_gaps(ticks, lo: float, hi: float, scale=None) -> tuple[float, float] | None:
+    """``(lower, upper)``: how far each end of the data range ``[lo, hi]`` lies from its
+    nearest tick in ``ticks``, as fractions of the range measured in ``scale`` (a
+    function on arrays; e.g. ``np.log10``; default: the identity). None when the range
+    is a point or there are no ticks.
+
+    Example:
+        >>> import numpy as np
+        >>> from transflow.plotting import tick_gaps
+        >>> tick_gaps([1, 4], 1, 8, np.log2)  # the depth axis labelled 1 and 4 only
+        (0.0, 0.3333333333333333)
+    """
+    f = scale or (lambda v: np.asarray(v, float))
+    t = np.asarray(f(np.asarray(ticks, float)), float)
+    t = t[np.isfinite(t)]
+    a, b = (float(v) for v in np.asarray(f(np.asarray([lo, hi], float)), float))
+    span = abs(b - a)
+    if not len(t) or not (np.isfinite(span) and span > 0):
+        return None
+    return float(np.min(np.abs(t - a)) / span), float(np.min(np.abs(t - b)) / span)
+
 
 #: The width of every figure in inches (the docs gallery shows all figures at one scale).
 FIGURE_WIDTH = 7.0
@@ -126,10 +165,12 @@ def _decade(x: float) -> int:
 class LogTicks:
     """Tick positions and labels of a log axis that stay readable for any span.
 
-    Two or more decades in view: the decades (thinned to at most ``max_ticks``), labelled
-    ``10^k``. Less: 1–2–5 × 10^k (or 1…9 × 10^k on a very short span), labelled as plain
-    numbers (``0.02``, ``20``) between 10⁻³ and 10⁴ and ``m×10^k`` outside; a span too
-    short for two of those: evenly spaced round numbers. Minor ticks stay, unlabelled.
+    Of these, with two to ``max_ticks`` ticks, the first that leaves neither end of the
+    span farther than :data:`MAX_END_GAP` of it (in decades) from a tick (else the one
+    that comes closest): the decades (thinned to at most ``max_ticks``), labelled
+    ``10^k``; 1–2–5 × 10^k; 1–3 × 10^k, labelled as plain numbers (``0.02``, ``20``) between 10⁻³
+    and 10⁴ and ``m×10^k`` outside; evenly spaced round numbers (about 4, then 6; the
+    top ones of 1…9 × 10^k would crowd). Minor ticks stay, unlabelled.
 
     Example:
         >>> from transflow.plotting import LogTicks
@@ -150,17 +191,26 @@ class LogTicks:
         k0, k1 = _decade(lo), _decade(hi) + 1
         tol = 1e-9
         inside = lambda ts: [t for t in ts if lo * (1 - tol) <= t <= hi * (1 + tol)]  # noqa: E731
-        for subs in ((1,), (1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
-            ts = inside([m * 10.0**k for k in range(k0, k1 + 1) for m in subs])
-            if len(ts) >= 2:
-                break
-        if subs == (1,) and len(ts) > cls.max_ticks:
-            stride = math.ceil(len(ts) / cls.max_ticks)
-            ts = [t for t in ts if _decade(t) % stride == 0]
-        if len(ts) < 2:  # a very short span: evenly spaced round numbers
-            import matplotlib.ticker as mticker
 
-            ts = inside(mticker.MaxNLocator(4).tick_values(lo, hi))
+        def worst_gap(ts) -> float:
+            gaps = tick_gaps(ts, lo, hi, np.log10)
+            return 0.0 if gaps is None else max(gaps)
+
+        import matplotlib.ticker as mticker
+
+        candidates = []
+        for subs in ((1,), (1, 2, 5), (1, 3)):
+            ts = inside([m * 10.0**k for k in range(k0, k1 + 1) for m in subs])
+            if subs == (1,) and len(ts) > cls.max_ticks:
+                stride = math.ceil(len(ts) / cls.max_ticks)
+                ts = [t for t in ts if _decade(t) % stride == 0]
+            candidates.append(ts)
+        for n in (4, 6):  # a short span: evenly spaced round numbers
+            candidates.append(inside(mticker.MaxNLocator(n).tick_values(lo, hi)))
+        fit = [ts for ts in candidates if 2 <= len(ts) <= cls.max_ticks] or [candidates[0]]
+        ts = next((t for t in fit if worst_gap(t) <= MAX_END_GAP), None)
+        if ts is None:  # none keeps both ends near a label: the one that comes closest
+            ts = min(fit, key=worst_gap)
         return np.array(ts, dtype=float)
 
     @staticmethod
@@ -187,7 +237,14 @@ class LogTicks:
                 return self.tick_values(vmin, vmax)
 
             def tick_values(self, vmin, vmax):
-                return cls.ticks(vmin, vmax)
+                ts = cls.ticks(vmin, vmax)
+                if getattr(self.axis, INTEGER_MARK, False):  # integer data: integer ticks
+                    ts = ts[np.abs(ts - np.round(ts)) < 1e-9 * np.maximum(1, ts)]
+                    if len(ts) < 2:
+                        lo, hi = sorted((vmin, vmax))
+                        ts = mticker.MaxNLocator(integer=True, min_n_ticks=1).tick_values(lo, hi)
+                        ts = ts[(ts >= lo) & (ts <= hi)]
+                return ts
 
         class _Formatter(mticker.Formatter):
             ticks: list = []
@@ -257,7 +314,8 @@ def smoke_note(ax, text: str, *, empty: bool = False) -> None:
     """Say on ``ax`` that its data are too small to show (a smoke-size run).
 
     ``empty=True``: the panel has nothing to show; its frame is turned off and the note
-    stands in its middle. Otherwise the note sits in the upper left corner of the axes.
+    stands in its middle. Otherwise the note is a second line of the panel's title (in
+    grey), where it covers no data.
     """
     if empty:
         ax.set_axis_off()
@@ -273,15 +331,103 @@ def smoke_note(ax, text: str, *, empty: bool = False) -> None:
             wrap=True,
         )
         return
-    ax.text(
-        0.02,
-        0.97,
+    ax.set_title(f"{ax.get_title()}\n({text})" if ax.get_title() else f"({text})")
+
+
+def integer_axis(axis):
+    """Tick ``axis`` (an ``XAxis``/``YAxis``, or a colour bar's long axis) at integers
+    only and mark it integer for the figure checker (a log axis keeps :class:`LogTicks`,
+    which then drops fractional ticks). Returns ``axis``.
+
+    Example:
+        >>> from transflow.plotting import integer_axis, new_figure
+        >>> fig, ax = new_figure(2.0)
+        >>> _ = ax.plot([2], [3], "o"); _ = integer_axis(ax.xaxis)
+        >>> fig.draw_without_rendering(); [float(t) for t in ax.get_xticks()]
+        [1.0, 2.0, 3.0]
+    """
+    import matplotlib.ticker as mticker
+
+    if axis.get_scale() != "log":
+        axis.set_major_locator(mticker.MaxNLocator(integer=True, min_n_ticks=1))
+    setattr(axis, INTEGER_MARK, True)
+    return axis
+
+
+def threshold_line(ax, claim: str, value: float, *, label: str | None = None, axis: str = "y",
+                   **style: Any):  # fmt: skip
+    """Draw the threshold of claim ``claim`` at its ``value`` across ``ax`` (horizontal
+    for ``axis="y"``, vertical for ``"x"``) and store both on the line, so the figure
+    checker can compare the line with the claim. ``label`` (default ``"<claim> <value>"``)
+    must state the value. Returns the ``Line2D``.
+
+    Pass the value from the claim the figure illustrates (the run's claim dict, the
+    config's bound), never a typed-in number.
+
+    Example:
+        >>> from transflow.plotting import new_figure, threshold_line
+        >>> fig, ax = new_figure(2.0)
+        >>> line = threshold_line(ax, "test_accuracy", 0.99, label="claim: accuracy ≥ 0.99")
+        >>> line.get_gid(), float(line.get_ydata()[0])
+        ('threshold:test_accuracy=0.99', 0.99)
+    """
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(
+            f"threshold_line: `value` of claim {claim!r} must be finite, got {value!r}; "
+            "pass the claim's bound."
+        )
+    if axis not in ("x", "y"):
+        raise ValueError(f"threshold_line: `axis` must be 'x' or 'y', got {axis!r}.")
+    style.setdefault("label", label if label is not None else f"{claim} {value:g}")
+    line = (ax.axhline if axis == "y" else ax.axvline)(value, **style)
+    line.set_gid(f"{THRESHOLD_GID}{claim}={value!r}")
+    return line
+
+
+def parse_threshold(gid) -> tuple[str, float] | None:
+    """``(claim, value)`` stored by :func:`threshold_line` in a line's gid, else None."""
+    if not gid or not str(gid).startswith(THRESHOLD_GID):
+        return None
+    claim, _, value = str(gid)[len(THRESHOLD_GID) :].rpartition("=")
+    try:
+        return claim, float(value)
+    except ValueError:
+        return None
+
+
+#: The line under every smoke-size figure (:func:`smoke_mark`).
+SMOKE_MARK = "SMOKE SIZE: tiny inputs, a wiring check, not the study's numbers"
+
+
+def smoke_mark(fig, text: str = SMOKE_MARK):
+    """Mark ``fig`` as a smoke-size figure: a red line of text (:data:`SMOKE_MARK`)
+    centred below everything the figure draws (its lowest axis, text or legend), so it
+    overlaps nothing. Idempotent; returns ``fig``. The one mark of a smoke figure:
+    :func:`transflow.plotting.save_figure` calls it under ``make_all.py --smoke`` and
+    ``RunContext.save_figure`` in a ``debug=smoke`` run.
+
+    Example:
+        >>> from transflow.plotting import new_figure, smoke_mark
+        >>> fig, ax = new_figure(2.0)
+        >>> _ = smoke_mark(smoke_mark(fig)); [t.get_gid() for t in fig.texts]
+        ['smoke-mark']
+    """
+    if any(t.get_gid() == "smoke-mark" for t in fig.texts):
+        return fig
+    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+    width, height = fig.get_size_inches()
+    fig.text(
+        (box.x0 + box.x1) / 2 / width,
+        box.y0 / height - 0.02,
         text,
-        transform=ax.transAxes,
-        ha="left",
+        ha="center",
         va="top",
-        fontsize=7,
-        color="0.3",
-        bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "0.7", "alpha": 0.9},
-        zorder=10,
+        fontsize=8,
+        fontweight="bold",
+        color="#b00000",
+        gid="smoke-mark",
     )
+    return fig
+    fig.text(1.0, 0.0, text, ha="right", va="top", fontsize=6.5, color="0.35", gid="smoke-mark")
+    return fig

@@ -5,7 +5,7 @@ partition of one trained model beside its target's. The records come from
 
 from __future__ import annotations
 
-from ._style import new_figure, smoke_note, styled
+from ._style import integer_axis, new_figure, smoke_note, styled, threshold_line
 
 __all__ = ["plot_trained_partition", "plot_trained_regions"]
 
@@ -28,8 +28,6 @@ def plot_trained_regions(rows, *, title: str = "linear regions against depth: tr
     ``kind``, ``depth``, ``seed``, ``regions``, ``regions_init``, ``capacity``,
     ``target_regions``.
     """
-    import matplotlib.ticker as mticker
-
     targets = list(dict.fromkeys(r["target"] for r in rows))
     fig, axes = new_figure(3.4, 1, max(len(targets), 1))
     axes = list(axes) if len(targets) > 1 else [axes]
@@ -67,12 +65,20 @@ def plot_trained_regions(rows, *, title: str = "linear regions against depth: tr
                 )
         tr = rt[0].get("target_regions")
         if tr:
-            ax.axhline(tr, color="0.5", lw=0.8, ls="-.", label=f"target ({tr} regions)")
+            threshold_line(
+                ax,
+                "target_regions",
+                tr,
+                label=f"target ({tr} regions)",
+                color="0.5",
+                lw=0.8,
+                ls="-.",
+            )
         ax.set_yscale("log")
         ax.set_title(f"{target} ($d = {rt[0]['dim']}$)")
         ax.set_xlabel("depth $D$")
         ax.set_ylabel("certified linear regions on $[0, 1]^d$")
-        ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))
+        integer_axis(ax.xaxis)
         ax.grid(True, which="both")
         if len(depths) < 3:
             smoke_note(ax, f"smoke size: depths {', '.join(map(str, depths))} only")

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._style import new_figure, smoke_note, styled
+from ._style import new_figure, smoke_note, styled, threshold_line
 
 __all__ = ["plot_training_curves"]
 
 
 @styled
-def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title: str = "") -> Any:
+def plot_training_curves(
+    runs: dict[str, list[dict] | dict[str, Any]],
+    *,
+    title: str = "",
+    thresholds: dict[str, float] | None = None,
+) -> Any:
     """A two-panel matplotlib figure: loss (log scale) and accuracy against steps.
 
     ``runs`` maps a label to a history (list of logged dicts) or to the columns of
     :func:`transflow.control.curves_from_history` (e.g. a run's ``curves.npz``); training
-    entries are thin lines, evaluation (held-out) entries markers; one key below the
-    panels names every curve and the 0.95 accuracy line.
+    entries are thin lines, evaluation (held-out) entries markers. ``thresholds`` maps a
+    claim name to its bound (e.g. ``{"test_accuracy": 0.99}``, the run's claims): each is
+    drawn on the accuracy panel by :func:`threshold_line` from that value. One key below
+    the panels names every curve and threshold.
     """
 
     from ..control import curves_from_history
@@ -35,11 +42,23 @@ def plot_training_curves(runs: dict[str, list[dict] | dict[str, Any]], *, title:
         )
     ax_l.set(xlabel="step", ylabel="cross-entropy", yscale="log", title="loss")
     ax_a.set(xlabel="step", ylabel="accuracy", ylim=(0, 1.02), title="accuracy")
-    ax_a.axhline(0.95, color="0.4", ls=":", lw=1, label="accuracy 0.95")
-    # one key for both panels, below them: the same runs, train and test, and the 0.95 line
+    styles = [":", "--", "-."]
+    for k, (claim, value) in enumerate((thresholds or {}).items()):
+        threshold_line(
+            ax_a,
+            claim,
+            value,
+            label=f"claim: {claim} ≥ {float(value):g}",
+            color="0.4",
+            ls=styles[k % len(styles)],
+            lw=1,
+        )
+    # one key for both panels, below them: the same runs, train and test, and the claims
     handles, labels = ax_l.get_legend_handles_labels()
     h_a, l_a = ax_a.get_legend_handles_labels()
-    fig.legend(handles + h_a[-1:], labels + l_a[-1:], loc="outside lower center", ncol=5)
+    n_thr = len(thresholds or {})
+    h_t, l_t = (h_a[-n_thr:], l_a[-n_thr:]) if n_thr else ([], [])
+    fig.legend(handles + h_t, labels + l_t, loc="outside lower center", ncol=4)
     for ax in (ax_l, ax_a):
         ax.grid(True, which="both")
         if n_eval < 2:

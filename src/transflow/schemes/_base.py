@@ -13,7 +13,8 @@ The sub-steps every family is written in live here once: the attention sub-step
 (:func:`ffn_branch`) and the mask keywords.
 """
 
-from __future__ import annotations
+import abc
+import dataclasses
 
 import equinox as eqx
 import jax
@@ -25,7 +26,28 @@ from .._errors import check_choice
 from .._grid import Grid
 from .._operators import Implementation, activation_fn, attention, project_s1, wmul
 
-__all__ = ["AbstractScheme", "AttentionOptions", "check_consistent", "check_masks", "ffn_branch"]
+__all__ = [
+    "AbstractAttentionChoice",
+    "AbstractCausal",
+    "AbstractImplicitFFN",
+    "AbstractLinearStability",
+    "AbstractMaskable",
+    "AbstractODEScheme",
+    "AbstractOperators",
+    "AbstractPostNorm",
+    "AbstractScheme",
+    "AbstractShardable",
+    "AbstractWrapper",
+    "AttentionOptions",
+    "CAPABILITIES",
+    "DenseOperators",
+    "MissingCapability",
+    "check_consistent",
+    "check_masks",
+    "ffn_branch",
+    "has",
+    "require",
+]
 
 Substeps = dict[str, Float[Array, "n d"]]
 
@@ -40,10 +62,16 @@ def _project(v, norm: NormParams, grid: Grid | None, eps_scale: float = 1.0):
     )
 
 
-def _ffn_substep(z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Array):
+def _linear(z, w, b):
+    """An FFN map ``z W + b`` on one device."""
+    return wmul(z, w) + b
+
+
+def _ffn_substep(z: Float[Array, "n d"], ffn: FFNParams, j: int, dt: float | Array, linear=_linear):
     """FFN sub-step ``j`` without its activation: ``Z + dt (Z W_j + b_j)`` (residual) or
-    ``Z W_j + b_j`` (lifting). Shared by :func:`ffn_branch` and ``transflow.continuous``."""
-    lin = wmul(z, ffn.weights[j]) + ffn.biases[j]
+    ``Z W_j + b_j`` (lifting), the map ``linear`` (default: on one device). Shared by
+    :func:`ffn_branch` and ``transflow.continuous``."""
+    lin = linear(z, ffn.weights[j], ffn.biases[j])
     return z + dt * lin if ffn.residual[j] else lin
 
 
@@ -62,21 +90,12 @@ def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
     masks = _masks(key_padding_mask, attention_mask)
     if not masks:
         return masks
-    import inspect
-
     from .._masks import check_attention_mask, check_key_padding_mask
 
     n = u.shape[0]
     check_key_padding_mask(key_padding_mask, n)
     check_attention_mask(attention_mask, n, n, n_heads)
-    params = inspect.signature(scheme.step).parameters
-    missing = [k for k in masks if k not in params]
-    if missing:
-        raise TypeError(
-            f"{type(scheme).__name__}.step does not take {missing[0]}=; masks are supported "
-            "by LieScheme, PreNormScheme and CausalScheme (and schemes whose step accepts "
-            "key_padding_mask/attention_mask)."
-        )
+    require(scheme, AbstractMaskable, f"{next(iter(masks))}=")
     return masks
 
 
@@ -89,10 +108,12 @@ def check_tau(owner: str, tau) -> None:
         )
 
 
-def attend(scheme, v, attn, *, grid, causal, masks):
+def attend(scheme, v, attn, *, grid, causal, masks, **chosen):
     """The attention operator 𝒜(v) of a scheme's controls with the scheme's kernel options
     (``hardmax``, ``temperature``, ``implementation``): the one attention call of every
-    family's sub-steps."""
+    family's sub-steps. ``chosen``: an ``implementation`` and its ``query_block``,
+    ``key_block`` in place of the scheme's."""
+    kernel = {"implementation": scheme.implementation, **chosen}
     return attention(
         v,
         attn,
@@ -100,7 +121,7 @@ def attend(scheme, v, attn, *, grid, causal, masks):
         causal=causal,
         hardmax=scheme.hardmax,
         temperature=scheme.temperature,
-        implementation=scheme.implementation,
+        **kernel,
         **masks,
     )
 
@@ -122,21 +143,94 @@ def ffn_branch(
     return _ffn_branch(z, ffn, dt, _exact, record)
 
 
-def _ffn_branch(z, ffn: FFNParams, dt, toward, record: bool):
-    """:func:`ffn_branch` whose activation sub-steps are ``toward(z, act(z))``."""
+def _ffn_branch(z, ffn: FFNParams, dt, toward, record: bool, linear=_linear, substeps=None):
+    """:func:`ffn_branch` whose activation sub-steps are ``toward(z, act(z))`` and whose
+    maps are ``linear`` (an :class:`AbstractOperators`'s); ``substeps``: a range of the
+    sub-steps to run (default all), an FFN of its own (the untied Macaron layer)."""
     act = activation_fn(ffn.activation)
-    J = ffn.num_substeps
+    js = range(ffn.num_substeps) if substeps is None else substeps
     states = []
-    for j in range(J):
-        z = _ffn_substep(z, ffn, j, dt)
-        if j < J - 1 or ffn.activation_on_last:
+    for j in js:
+        z = _ffn_substep(z, ffn, j, dt, linear)
+        if j < js[-1] or ffn.activation_on_last:
             z = toward(z, act(z))
         states.append(z)
     return (z, states) if record else z
 
 
+class AbstractOperators(eqx.Module):
+    """The sub-operations a scheme's :meth:`~AbstractScheme.advance` is written in, and
+    the context they run in (``grid``, ``causal``, the set ``masks``).
+
+    :class:`DenseOperators` (one device, :meth:`AbstractScheme.step`) is the default;
+    :func:`transflow.parallel.shard_evolve` passes its sharded ones (the ring attention,
+    the LayerNorm as ``psum`` reductions, the FFN maps on column blocks) to the same
+    ``advance`` of a scheme that declares :class:`AbstractShardable`: the scheme's step
+    is written once."""
+
+    grid: eqx.AbstractVar[Grid | None]
+    causal: eqx.AbstractVar[bool]
+    masks: eqx.AbstractVar[dict]
+
+    @abc.abstractmethod
+    def attention(self, scheme, v, attn):
+        """The attention operator 𝒜(v) with the kernel options of ``scheme``."""
+
+    @abc.abstractmethod
+    def project(self, v, norm: NormParams, eps_scale: float = 1.0):
+        """The projection onto S1 of ``norm`` (ε scaled by ``eps_scale``)."""
+
+    @abc.abstractmethod
+    def linear(self, z, w, b):
+        """An FFN map ``z W + b``."""
+
+    def with_causal(self) -> "AbstractOperators":
+        """The same operators with causal attention (:class:`CausalScheme`)."""
+        return dataclasses.replace(self, causal=True)
+
+
+class DenseOperators(AbstractOperators):
+    """The operators on one device: :func:`transflow.attention` (with ``implementation``,
+    ``query_block``, ``key_block`` when set, else the scheme's own options),
+    :func:`transflow.project_s1` weighted by ``grid`` and :func:`transflow.wmul`."""
+
+    grid: Grid | None = None
+    causal: bool = eqx.field(static=True, default=False)
+    masks: dict = eqx.field(default_factory=dict)
+    implementation: Implementation | None = eqx.field(static=True, default=None)
+    query_block: int = eqx.field(static=True, default=512)
+    key_block: int = eqx.field(static=True, default=512)
+
+    def attention(self, scheme, v, attn):
+        chosen = {}  # the scheme's own implementation, at the default blocks
+        if self.implementation is not None:
+            chosen = {"implementation": self.implementation, "query_block": self.query_block}
+            chosen["key_block"] = self.key_block
+        return attend(
+            scheme, v, attn, grid=self.grid, causal=self.causal, masks=self.masks, **chosen
+        )
+
+    def project(self, v, norm: NormParams, eps_scale: float = 1.0):
+        return _project(v, norm, self.grid, eps_scale)
+
+    def linear(self, z, w, b):
+        return _linear(z, w, b)
+
+
 class AbstractScheme(eqx.Module):
-    """A splitting scheme: maps (u at tⁿ, controls θⁿ, Δt) to u at tⁿ⁺¹."""
+    """A splitting scheme: maps (u at tⁿ, controls θⁿ, Δt) to u at tⁿ⁺¹.
+
+    A family implements :meth:`advance` and :meth:`substep_names` and declares ``nodes``
+    (the times ``t_n + c Δt`` of a step where θ(t) is sampled; ``(0.5,)``: the midpoint).
+    What a consumer may do with a scheme is declared by the capability classes it
+    inherits (docs/scheme-capabilities.md): :class:`AbstractODEScheme` (a vector field and
+    an ``order``), :class:`AbstractLinearStability`, :class:`AbstractShardable`,
+    :class:`AbstractMaskable`, :class:`AbstractCausal`, :class:`AbstractAttentionChoice`,
+    :class:`AbstractPostNorm`, :class:`AbstractImplicitFFN`; :func:`require` refuses a
+    scheme without the one a consumer needs. Every concrete scheme is final.
+    """
+
+    nodes: eqx.AbstractVar[tuple[float, ...]]
 
     def step(
         self,
@@ -150,27 +244,32 @@ class AbstractScheme(eqx.Module):
         key_padding_mask: Bool[Array, " n"] | None = None,
         attention_mask: Bool[Array, "*h n n"] | Float[Array, "*h n n"] | None = None,
     ):
-        """One step. Schemes that take masks accept ``key_padding_mask`` (True = padded)
-        and ``attention_mask`` (True = may attend, or additive float) and pass them to
-        every attention sub-step (see :func:`transflow.attention`); a scheme without
-        these keywords is refused by :func:`evolve` when masks are given.
+        """One step. A scheme that takes masks (:class:`AbstractMaskable`) accepts
+        ``key_padding_mask`` (True = padded) and ``attention_mask`` (True = may attend, or
+        additive float) and passes them to every attention sub-step (see
+        :func:`transflow.attention`); any other scheme is refused when masks are given.
 
         Written once for every family: the family's :meth:`advance` computes the next
         state and the sub-step states; ``return_substeps=True`` names them by
         :meth:`substep_names`."""
         masks = _masks(key_padding_mask, attention_mask)
-        out, states = self.advance(u, controls, dt, grid=grid, causal=causal, masks=masks)
+        if masks:
+            require(self, AbstractMaskable, "masks (key_padding_mask=, attention_mask=)")
+        ops = DenseOperators(grid, causal, masks)
+        out, states = self.advance(u, controls, dt, ops=ops)
         if not return_substeps:
             return out
         return out, dict(zip(self.substep_names(controls), states))
 
-    def advance(self, u, controls, dt, *, grid, causal, masks) -> tuple:
-        """The family's step: ``(u at tⁿ⁺¹, the sub-step states)`` (``masks``: the mask
-        keywords that are set, for every attention sub-step)."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def advance(self, u, controls, dt, *, ops: AbstractOperators) -> tuple:
+        """The family's step: ``(u at tⁿ⁺¹, the sub-step states)``, written in the
+        operators ``ops`` (:class:`AbstractOperators`: the attention, projection and FFN
+        maps, and the grid, causality and masks of the call)."""
 
+    @abc.abstractmethod
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
-        raise NotImplementedError
+        """The names of the sub-step states :meth:`advance` returns."""
 
     @property
     def ffn_copies(self) -> int:
@@ -181,10 +280,19 @@ class AbstractScheme(eqx.Module):
 
     @property
     def consistent(self) -> bool:
-        """Whether ``step(u, θ, Δt) = u + Δt f(u, θ) + O(Δt²)`` for a vector field f (the
-        scheme has a continuous limit, :meth:`vector_field`). True unless a scheme says
-        otherwise (the paper's :class:`LieScheme`: its projections do not depend on Δt)."""
-        return True
+        """Whether ``step(u, θ, Δt) = u + Δt f(u, θ) + O(Δt²)`` for a vector field f: the
+        scheme has the capability :class:`AbstractODEScheme` (not the paper's
+        :class:`LieScheme`: its projections do not depend on Δt)."""
+        return has(self, AbstractODEScheme)
+
+
+# ------------------------------------------------------------------------------ capabilities
+class AbstractODEScheme(AbstractScheme):
+    """Capability: consistent with an ODE, ``step(u, θ, Δt) = u + Δt f(u, θ) + O(Δt²)``;
+    declares its ``order`` of convergence in Δt and has a :meth:`vector_field` (used by
+    :func:`transflow.vector_field`, the adaptive solve and :func:`transflow.declared_order`)."""
+
+    order: eqx.AbstractVar[int]
 
     def vector_field(
         self, u: Float[Array, "n d"], controls: LayerControls, *, grid: Grid | None = None
@@ -194,16 +302,151 @@ class AbstractScheme(eqx.Module):
         The continuous right-hand side of a consistent scheme
         (:func:`transflow.continuous.vector_field` evaluates it along a path).
         """
-        check_consistent(self)
-
-        def step(dt):
-            return self.step(u, controls, dt, grid=grid)
-
-        zero = jnp.zeros((), u.dtype)
-        return jax.jvp(step, (zero,), (jnp.ones_like(zero),))[1]
+        return step_derivative(self, u, controls, grid)
 
 
-class AttentionOptions(AbstractScheme):
+class AbstractLinearStability(AbstractScheme):
+    """Capability: a linear stability function, the amplification factor on the linear test
+    problem u' = (λ_a + λ_g) u (:func:`transflow.stability_function`), and the step matrix
+    of linear sub-fields (:func:`transflow.linear_step_matrix`) from the scheme's own step
+    code."""
+
+    @abc.abstractmethod
+    def stability_function(self, z_attention, z_ffn):
+        """R(z_a, z_g) (complex rates Δt λ_a, Δt λ_g)."""
+
+    @abc.abstractmethod
+    def linear_step_matrix(self, j_attention, j_ffn, dt):
+        """The step matrix S on a(u) = u J_a, g(u) = u J_g (row convention)."""
+
+
+class AbstractImplicitFFN(AbstractLinearStability):
+    """Capability: the FFN sub-steps are taken implicitly (an IMEX step); the linearised
+    stability reads the layer as trained (:func:`transflow.linearised_stability`,
+    ``form="imex"``)."""
+
+    @abc.abstractmethod
+    def implicit_weights(self, controls: LayerControls) -> tuple:
+        """The matrices the implicit FFN sub-steps take."""
+
+    @abc.abstractmethod
+    def implicit_branch_weight(self) -> float:
+        """c in J = J_a + c Σ_j I_n ⊗ W_j: the weight of the FFN branch in one step."""
+
+
+class AbstractShardable(AbstractScheme):
+    """Capability: :meth:`advance` is written in its :class:`AbstractOperators` only (the
+    attention, the projections, the FFN maps and pointwise maps), so
+    :func:`transflow.parallel.shard_evolve` with ``method="ring"`` runs the scheme's own
+    step on token and feature shards with the ring's collectives, and ``method="gspmd"``
+    with an ``attention_implementation``."""
+
+
+class AbstractMaskable(AbstractScheme):
+    """Capability: every attention sub-step takes ``key_padding_mask`` and
+    ``attention_mask`` (from :class:`AbstractOperators`'s ``masks``)."""
+
+
+class AbstractCausal(AbstractScheme):
+    """Capability: every attention sub-step is causal (x̃ ≤ x) whatever its caller passes
+    (:class:`~transflow.CausalScheme`; :class:`~transflow.models.CausalDecoder` needs it)."""
+
+
+class AbstractAttentionChoice(AbstractScheme):
+    """Capability: the attention evaluation is a field, ``implementation`` (``"auto"``,
+    ``"dense"``, ``"chunked"``), that ``evolve(..., attention_implementation=...)`` sets."""
+
+    implementation: eqx.AbstractVar[Implementation]
+
+
+class AbstractPostNorm(AbstractScheme):
+    """Capability: every step closes with a projection (or a relaxation) onto S1 of
+    ``norm2``, so a trajectory's states lie on (or near) that set (post-LN; the analysis of
+    trajectories measures the distance to it)."""
+
+
+class AbstractWrapper(AbstractScheme):
+    """A scheme that wraps another (``inner``) and has the capabilities listed in
+    ``forwards`` exactly when ``inner`` has them (:func:`has`)."""
+
+    inner: eqx.AbstractVar[AbstractScheme]
+    forwards: eqx.AbstractClassVar[tuple[type, ...]]
+
+
+#: Every capability a scheme can declare, with what a scheme without it is not (the
+#: refusal of :func:`require`; docs/scheme-capabilities.md is generated from these).
+CAPABILITIES: dict[type, str] = {
+    AbstractODEScheme: "consistent with an ODE",
+    AbstractLinearStability: "reducible to the linear test problem",
+    AbstractImplicitFFN: "an IMEX step with implicit FFN sub-steps",
+    AbstractShardable: "written in the operators the ring shards",
+    AbstractMaskable: "able to take attention masks",
+    AbstractCausal: "causal whatever its caller passes",
+    AbstractAttentionChoice: "given a selectable attention `implementation`",
+    AbstractPostNorm: "closed by a projection onto S1",
+}
+
+
+class MissingCapability(TypeError):
+    """A scheme lacks the capability a consumer needs (one line naming both)."""
+
+
+def has(scheme, capability: type) -> bool:
+    """Whether ``scheme`` has ``capability``: it inherits the capability class, or it is an
+    :class:`AbstractWrapper` that forwards it and whose inner scheme has it."""
+    if isinstance(scheme, capability):
+        return True
+    if isinstance(scheme, AbstractWrapper) and capability in scheme.forwards:
+        return has(scheme.inner, capability)
+    return False
+
+
+def require(scheme, capability: type, consumer: str) -> None:
+    """TypeError unless ``scheme`` is a scheme with ``capability`` (one line naming the
+    scheme, the capability and the consumer)."""
+    if not isinstance(scheme, AbstractScheme):
+        raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
+    if not has(scheme, capability):
+        lacking = _lacking(scheme, capability)
+        raise MissingCapability(
+            f"{consumer}: {_describe(scheme)} lacks the capability {capability.__name__} "
+            f"({type(lacking).__name__} is not {CAPABILITIES[capability]}); "
+            f"{_HINTS.get(capability, 'use a scheme that declares it')} "
+            "(docs/scheme-capabilities.md)."
+        )
+
+
+#: How to get a capability a scheme lacks (the fix of :func:`require`'s message).
+_HINTS = {
+    AbstractODEScheme: "the paper's LieScheme applies Δt-independent projections; use "
+    "RelaxedLieScheme(tau=...) (the relaxed post-LN reading) or PreNormScheme",
+}
+
+
+def _lacking(scheme, capability):
+    """The scheme (``scheme`` or the inner scheme of a wrapper) without ``capability``."""
+    if isinstance(scheme, AbstractWrapper) and capability in scheme.forwards:
+        return _lacking(scheme.inner, capability)
+    return scheme
+
+
+def _describe(scheme) -> str:
+    if isinstance(scheme, AbstractWrapper):
+        return f"{type(scheme).__name__}({_describe(scheme.inner)})"
+    return type(scheme).__name__
+
+
+def step_derivative(scheme, u, controls, grid):
+    """``∂/∂Δt scheme.step(u, θ, Δt)`` at Δt = 0 (one forward-mode JVP of one step)."""
+
+    def step(dt):
+        return scheme.step(u, controls, dt, grid=grid)
+
+    zero = jnp.zeros((), u.dtype)
+    return jax.jvp(step, (zero,), (jnp.ones_like(zero),))[1]
+
+
+class AttentionOptions(AbstractAttentionChoice):
     """The attention kernel options every family with an attention sub-step carries,
     declared once (keyword-only, so each family's own fields keep their positions):
     ``hardmax``, ``temperature`` (see :func:`transflow.attention_weights`) and
@@ -218,13 +461,6 @@ class AttentionOptions(AbstractScheme):
         check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
 
 
-def check_consistent(scheme) -> None:
-    """TypeError unless ``scheme`` is a scheme with a vector field (:attr:`consistent`)."""
-    if not isinstance(scheme, AbstractScheme):
-        raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
-    if not scheme.consistent:
-        raise TypeError(
-            "the paper's LieScheme is not consistent with an ODE (its projections do not "
-            "depend on Δt), so it has no vector field; use RelaxedLieScheme(tau=...) (the "
-            "relaxed post-LN reading) or PreNormScheme."
-        )
+def check_consistent(scheme, consumer: str = "vector_field") -> None:
+    """TypeError unless ``scheme`` is a scheme with a vector field (:class:`AbstractODEScheme`)."""
+    require(scheme, AbstractODEScheme, consumer)

@@ -11,13 +11,19 @@ from jaxtyping import Array, Float
 from .._controls import LayerControls
 from .._errors import check_choice
 from .._operators import activation_fn
-from ._base import AttentionOptions, _project, attend, check_tau
-from ._subfields import Field
+from ._base import (
+    AbstractImplicitFFN,
+    AbstractMaskable,
+    AbstractODEScheme,
+    AttentionOptions,
+    check_tau,
+)
+from ._subfields import Field, _identity
 
 __all__ = ["IMEXScheme"]
 
 
-class IMEXScheme(AttentionOptions):
+class IMEXScheme(AttentionOptions, AbstractODEScheme, AbstractImplicitFFN, AbstractMaskable):
     """The post-LN Lie layer with implicit linear FFN sub-steps (a semi-implicit IMEX step).
 
     Sub-steps (those of :class:`~transflow.LieScheme`, docs/spec/continuous-model.md §3.2):
@@ -67,13 +73,8 @@ class IMEXScheme(AttentionOptions):
         check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
         check_choice("parameterization", self.parameterization, ("free", "dissipative"))
 
-    @property
-    def order(self) -> int:
-        return 1
-
-    @property
-    def nodes(self) -> tuple[float, ...]:
-        return (0.5,)
+    order = 1
+    nodes = (0.5,)
 
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         J = controls.ffn.num_substeps
@@ -117,7 +118,7 @@ class IMEXScheme(AttentionOptions):
         u6 = u5 + r * (p2(u5) - u5)
         return u6, (u1, u2, *states, u5, u6)
 
-    def advance(self, u, controls, dt, *, grid, causal, masks):
+    def advance(self, u, controls, dt, *, ops):
         c = controls
         if not all(c.ffn.residual):
             raise ValueError(
@@ -132,15 +133,37 @@ class IMEXScheme(AttentionOptions):
             )
 
         def attn(v):
-            return attend(self, v, c.attn, grid=grid, causal=causal, masks=masks)
+            return ops.attention(self, v, c.attn)
 
         return self._compose(
             u,
             dt,
             attn,
-            lambda v: _project(v, c.norm1, grid),
-            lambda v: _project(v, c.norm2, grid, eps_scale=0.25),
+            lambda v: ops.project(v, c.norm1),
+            lambda v: ops.project(v, c.norm2, 0.25),
             activation_fn(c.ffn.activation),
             self.implicit_weights(c),
             c.ffn.biases,
         )
+
+    def stability_function(self, z_attention, z_ffn):
+        """(1 + z_a) · ½ (1 + 1/(1 − c z_g)), c = 1 (``ffn_branch_dt="dt"``) or 2."""
+        c = 1.0 if self.ffn_branch_dt == "dt" else 2.0
+        return (1 + z_attention) * 0.5 * (1 + 1 / (1 - c * z_ffn))
+
+    def linear_step_matrix(self, j_attention, j_ffn, dt):
+        """J_g: the linear FFN part (one implicit sub-step, no activation) or a stack
+        ``(J, m, m)`` of the matrices of J implicit sub-steps."""
+        ja, jg = j_attention, j_ffn
+        m = ja.shape[0]
+        eye = jnp.eye(m, dtype=ja.dtype)
+        ws = tuple(jg) if jg.ndim == 3 else (jg,)
+        zero = jnp.zeros((m,), ja.dtype)
+        lin = lambda u: u @ ja  # noqa: E731
+        out, _ = self._compose(eye, dt, lin, _identity, _identity, None, ws, (zero,) * len(ws))
+        return out
+
+    def implicit_branch_weight(self) -> float:
+        """½ for ``"dt"`` (the FFN branch is averaged with the skip connection), 1 for
+        ``"2dt"``."""
+        return 0.5 if self.ffn_branch_dt == "dt" else 1.0

@@ -6,14 +6,31 @@ shares (the CvT scheme passes its convolutional attention).
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
 from .._controls import LayerControls
 from .._grid import Grid
-from ._base import AttentionOptions, _project, attend, ffn_branch
+from ._base import (
+    AbstractLinearStability,
+    AbstractMaskable,
+    AbstractODEScheme,
+    AbstractShardable,
+    AttentionOptions,
+    DenseOperators,
+    _exact,
+    _ffn_branch,
+)
 
 __all__ = ["PreNormScheme", "pre_ln_step"]
 
 
-class PreNormScheme(AttentionOptions):
+class PreNormScheme(
+    AttentionOptions,
+    AbstractODEScheme,
+    AbstractLinearStability,
+    AbstractShardable,
+    AbstractMaskable,
+):
     """Pre-LN layers (ViT, GPT-2, ``norm_first=True``): an extension, not paper-exact.
 
     Explicit Euler on the composite operators (docs/spec/continuous-model.md §4.2):
@@ -22,20 +39,38 @@ class PreNormScheme(AttentionOptions):
 
     where ℱ is the FFN map (its sub-steps at unit step, additive recombination) and the
     projections use each layer's ``norm1``/``norm2``. There is no closing projection.
+    Order 1; stability function (1 + z_a)(1 + z_g).
 
     Sub-step names: ``ln1``, ``attention``, ``ln2``, ``ffn1`` … ``ffnJ``, ``residual``.
     ``implementation`` selects the attention evaluation as in :class:`LieScheme`.
     """
 
+    order = 1
+    nodes = (0.5,)
+
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
-        J = controls.ffn.num_substeps
-        return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
+        return pre_ln_substep_names(controls)
 
-    def advance(self, u, controls, dt, *, grid, causal, masks):
+    def advance(self, u, controls, dt, *, ops):
         def attention_op(p1):
-            return attend(self, p1, controls.attn, grid=grid, causal=causal, masks=masks)
+            return ops.attention(self, p1, controls.attn)
 
-        return _pre_ln(attention_op, u, controls, dt, grid)
+        return _pre_ln(attention_op, u, controls, dt, ops)
+
+    def stability_function(self, z_attention, z_ffn):
+        return (1 + z_attention) * (1 + z_ffn)
+
+    def linear_step_matrix(self, j_attention, j_ffn, dt):
+        # the Lie composition of pre_ln_step on the linear sub-fields
+        eye = jnp.eye(j_attention.shape[0], dtype=j_attention.dtype)
+        u1 = eye + dt * (eye @ j_attention)
+        return u1 + dt * (u1 @ j_ffn)
+
+
+def pre_ln_substep_names(controls) -> tuple[str, ...]:
+    """The sub-step names of the pre-LN step (:class:`PreNormScheme`, the CvT scheme)."""
+    J = controls.ffn.num_substeps
+    return ("ln1", "attention", "ln2", *(f"ffn{j + 1}" for j in range(J)), "residual")
 
 
 def pre_ln_step(scheme, attend, u, controls, dt, *, grid: Grid | None, record: bool):
@@ -46,17 +81,17 @@ def pre_ln_step(scheme, attend, u, controls, dt, *, grid: Grid | None, record: b
     scheme passes its convolutional attention); ``record=True`` also returns the sub-step
     states named by ``scheme.substep_names``.
     """
-    u2, states = _pre_ln(attend, u, controls, dt, grid)
+    u2, states = _pre_ln(attend, u, controls, dt, DenseOperators(grid))
     if not record:
         return u2
     return u2, dict(zip(scheme.substep_names(controls), states))
 
 
-def _pre_ln(attend, u, c, dt, grid):
-    """:func:`pre_ln_step`'s state and its sub-step states."""
-    p1 = _project(u, c.norm1, grid)
+def _pre_ln(attend, u, c, dt, ops):
+    """:func:`pre_ln_step`'s state and its sub-step states, in the operators ``ops``."""
+    p1 = ops.project(u, c.norm1)
     u1 = u + dt * attend(p1)
-    p2 = _project(u1, c.norm2, grid)
-    z, states = ffn_branch(p2, c.ffn, 1.0, record=True)
+    p2 = ops.project(u1, c.norm2)
+    z, states = _ffn_branch(p2, c.ffn, 1.0, _exact, True, ops.linear)
     u2 = u1 + dt * z
     return u2, (p1, u1, p2, *states, u2)

@@ -3,43 +3,98 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import AbstractScheme
+from ._base import AbstractODEScheme, AbstractScheme, has
 from ._imex import IMEXScheme
 from ._lie import LieScheme, RelaxedLieScheme
 from ._prenorm import PreNormScheme
 from ._runge_kutta import RungeKuttaScheme
 from ._strang import StrangScheme
 
-__all__ = ["SCHEME_NAMES", "declared_order", "make_scheme", "stage_controls"]
+__all__ = [
+    "SCHEME_NAMES",
+    "declared_order",
+    "make_scheme",
+    "register_scheme",
+    "scheme_options",
+    "stage_controls",
+]
 
-#: Names accepted by :func:`make_scheme` (and the training tasks' ``scheme`` option).
-SCHEME_NAMES = (
-    "lie",
-    "prenorm",
-    "relaxed",
-    "macaron",
-    "macaron_untied",
-    "strang",
-    "macaron_post",
-    "strang_post",
-    "heun",
-    "midpoint",
-    "rk4",
-    "ode_rk2",
-    "imex",
-    "imex_dissipative",
-)
+
+class _Entry(NamedTuple):
+    constructor: Callable[..., AbstractScheme]
+    options: frozenset[str]
+
+
+#: The one table of schemes by name: name -> (constructor, the options a training task
+#: passes it). :data:`SCHEME_NAMES`, :func:`make_scheme`, the training tasks' ``scheme``
+#: option and the docs' capability matrix read it; :func:`register_scheme` adds to it.
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register_scheme(
+    name: str, constructor: Callable[..., AbstractScheme], *, options: tuple[str, ...] = ()
+) -> None:
+    """Register ``constructor`` (keyword options -> an :class:`AbstractScheme`) as scheme
+    ``name``: :func:`make_scheme` and the training tasks (``scheme=name``) then build it.
+    ``options``: which task options (``ffn_branch_dt``, ``tau``) the constructor takes.
+
+    Example:
+        >>> from transflow import RungeKuttaScheme, make_scheme, register_scheme
+        >>> register_scheme("doc_midpoint", lambda **o: RungeKuttaScheme("midpoint", **o))
+        >>> make_scheme("doc_midpoint").order
+        2
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"register_scheme: `name` must be a non-empty string, got {name!r}.")
+    if not callable(constructor):
+        raise TypeError(
+            f"register_scheme({name!r}): `constructor` must be callable (keyword options -> "
+            f"a scheme), got {type(constructor).__name__}."
+        )
+    entry = _Entry(constructor, frozenset(options))
+    old = _REGISTRY.get(name)
+    if old is not None and old != entry:
+        raise ValueError(
+            f"register_scheme: the name {name!r} is taken (by {old.constructor!r}); choose "
+            "another name."
+        )
+    _REGISTRY[name] = entry
+
+
+_TASK = ("ffn_branch_dt", "tau")
+for _name, _make, _opts in (
+    ("lie", LieScheme, ("ffn_branch_dt",)),
+    ("prenorm", PreNormScheme, ()),
+    ("relaxed", RelaxedLieScheme, _TASK),
+    ("macaron", lambda **o: StrangScheme(substep="euler", **o), ()),
+    ("macaron_untied", lambda **o: StrangScheme(substep="euler", untied=True, **o), ()),
+    ("strang", lambda **o: StrangScheme(substep="heun", **o), ()),
+    ("macaron_post", lambda **o: StrangScheme(form="postnorm", substep="euler", **o), ()),
+    ("strang_post", lambda **o: StrangScheme(form="postnorm", substep="heun", **o), ()),
+    ("heun", lambda **o: RungeKuttaScheme("heun", **o), ()),
+    ("midpoint", lambda **o: RungeKuttaScheme("midpoint", **o), ()),
+    ("rk4", lambda **o: RungeKuttaScheme("rk4", **o), ()),
+    ("ode_rk2", lambda **o: RungeKuttaScheme("heun", field="layer", **o), ()),
+    ("imex", IMEXScheme, _TASK),
+    ("imex_dissipative", lambda **o: IMEXScheme(parameterization="dissipative", **o), _TASK),
+):
+    register_scheme(_name, _make, options=_opts)
+
+#: Names of the schemes transflow registers (:func:`make_scheme`, the training tasks'
+#: ``scheme`` option); :func:`register_scheme` adds more.
+SCHEME_NAMES: tuple[str, ...] = tuple(_REGISTRY)
 
 
 def make_scheme(name: str, **options: Any) -> AbstractScheme:
-    """A scheme by name (:data:`SCHEME_NAMES`), with its keyword options.
+    """A scheme by name (:data:`SCHEME_NAMES` and those of :func:`register_scheme`), with
+    its keyword options.
 
     ``lie``: the paper's post-LN layer; ``prenorm``: pre-LN (Lie splitting, Euler
     sub-flows); ``relaxed``: :class:`~transflow.continuous.RelaxedLieScheme`;
@@ -62,48 +117,44 @@ def make_scheme(name: str, **options: Any) -> AbstractScheme:
         ...
         ValueError: `scheme` must be one of ('lie', 'prenorm', ...), got 'rk5'. ...
     """
-    table: dict[str, Callable[..., AbstractScheme]] = {
-        "lie": LieScheme,
-        "prenorm": PreNormScheme,
-        "relaxed": RelaxedLieScheme,
-        "macaron": lambda **o: StrangScheme(substep="euler", **o),
-        "macaron_untied": lambda **o: StrangScheme(substep="euler", untied=True, **o),
-        "strang": lambda **o: StrangScheme(substep="heun", **o),
-        "macaron_post": lambda **o: StrangScheme(form="postnorm", substep="euler", **o),
-        "strang_post": lambda **o: StrangScheme(form="postnorm", substep="heun", **o),
-        "heun": lambda **o: RungeKuttaScheme("heun", **o),
-        "midpoint": lambda **o: RungeKuttaScheme("midpoint", **o),
-        "rk4": lambda **o: RungeKuttaScheme("rk4", **o),
-        "ode_rk2": lambda **o: RungeKuttaScheme("heun", field="layer", **o),
-        "imex": IMEXScheme,
-        "imex_dissipative": lambda **o: IMEXScheme(parameterization="dissipative", **o),
-    }
-    if name not in table:
-        shown = f"('{SCHEME_NAMES[0]}', '{SCHEME_NAMES[1]}', ...)"
-        raise ValueError(
-            f"`scheme` must be one of {shown}, got {name!r}. All names: {', '.join(SCHEME_NAMES)}."
-        )
+    _check_name(name)
     try:
-        return table[name](**options)
+        return _REGISTRY[name].constructor(**options)
     except TypeError as e:
         raise TypeError(f"scheme {name!r}: an option it does not take ({e}).") from None
 
 
+def scheme_options(name: str) -> frozenset[str]:
+    """The task options (``ffn_branch_dt``, ``tau``) the scheme ``name`` takes
+    (:func:`register_scheme`'s ``options``)."""
+    _check_name(name)
+    return _REGISTRY[name].options
+
+
+def _check_name(name) -> None:
+    """ValueError unless ``name`` is a registered scheme."""
+    if name not in _REGISTRY:
+        names = tuple(_REGISTRY)
+        shown = f"('{names[0]}', '{names[1]}', ...)"
+        raise ValueError(
+            f"`scheme` must be one of {shown}, got {name!r}. All names: {', '.join(names)}."
+        )
+
+
 def declared_order(scheme: AbstractScheme) -> int | None:
-    """The order of convergence a scheme declares in Δt; ``None`` for the paper's exact
-    post-LN :class:`~transflow.LieScheme` (not consistent with an ODE)."""
-    order = getattr(scheme, "order", None)
-    if order is not None:
-        return int(order)
-    if isinstance(scheme, PreNormScheme | RelaxedLieScheme):
-        return 1
-    return None
+    """The order of convergence a scheme declares in Δt (:class:`AbstractODEScheme`'s
+    ``order``); ``None`` for a scheme not consistent with an ODE (the paper's exact
+    post-LN :class:`~transflow.LieScheme`)."""
+    if not isinstance(scheme, AbstractScheme):
+        raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
+    return int(scheme.order) if has(scheme, AbstractODEScheme) else None
 
 
 def stage_controls(path, scheme: AbstractScheme, n_steps: int):
     """The controls of ``n_steps`` uniform steps of ``path`` for ``scheme``.
 
-    A scheme with one node (every scheme but the Runge–Kutta ones) gets θ at the step
+    A scheme with one node at the midpoint (``scheme.nodes == (0.5,)``: every scheme but
+    the Runge–Kutta ones) gets θ at the step
     midpoints, ``path.sample(n_steps)``; a Runge–Kutta scheme gets θ at every node
     ``t_n + c Δt`` stacked as ``(n_steps, len(nodes), ...)``. Run them with
     ``evolve(u0, stage_controls(path, s, n), s, dt=path.step_size(n))``.
@@ -117,7 +168,9 @@ def stage_controls(path, scheme: AbstractScheme, n_steps: int):
         >>> stage_controls(path, RungeKuttaScheme("rk4"), 8).attn.wq.shape
         (8, 3, 4, 4)
     """
-    nodes = getattr(scheme, "nodes", (0.5,))
+    if not isinstance(scheme, AbstractScheme):
+        raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
+    nodes = scheme.nodes
     if tuple(nodes) == (0.5,):
         return path.sample(n_steps)
     t0, _ = path.interval

@@ -8,11 +8,12 @@ from collections.abc import Callable
 from typing import Literal
 
 import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 
 from .._controls import LayerControls
 from .._errors import check_choice
-from ._subfields import Field, _at, _ExplicitBase, _is_staged, _Ops
+from ._subfields import AbstractExplicitScheme, Field, SubFields, _at, _is_staged, linear_sub_fields
 
 __all__ = ["ButcherTableau", "RungeKuttaScheme", "TABLEAUS"]
 
@@ -82,7 +83,7 @@ TABLEAUS: dict[str, ButcherTableau] = {
 }
 
 
-class RungeKuttaScheme(_ExplicitBase):
+class RungeKuttaScheme(AbstractExplicitScheme):
     """An explicit Runge–Kutta block on the pre-norm vector field (ODE Transformer form).
 
     ``k_i = F(u + Δt Σ_j a_ij k_j)``, ``u^{n+1} = u + Δt Σ_i b_i k_i`` with the layer's
@@ -130,7 +131,7 @@ class RungeKuttaScheme(_ExplicitBase):
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         return tuple(f"stage{i + 1}" for i in range(len(self.tableau.b))) + ("update",)
 
-    def _stage_field(self, ops: _Ops, dt) -> Field:
+    def _stage_field(self, ops: SubFields, dt) -> Field:
         if self.field == "parallel":
             return lambda v: ops.attn(v) + ops.ffn(v)
 
@@ -140,7 +141,7 @@ class RungeKuttaScheme(_ExplicitBase):
 
         return layer
 
-    def _compose(self, u, dt, ops_at: Callable[[int], _Ops]):
+    def _compose(self, u, dt, ops_at: Callable[[int], SubFields]):
         tab = self.tableau
         nodes = tab.nodes
         ks = []
@@ -156,7 +157,7 @@ class RungeKuttaScheme(_ExplicitBase):
                 out = out + (dt * bi) * ki
         return out, (*ks, out)
 
-    def advance(self, u, controls, dt, *, grid, causal, masks):
+    def advance(self, u, controls, dt, *, ops):
         if _is_staged(controls):
             n = controls.attn.wq.shape[0]
             if n != len(self.nodes):
@@ -165,12 +166,24 @@ class RungeKuttaScheme(_ExplicitBase):
                     f"node {self.nodes} (leading axis {len(self.nodes)}), got {n}; use "
                     "stage_controls(path, scheme, n_steps)."
                 )
-        cache: dict[int, _Ops] = {}
+        cache: dict[int, SubFields] = {}
 
         def ops_at(i):
             if i not in cache:
                 c = _at(controls, i)
-                cache[i] = self._ops(c, grid, causal, masks, "prenorm")
+                cache[i] = self.sub_fields(c, ops, "prenorm")
             return cache[i]
 
         return self._compose(u, dt, ops_at)
+
+    def stability_function(self, z_attention, z_ffn):
+        """R_RK(z_a + z_g) (parallel field) or R_RK((1 + z_a)(1 + z_g) − 1) (layer field)."""
+        za, zg = z_attention, z_ffn
+        coef = self.tableau.polynomial()
+        z = za + zg if self.field == "parallel" else (1 + za) * (1 + zg) - 1
+        return sum(float(c) * z**k for k, c in enumerate(coef))
+
+    def linear_step_matrix(self, j_attention, j_ffn, dt):
+        eye = jnp.eye(j_attention.shape[0], dtype=j_attention.dtype)
+        lin = linear_sub_fields(j_attention, j_ffn)
+        return self._compose(eye, dt, lambda i: lin)[0]

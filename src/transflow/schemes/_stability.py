@@ -18,12 +18,17 @@ import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .._controls import LayerControls
-from ._base import AbstractScheme
-from ._imex import IMEXScheme
-from ._prenorm import PreNormScheme
-from ._runge_kutta import RungeKuttaScheme
+from .._integrate import Adaptive, solve_ode
+from ._base import (
+    AbstractImplicitFFN,
+    AbstractLinearStability,
+    AbstractScheme,
+    DenseOperators,
+    check_consistent,
+    has,
+    require,
+)
 from ._strang import StrangScheme
-from ._subfields import _identity, _Ops
 
 __all__ = [
     "amplification_factor",
@@ -41,10 +46,6 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------- linear stability
-def _poly(coef, z):
-    return sum(float(c) * z**k for k, c in enumerate(coef))
-
-
 def _complex(z):
     return jnp.asarray(z).astype(jnp.result_type(1j))
 
@@ -63,29 +64,17 @@ def stability_function(scheme: AbstractScheme, z_attention, z_ffn):
       layer field: R_RK((1 + z_a)(1 + z_g) − 1)
     - IMEX: (1 + z_a) · ½ (1 + 1/(1 − c z_g)), c = 1 (``ffn_branch_dt="dt"``) or 2
 
+    Each is the scheme's own :meth:`~transflow.schemes.AbstractLinearStability.
+    stability_function`; a scheme without that capability (the paper's LieScheme applies
+    Δt-independent projections, which a linear test problem lacks) is refused.
+
     Example:
         >>> from transflow import RungeKuttaScheme, stability_function
         >>> complex(stability_function(RungeKuttaScheme("heun"), -1.0, 0.0))
         (0.5+0j)
     """
-    za = _complex(z_attention)
-    zg = _complex(z_ffn)
-    if isinstance(scheme, StrangScheme):
-        rs = (lambda z: 1 + z) if scheme.substep == "euler" else (lambda z: 1 + z + z * z / 2)
-        return rs(zg / 2) * rs(za) * rs(zg / 2)
-    if isinstance(scheme, RungeKuttaScheme):
-        coef = scheme.tableau.polynomial()
-        z = za + zg if scheme.field == "parallel" else (1 + za) * (1 + zg) - 1
-        return _poly(coef, z)
-    if isinstance(scheme, IMEXScheme):
-        c = 1.0 if scheme.ffn_branch_dt == "dt" else 2.0
-        return (1 + za) * 0.5 * (1 + 1 / (1 - c * zg))
-    if isinstance(scheme, PreNormScheme):
-        return (1 + za) * (1 + zg)
-    raise TypeError(
-        f"stability_function: no stability function for {type(scheme).__name__} (the paper's "
-        "LieScheme applies Δt-independent projections, which a linear test problem lacks)."
-    )
+    require(scheme, AbstractLinearStability, "stability_function")
+    return scheme.stability_function(_complex(z_attention), _complex(z_ffn))
 
 
 def _rot(z):
@@ -96,36 +85,16 @@ def _rot(z):
 def linear_step_matrix(scheme: AbstractScheme, j_attention, j_ffn, dt):
     """The step matrix S of a scheme on linear sub-fields a(u) = u J_a, g(u) = u J_g.
 
-    Runs the scheme's own step code (:meth:`StrangScheme._compose` …) on the linear
-    sub-fields, with the projections the identity; row convention ``u^{n+1} = u S``. For
+    Runs the scheme's own step code (its ``linear_step_matrix``:
+    :meth:`StrangScheme._compose` …) on the linear sub-fields, with the projections the
+    identity; row convention ``u^{n+1} = u S``. For
     :class:`IMEXScheme`, J_g is the linear FFN part taken implicitly (one sub-step, no
     activation), or a stack ``(J, m, m)`` of the matrices of J implicit sub-steps (the
     trained layer's W_j, :func:`linearised_stability` with ``form="imex"``). For a
     parallel Runge–Kutta scheme S = R(Δt (J_a + J_g)).
     """
-    ja, jg = jnp.asarray(j_attention), jnp.asarray(j_ffn)
-    m = ja.shape[0]
-    eye = jnp.eye(m, dtype=ja.dtype)
-
-    def lin(j):
-        return lambda u: u @ j
-
-    if isinstance(scheme, IMEXScheme):
-        ws = tuple(jg) if jg.ndim == 3 else (jg,)
-        zero = jnp.zeros((m,), ja.dtype)
-        out, _ = scheme._compose(
-            eye, dt, lin(ja), _identity, _identity, None, ws, (zero,) * len(ws)
-        )
-        return out
-    ops = _Ops(lin(ja), lin(jg), _identity, _identity)
-    if isinstance(scheme, StrangScheme):
-        return scheme._compose(eye, dt, ops)[0]
-    if isinstance(scheme, RungeKuttaScheme):
-        return scheme._compose(eye, dt, lambda i: ops)[0]
-    if isinstance(scheme, PreNormScheme):  # the Lie composition of pre_ln_step
-        u1 = eye + dt * ops.attn(eye)
-        return u1 + dt * ops.ffn(u1)
-    raise TypeError(f"linear_step_matrix: unsupported scheme {type(scheme).__name__}.")
+    require(scheme, AbstractLinearStability, "linear_step_matrix")
+    return scheme.linear_step_matrix(jnp.asarray(j_attention), jnp.asarray(j_ffn), dt)
 
 
 def amplification_factor(scheme: AbstractScheme, z_attention, z_ffn) -> Complex[Array, ""]:
@@ -159,8 +128,9 @@ def reference_solution(
     max_steps: int = 100_000,
 ) -> Float[Array, "n d"]:
     """u(T) of the scheme's continuous limit u' = f(t, u) by diffrax's Dopri8 (order 8, PID
-    step control: :func:`transflow.continuous.solve_adaptive` with ``solver="dopri8"``), for
-    order studies in float64. ``f`` is the scheme's
+    step control: the integrator's :func:`~transflow._integrate.solve_ode` with
+    ``Adaptive(solver="dopri8", ...)``, as :func:`transflow.continuous.solve_adaptive`
+    solves it), for order studies in float64. ``f`` is the scheme's
     :meth:`~transflow.AbstractScheme.vector_field` along ``path``.
 
     Example:
@@ -177,11 +147,13 @@ def reference_solution(
         >>> round(err[0] / err[1])  # second order: halving Δt divides the error by 4
         4
     """
-    from ..continuous._solve import solve_adaptive  # the one adaptive solve of a scheme
-
+    check_consistent(scheme, "reference_solution")
     t0, t1 = path.interval
-    opts = {"rtol": rtol, "atol": atol, "dt0": (t1 - t0) / 8, "max_steps": max_steps}
-    return solve_adaptive(u0, path, scheme, grid=grid, solver="dopri8", **opts).u
+    options = Adaptive(
+        rtol=rtol, atol=atol, solver="dopri8", dt0=(t1 - t0) / 8, max_steps=max_steps
+    )
+    field = lambda t, u, p: scheme.vector_field(u, p(t), grid=grid)  # noqa: E731
+    return solve_ode(field, u0, path.interval, path, options).u
 
 
 # ------------------------------------------------------- stability of a layer's linearisation
@@ -192,7 +164,7 @@ def sub_field_jacobians(
     a(u) = 𝒜(P_{S1}u) and g(u) = ℱ(P_{S1'}u) at ``u``: the linearised dynamics
     δu' = δu (J_a + J_g) of the layer around ``u``. ``form="postnorm"``: the post-norm
     layer's sub-fields 𝒜(u) and ℱ(u) (its projections follow the sub-flows)."""
-    ops = StrangScheme()._ops(controls, grid, False, {}, form)
+    ops = StrangScheme().sub_fields(controls, DenseOperators(grid), form)
     shape = u.shape
 
     def jac(fn):
@@ -294,7 +266,7 @@ def linearised_stability(
       W_j. The result also has ``"max_re_implicit"``, the largest Re λ of the W_j.
     """
     if form is None:
-        form = "imex" if isinstance(scheme, IMEXScheme) else "prenorm"
+        form = "imex" if has(scheme, AbstractImplicitFFN) else "prenorm"
     if form not in _FORMS:
         raise ValueError(
             f"linearised_stability: unknown form {form!r}; valid: "
@@ -340,12 +312,8 @@ def _sub_field_linearisation(controls, grid, margin: float, form: str):
 
 def _imex_linearisation(scheme: AbstractScheme, controls, grid, margin: float):
     """u ↦ the IMEX layer as trained at u: shifted J_a and the stack of I_n ⊗ W_j."""
-    if not isinstance(scheme, IMEXScheme):
-        raise TypeError(
-            f'linearised_stability: form="imex" needs an IMEXScheme, got '
-            f'{type(scheme).__name__}; use form="prenorm" or "postnorm" for it.'
-        )
-    c = 0.5 if scheme.ffn_branch_dt == "dt" else 1.0
+    require(scheme, AbstractImplicitFFN, 'linearised_stability(form="imex")')
+    c = scheme.implicit_branch_weight()
     ws = [np.asarray(w, np.float64) for w in scheme.implicit_weights(controls)]
     max_re = float(max(np.max(np.linalg.eigvals(w).real) for w in ws))
 

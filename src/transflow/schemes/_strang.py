@@ -5,15 +5,23 @@ from __future__ import annotations
 from typing import Literal
 
 import equinox as eqx
+import jax.numpy as jnp
 
 from .._controls import LayerControls
 from .._errors import check_choice
-from ._subfields import Field, _ExplicitBase, _is_staged, _Ops, split_ffn
+from ._subfields import (
+    AbstractExplicitScheme,
+    Field,
+    SubFields,
+    _is_staged,
+    linear_sub_fields,
+    split_substeps,
+)
 
 __all__ = ["StrangScheme"]
 
 
-class StrangScheme(_ExplicitBase):
+class StrangScheme(AbstractExplicitScheme):
     """Strang splitting of attention and FFN: the Macaron layer (half FFN, attention, half FFN).
 
     ``form="prenorm"``: each sub-flow integrates a sub-field behind its projection,
@@ -85,19 +93,31 @@ class StrangScheme(_ExplicitBase):
         k1 = field(u)
         return u + (0.5 * h) * (k1 + field(u + h * k1))
 
-    def _compose(self, u, dt, ops: _Ops):
+    def _compose(self, u, dt, ops: SubFields):
         u1 = ops.proj_ffn(self._flow(ops.ffn, u, 0.5 * dt))
         u2 = ops.proj_attn(self._flow(ops.attn, u1, dt))
         last = ops.ffn if ops.ffn2 is None else ops.ffn2
         u3 = ops.proj_ffn(self._flow(last, u2, 0.5 * dt))
         return u3, (u1, u2, u3)
 
-    def advance(self, u, controls, dt, *, grid, causal, masks):
+    def advance(self, u, controls, dt, *, ops):
         if _is_staged(controls):
             raise ValueError(
                 "StrangScheme: `controls` must be one set per step (θ at the step midpoint, "
                 "nodes=(0.5,)), got controls with a stage axis; sample them with "
                 "stage_controls(path, StrangScheme(), n) or path.sample(n)."
             )
-        ffns = split_ffn(controls.ffn, 2, "StrangScheme(untied=True)") if self.untied else None
-        return self._compose(u, dt, self._ops(controls, grid, causal, masks, self.form, ffns))
+        parts = None
+        if self.untied:  # sub-steps of the controls' FFN, not new FFNParams: sharded weights
+            parts = split_substeps(controls.ffn, 2, "StrangScheme(untied=True)")
+        return self._compose(u, dt, self.sub_fields(controls, ops, self.form, parts))
+
+    def stability_function(self, z_attention, z_ffn):
+        """R_s(z_g/2) R_s(z_a) R_s(z_g/2), R_s(z) = 1 + z (Euler) or 1 + z + z²/2 (Heun)."""
+        za, zg = z_attention, z_ffn
+        rs = (lambda z: 1 + z) if self.substep == "euler" else (lambda z: 1 + z + z * z / 2)
+        return rs(zg / 2) * rs(za) * rs(zg / 2)
+
+    def linear_step_matrix(self, j_attention, j_ffn, dt):
+        eye = jnp.eye(j_attention.shape[0], dtype=j_attention.dtype)
+        return self._compose(eye, dt, linear_sub_fields(j_attention, j_ffn))[0]

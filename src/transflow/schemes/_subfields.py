@@ -13,14 +13,22 @@ import jax
 from jaxtyping import Array
 
 from .._controls import FFNParams, LayerControls
-from ._base import AttentionOptions, _project, attend, ffn_branch
+from ._base import (
+    AbstractLinearStability,
+    AbstractMaskable,
+    AbstractODEScheme,
+    AbstractShardable,
+    AttentionOptions,
+    _exact,
+    _ffn_branch,
+)
 
-__all__ = ["Field"]
+__all__ = ["AbstractExplicitScheme", "Field", "SubFields", "linear_sub_fields"]
 
 Field = Callable[[Array], Array]
 
 
-class _Ops(NamedTuple):
+class SubFields(NamedTuple):
     """The sub-operators a scheme's step is written in (real ones or linear test ones).
 
     ``attn``/``ffn``: the sub-fields a, g; ``proj_attn``/``proj_ffn``: the projections the
@@ -48,37 +56,57 @@ def _at(controls, i: int):
     return jax.tree.map(lambda x: x[i], controls) if _is_staged(controls) else controls
 
 
-class _ExplicitBase(AttentionOptions):
-    """The real sub-operators of the pre-/post-norm forms."""
+class AbstractExplicitScheme(
+    AttentionOptions,
+    AbstractODEScheme,
+    AbstractLinearStability,
+    AbstractShardable,
+    AbstractMaskable,
+):
+    """An explicit family written in the sub-fields a, g (Strang, Runge–Kutta, or a new
+    one): :meth:`sub_fields` gives the real sub-operators of the pre-/post-norm forms from
+    the :class:`AbstractOperators` its ``advance`` receives, :func:`linear_sub_fields` the
+    linear ones of the stability analysis. It declares :class:`AbstractODEScheme`,
+    :class:`AbstractLinearStability`, :class:`AbstractShardable` and
+    :class:`AbstractMaskable`: a subclass implements ``advance``, ``substep_names``,
+    ``order``, ``nodes``, ``stability_function`` and ``linear_step_matrix``."""
 
-    def _ops(self, c: LayerControls, grid, causal, masks, form: str, ffns=None) -> _Ops:
-        """The sub-operators of controls ``c``; ``ffns``: the FFNs of the FFN sub-fields
-        (default ``(c.ffn,)``; two for the untied Macaron layer, :func:`split_ffn`)."""
-        ffns = (c.ffn,) if ffns is None else ffns
+    def sub_fields(self, c: LayerControls, ops, form: str, parts=None) -> SubFields:
+        """The sub-operators of controls ``c`` in the operators ``ops``; ``parts``: the
+        sub-steps of ``c.ffn`` each FFN sub-field runs (default: one field, all of them;
+        two for the untied Macaron layer, :func:`split_substeps`)."""
+        parts = (None,) if parts is None else parts
 
         def attention_op(v):
-            return attend(self, v, c.attn, grid=grid, causal=causal, masks=masks)
+            return ops.attention(self, v, c.attn)
 
         def p1(v):
-            return _project(v, c.norm1, grid)
+            return ops.project(v, c.norm1)
 
         def p2(v):
-            return _project(v, c.norm2, grid)
+            return ops.project(v, c.norm2)
 
         pre = form == "prenorm"
 
-        def ffn_field(f):
-            return lambda v: ffn_branch(p2(v) if pre else v, f, 1.0)
+        def ffn_field(part):
+            return lambda v: _ffn_branch(
+                p2(v) if pre else v, c.ffn, 1.0, _exact, False, ops.linear, part
+            )
 
-        fields = [ffn_field(f) for f in ffns]
+        fields = [ffn_field(part) for part in parts]
         second = fields[1] if len(fields) > 1 else None
         if pre:
-            return _Ops(lambda v: attention_op(p1(v)), fields[0], _identity, _identity, second)
-        return _Ops(attention_op, fields[0], p1, p2, second)
+            return SubFields(lambda v: attention_op(p1(v)), fields[0], _identity, _identity, second)
+        return SubFields(attention_op, fields[0], p1, p2, second)
 
 
-def split_ffn(ffn: FFNParams, copies: int, owner: str) -> tuple[FFNParams, ...]:
-    """The ``copies`` FFNs whose sub-steps ``ffn`` holds one after the other
+def linear_sub_fields(ja, jg) -> SubFields:
+    """The linear sub-fields a(u) = u J_a, g(u) = u J_g, the projections the identity."""
+    return SubFields(lambda u: u @ ja, lambda u: u @ jg, _identity, _identity)
+
+
+def split_substeps(ffn: FFNParams, copies: int, owner: str) -> tuple[range, ...]:
+    """The sub-steps of each of the ``copies`` FFNs that ``ffn`` holds one after the other
     (``LayerControls.random(..., ffn_copies=copies)``); each keeps the activation rule of
     an FFN (after every sub-step but its own last)."""
     J = ffn.num_substeps
@@ -90,13 +118,18 @@ def split_ffn(ffn: FFNParams, copies: int, owner: str) -> tuple[FFNParams, ...]:
             "this for the scheme's `ffn_copies`)."
         )
     k = J // copies
+    return tuple(range(i * k, (i + 1) * k) for i in range(copies))
+
+
+def split_ffn(ffn: FFNParams, copies: int, owner: str) -> tuple[FFNParams, ...]:
+    """The ``copies`` FFNs of :func:`split_substeps` as :class:`FFNParams`."""
     return tuple(
         FFNParams(
-            ffn.weights[i * k : (i + 1) * k],
-            ffn.biases[i * k : (i + 1) * k],
-            ffn.residual[i * k : (i + 1) * k],
+            ffn.weights[r.start : r.stop],
+            ffn.biases[r.start : r.stop],
+            ffn.residual[r.start : r.stop],
             ffn.activation,
             ffn.activation_on_last,
         )
-        for i in range(copies)
+        for r in split_substeps(ffn, copies, owner)
     )

@@ -1,15 +1,18 @@
 """Continuous-time solves: a consistent scheme's limit along a control path, adaptively.
 
-(The home of continuous-time paths is ``_paths``; of training and evaluation at a depth
-``transflow.control._at_depth``; of a trained model's depth behaviour
+A layer below :func:`transflow.evolve` (whose ``stepsize_controller=Adaptive(...)`` route
+is :func:`solve_adaptive`), above the schemes and the control paths (``transflow._paths``);
+exported by :mod:`transflow.continuous`. (Training and evaluation at a depth live in
+``transflow.control._at_depth``; a trained model's depth behaviour in
 ``transflow.analysis._across_depth``.)
 
 - :func:`vector_field`: the continuous right-hand side f(t, u) of a *consistent* scheme,
   ``f(t, u) = ∂/∂Δt step(u, θ(t), Δt) at Δt = 0`` (forward-mode AD in Δt,
   :meth:`transflow.AbstractScheme.vector_field`).
 - :func:`solve_adaptive`: ``u' = f(t, u)`` with diffrax (Tsit5, Dopri5 or Dopri8, a PID
-  step-size controller; the integrator ``transflow._integrate.solve_ode``), returning the
-  number of vector-field evaluations.
+  step-size controller; the integrator ``transflow._integrate.solve_ode``, with the
+  :class:`~transflow.Adaptive` options passed whole), returning the number of
+  vector-field evaluations.
 - :func:`compare_adjoints`: the continuous adjoint (``BacksolveAdjoint``) against
   backpropagation through the adaptive solver's steps (``RecursiveCheckpointAdjoint``).
 
@@ -35,6 +38,7 @@ Which reading has which limit (docs/depth.md):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import equinox as eqx
@@ -42,12 +46,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._grid import Grid
-from .._integrate import AdaptiveResult, _check_tol, _diffrax_solver, solve_ode
-from ..schemes._base import AbstractScheme, check_consistent
+from ._grid import Grid
+from ._integrate import Adaptive, AdaptiveResult, check_option, solve_ode
 from ._paths import ControlPath
+from .schemes._base import AbstractScheme, check_consistent
 
 __all__ = ["vector_field", "solve_adaptive", "compare_adjoints"]
+
+#: The forward solve of :func:`compare_adjoints` unless given: tolerances far below the
+#: difference of the two adjoints being measured.
+_TIGHT = Adaptive(rtol=1e-10, atol=1e-10, max_steps=100_000)
 
 
 def vector_field(scheme: AbstractScheme, path: ControlPath, *, grid: Grid | None = None):
@@ -85,14 +93,9 @@ def solve_adaptive(
     u0: Float[Array, "n d"],
     path: ControlPath,
     scheme: AbstractScheme,
+    stepsize_controller: Adaptive | None = None,
     *,
     grid: Grid | None = None,
-    solver: str = "tsit5",
-    rtol: float = 1e-5,
-    atol: float = 1e-5,
-    dt0: float | None = None,
-    max_steps: int = 4096,
-    adjoint: Any = "recursive",
     split: bool = False,
 ) -> AdaptiveResult:
     """``u' = f(t, u)`` (:func:`vector_field`) over the path's interval, adaptively.
@@ -102,13 +105,14 @@ def solve_adaptive(
         path: the controls θ(t).
         scheme: a consistent scheme (:class:`~transflow.PreNormScheme`,
             :class:`~transflow.continuous.RelaxedLieScheme`) whose continuous limit is solved.
-        solver: ``"tsit5"`` or ``"dopri5"`` (diffrax, order 5 with an embedded order-4
-            error estimate) or ``"dopri8"`` (order 8), with a
-            :class:`diffrax.PIDController` of ``rtol``/``atol``.
-        dt0: the first step (default: a quarter of the interval).
-        adjoint: ``"recursive"`` (diffrax's ``RecursiveCheckpointAdjoint``:
-            backpropagation through the solver), ``"backsolve"`` (``BacksolveAdjoint``:
-            the continuous adjoint ODE solved backwards) or a diffrax adjoint object.
+        stepsize_controller: a :class:`~transflow.Adaptive` (``None``: ``Adaptive()``),
+            passed whole to the integrator: the diffrax solver (``"tsit5"``,
+            ``"dopri5"``: order 5 with an embedded order-4 error estimate, or
+            ``"dopri8"``: order 8), the tolerances of its :class:`diffrax.PIDController`,
+            the first step (default: a quarter of the interval), the step limit and the
+            adjoint (``"recursive"``: diffrax's ``RecursiveCheckpointAdjoint``,
+            backpropagation through the solver; ``"backsolve"``: ``BacksolveAdjoint``,
+            the continuous adjoint ODE solved backwards; or a diffrax adjoint object).
         split: solve piece by piece (:meth:`ControlPath.pieces`: at every layer boundary
             of a per-layer path, every knot of a piecewise-linear one), each piece with a
             fresh controller and ``dt0``, so no step crosses a jump of θ or of θ'. Off
@@ -122,35 +126,27 @@ def solve_adaptive(
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from transflow import LayerControls, PreNormScheme
+        >>> from transflow import Adaptive, LayerControls, PreNormScheme
         >>> from transflow.continuous import evolve_path, init_path, solve_adaptive
         >>> path = init_path("legendre", lambda k: LayerControls.random(4, key=k), 2,
         ...                  key=jax.random.key(0))
         >>> u0 = jax.random.normal(jax.random.key(1), (3, 4))
-        >>> res = solve_adaptive(u0, path, PreNormScheme(), rtol=1e-6, atol=1e-6)
+        >>> res = solve_adaptive(u0, path, PreNormScheme(), Adaptive(rtol=1e-6, atol=1e-6))
         >>> err = [float(jnp.max(jnp.abs(res.u - evolve_path(u0, path, PreNormScheme(), n))))
         ...        for n in (64, 256)]  # fixed steps converge to it at first order
         >>> round(err[0] / err[1]), int(res.nfev) == 1 + 6 * int(res.num_steps)
         (4, True)
     """
+    controller = check_option(
+        "stepsize_controller", stepsize_controller, Adaptive, "Adaptive(rtol=1e-6, atol=1e-6)"
+    )
     check_consistent(scheme)
 
     def rhs(t, u, p):
         return vector_field(scheme, p, grid=grid)(t, u)
 
     def solve(u, interval, p):
-        return solve_ode(
-            rhs,
-            u,
-            interval,
-            p,
-            solver=solver,
-            rtol=rtol,
-            atol=atol,
-            dt0=dt0,
-            max_steps=max_steps,
-            adjoint=adjoint,
-        )
+        return solve_ode(rhs, u, interval, p, controller)
 
     if not split:
         return solve(u0, path.interval, path)
@@ -173,12 +169,9 @@ def compare_adjoints(
     u0: Float[Array, "n d"],
     path: ControlPath,
     scheme: AbstractScheme,
+    stepsize_controller: Adaptive | None = None,
     *,
     target: Float[Array, "n d"] | None = None,
-    rtol: float = 1e-10,
-    atol: float = 1e-10,
-    solver: str = "tsit5",
-    max_steps: int = 100_000,
 ) -> dict[str, Any]:
     """The continuous adjoint against backpropagation through the adaptive solve.
 
@@ -194,37 +187,35 @@ def compare_adjoints(
     tolerances (docs/depth.md). Use a smooth activation (``tanh``, ``gelu``) to check the
     adjoint itself.
 
+    ``stepsize_controller`` is the forward solve's :class:`~transflow.Adaptive` (``None``:
+    ``Adaptive(rtol=1e-10, atol=1e-10, max_steps=100_000)``); its ``adjoint`` is replaced by
+    each of the two.
+
     Returns:
         ``{"recursive", "backsolve"}`` (the flat gradients), ``"relative_difference"``
         ``‖g_back − g_rec‖ / ‖g_rec‖``, ``"loss"`` and ``"num_steps"`` of the forward solve.
 
     Example:
         >>> import jax
-        >>> from transflow import LayerControls, PreNormScheme
+        >>> from transflow import Adaptive, LayerControls, PreNormScheme
         >>> from transflow.continuous import compare_adjoints, init_path
         >>> draw = lambda k: LayerControls.random(2, n_heads=1, activation="tanh", key=k)
         >>> path = init_path("linear", draw, 2, key=jax.random.key(0), smooth=False)
         >>> u0 = jax.random.normal(jax.random.key(1), (2, 2))
-        >>> r = compare_adjoints(u0, path, PreNormScheme(), rtol=1e-5, atol=1e-5)
+        >>> r = compare_adjoints(u0, path, PreNormScheme(), Adaptive(rtol=1e-5, atol=1e-5))
         >>> r["relative_difference"] < 1e-3
         True
     """
-    rtol, atol = _check_tol("rtol", rtol), _check_tol("atol", atol)
-    _diffrax_solver(solver)
+    controller = _TIGHT if stepsize_controller is None else stepsize_controller
+    controller = check_option(
+        "stepsize_controller", controller, Adaptive, "Adaptive(rtol=1e-10, atol=1e-10)"
+    )
     check_consistent(scheme)
     target = jnp.ones_like(u0) if target is None else target
 
     def loss(pu, adjoint):
-        res = solve_adaptive(
-            pu[1],
-            pu[0],
-            scheme,
-            solver=solver,
-            rtol=rtol,
-            atol=atol,
-            adjoint=adjoint,
-            max_steps=max_steps,
-        )
+        options = dataclasses.replace(controller, adjoint=adjoint)
+        res = solve_adaptive(pu[1], pu[0], scheme, options)
         return 0.5 * jnp.sum((res.u - target) ** 2), res.num_steps
 
     out: dict[str, Any] = {}

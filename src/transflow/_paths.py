@@ -32,7 +32,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PRNGKeyArray
 
-from .._controls import num_steps
+from ._controls import num_steps
+from ._errors import check_number, check_step
 
 __all__ = [
     "PATH_KINDS",
@@ -185,8 +186,13 @@ def _check_steps(n) -> int:
 
 
 def _interval(name: str, t0, t1) -> None:
+    check_number("t0", t0, name)
+    check_number("t1", t1, name)
     if not float(t1) > float(t0):
-        raise ValueError(f"{name}: need t0 < t1, got t0={t0!r}, t1={t1!r}.")
+        raise ValueError(
+            f"{name}: `t0` < `t1` is needed (the path's interval), got t0={t0!r}, t1={t1!r}; "
+            "pass e.g. t0=0.0, t1=1.0."
+        )
 
 
 def _weighted(values, lo, hi, w):
@@ -224,8 +230,8 @@ class PiecewiseConstant(ControlPath):
     t_start: float = eqx.field(static=True, default=0.0)
 
     def __check_init__(self):
-        if not self.tau > 0:
-            raise ValueError(f"PiecewiseConstant: `tau` must be > 0, got {self.tau!r}.")
+        check_step("tau", self.tau, "PiecewiseConstant")
+        check_number("t_start", self.t_start, "PiecewiseConstant")
 
     @property
     def n_pieces(self) -> int:

@@ -1,0 +1,698 @@
+"""One input contract for the public API (issue 49): every public function and constructor
+checks its arguments at the boundary, with an error whose first line names the argument.
+
+A table lists, per public name, a call with valid arguments (it must succeed: the checks
+refuse nothing valid) and, per argument, bad values (NaN, ±inf, 0 or a negative number
+where a size or step is meant, a wrong shape, a wrong dtype, mismatched layers). Each bad
+call must raise (no result is returned) with the argument named in the first line of the
+message. A coverage test asserts that every name exported by ``transflow`` and its
+subpackages is in the table or in ``EXEMPT`` with a reason.
+
+tests/test_inputs.py holds the dtype/torch/empty-input policy (issue 17) and
+tests/test_dt_validation.py the ``dt`` of the model classes (issue 38); the cases here
+extend them to every entry point, with the same rule and the same message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import pytest
+import tomllib
+
+import transflow
+from transflow import (
+    Grid,
+    LayerControls,
+    SplitTransformer,
+    evolve,
+    stack_controls,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+NAN, INF = math.nan, math.inf
+BAD_STEP = [0, 0.0, -0.25, NAN, INF, -INF]  # a time step: finite and > 0
+BAD_SIZE = [0, -1, 2.5, NAN, True]  # a size: an integer >= 1
+BAD_NUMBER = [NAN, INF, -INF]  # any finite number
+
+
+def _layer(d=8, seed=0, **kw):
+    return LayerControls.random(d, key=jax.random.key(seed), **kw)
+
+
+def _theta(d=8, n=2):
+    return stack_controls([_layer(d, i) for i in range(n)])
+
+
+def _u(n=4, d=8):
+    return jnp.ones((n, d)) + jnp.arange(float(d)) / d
+
+
+def _with(arr, value=NAN):
+    return arr.at[(0,) * arr.ndim].set(value)
+
+
+def _bad_structure(u):
+    """A wrong shape and a wrong dtype in place of ``u``: what an operator checks.
+
+    The operators (attention, project_s1, linear_y, ...) run inside every step of the
+    loop of ``evolve``; a NaN check there would be a run-time check per step, so values
+    are checked once at the entry points (``evolve``, the models) and the operators check
+    only what is free at trace time (shapes, dtypes)."""
+    return [u[..., :-1], u.astype(jnp.int32)]
+
+
+def _bad_arrays(u):
+    """NaN, +inf, a wrong shape and a wrong dtype in place of the array ``u``."""
+    return [
+        _with(u, NAN),
+        _with(u, INF),
+        u[..., :-1],
+        u.astype(jnp.int32),
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """``call(**valid())`` succeeds; ``call(**{**valid(), arg: bad})`` raises, naming
+    ``arg`` (or ``needle[arg]``) in the first line."""
+
+    name: str  # the public name, e.g. "transflow.evolve" or "transflow.Grid.interval"
+    call: Callable[..., Any]
+    valid: Callable[[], dict]
+    bad: dict[str, list]
+    needle: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _torch():
+    return pytest.importorskip("torch", reason="the converter cases need PyTorch")
+
+
+def _torch_layer(**kw):
+    torch = _torch()
+    torch.manual_seed(0)
+    opts = dict(dropout=0.0, batch_first=True)
+    opts.update(kw)
+    return torch.nn.TransformerEncoderLayer(8, 2, 16, **opts).eval()
+
+
+def _torch_nan_layer():
+    layer = _torch_layer()
+    with _torch().no_grad():
+        layer.linear1.weight[0, 0] = math.nan
+    return layer
+
+
+def _torch_prelu_layer():
+    # float64 parameters and a float32 PReLU: the activation is the problem, not the dtypes
+    torch = _torch()
+    return _torch_layer(activation=torch.nn.PReLU(), dtype=torch.float64)
+
+
+def _maxout():
+    from transflow.expressivity import zigzag_maxout
+
+    return zigzag_maxout(2, 2)
+
+
+def _shard(**kw):
+    from transflow.parallel import make_mesh, shard_evolve
+
+    mesh = make_mesh((1,), ("t",))
+    return shard_evolve(kw.pop("controls"), kw.pop("u_batch"), mesh, {"tokens": "t"}, **kw)
+
+
+def _path_pc(**kw):
+    from transflow.continuous import PiecewiseConstant
+
+    return PiecewiseConstant(kw.pop("stacked"), **kw)
+
+
+def _path_pl(**kw):
+    from transflow.continuous import PiecewiseLinear
+
+    return PiecewiseLinear(kw.pop("values"), **kw)
+
+
+def _path_basis(**kw):
+    from transflow.continuous import BasisExpansion
+
+    return BasisExpansion(kw.pop("coeffs"), **kw)
+
+
+def _init_path(**kw):
+    from transflow.continuous import init_path
+
+    return init_path("linear", lambda k: LayerControls.random(4, key=k), **kw)
+
+
+def _evolve_path(**kw):
+    from transflow.continuous import PiecewiseConstant, evolve_path
+
+    return evolve_path(kw.pop("u0"), PiecewiseConstant(_theta()), **kw)
+
+
+def _count(**kw):
+    from transflow.expressivity import count_linear_regions
+
+    return count_linear_regions(_maxout(), **kw)
+
+
+def _grid_count(**kw):
+    from transflow.expressivity import grid_region_count
+
+    return grid_region_count(_maxout(), **kw)
+
+
+def _exact_1d(**kw):
+    from transflow.expressivity import exact_regions_1d
+
+    return exact_regions_1d(_maxout(), **kw)
+
+
+def _lp_count(**kw):
+    from transflow.expressivity import lp_region_count
+
+    return lp_region_count(_maxout(), **kw)
+
+
+def _from_torch(**kw):
+    from transflow.interop import from_torch
+
+    return from_torch(**kw)
+
+
+def _layer_from_torch(**kw):
+    from transflow.interop import layer_controls_from_torch
+
+    return layer_controls_from_torch(**kw)
+
+
+def _attn_p():
+    from transflow import AttentionParams
+
+    return AttentionParams.random(8, n_heads=2, key=jax.random.key(3))
+
+
+def _op(fn_name):
+    """A transflow operator called with an AttentionParams of d = 8."""
+
+    def call(**kw):
+        return getattr(transflow, fn_name)(kw.pop("u"), _attn_p(), **kw)
+
+    return call
+
+
+def _decoder_controls():
+    t = _theta(n=2)
+    return transflow.DecoderLayerControls(t.attn, t.norm1, t.attn, t.norm2, t.ffn, t.norm2)
+
+
+def _lower(**kw):
+    from transflow.parallel import lower_shard_evolve, make_mesh
+
+    mesh = make_mesh((1,), ("t",))
+    return lower_shard_evolve(kw.pop("controls"), kw.pop("u_batch"), mesh, {"tokens": "t"}, **kw)
+
+
+def _flow_model(**kw):
+    from transflow.control import FlowModel, TokenEmbedding
+
+    embed = TokenEmbedding(jnp.zeros((5, 8)), jnp.zeros((4, 8)))
+    return FlowModel(embed, _theta(), jnp.zeros((8, 3)), jnp.zeros(3), **kw)
+
+
+def _zigzag(**kw):
+    from transflow.expressivity import zigzag_maxout
+
+    return zigzag_maxout(**kw)
+
+
+def _from_hf(**kw):
+    from transflow.interop import from_hf
+
+    return from_hf(**kw)
+
+
+def _hf_vit_layer():
+    pytest.importorskip("transformers", reason="the HF converter case needs transformers")
+    from transformers import ViTConfig
+    from transformers.models.vit.modeling_vit import ViTLayer
+
+    _torch().manual_seed(0)
+    cfg = ViTConfig(hidden_size=8, num_attention_heads=2, intermediate_size=16)
+    return ViTLayer(cfg).eval()
+
+
+_IN_BOX = dict(lo=0.0, hi=1.0)
+_BAD_BOX = {"lo": [NAN, INF, -INF, 2.0], "hi": [NAN, INF, -INF, -1.0]}
+
+CASES: list[Case] = [
+    Case(
+        "transflow.evolve",
+        evolve,
+        lambda: dict(u0=_u(), controls=_theta(), dt=0.5, grid=Grid.index(4, 8)),
+        {"u0": _bad_arrays(_u()), "dt": BAD_STEP, "n_steps": [0, -1, 3]},
+    ),
+    Case(
+        "transflow.SplitTransformer",
+        lambda u, **kw: SplitTransformer(**kw)(u),
+        lambda: dict(controls=_theta(), dt=0.5, u=_u()),
+        {"dt": BAD_STEP, "u": _bad_arrays(_u())},
+    ),
+    Case(
+        "transflow.parallel.shard_evolve",
+        _shard,
+        lambda: dict(controls=_theta(), u_batch=_u()[None], dt=0.5),
+        {
+            "u_batch": _bad_arrays(_u()[None]) + [_u()],
+            "dt": BAD_STEP,
+            "query_block": [0, -1, 2.5],
+            "key_block": [0, -1],
+        },
+    ),
+    Case(
+        "transflow.Grid.index",
+        Grid.index,
+        lambda: dict(n_tokens=4, n_features=8),
+        {"n_tokens": BAD_SIZE, "n_features": BAD_SIZE},
+    ),
+    Case(
+        "transflow.Grid.uniform",
+        Grid.uniform,
+        lambda: dict(n_tokens=4, n_features=8, dx=0.5, dy=0.25),
+        {"n_tokens": BAD_SIZE, "dx": BAD_STEP, "dy": BAD_STEP},
+    ),
+    Case(
+        "transflow.Grid.interval",
+        Grid.interval,
+        lambda: dict(n_tokens=8, n_features=16, x_domain=(0, 2), y_rule="gauss"),
+        {
+            "n_features": BAD_SIZE,
+            "x_domain": [(0, NAN), (NAN, 1), (0, INF), (1, 0), (0, 0), "ab", (0,)],
+            "y_domain": [(0, NAN), (-INF, 0), (2, 1)],
+            "x_rule": ["simpson", None],
+            "y_rule": ["Gauss"],
+        },
+    ),
+    Case(
+        "transflow.Grid.image",
+        Grid.image,
+        lambda: dict(height=2, width=3, n_features=8),
+        {"n_features": BAD_SIZE},
+    ),
+    Case(
+        "transflow.LayerControls.random",
+        lambda **kw: LayerControls.random(**kw, key=jax.random.key(0)),
+        lambda: dict(d=8, n_heads=2, d_ff=16),
+        {"d": [0, -1, 2.5], "n_heads": [0, -2, 1.0], "d_ff": [0, -4], "ffn_copies": [0, -1]},
+    ),
+    Case(
+        "transflow.stack_controls",
+        stack_controls,
+        lambda: dict(layers=[_layer(8, 0), _layer(8, 1)]),
+        {
+            "layers": [
+                [_layer(16, 0), _layer(8, 1)],
+                [_layer(8, 0), _layer(8, 1, d_ff=16)],
+                [_layer(8, 0), _layer(8, 1, n_heads=2)],
+                [],
+            ]
+        },
+        needle={"layers": "layer"},
+    ),
+    Case(
+        "transflow.SplitTransformer(dt)",
+        lambda **kw: SplitTransformer(**kw),
+        lambda: dict(controls=_theta(), dt=0.25),
+        {"dt": BAD_STEP + [True, "0.5"]},
+    ),
+    Case(
+        "transflow.continuous.PiecewiseConstant",
+        _path_pc,
+        lambda: dict(stacked=_theta(), tau=0.5, t_start=1.0),
+        {"tau": BAD_STEP, "t_start": BAD_NUMBER},
+    ),
+    Case(
+        "transflow.continuous.PiecewiseLinear",
+        _path_pl,
+        lambda: dict(values=_theta(n=3), t0=0.0, t1=2.0),
+        {"t0": BAD_NUMBER + [2.0], "t1": BAD_NUMBER + [0.0], "knots": [(0.0, 1.0)]},
+    ),
+    Case(
+        "transflow.continuous.BasisExpansion",
+        _path_basis,
+        lambda: dict(coeffs=jnp.ones(3), t0=0.0, t1=1.0),
+        {"t0": BAD_NUMBER, "t1": BAD_NUMBER + [-1.0], "basis": ["hermite"]},
+    ),
+    Case(
+        "transflow.continuous.init_path",
+        _init_path,
+        lambda: dict(k=3, key=jax.random.key(0), t1=2.0),
+        {"k": [0, -1, 2.5], "t1": BAD_NUMBER + [0.0], "t0": BAD_NUMBER},
+        needle={"k": "k"},
+    ),
+    Case(
+        "transflow.continuous.evolve_path",
+        _evolve_path,
+        lambda: dict(u0=_u(), n_steps=4),
+        {"u0": _bad_arrays(_u()), "n_steps": [0, -1, 2.5], "where": ["right"]},
+    ),
+    Case(
+        "transflow.expressivity.count_linear_regions",
+        _count,
+        lambda: dict(_IN_BOX, n_seed=8),
+        {**_BAD_BOX, "n_seed": [0, -1], "time_budget": [0.0, -1.0, NAN]},
+    ),
+    Case(
+        "transflow.expressivity.grid_region_count",
+        _grid_count,
+        lambda: dict(_IN_BOX, n=50),
+        {**_BAD_BOX, "n": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.expressivity.exact_regions_1d",
+        _exact_1d,
+        lambda: dict(_IN_BOX),
+        {**_BAD_BOX, "max_regions": [0, -1]},
+    ),
+    Case(
+        "transflow.expressivity.lp_region_count",
+        _lp_count,
+        lambda: dict(_IN_BOX),
+        dict(_BAD_BOX),
+    ),
+    Case(
+        "transflow.attention",
+        _op("attention"),
+        lambda: dict(u=_u(), temperature=0.5),
+        {"u": _bad_structure(_u())},
+    ),
+    Case(
+        "transflow.attention_scores",
+        _op("attention_scores"),
+        lambda: dict(u=_u()),
+        {"u": _bad_structure(_u())},
+    ),
+    Case(
+        "transflow.chunked_attention",
+        _op("chunked_attention"),
+        lambda: dict(u=_u(), query_block=2, key_block=2),
+        {"u": _bad_structure(_u()), "query_block": [0, -1], "key_block": [0, -1]},
+    ),
+    Case(
+        "transflow.project_s1",
+        transflow.project_s1,
+        lambda: dict(v=_u(), eps=1e-5),
+        {"v": [_u().astype(jnp.int32)], "eps": [NAN, -1.0, INF]},
+    ),
+    Case(
+        "transflow.project_s2",
+        transflow.project_s2,
+        lambda: dict(v=_u()),
+        {"v": [_u().astype(jnp.int32)]},
+    ),
+    Case(
+        "transflow.linear_y",
+        transflow.linear_y,
+        lambda: dict(u=_u(), w=jnp.ones((8, 3))),
+        {"u": _bad_structure(_u()), "w": [jnp.ones((7, 3)), jnp.ones(8)]},
+        needle={"w": "`w`|`u` has shape"},  # a (7, 3) w: u's 8 features do not fit it
+    ),
+    Case(
+        "transflow.causal_mask",
+        transflow.causal_mask,
+        lambda: dict(n_q=4),
+        {"n_q": [0, -1, 2.5], "n_k": [0, -1]},
+    ),
+    Case(
+        "transflow.padding_mask",
+        transflow.padding_mask,
+        lambda: dict(lengths=jnp.array([2, 4]), n=4),
+        {"n": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.Remat",
+        transflow.Remat,
+        lambda: dict(mode="nested", chunk=2),
+        {"mode": ["everything"], "chunk": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.Adaptive",
+        transflow.Adaptive,
+        lambda: dict(rtol=1e-4, atol=1e-6, max_steps=100),
+        {
+            "rtol": [0.0, -1.0, NAN, INF],
+            "atol": [-1.0, NAN],
+            "max_steps": [0, -1],
+            "solver": ["euler2"],
+        },
+    ),
+    Case(
+        "transflow.make_scheme",
+        transflow.make_scheme,
+        lambda: dict(name="strang"),
+        {"name": ["lie2", None]},
+        needle={"name": "`scheme`"},  # the registry names the argument by what it selects
+    ),
+    Case(
+        "transflow.parallel.lower_shard_evolve",
+        _lower,
+        lambda: dict(controls=_theta(), u_batch=_u()[None], dt=0.5),
+        {"u_batch": [_u()[None][..., :-1], _u()], "dt": BAD_STEP},
+    ),
+    Case(
+        "transflow.control.FlowModel",
+        _flow_model,
+        lambda: dict(dt=0.5),
+        {"dt": BAD_STEP},
+    ),
+    Case(
+        "transflow.expressivity.zigzag_maxout",
+        _zigzag,
+        lambda: dict(rank=2, depth=2, dim=1),
+        {"rank": [0, -1, 2.5], "depth": [0, -1], "dim": [0, -1]},
+    ),
+    Case(
+        "transflow.interop.from_hf",
+        _from_hf,
+        lambda: dict(module=_hf_vit_layer()),
+        {"module": [lambda: "bert", _torch_layer]},
+    ),
+    Case(
+        "transflow.NormParams",
+        transflow.NormParams,
+        lambda: dict(gain=jnp.ones(8), bias=jnp.zeros(8), eps=1e-5),
+        {"eps": [NAN, INF, -1.0, "0.1"]},
+    ),
+    Case(
+        "transflow.SplitDecoder",
+        lambda **kw: transflow.SplitDecoder(_decoder_controls(), **kw),
+        lambda: dict(dt=0.5),
+        {"dt": BAD_STEP},
+    ),
+    Case(
+        "transflow.interop.from_torch",
+        _from_torch,
+        lambda: dict(module=_torch_layer()),
+        {
+            "module": [_torch_prelu_layer, _torch_nan_layer, lambda: "layer"],
+            "ffn_form": ["square"],
+        },
+        needle={"module": "module|activation"},
+    ),
+    Case(
+        "transflow.interop.layer_controls_from_torch",
+        _layer_from_torch,
+        lambda: dict(layer=_torch_layer()),
+        {"layer": [_torch_prelu_layer, _torch_nan_layer], "ffn_form": ["square"]},
+        needle={"layer": "layer|activation"},
+    ),
+]
+
+
+def _params():
+    for case in CASES:
+        for arg, values in case.bad.items():
+            for i, _ in enumerate(values):
+                yield pytest.param(case, arg, i, id=f"{case.name}-{arg}-{i}")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
+def _names_argument(line: str, arg: str, needle: str | None) -> bool:
+    import re
+
+    if needle is not None:
+        return re.search(needle, line) is not None
+    return f"`{arg}`" in line
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_valid_arguments_are_accepted(case):
+    out = case.call(**case.valid())
+    assert out is not None
+
+
+@pytest.mark.parametrize("case, arg, i", list(_params()))
+def test_bad_argument_is_refused_naming_it(case, arg, i):
+    bad = case.bad[arg][i]
+    bad = bad() if callable(bad) and not isinstance(bad, type) else bad
+    kwargs = {**case.valid(), arg: bad}
+    with pytest.raises(Exception) as info:  # noqa: PT011 (the type is checked below)
+        out = case.call(**kwargs)
+        jax.block_until_ready(out)  # a runtime check fires here at the latest
+    assert isinstance(info.value, TypeError | ValueError), repr(info.value)
+    line = _first_line(info.value)
+    assert _names_argument(line, arg, case.needle.get(arg)), (
+        f"{case.name}({arg}={bad!r}): the first line does not name `{arg}`: {line!r}"
+    )
+
+
+# ------------------------------------------------------------------ the issue's cases
+@pytest.mark.parametrize("dt", [0.0, -0.25, NAN, INF])
+def test_evolve_and_split_transformer_refuse_the_same_dt_with_the_same_message(dt):
+    theta = _theta()
+    with pytest.raises(ValueError) as a:
+        evolve(_u(), theta, dt=dt, grid=Grid.index(4, 8))
+    with pytest.raises(ValueError) as b:
+        SplitTransformer(theta, dt=dt)
+    msg_a, msg_b = str(a.value), str(b.value)
+    assert msg_a.startswith("evolve: `dt` must be a finite number > 0")
+    assert msg_a.removeprefix("evolve") == msg_b.removeprefix("SplitTransformer")
+
+
+@pytest.mark.parametrize("dt", [0.0, -0.25, NAN, INF])
+def test_evolve_refuses_a_bad_traced_dt_under_jit(dt):
+    theta = _theta()
+    run = eqx.filter_jit(lambda step: evolve(_u(), theta, dt=step))
+    assert bool(jnp.all(jnp.isfinite(run(jnp.asarray(0.5)))))
+    with pytest.raises(Exception, match=r"`dt` must be a finite number > 0"):
+        jax.block_until_ready(run(jnp.asarray(dt)))
+
+
+def test_nan_in_the_state_names_u_in_the_first_line():
+    theta = _theta()
+    with pytest.raises(ValueError) as info:
+        evolve(_with(_u()), theta)
+    assert _first_line(info.value).startswith("`u0` contains NaN or Inf (1 of 32 entries)")
+    assert len(str(info.value).splitlines()) == 1
+    with pytest.raises(ValueError) as info:
+        SplitTransformer(theta)(_with(_u(), INF))
+    assert _first_line(info.value).startswith("`u` contains NaN or Inf")
+
+
+def test_nan_in_a_traced_state_is_refused_at_run_time():
+    """Under jit the value is unknown when the check is traced: equinox raises at run
+    time, with the argument named in its message (equinox puts its header above)."""
+    theta = _theta()
+    run = eqx.filter_jit(lambda u: evolve(u, theta))
+    with pytest.raises(Exception, match=r"`u0` contains NaN or Inf"):
+        jax.block_until_ready(run(_with(_u())))
+
+
+def test_grid_interval_refuses_a_nan_domain():
+    with pytest.raises(ValueError, match=r"^Grid.interval: `x_domain` must be an interval"):
+        Grid.interval(8, 16, x_domain=(0, float("nan")))
+
+
+def test_stack_controls_names_the_mismatched_layers_and_sizes():
+    with pytest.raises(ValueError) as info:
+        stack_controls([_layer(16, 0), _layer(8, 1)])
+    line = _first_line(info.value)
+    assert "`layers[1]` does not match `layers[0]`" in line
+    assert "d_model 8 vs 16" in line
+
+
+def test_from_torch_blames_the_prelu_activation_not_the_dtypes():
+    from transflow.interop import from_torch
+
+    with pytest.raises(ValueError) as info:
+        from_torch(_torch_prelu_layer())
+    line = _first_line(info.value)
+    assert "activation" in line and "PReLU" in line and "dtype" not in line
+
+
+def test_grid_interval_takes_x_rule_and_y_rule_as_documented():
+    g = Grid.interval(8, 16, x_rule="gauss", y_rule="trapezoid")
+    assert g.n_tokens == 8 and g.n_features == 16
+    with pytest.raises(TypeError, match="rule"):
+        Grid.interval(8, 16, rule="gauss")  # the old name in the docs is not an argument
+
+
+# ------------------------------------------------------------------ coverage
+def _declared_packages() -> list[str]:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return meta["tool"]["setuptools"]["packages"]
+
+
+def _public_callables() -> dict[str, Any]:
+    """``package.name`` -> object, for every callable that a package exports (its
+    ``__all__`` or its ``__init__``'s public names), one entry per object."""
+    out: dict[str, Any] = {}
+    seen: set[int] = set()
+    for package_name in _declared_packages():
+        package = importlib.import_module(package_name)
+        if hasattr(package, "__all__"):
+            names = list(package.__all__)
+        else:
+            names = [
+                n
+                for n, v in vars(package).items()
+                if not n.startswith("_") and not inspect.ismodule(v)
+            ]
+        for name in names:
+            obj = getattr(package, name)
+            if not callable(obj) or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            out[f"{package_name}.{name}"] = obj
+    return out
+
+
+def _covered() -> set[int]:
+    """ids of the objects that a case calls by its public name."""
+    ids = set()
+    for case in CASES:
+        parts = case.name.split("(")[0].split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+            ids.add(id(obj))
+            # a classmethod case covers its class
+            owner = getattr(obj, "__self__", None)
+            if inspect.isclass(owner):
+                ids.add(id(owner))
+            break
+    return ids
+
+
+def test_the_table_covers_every_public_callable():
+    from _public_exempt import EXEMPT
+
+    public = _public_callables()
+    covered = _covered()
+    missing = sorted(
+        name for name, obj in public.items() if id(obj) not in covered and name not in EXEMPT
+    )
+    assert not missing, f"add a Case (or an EXEMPT entry with a reason) for: {missing}"
+    stale = sorted(set(EXEMPT) - set(public))
+    assert not stale, f"EXEMPT names that are no longer public: {stale}"
+    both = sorted(n for n in EXEMPT if id(public[n]) in covered)
+    assert not both, f"covered by a Case, remove from EXEMPT: {both}"
+    assert all(reason.strip() for reason in EXEMPT.values())
