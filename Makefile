@@ -9,7 +9,7 @@ STAMP       := $(VENV)/.transflow-installed
 export XLA_PYTHON_CLIENT_PREALLOCATE ?= false
 export PYTHONUNBUFFERED = 1
 
-.PHONY: all venv run test test-slow test-all figures bench lint format docs docs-serve clean
+.PHONY: all venv run test test-slow test-all figures figures-smoke bench lint format docs docs-serve clean
 
 all: test
 
@@ -43,7 +43,11 @@ test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 figures: $(STAMP)
-	$(BIN)/python paper_figures/make_all.py
+	$(BIN)/python paper_figures/make_all.py $(ARGS)
+
+# tiny versions into paper_figures/out/smoke/ (the full-size figures are left as they are)
+figures-smoke: $(STAMP)
+	$(BIN)/python paper_figures/make_all.py --smoke $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py

@@ -33,10 +33,18 @@ from typing import Any
 from transflow._records import to_jsonable
 
 __all__ = [
+    "FAILED",
+    "INCOMPLETE",
+    "NOT_CHECKED",
+    "NOT_ENFORCED",
+    "PASS",
+    "VERDICTS",
     "ClaimsFailed",
+    "ClaimsOutcome",
     "RunContext",
     "RunLog",
     "claim_line",
+    "claim_verdict",
     "claims_markdown",
     "release_compiled",
     "format_number",
@@ -44,6 +52,21 @@ __all__ = [
     "summary_markdown",
     "to_jsonable",
 ]
+
+#: Verdict of a claim that is enforced and holds.
+PASS = "PASS"
+#: Verdict of a claim that is enforced and does not hold (a missing value never holds).
+FAILED = "FAILED"
+#: Verdict of a claim recorded but not held to its bound at this size (``debug=smoke``),
+#: or a finding.
+NOT_ENFORCED = "not enforced"
+#: Verdict of a claim about something the run did not produce (a cell it did not run).
+NOT_CHECKED = "not checked"
+#: The verdicts of one claim: the same word in the console, ``report.md`` and
+#: ``summary.json`` (key ``verdict`` of every entry of ``claims``).
+VERDICTS = (PASS, FAILED, NOT_ENFORCED, NOT_CHECKED)
+#: The verdict of a run's claims together when none FAILED but not all are PASS.
+INCOMPLETE = "INCOMPLETE"
 
 #: The logger of a run: ``RunLog`` sends it to ``run.log`` and to the console.
 LOGGER = "transflow.run"
@@ -176,18 +199,29 @@ class RunContext:
         logging.getLogger(LOGGER).info("%s", text)
 
     def claim(
-        self, name: str, value: Any, bound: Any, *, op: str = "<=", enforce: bool = True
+        self,
+        name: str,
+        value: Any,
+        bound: Any,
+        *,
+        op: str = "<=",
+        enforce: bool = True,
+        missing: str = "",
     ) -> bool:
         """Record a claim check ``value <op> bound``; returns whether it holds.
 
         ``transflow-run`` writes every claim into ``summary.json`` (``claims``: name, value,
-        op, bound, pass, enforced) and a table into ``report.md``. If any *enforced* claim
-        fails, the run is marked FAILED (no ``DONE``) and the command exits non-zero. Use
-        A claim that does not hold at smoke size is declared in
+        op, bound, pass, enforced, verdict), a table into ``report.md`` and a line on the
+        console, all with the claim's :data:`VERDICTS` word, computed here once. If any
+        *enforced* claim fails, the run is marked FAILED (no ``DONE``) and the command
+        exits non-zero. A claim that does not hold at smoke size is declared in
         ``configs/sizes/smoke/<task>.yaml`` (``not_enforced``), not in the task: it is
-        recorded, not enforced (:meth:`declared_not_enforced`). ``enforce=False`` is for a
-        claim the task itself cannot check in this run (e.g. float64 sub-steps in a float32
-        job). A NaN value never passes.
+        recorded, not enforced (:meth:`declared_not_enforced`), and its verdict is ``not
+        enforced``. ``enforce=False`` is for a claim the task itself cannot check in this
+        run (e.g. float64 sub-steps in a float32 job); its verdict is ``not enforced`` too.
+        A missing value (NaN or None) never holds: it is shown as ``n/a (<missing>)`` and
+        stored as ``null`` with ``missing`` saying why (give the reason, e.g.
+        ``missing="one refinement factor"``).
 
         Example:
             >>> import tempfile
@@ -196,9 +230,13 @@ class RunContext:
             True
             >>> ctx.claim("regions", 118000, 117649, op="==")
             False
+            >>> ctx.claim("order", float("nan"), 0.2, enforce=False, missing="one factor")
+            False
+            >>> [c["verdict"] for c in ctx.claims]
+            ['PASS', 'FAILED', 'not enforced']
+            >>> claim_line(ctx.claims[-1])
+            'order: n/a (one factor) <= 0.2 → not enforced'
         """
-        import math
-
         ops = {
             "<=": lambda a, b: a <= b,
             "<": lambda a, b: a < b,
@@ -209,24 +247,77 @@ class RunContext:
         if op not in ops:
             raise ValueError(f"ctx.claim({name!r}): op must be one of {sorted(ops)}, got {op!r}.")
         value, bound = to_jsonable(value), to_jsonable(bound)
-        is_nan = isinstance(value, float) and math.isnan(value)
-        ok = bool(not is_nan and ops[op](value, bound))
+        absent = value is None or (isinstance(value, float) and math.isnan(value))
+        ok = bool(not absent and ops[op](value, bound))
+        enforced = bool(enforce) and not self.declared_not_enforced(name)
+        entry = {
+            "name": name,
+            "value": None if absent else value,
+            "op": op,
+            "bound": bound,
+            "pass": ok,
+            "enforced": enforced,
+            "verdict": (PASS if ok else FAILED) if enforced else NOT_ENFORCED,
+        }
+        if absent:
+            entry["missing"] = missing or "no value"
+        self.claims.append(entry)
+        return ok
+
+    def not_checked(self, name: str, reason: str, *, op: str = "", bound: Any = None) -> None:
+        """Record a declared claim this run could not check (e.g. about a cell it did not
+        run): its verdict is ``not checked`` in the console, ``report.md`` and
+        ``summary.json``, and the run's claims are then never all PASS.
+
+        Example:
+            >>> import tempfile
+            >>> ctx = RunContext(pathlib.Path(tempfile.mkdtemp()))
+            >>> ctx.not_checked("gap [a]", "cells not run: a")
+            >>> claim_line(ctx.claims[0]), ClaimsOutcome(ctx.claims).verdict
+            ('gap [a]: n/a (cells not run: a) → not checked', 'INCOMPLETE')
+        """
         self.claims.append(
             {
                 "name": name,
-                "value": value,
+                "value": None,
                 "op": op,
-                "bound": bound,
-                "pass": ok,
-                "enforced": bool(enforce) and not self.declared_not_enforced(name),
+                "bound": to_jsonable(bound),
+                "pass": False,
+                "enforced": False,
+                "verdict": NOT_CHECKED,
+                "missing": reason,
             }
         )
-        return ok
+
+    def record_verdicts(self, verdicts: list[dict[str, Any]], *, enforce: bool = True) -> None:
+        """Record the verdicts of a study's declared claims
+        (:func:`transflow.experiments.protocol.evaluate_claims`) as claims of this run: a
+        checked one as :meth:`claim` (held to its bound unless ``enforce`` is false or the
+        claim is declared not enforced, :meth:`declared_not_enforced`), a skipped one (cells
+        not run) as :meth:`not_checked`. Each verdict gets the claim's ``verdict`` word, so
+        the study's own table says what the console and the summary say."""
+        for v in verdicts:
+            if v.get("skipped"):
+                reason = "cells not run: " + ", ".join(v.get("missing") or [])
+                self.not_checked(v["name"], reason, op=v.get("op", ""), bound=v.get("bound"))
+            else:
+                n = len(v.get("values") or [])
+                missing = (
+                    "no seed"
+                    if n == 0
+                    else "std needs 2 seeds"
+                    if v.get("over") == "mean_std" and n < 2
+                    else "a seed's value is NaN"
+                )
+                self.claim(
+                    v["name"], v["value"], v["bound"], op=v["op"], enforce=enforce, missing=missing
+                )
+            v["verdict"] = self.claims[-1]["verdict"]
 
     @property
     def failed_claims(self) -> list[str]:
         """Names of the enforced claims that failed."""
-        return [c["name"] for c in self.claims if c["enforced"] and not c["pass"]]
+        return ClaimsOutcome(self.claims).failed
 
     def report(self, text: str) -> None:
         """Append markdown ``text`` (a paragraph, a table, ...) to ``report.md``."""
@@ -261,67 +352,179 @@ def _check_name(arg: str, name: str) -> None:
         )
 
 
-def format_number(v: Any) -> str:
+def format_number(v: Any, missing: str = "") -> str:
     """A number for a report: ``6.800000000000001`` → ``6.8``, ``1.5e-15`` → ``1.5e-15``.
 
-    Floats get 4 significant digits (scientific notation below 1e-3 or from 1e5 on);
-    integers, booleans and everything else are shown as they are.
+    Floats get 4 significant digits (scientific notation below 1e-3 or from 1e5 on); a
+    missing number (NaN, None) is ``n/a``, or ``n/a (<missing>)`` with the reason; ±inf
+    is ``inf``/``-inf``; integers, booleans and everything else are shown as they are.
 
     Example:
         >>> format_number(6.800000000000001), format_number(1.4803e-4), format_number(0.977716)
         ('6.8', '1.48e-04', '0.9777')
+        >>> format_number(float("nan")), format_number(None, "one factor")
+        ('n/a', 'n/a (one factor)')
     """
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return f"n/a ({missing})" if missing else "n/a"
     if isinstance(v, bool) or not isinstance(v, float):
         return str(v)
-    if math.isnan(v) or math.isinf(v):
+    if math.isinf(v):
         return str(v)
     if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
         return f"{v:.2e}"
     return f"{v:.4g}"
 
 
-def md_cell(v: Any) -> str:
-    """``v`` as the text of one markdown table cell: ``|`` escaped, no line breaks."""
+def _rounded(v: Any) -> Any:
+    # floats of a list or dict shown in a report: 4 significant digits, NaN as null
     if isinstance(v, float):
+        return None if math.isnan(v) else float(format_number(v)) if math.isfinite(v) else v
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_rounded(x) for x in v]
+    return v
+
+
+def md_cell(v: Any) -> str:
+    """``v`` as the text of one markdown table cell: ``|`` escaped, no line breaks;
+    numbers as :func:`format_number` writes them (also inside a list or dict), a missing
+    one (NaN, None) as ``n/a``.
+
+    Example:
+        >>> md_cell(float("nan")), md_cell(None), md_cell({"a": 0.97014925373, "b": [1.0]})
+        ('n/a', 'n/a', '{"a": 0.9701, "b": [1.0]}')
+    """
+    if v is None or isinstance(v, float):
         text = format_number(v)
     elif isinstance(v, list | dict):
-        text = json.dumps(to_jsonable(v))
+        text = json.dumps(_rounded(to_jsonable(v)))
         text = text if len(text) < 80 else text[:77] + "..."
     else:
         text = str(v)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def _verdict(c: dict[str, Any], mode: str = "enforce") -> str:
-    if c["pass"]:
-        return "PASS"
-    if not c["enforced"]:
-        return "fail (not enforced)"
-    return "FAILED (recorded, claims=record)" if mode == "record" else "FAILED"
+def claim_verdict(c: dict[str, Any]) -> str:
+    """The :data:`VERDICTS` word of one claim (an entry of ``summary.json``'s ``claims``):
+    its ``verdict``, set once by :meth:`RunContext.claim`; for a summary written before
+    verdicts existed, derived from ``pass`` and ``enforced`` the same way."""
+    if c.get("verdict") in VERDICTS:
+        return c["verdict"]
+    if not c.get("enforced", True):
+        return NOT_ENFORCED
+    return PASS if c.get("pass") else FAILED
+
+
+def _verdict_text(c: dict[str, Any], mode: str = "enforce") -> str:
+    v = claim_verdict(c)
+    return v + " (recorded, claims=record)" if v == FAILED and mode == "record" else v
 
 
 def claim_line(c: dict[str, Any], mode: str = "enforce") -> str:
-    """One claim as text: ``name: value op bound → PASS``."""
-    return (
-        f"{c['name']}: {format_number(c['value'])} {c['op']} {format_number(c['bound'])} "
-        f"→ {_verdict(c, mode)}"
-    )
+    """One claim as text: ``name: value op bound → PASS`` (``→`` its verdict word).
+
+    Example:
+        >>> claim_line({"name": "e", "value": 2e-15, "op": "<=", "bound": 1e-10,
+        ...             "verdict": "PASS"})
+        'e: 2.00e-15 <= 1.00e-10 → PASS'
+    """
+    value = format_number(c.get("value"), c.get("missing", ""))
+    bound = f" {c['op']} {format_number(c['bound'])}" if c.get("op") else ""
+    return f"{c['name']}: {value}{bound} → {_verdict_text(c, mode)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimsOutcome:
+    """A run's claims together: the counts per verdict and the run's verdict, computed
+    once and rendered alike by the console (:attr:`line`), ``report.md``
+    (:meth:`markdown`) and ``summary.json`` (:meth:`summary`).
+
+    :attr:`verdict` is ``PASS`` only when every claim is PASS, ``FAILED`` when an enforced
+    claim failed, else ``INCOMPLETE`` (some claims not enforced or not checked: such a run
+    never says that all its claims pass); ``""`` without claims.
+
+    Example:
+        >>> o = ClaimsOutcome([{"name": "a", "verdict": "PASS"},
+        ...                    {"name": "b", "verdict": "not enforced"}])
+        >>> o.verdict, o.line
+        ('INCOMPLETE', 'INCOMPLETE: 1 of 2 PASS, 1 not enforced')
+    """
+
+    claims: list[dict[str, Any]]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The number of claims per :data:`VERDICTS` word (every word, zeros included)."""
+        verdicts = [claim_verdict(c) for c in self.claims]
+        return {v: verdicts.count(v) for v in VERDICTS}
+
+    @property
+    def failed(self) -> list[str]:
+        """Names of the claims whose verdict is FAILED (enforced, not holding)."""
+        return [c["name"] for c in self.claims if claim_verdict(c) == FAILED]
+
+    @property
+    def verdict(self) -> str:
+        n = self.counts
+        if not self.claims:
+            return ""
+        if n[FAILED]:
+            return FAILED
+        return PASS if n[PASS] == len(self.claims) else INCOMPLETE
+
+    @property
+    def line(self) -> str:
+        """``<verdict>: k of n PASS[, m FAILED][, m not enforced][, m not checked]``."""
+        n = self.counts
+        parts = [f"{n[PASS]} of {len(self.claims)} PASS"]
+        parts += [f"{n[v]} {v}" for v in (FAILED, NOT_ENFORCED, NOT_CHECKED) if n[v]]
+        return f"{self.verdict}: " + ", ".join(parts)
+
+    def summary(self) -> dict[str, Any]:
+        """The keys ``transflow-run`` adds to ``summary.json``: ``claims`` (each with its
+        ``verdict``), ``claims_verdict``, ``claims_counts`` and ``claims_pass`` (true only
+        when :attr:`verdict` is PASS)."""
+        return {
+            "claims": self.claims,
+            "claims_verdict": self.verdict,
+            "claims_counts": self.counts,
+            "claims_pass": self.verdict == PASS,
+        }
+
+    def markdown(self, mode: str = "enforce") -> str:
+        """The claim checks as a markdown table (for ``report.md``), then :attr:`line`."""
+        return (
+            claims_markdown(self.claims, mode)
+            + f"\n\nClaims: **{self.line}**."
+            + (_VERDICT_NOTE if self.verdict == INCOMPLETE else "")
+        )
+
+
+_VERDICT_NOTE = (
+    " A claim `not enforced` is recorded without being held to its bound at this size "
+    "(declared in `configs/sizes/smoke/<task>.yaml` for `debug=smoke`) or is a finding; "
+    "a claim `not checked` is about something this run did not produce."
+)
 
 
 def claims_markdown(claims: list[dict[str, Any]], mode: str = "enforce") -> str:
     """The claim checks as a markdown table (for ``report.md``).
 
-    ``|`` in names and values is escaped. A failing enforced claim reads ``FAILED`` (under
-    ``claims=record``: ``FAILED (recorded, claims=record)``); a failing claim that is not
-    enforced at this size reads ``fail (not enforced)``.
+    ``|`` in names and values is escaped. The result column is the claim's verdict word
+    (:data:`VERDICTS`); a failing enforced claim under ``claims=record`` reads ``FAILED
+    (recorded, claims=record)``; a missing value reads ``n/a (<why>)``.
     """
     if not claims:
         return ""
     lines = ["## Claim checks", "", "| claim | value | bound | result |", "|---|---|---|---|"]
     for c in claims:
+        value = format_number(c.get("value"), c.get("missing", ""))
+        bound = f"{c['op']} {format_number(c['bound'])}" if c.get("op") else ""
         lines.append(
-            f"| {md_cell(c['name'])} | {md_cell(c['value'])} | "
-            f"{md_cell(c['op'] + ' ' + format_number(c['bound']))} | {_verdict(c, mode)} |"
+            f"| {md_cell(c['name'])} | {md_cell(value)} | {md_cell(bound)} | "
+            f"{_verdict_text(c, mode)} |"
         )
     return "\n".join(lines)
 

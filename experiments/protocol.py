@@ -46,6 +46,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .context import FAILED, NOT_CHECKED, PASS
+
 __all__ = [
     "OPS",
     "OVER",
@@ -63,6 +65,9 @@ __all__ = [
     "evaluate_claim",
     "evaluate_claims",
     "level_name",
+    "not_checked",
+    "verdict_line",
+    "verdicts_markdown",
     "window",
 ]
 
@@ -438,41 +443,85 @@ def evaluate_claim(
     return out
 
 
+def not_checked(spec: ClaimSpec, missing: list[str]) -> dict[str, Any]:
+    """The verdict of a declared claim about cells this run did not run (``missing``):
+    ``skipped``, verdict ``not checked`` (never dropped, never counted as passing).
+
+    Example:
+        >>> v = not_checked(ClaimSpec(name="gap", metric="acc", bound=0.1), ["b"])
+        >>> v["verdict"], v["missing"], v["pass"]
+        ('not checked', ['b'], False)
+    """
+    return {
+        "name": spec.name,
+        "claim": spec.name,
+        "skipped": True,
+        "missing": list(missing),
+        "op": spec.op,
+        "bound": float(spec.bound),
+        "pass": False,
+        "verdict": NOT_CHECKED,
+    }
+
+
 def evaluate_claims(study: StudyConfig, records, *, n_examples: int | None = None) -> list[dict]:
-    """:func:`evaluate_claim` of every declared claim; claims about cells that were not run
-    (``study.cells`` selects a subset) are skipped and listed with ``"skipped": True``."""
+    """:func:`evaluate_claim` of every declared claim in each of its cells; in a cell that
+    was not run (``study.cells`` selects a subset), or whose ``minus`` cell was not, the
+    claim is :func:`not_checked` there (``"skipped": True``, verdict ``not checked``, its
+    ``missing`` cells). A claim over several cells is named ``<claim> [<cell>]`` in each.
+
+    Example:
+        >>> s = StudyConfig(factors={"a": [1, 2]}, headline={"a": 1}, claims=[
+        ...     ClaimSpec(name="acc", metric="acc", cells=["1", "2"], bound=0.5)])
+        >>> [(v["name"], v.get("verdict")) for v in evaluate_claims(s, {"1": {0: {"acc": 0.9}}})]
+        [('acc [1]', None), ('acc [2]', 'not checked')]
+    """
     out = []
     for spec in study.claims:
-        cells = [resolve_cell(study, c) for c in spec.cells]
-        need = cells + ([resolve_cell(study, spec.minus)] if spec.minus else [])
-        if not all(c in records for c in need):
-            out.append(
-                {
-                    "name": spec.name,
-                    "claim": spec.name,
-                    "skipped": True,
-                    "missing": [c for c in need if c not in records],
-                }
-            )
-            continue
-        out.extend(evaluate_claim(spec, records, study=study, n_examples=n_examples))
+        minus = [resolve_cell(study, spec.minus)] if spec.minus else []
+        for key in spec.cells:
+            cell = resolve_cell(study, key)
+            missing = [c for c in [cell, *minus] if c not in records]
+            if missing:
+                v = not_checked(spec, missing)
+                v["cell"] = cell
+                if len(spec.cells) > 1 or key != cell:
+                    v["name"] = f"{spec.name} [{cell}]"
+            else:
+                one = dataclasses.replace(spec, cells=[key])
+                (v,) = evaluate_claim(one, records, study=study, n_examples=n_examples)
+                if len(spec.cells) > 1:
+                    v["name"] = f"{spec.name} [{cell}]"
+            out.append(v)
     return out
+
+
+def _num(x: Any, signed: bool = False) -> str:
+    if not isinstance(x, int | float) or math.isnan(x):
+        return "n/a"
+    return f"{x:+.4g}" if signed else f"{x:.4g}"
 
 
 def verdict_line(v: dict[str, Any]) -> str:
     """One claim verdict as a markdown table row (claim, cell, over, per-seed values,
-    statistic, bound, margin, result)."""
+    statistic, bound, margin, result). The result is the verdict word the run recorded
+    (``v["verdict"]``, set by ``RunContext.record_verdicts``: ``PASS``, ``FAILED``, ``not
+    enforced`` or ``not checked``), else PASS or FAILED by whether the claim holds."""
+    word = v.get("verdict") or (PASS if v.get("pass") else FAILED)
     if v.get("skipped"):
-        return f"| {v['name']} | (cells not run: {', '.join(v['missing'])}) | | | | | | skipped |"
-    vals = ", ".join(f"{x:.4g}" for x in v["values"])
-    margin = f"{v['margin']:+.4g}"
-    if "margin_examples" in v:
+        return (
+            f"| {v['name']} | (cells not run: {', '.join(v['missing'])}) | | | n/a | "
+            f"{v.get('op', '')} {v.get('bound', 0):g} | | {word} |"
+        )
+    vals = ", ".join(_num(x) for x in v["values"])
+    margin = _num(v["margin"], signed=True)
+    if "margin_examples" in v and margin != "n/a":
         margin += f" ({v['margin_examples']:+.1f} of {v['n_examples']} examples)"
     stat = {"all": "worst seed", "mean": "mean", "mean_std": "mean ∓ std"}[v["over"]]
     fail = f" (seeds {v['failing_seeds']} fail)" if v["failing_seeds"] else ""
     return (
-        f"| {v['name']} | {v['metric']} | {stat} | {vals} | {v['value']:.4g} | "
-        f"{v['op']} {v['bound']:g} | {margin} | {'PASS' if v['pass'] else 'FAILED'}{fail} |"
+        f"| {v['name']} | {v['metric']} | {stat} | {vals} | {_num(v['value'])} | "
+        f"{v['op']} {v['bound']:g} | {margin} | {word}{fail} |"
     )
 
 
@@ -492,8 +541,8 @@ def to_dict(study: StudyConfig) -> dict[str, Any]:
 
 #: The fields of a claim verdict kept in a run's ``summary.json``.
 VERDICT_FIELDS = (
-    "name", "cell", "seeds", "values", "value", "bound", "pass",
-    "failing_seeds", "margin", "margin_examples", "skipped",
+    "name", "cell", "seeds", "values", "value", "op", "bound", "pass", "verdict",
+    "failing_seeds", "margin", "margin_examples", "skipped", "missing",
 )  # fmt: skip
 
 

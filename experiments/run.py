@@ -38,11 +38,14 @@ from omegaconf.errors import ConfigKeyError
 
 from .config import Precision, RunConfig, register_schemas
 from .context import (
+    FAILED,
+    PASS,
     ClaimsFailed,
+    ClaimsOutcome,
     RunContext,
     RunLog,
     claim_line,
-    claims_markdown,
+    claim_verdict,
     release_compiled,
     summary_markdown,
     to_jsonable,
@@ -592,40 +595,41 @@ def run_job(
                     f"task '{task_name}': run(cfg, ctx) must return a dict of headline "
                     f"numbers, got {type(result).__name__}."
                 )
+            # the claims' verdicts, computed once: summary.json, report.md and the console
+            # say the same (ClaimsOutcome)
+            outcome = ClaimsOutcome(ctx.claims)
             if ctx.claims:
-                result["claims"] = ctx.claims
-                result["claims_pass"] = not ctx.failed_claims
-                if _not_enforced(cfg):
+                result.update(outcome.summary())
+                if _not_enforced(cfg):  # the declared ones (their verdict: not enforced)
                     result["claims_not_enforced"] = [
                         c["name"] for c in ctx.claims if ctx.declared_not_enforced(c["name"])
                     ]
             _write_json(run_dir / "summary.json", result)
             ctx.report(summary_markdown({k: v for k, v in result.items() if k != "claims"}))
             if ctx.claims:
-                ctx.report(claims_markdown(ctx.claims, mode=mode))
+                ctx.report(outcome.markdown(mode))
                 for c in ctx.claims:
                     log.info("claim %s", claim_line(c, mode), extra={"console": False})
-                n_pass = sum(c["pass"] for c in ctx.claims)
                 log.info(
-                    "claims: %d of %d PASS%s",
-                    n_pass,
-                    len(ctx.claims),
-                    "".join(f"; {claim_line(c, mode)}" for c in ctx.claims if not c["pass"]),
+                    "claims: %s%s",
+                    outcome.line,
+                    "".join(
+                        f"; {claim_line(c, mode)}" for c in ctx.claims if claim_verdict(c) != PASS
+                    ),
                 )
-            if ctx.failed_claims:
+                status.update(claims=outcome.verdict)
+            if outcome.failed:
                 msg = (
-                    f"task '{task_name}': claim checks failed: {', '.join(ctx.failed_claims)} "
+                    f"task '{task_name}': claim checks failed: {', '.join(outcome.failed)} "
                     f"(see {run_dir / 'summary.json'}, key 'claims')"
                 )
                 if mode == "enforce":
-                    failed = [c for c in ctx.claims if c["enforced"] and not c["pass"]]
+                    failed = [c for c in ctx.claims if claim_verdict(c) == FAILED]
                     raise ClaimsFailed(
                         msg + "; claims=record records them without failing.", failed, run_dir
                     )
                 log.warning("%s; recorded, not enforced (claims=record)", msg)
-                status.update(claims="FAILED", failed_claims=ctx.failed_claims)
-            elif ctx.claims:
-                status.update(claims="PASS")
+                status.update(failed_claims=outcome.failed)
         except ConfigValueError as e:
             # The task refused an option before producing anything: a config error, not
             # a failed run. Remove what this job wrote (the caller removes the directory).

@@ -5,8 +5,8 @@
 rewrites, in the sweep directory,
 
 - ``sweep_summary.md``: a markdown table, one row per job: the job number, the swept
-  parameters, the status, the claim verdict (``PASS``, or ``FAILED: <names>``) and the
-  job's headline numbers (``summary.json``);
+  parameters, the status, the claim verdict (``PASS``, ``FAILED: <names>`` or
+  ``INCOMPLETE: <counts>``) and the job's headline numbers (``summary.json``);
 - ``sweep_summary.csv``: the same table;
 - ``sweep_summary.json``: ``{"sweep_dir", "params", "columns", "rows"}`` with full values.
 
@@ -25,7 +25,7 @@ import math
 import pathlib
 from typing import Any
 
-from .context import md_cell, to_jsonable
+from .context import INCOMPLETE, ClaimsOutcome, md_cell, to_jsonable
 
 __all__ = ["SweepSummary", "load_sweep", "plot_sweep", "summarize_sweep", "write_sweep_summary"]
 
@@ -64,7 +64,9 @@ def summarize_sweep(sweep_dir: str | pathlib.Path) -> dict[str, Any]:
     whose values differ between jobs (all override keys when there is a single job). A row
     has ``job``, one entry per parameter, ``status`` (``status.json``: COMPLETED, FAILED,
     RUNNING, or MISSING), ``claims`` (``PASS``, ``FAILED: a; b`` with the names of the
-    failing enforced claims, or ``""`` when the task states none), ``seconds`` and every
+    failing enforced claims, ``INCOMPLETE: k of n PASS, m not enforced`` as the job's
+    console and report say (:class:`~transflow.experiments.context.ClaimsOutcome`), or
+    ``""`` when the task states none), ``seconds`` and every
     scalar of the job's ``summary.json``.
     """
     sweep_dir = pathlib.Path(sweep_dir)
@@ -82,18 +84,21 @@ def summarize_sweep(sweep_dir: str | pathlib.Path) -> dict[str, Any]:
     for job in jobs:
         status = _read_json(job / "status.json")
         summary = _read_json(job / "summary.json")
-        claims = summary.get("claims") or []
-        failed = [c["name"] for c in claims if c.get("enforced") and not c.get("pass")]
+        outcome = ClaimsOutcome(summary.get("claims") or [])
         row: dict[str, Any] = {"job": int(job.name)}
         row.update({k: overrides[job.name].get(k, "") for k in params})
         row["status"] = status.get("status", "MISSING")
-        row["claims"] = ("FAILED: " + "; ".join(failed)) if failed else ("PASS" if claims else "")
+        row["claims"] = (
+            ("FAILED: " + "; ".join(outcome.failed))
+            if outcome.failed
+            else (outcome.line if outcome.verdict == INCOMPLETE else outcome.verdict)
+        )
         if row["status"] == "FAILED" and not summary:
             row["claims"] = row["claims"] or "-"
             row["error"] = str(status.get("error", ""))[:200]
         row["seconds"] = status.get("seconds")
         for k, v in summary.items():
-            if k in ("claims", "claims_pass") or not _scalar(v):
+            if k in ("claims", "claims_pass", "claims_verdict") or not _scalar(v):
                 continue
             row[k] = v
             if k not in metric_cols:

@@ -1,37 +1,99 @@
 """F10: training curves (loss and accuracy) of the continuous model trained as an
 optimal-control problem (docs/spec/continuous-model.md §5): the digits ViT and the sorting task.
 
-Reads the newest completed run directories ``outputs/train_digits/*/`` and
-``outputs/train_sequence/*/`` (their ``curves.npz``, complete even for resumed runs) if
-present; otherwise trains short versions in-process (300 steps each; ``--smoke``: 30), so
-the figure never hides a long training run.
+Plots the declared run of each task (:data:`RUNS`): a run directory named there, or else
+the newest completed ``outputs/<task>/*/`` run whose options are the declared ones (the
+experiment's defaults, ``seed`` 0, full size: :func:`declared_config`) — a run with
+another seed or other options (a resumed seed-1 run, a smoke run) is never plotted. Its
+``curves.npz`` is complete even for a resumed run. Without such a run it trains short
+versions in-process (300 steps each; ``--smoke``: 30), so the figure never hides a long
+training run. The figure names the run it plots (title and ``F10.json``).
 """
 
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 FIGURE = {
     "id": "F10",
     "title": "Training the split-scheme model as optimal control: loss and accuracy",
     "command": "make figures  (python paper_figures/make_all.py F10)",
-    "config": "experiment=train_digits and experiment=train_sequence (newest run dirs), "
-    "else a 300-step library call",
+    "config": "experiment=train_digits and experiment=train_sequence, seed=0, default options "
+    "(the newest run dir with exactly these options, or the run dirs named in RUNS), else a "
+    "300-step library call",
 }
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
+#: The run directory (relative to the repository) each curve comes from; None: the newest
+#: completed run of ``transflow-run experiment=<task>`` whose config is
+#: :func:`declared_config` (``SEED``, the experiment's default options, full size).
+RUNS: dict[str, str | None] = {"train_digits": None, "train_sequence": None}
+#: The seed of the declared runs.
+SEED = 0
+#: Task options that do not change the trained model or its curves: not compared.
+_NOT_COMPARED = ("checkpoint_dir", "resume", "throttle")
 
-def _latest_curves(task: str):
+
+def declared_config(task: str) -> dict[str, Any]:
+    """The options a run must have been made with to be plotted: ``seed``, ``precision``,
+    ``smoke`` (false) and every task option of ``transflow-run experiment=<task>`` except
+    :data:`_NOT_COMPARED` (resolved, as in the run's ``.hydra/resolved.yaml``)."""
+    from omegaconf import OmegaConf
+    from transflow.experiments.run import compose, prune
+
+    cfg, name = compose([f"experiment={task}", f"seed={SEED}"])
+    return _comparable(OmegaConf.to_container(prune(cfg, name), resolve=True))
+
+
+def _comparable(cfg: dict) -> dict[str, Any]:
+    from transflow.experiments.context import to_jsonable
+
+    cfg = to_jsonable(cfg)  # enums (precision) as their values, as in a saved config
+    task = {k: v for k, v in (cfg.get("task") or {}).items() if k not in _NOT_COMPARED}
+    keys = ("seed", "precision", "smoke")
+    return {**{k: cfg.get(k) for k in keys}, "smoke": bool(cfg.get("smoke")), "task": task}
+
+
+def _run_config(run_dir: pathlib.Path) -> dict[str, Any] | None:
+    from omegaconf import OmegaConf
+
+    path = run_dir / ".hydra" / "resolved.yaml"
+    if not path.exists():
+        return None
+    return _comparable(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+
+
+def _load_curves(run_dir: pathlib.Path) -> dict:
     import numpy as np
 
-    done = sorted((ROOT / "outputs" / task).glob("*/DONE"))
-    for marker in reversed(done):
-        path = marker.parent / "curves.npz"
-        if path.exists():
-            with np.load(path) as z:
-                return {k: z[k].tolist() for k in z.files}, str(marker.parent.relative_to(ROOT))
-    return None, None
+    with np.load(run_dir / "curves.npz") as z:
+        return {k: z[k].tolist() for k in z.files}
+
+
+def declared_run(task: str, root: pathlib.Path | None = None) -> pathlib.Path | None:
+    """The run directory F10 plots for ``task``: ``RUNS[task]`` when set (it must be a
+    completed run with ``curves.npz``), else the newest completed run under
+    ``<root>/outputs/<task>/`` (``root``: the repository) made with
+    :func:`declared_config`; None if there is none."""
+    root = ROOT if root is None else pathlib.Path(root)
+    named = RUNS.get(task)
+    if named:
+        run_dir = root / named
+        if not ((run_dir / "DONE").exists() and (run_dir / "curves.npz").exists()):
+            raise FileNotFoundError(
+                f"F10: RUNS[{task!r}] = {named!r} is not a completed run with curves.npz "
+                f"under {root}; run `transflow-run experiment={task}` or set RUNS[{task!r}] "
+                "= None (the newest run with the declared options)."
+            )
+        return run_dir
+    want = declared_config(task)
+    for marker in sorted((root / "outputs" / task).glob("*/DONE"), reverse=True):
+        run_dir = marker.parent
+        if (run_dir / "curves.npz").exists() and _run_config(run_dir) == want:
+            return run_dir
+    return None
 
 
 def _short_run(task: str, steps: int):
@@ -57,8 +119,11 @@ def make(out_dir: pathlib.Path) -> dict:
     steps = 30 if figure_smoke() else 300
     curves, sources = {}, {}
     for label, task in (("digits", "train_digits"), ("sort", "train_sequence")):
-        c, src = (None, None) if figure_smoke() else _latest_curves(task)
-        if c is None:
+        run_dir = None if figure_smoke() else declared_run(task)
+        if run_dir is not None:
+            c = _load_curves(run_dir)
+            src = f"run {run_dir.relative_to(ROOT)} (seed {SEED})"
+        else:
             c, src = _short_run(task, steps)
         curves[label], sources[label] = c, src
     from transflow.experiments.run import compose
@@ -68,9 +133,10 @@ def make(out_dir: pathlib.Path) -> dict:
         f"{label} test_accuracy": float(compose([f"experiment={task}"])[0].task.min_test_accuracy)
         for label, task in (("digits", "train_digits"), ("sort", "train_sequence"))
     }
-    fig = plot_training_curves(
-        curves, title="training the continuous model (optax AdamW)", thresholds=thresholds
+    title = "training the continuous model (optax AdamW)\n" + "\n".join(
+        f"{label}: {src}" for label, src in sources.items()
     )
+    fig = plot_training_curves(curves, title=title, thresholds=thresholds)
     save_figure(fig, out_dir, FIGURE["id"], {"curves": curves, "sources": sources})
     return {
         "digits_test_accuracy": curves["digits"]["eval_accuracy"][-1],

@@ -22,6 +22,10 @@ Usage::
     python paper_figures/make_all.py --list       # list the figures
     python paper_figures/make_all.py --smoke F2   # TRANSFLOW_SMOKE=1: tiny versions (tests)
     python paper_figures/make_all.py --out out/figs
+
+Smoke-size figures (``--smoke``, or ``TRANSFLOW_SMOKE=1``) go into ``<out>/smoke/`` with
+their own manifest (entries marked ``"smoke": true``), and each says "smoke size" under
+its panels: they never overwrite a full-size figure or its manifest entry.
 """
 
 from __future__ import annotations
@@ -42,7 +46,27 @@ ROOT = pathlib.Path(__file__).resolve().parent
 DEFAULT_OUT = ROOT / "out"
 REQUIRED_KEYS = ("id", "title", "command", "config")
 
-__all__ = ["discover", "main", "run_figures"]
+__all__ = ["SMOKE_DIR", "discover", "main", "output_dir", "run_figures"]
+
+#: The subdirectory of the output directory that smoke-size figures go to.
+SMOKE_DIR = "smoke"
+
+
+def _smoke() -> bool:
+    return os.environ.get("TRANSFLOW_SMOKE", "0") not in ("", "0", "false", "False")
+
+
+def output_dir(out_dir: pathlib.Path, smoke: bool | None = None) -> pathlib.Path:
+    """Where the figures go: ``out_dir``, or ``out_dir/smoke`` for smoke-size figures
+    (``smoke``; None: ``TRANSFLOW_SMOKE``), so that they never replace full-size ones.
+
+    Example:
+        >>> output_dir(pathlib.Path("out"), smoke=True), output_dir(pathlib.Path("out"), False)
+        (PosixPath('out/smoke'), PosixPath('out'))
+    """
+    out_dir = pathlib.Path(out_dir)
+    smoke = _smoke() if smoke is None else smoke
+    return out_dir if not smoke or out_dir.name == SMOKE_DIR else out_dir / SMOKE_DIR
 
 
 def _figure_id_from_path(path: pathlib.Path) -> str:
@@ -105,13 +129,16 @@ class _IsolateJax:
 
 def _run_one(path: pathlib.Path, out_dir: pathlib.Path) -> dict[str, Any]:
     fid = _figure_id_from_path(path)
-    entry: dict[str, Any] = {"id": fid, "script": f"paper_figures/{path.name}"}
+    smoke = _smoke()
+    entry: dict[str, Any] = {"id": fid, "script": f"paper_figures/{path.name}", "smoke": smoke}
     t0 = time.perf_counter()
     try:
         with _IsolateJax():
             module = load(path)
             entry.update({k: module.FIGURE[k] for k in REQUIRED_KEYS})
             fid = str(module.FIGURE["id"])
+            if smoke:  # the command that made this smoke-size figure
+                entry["command"] = f"python paper_figures/make_all.py --smoke {fid}"
             numbers = module.make(out_dir)
         if numbers is not None and not isinstance(numbers, dict):
             raise TypeError(f"make(out_dir) must return a dict, got {type(numbers).__name__}.")
@@ -153,11 +180,12 @@ def run_figures(
     """Run the selected figures (all when ``ids`` is empty) and write the manifest.
 
     A full run rewrites ``manifest.json``; a subset updates its entries in place (and drops
-    entries of scripts that no longer exist).
+    entries of scripts that no longer exist). Smoke-size figures (``TRANSFLOW_SMOKE=1``)
+    go into :func:`output_dir` (``out_dir/smoke``) and its manifest.
 
     Returns the manifest entries of the figures that ran, keyed by figure id.
     """
-    out_dir = pathlib.Path(out_dir)
+    out_dir = output_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     scripts = discover(fig_dir)
     wanted = {i.upper() for i in ids or []}
@@ -228,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="set TRANSFLOW_SMOKE=1: figures that support it make a tiny version",
+        help="set TRANSFLOW_SMOKE=1: figures that support it make a tiny version, written "
+        "into <out>/smoke/ (never over the full-size figures)",
     )
     args = parser.parse_args(argv)
     if args.list:
@@ -242,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [fid for fid, e in results.items() if e["status"] != "ok"]
     print(
         f"[make_all] {len(results) - len(failed)}/{len(results)} figures ok; manifest: "
-        f"{args.out / 'manifest.json'}"
+        f"{output_dir(args.out) / 'manifest.json'}"
     )
     if failed:
         print(f"[make_all] FAILED: {', '.join(failed)}", file=sys.stderr)

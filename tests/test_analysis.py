@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -455,8 +456,18 @@ def _run(overrides, run_dir, *, smoke=True):
 
 
 def _check_run(run_dir, summary):
-    assert summary["claims_pass"] is True
+    from test_experiments import assert_verdicts_agree
+
+    # console (run.log), report.md and summary.json agree; no enforced claim failed, and
+    # the run says all claims pass exactly when every claim is enforced
+    counts = assert_verdicts_agree(run_dir)
+    assert counts["FAILED"] == counts["not checked"] == 0
+    assert summary["claims_pass"] is (counts["not enforced"] == 0)
     assert (run_dir / "DONE").exists()
+    # numbers in the report are formatted, and a missing one says so (never "nan")
+    report = (run_dir / "report.md").read_text()
+    assert not re.search(r"\bnan\b", report, re.IGNORECASE), report
+    assert not re.search(r"\d\.\d{8,}", report.replace(str(run_dir), "")), report
     for fig in ("trajectories", "cosine", "geometry", "budgets", "smoothness", "refinement"):
         assert (run_dir / f"{fig}.png").stat().st_size > 0
     rows = [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -543,3 +554,30 @@ def test_analyze_bad_model_path_stops_before_compute(tmp_path):
     with pytest.raises(ValueError, match="junk.*no recognised checkpoint"):
         _run([f"task.model_path={tmp_path / 'junk'}"], tmp_path / "run2")
     assert not (tmp_path / "run2" / "metrics.jsonl").exists()
+
+
+def test_refinement_legend_and_report_say_when_an_order_is_missing(tmp_path):
+    """Two refinement factors give one successive difference: no fitted order. The
+    figure's legend and the report say so ("n/a", why); the summary holds null, not NaN."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from transflow.plotting import plot_refinement
+
+    study = {
+        "factors": [1, 2],
+        "change": [0.0, 0.1],
+        "successive": [0.1],
+        "order": float("nan"),
+    }
+    fig = plot_refinement({"constant": study})
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any("order n/a: 1 difference, 2 needed" in t for t in texts), texts
+    assert not any("nan" in t for t in texts), texts
+    matplotlib.pyplot.close(fig)
+    summary = _run([], tmp_path)  # smoke: factors [1, 2]
+    assert summary["refine_constant_order"] is None
+    report = (tmp_path / "report.md").read_text()
+    assert "refinement orders constant: n/a (2 refinement factors, 3 needed" in report
+    assert "| refine_constant_order | n/a |" in report
+    _check_run(tmp_path, summary)

@@ -224,7 +224,8 @@ def test_cli_piped_training_prints_progress_and_fills_run_log(tmp_path):
     run_dir = next((tmp_path / "outputs" / "smoke" / "train_digits").iterdir())
     log = (run_dir / "run.log").read_text()
     assert "train_digits: done 40/40" in log and "finished" in log
-    assert re.search(r"claims: \d of 3 PASS", log)
+    # test_accuracy holds only at full size: not enforced, so not every claim is PASS
+    assert "claims: INCOMPLETE: 2 of 3 PASS, 1 not enforced; test_accuracy: " in log
 
 
 # --------------------------------------------------------------------------- resume

@@ -59,6 +59,71 @@ def _status(run_dir: pathlib.Path) -> dict:
     return json.loads((run_dir / "status.json").read_text())
 
 
+def _cells(row: str) -> list[str]:
+    """The cells of a markdown table row, ``\\|`` unescaped."""
+    import re
+
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+
+
+def assert_verdicts_agree(run_dir: pathlib.Path, console: str | None = None) -> dict:
+    """Console, report.md, summary.json and status.json give every claim of the run in
+    ``run_dir`` the same verdict, and the run the same overall verdict and counts.
+
+    The console is ``console`` (captured stdout) or, without it, the lines of ``run.log``
+    (the same log records). Returns the summary's counts per verdict.
+    """
+    import re
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    claims = summary.get("claims") or []
+    log = console if console is not None else (run_dir / "run.log").read_text()
+    report = (run_dir / "report.md").read_text()
+    if not claims:
+        assert "## Claim checks" not in report and "claims: " not in log
+        return {}
+    words = ("PASS", "FAILED", "not enforced", "not checked")
+    verdicts = [c["verdict"] for c in claims]
+    assert set(verdicts) <= set(words), verdicts
+    counts = {w: verdicts.count(w) for w in words}
+    overall = (
+        "FAILED" if counts["FAILED"] else "PASS" if counts["PASS"] == len(claims) else "INCOMPLETE"
+    )
+    # summary.json and status.json
+    assert summary["claims_counts"] == counts
+    assert summary["claims_verdict"] == overall and summary["claims_pass"] is (overall == "PASS")
+    assert _status(run_dir)["claims"] == overall
+    for c in claims:  # a missing value is null, never NaN, and never passes
+        value = c["value"]
+        assert value is None or not (isinstance(value, float) and value != value), c
+        if value is None:
+            assert c["verdict"] != "PASS" and c["missing"], c
+    # report.md: the claim table (one row per claim, in order) and the overall line
+    section = report.split("## Claim checks", 1)[1]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ")][1:]  # header
+    assert len(rows) == len(claims), rows
+    for row, c in zip(rows, claims):
+        name, value, _, result = _cells(row)
+        assert name == c["name"] and result.split(" (")[0] == c["verdict"], (row, c)
+        assert "nan" not in value.lower().split(), row
+        if c["value"] is None:
+            assert value.startswith("n/a ("), row
+    parts = [f"{counts['PASS']} of {len(claims)} PASS"]
+    parts += [f"{counts[w]} {w}" for w in words[1:] if counts[w]]
+    line = f"{overall}: " + ", ".join(parts)
+    assert f"Claims: **{line}**." in report
+    # the console: the same overall line, and every claim that is not PASS with its verdict
+    said = [ln for ln in log.splitlines() if "claims: " in ln]
+    assert len(said) == 1 and re.search(rf"claims: {re.escape(line)}(;|$)", said[0]), said
+    for c in claims:
+        if c["verdict"] != "PASS":
+            assert f"; {c['name']}: " in said[0] and f"→ {c['verdict']}" in said[0], said[0]
+    if console is None:  # run.log also has one line per claim
+        for c in claims:
+            assert re.search(rf"claim {re.escape(c['name'])}: .* → {c['verdict']}", log), c
+    return counts
+
+
 # --------------------------------------------------------------------------- composition
 def test_config_tree_has_the_groups():
     for group in ("grid", "model", "experiment", "hydra", "debug"):
@@ -277,14 +342,19 @@ def test_smoke_run_every_experiment(name, tmp_path_factory):
             table = []
     assert (run_dir / ".hydra" / "config.yaml").exists()
     assert (run_dir / ".hydra" / "resolved.yaml").exists()
+    # Console (run.log), report.md and summary.json agree on every claim's verdict.
+    counts = assert_verdicts_agree(run_dir)
+    assert not counts.get("FAILED"), counts  # or the run would have FAILED
     if name in SMOKE_CLAIMS:
         # The task states its claims; the smoke run enforces those that hold at smoke
-        # size (all pass, or the run would have FAILED).
+        # size (all pass, or the run would have FAILED); the others are "not enforced",
+        # so such a run does not say that all its claims pass.
         saved = json.loads((run_dir / "summary.json").read_text())
         claims = {c["name"]: c for c in saved["claims"]}
         assert {k: c["enforced"] for k, c in claims.items()} == SMOKE_CLAIMS[name]
-        assert all(c["pass"] for c in claims.values() if c["enforced"])
-        assert saved["claims_pass"] is True
+        assert all(c["verdict"] == "PASS" for c in claims.values() if c["enforced"])
+        assert all(c["verdict"] == "not enforced" for c in claims.values() if not c["enforced"])
+        assert saved["claims_pass"] is all(SMOKE_CLAIMS[name].values())
         assert "## Claim checks" in (run_dir / "report.md").read_text()
 
 
@@ -615,18 +685,27 @@ def test_failing_claim_marks_the_run_failed(tmp_path, monkeypatch):
     assert _status(tmp_path)["status"] == "FAILED"
     assert not (tmp_path / "DONE").exists()
     summary = json.loads((tmp_path / "summary.json").read_text())
-    verdicts = {c["name"]: (c["pass"], c["enforced"]) for c in summary["claims"]}
+    verdicts = {c["name"]: (c["pass"], c["enforced"], c["verdict"]) for c in summary["claims"]}
     assert verdicts == {
-        "holds": (True, True),
-        "informative": (False, False),
-        "wrong": (False, True),
+        "holds": (True, True, "PASS"),
+        "informative": (False, False, "not enforced"),
+        "wrong": (False, True, "FAILED"),
     }
-    assert summary["claims_pass"] is False
+    assert summary["claims_pass"] is False and summary["claims_verdict"] == "FAILED"
     assert "Claim checks" in (tmp_path / "report.md").read_text()
+    assert_verdicts_agree(tmp_path)
 
-    # The same task with a value that satisfies the claim completes.
+    # The same task with a value that satisfies the claim completes; its claim that is
+    # not enforced keeps it from saying that all claims pass.
     cfg.task = {"value": 1e-4}
     out = tmp_path / "ok"
     runmod.run_job(cfg, run_dir=out, task_name="probe")
     assert (out / "DONE").exists()
-    assert json.loads((out / "summary.json").read_text())["claims_pass"] is True
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["claims_pass"] is False and summary["claims_verdict"] == "INCOMPLETE"
+    assert assert_verdicts_agree(out) == {
+        "PASS": 2,
+        "FAILED": 0,
+        "not enforced": 1,
+        "not checked": 0,
+    }

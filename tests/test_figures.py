@@ -60,7 +60,8 @@ def test_discovery_order_and_ids():
 
 
 def test_make_f1_f2_and_manifest(tmp_path, monkeypatch):
-    """F1 and F2 (smoke size) are regenerated with PNG, PDF, JSON and a manifest."""
+    """F1 and F2 (smoke size) are regenerated with PNG, PDF, JSON and a manifest (in the
+    smoke subdirectory of --out)."""
     import jax
 
     make_all = _make_all()
@@ -68,6 +69,8 @@ def test_make_f1_f2_and_manifest(tmp_path, monkeypatch):
     x64 = jax.config.jax_enable_x64
     rc = make_all.main(["F1", "f2", "--out", str(tmp_path)])
     assert rc == 0
+    assert not (tmp_path / "manifest.json").exists()
+    tmp_path = tmp_path / "smoke"
     assert jax.config.jax_enable_x64 == x64, "make_all did not restore jax_enable_x64"
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert set(manifest) == {"F1", "F2"}
@@ -236,3 +239,185 @@ def test_every_figure_of_make_figures_and_of_the_experiments_is_drawn_clean():
     seconds = time.process_time() - t0
     assert len(by_function) >= 20 and len(drawn) >= 30, drawn
     assert seconds < 60, f"drawing every figure took {seconds:.0f} CPU s"
+
+
+# --------------------------------------------------------------------------- smoke vs full
+def _snapshot(root: pathlib.Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "smoke" not in p.relative_to(root).parts
+    }
+
+
+_TINY_FIGURE = (
+    "FIGURE = {{'id': '{fid}', 'title': 't', 'command': 'c', 'config': 'library call'}}\n"
+    "def make(out_dir):\n"
+    "    from transflow.plotting import figure_smoke, save_figure\n"
+    "    from transflow.plotting._common import _pyplot\n"
+    "    fig, ax = _pyplot().subplots()\n"
+    "    n = 3 if figure_smoke() else 30\n"
+    "    ax.plot(range(n), range(n))\n"
+    "    ax.set(xlabel='k', ylabel='value')\n"
+    "    save_figure(fig, out_dir, '{fid}', {{'n': n}})\n"
+    "    return {{'n': n}}\n"
+)
+
+
+def test_make_figures_smoke_leaves_every_full_size_figure_and_manifest_entry(tmp_path, monkeypatch):
+    """``make_all.py --smoke`` (every figure, and a subset) writes into ``<out>/smoke/``
+    with its own manifest: every full-size figure file and manifest entry of ``<out>``
+    stays byte-identical; the smoke entries say smoke and the command that made them."""
+    make_all = _make_all()
+    figs, out = tmp_path / "figs", tmp_path / "out"
+    figs.mkdir()
+    for fid in ("F1", "F2"):
+        (figs / f"{fid.lower()}_tiny.py").write_text(_TINY_FIGURE.format(fid=fid))
+    monkeypatch.delenv("TRANSFLOW_SMOKE", raising=False)
+    assert make_all.main(["--figures-dir", str(figs), "--out", str(out)]) == 0
+    full = _snapshot(out)
+    assert {"F1.png", "F1.pdf", "F1.json", "F2.png", "manifest.json"} <= set(full)
+    assert json.loads(full["manifest.json"])["F1"]["smoke"] is False
+    monkeypatch.setenv("TRANSFLOW_SMOKE", "0")  # restored after the test: main sets it
+    for argv in (["--smoke"], ["--smoke", "F2"]):
+        assert make_all.main(["--figures-dir", str(figs), "--out", str(out), *argv]) == 0
+        assert _snapshot(out) == full  # nothing full-size changed, byte for byte
+    smoke = json.loads((out / "smoke" / "manifest.json").read_text())
+    assert set(smoke) == {"F1", "F2"} and all(e["smoke"] for e in smoke.values())
+    assert smoke["F2"]["command"] == "python paper_figures/make_all.py --smoke F2"
+    assert json.loads((out / "smoke" / "F1.json").read_text()) == {"smoke": True, "n": 3}
+    assert json.loads(full["F1.json"]) == {"n": 30}
+    # a full-size run after it leaves the smoke figures where they are
+    monkeypatch.setenv("TRANSFLOW_SMOKE", "0")
+    assert make_all.main(["--figures-dir", str(figs), "--out", str(out), "F1"]) == 0
+    assert json.loads((out / "smoke" / "F1.json").read_text())["smoke"] is True
+
+
+def test_smoke_f5_never_overwrites_the_full_size_f5(tmp_path, monkeypatch):
+    """Issue 48: ``make_all.py --smoke F5`` overwrote paper_figures/out/F5.png and its
+    manifest entry. Now the full-size files and entries are kept byte for byte, and the
+    smoke F5 says so in the figure and its numbers."""
+    make_all = _make_all()
+    out = tmp_path / "out"
+    out.mkdir()
+    for ext in ("png", "pdf", "json"):
+        (out / f"F5.{ext}").write_bytes(f"full-size F5 {ext}".encode())
+    entry = {"id": "F5", "command": "make figures", "numbers": {"min_cosine_final": 0.999}}
+    (out / "manifest.json").write_text(json.dumps({"F5": entry, "F1": {"id": "F1"}}))
+    before = _snapshot(out)
+    monkeypatch.setenv("TRANSFLOW_SMOKE", "0")
+    assert make_all.main(["--smoke", "--out", str(out), "F5"]) == 0
+    assert _snapshot(out) == before
+    smoke = json.loads((out / "smoke" / "manifest.json").read_text())["F5"]
+    assert smoke["status"] == "ok" and smoke["smoke"] is True, smoke.get("traceback")
+    assert smoke["command"] == "python paper_figures/make_all.py --smoke F5"
+    assert json.loads((out / "smoke" / "F5.json").read_text())["smoke"] is True
+    assert (out / "smoke" / "F5.png").stat().st_size > 0
+
+
+def test_a_smoke_figure_says_so_below_everything_it_shows():
+    """The smoke stamp is a visible line under the lowest artist (the key below the
+    panels included): it overlaps nothing and the figure still passes the checker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import transflow.plotting as P
+    from transflow.plotting._style import SMOKE_MARK
+
+    curves = {
+        "digits": {
+            "step": [0, 10, 20],
+            "loss": [2.3, 1.0, 0.5],
+            "train_accuracy": [0.1, 0.6, 0.9],
+            "eval_step": [0, 20],
+            "eval_loss": [2.3, 0.6],
+            "eval_accuracy": [0.1, 0.88],
+        }
+    }
+    fig = P.plot_training_curves(curves, title="t")
+    renderer = fig.canvas.get_renderer()
+    lowest = fig.get_tightbbox(renderer).y0 * fig.dpi  # inches -> display pixels
+    P.smoke_mark(P.smoke_mark(fig))  # idempotent: one mark
+    (stamp,) = [t for t in fig.texts if t.get_gid() == "smoke-mark"]
+    assert stamp.get_text() == SMOKE_MARK and "SMOKE SIZE" in SMOKE_MARK
+    box = stamp.get_window_extent(renderer)
+    assert box.y1 <= lowest, (box, lowest)  # entirely below everything else
+    assert P.figure_problems(fig) == []
+    plt.close(fig)
+
+
+def _fake_training_run(run_dir: pathlib.Path, overrides: list[str], accuracy: float) -> None:
+    """A completed train_digits run directory as transflow-run leaves it: the resolved
+    config of ``overrides``, curves.npz and DONE (no training)."""
+    import numpy as np
+    from omegaconf import OmegaConf
+    from transflow.experiments.run import compose, prune
+
+    cfg, name = compose(["experiment=train_digits", *overrides])
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "resolved.yaml").write_text(
+        OmegaConf.to_yaml(prune(cfg, name), resolve=True)
+    )
+    np.savez(
+        run_dir / "curves.npz",
+        step=[0, 10],
+        loss=[2.3, 0.4],
+        train_accuracy=[0.1, 0.9],
+        eval_step=[0, 10],
+        eval_loss=[2.3, 0.5],
+        eval_accuracy=[0.1, accuracy],
+    )
+    (run_dir / "DONE").write_text("")
+
+
+def test_f10_plots_the_declared_run_not_the_newest_and_names_it(tmp_path, monkeypatch):
+    """Issue 48: F10 plotted the newest outputs/train_digits/* run whatever its config (a
+    resumed seed-1 run). It plots the newest run with the declared options (seed 0, the
+    defaults, full size), or the run named in RUNS, and names it in its title."""
+    import transflow.plotting as P
+
+    monkeypatch.delenv("TRANSFLOW_SMOKE", raising=False)
+    f10 = _make_all().load(FIG_DIR / "f10_training.py")
+    runs = tmp_path / "outputs" / "train_digits"
+    _fake_training_run(runs / "2026-12-01_10-00-00", [], 0.9777)  # the declared run
+    _fake_training_run(runs / "2026-12-01_11-00-00", ["task.steps=1400"], 0.95)
+    _fake_training_run(runs / "2026-12-02_10-00-00", ["seed=1"], 0.9638)  # newest
+    _fake_training_run(runs / "2026-12-03_10-00-00", ["debug=smoke"], 0.1)
+    assert f10.declared_run("train_digits", tmp_path) == runs / "2026-12-01_10-00-00"
+    assert f10.declared_run("train_sequence", tmp_path) is None  # none: a library call
+    monkeypatch.setitem(f10.RUNS, "train_digits", "outputs/train_digits/2026-12-02_10-00-00")
+    assert f10.declared_run("train_digits", tmp_path) == runs / "2026-12-02_10-00-00"
+    monkeypatch.setitem(f10.RUNS, "train_digits", "outputs/train_digits/nope")
+    with pytest.raises(FileNotFoundError, match=r"RUNS\['train_digits'\]"):
+        f10.declared_run("train_digits", tmp_path)
+    monkeypatch.setitem(f10.RUNS, "train_digits", None)
+
+    # the figure: curves of the declared run, named in the title and the numbers
+    monkeypatch.setattr(f10, "ROOT", tmp_path)
+    monkeypatch.setattr(f10, "_short_run", lambda task, steps: (_short_curves(), "library"))
+    titles = []
+
+    def keep_title(fig, out_dir, fid, data, **kw):
+        titles.append(fig._suptitle.get_text())
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+    monkeypatch.setattr(P, "save_figure", keep_title)
+    numbers = f10.make(tmp_path / "figs")
+    assert numbers["digits_test_accuracy"] == 0.9777
+    assert numbers["digits_source"] == "run outputs/train_digits/2026-12-01_10-00-00 (seed 0)"
+    assert "digits: run outputs/train_digits/2026-12-01_10-00-00 (seed 0)" in titles[0]
+
+
+def _short_curves() -> dict:
+    return {
+        "step": [0, 5],
+        "loss": [1.0, 0.5],
+        "train_accuracy": [0.5, 0.9],
+        "eval_step": [0, 5],
+        "eval_loss": [1.0, 0.6],
+        "eval_accuracy": [0.5, 1.0],
+    }

@@ -17,6 +17,7 @@ from transflow.experiments.protocol import (
     evaluate_claim,
     evaluate_claims,
     reusable_record,
+    summarize_verdicts,
     verdicts_markdown,
     window,
 )
@@ -438,3 +439,125 @@ def test_schemes_declared_claim_is_evaluated_through_the_protocol(tmp_path, monk
     with pytest.raises(_Stop):
         schemes.run(one, RunContext(tmp_path, precision="fp32"))
     assert seen["runs"] == [("digits", "lie", 3), ("digits", "lie", 4), ("digits", "lie", 5)]
+
+
+def test_claims_over_cells_not_run_are_not_checked_in_the_verdicts():
+    """evaluate_claims: a claim whose cell (or ``minus`` cell) was not run is 'not
+    checked', never passing; summarize_verdicts keeps the verdict and the missing cells."""
+    s = _study(
+        claims=[
+            ClaimSpec(name="h", metric="acc", cells=["headline"], op=">=", bound=0.5),
+            ClaimSpec(name="gap", metric="acc", cells=["headline"], minus="c-4-e", bound=0.0),
+        ]
+    )
+    h, gap = evaluate_claims(s, {"b-0.2-e": {0: {"acc": 0.9}}})
+    assert gap["verdict"] == "not checked" and gap["missing"] == ["c-4-e"] and not gap["pass"]
+    assert "verdict" not in h  # a checked claim's verdict is the run's (record_verdicts)
+    (row,) = summarize_verdicts([gap])
+    assert row["verdict"] == "not checked" and row["missing"] == ["c-4-e"]
+    assert verdicts_markdown([gap]).splitlines()[-1].endswith("| not checked |")
+
+
+def _restricted_study_run(tmp_path, monkeypatch, capsys, cells: list[str], smoke: bool):
+    """A study task on the protocol, run by transflow-run's job runner with fabricated
+    records of the cells ``task.study.cells`` selects (no training)."""
+    import types
+
+    import transflow.experiments.run as runmod
+    from omegaconf import OmegaConf
+
+    study = _study(
+        claims=[
+            ClaimSpec(name="acc", metric="acc", cells=["headline"], op=">=", bound=0.5),
+            ClaimSpec(name="acc_c", metric="acc", cells=["c-4-e"], op=">=", bound=0.5),
+            ClaimSpec(
+                name="gap", metric="acc", cells=["headline", "a-0.2-e"], minus="c-0.2-e", bound=0
+            ),
+        ],
+        cells=cells,
+    )
+
+    @dataclasses.dataclass
+    class Config:
+        pass
+
+    def run(cfg, ctx):
+        chosen = [c for c in design_cells(study) if not study.cells or c.name in study.cells]
+        records = {c.name: {s: {"acc": 0.9 - 0.01 * s} for s in c.seeds} for c in chosen}
+        verdicts = evaluate_claims(study, records)
+        ctx.record_verdicts(verdicts, enforce=not ctx.smoke)
+        ctx.report("## Results\n\n" + verdicts_markdown(verdicts))
+        return {"claims_verdicts": summarize_verdicts(verdicts)}
+
+    probe = types.SimpleNamespace(Config=Config, run=run)
+    monkeypatch.setattr(runmod, "discover", lambda: ({"study": probe}, {}))
+    cfg = OmegaConf.create({"task": {}, "smoke": smoke, "seed": 0, "precision": "fp32"})
+    capsys.readouterr()
+    runmod.run_job(cfg, run_dir=tmp_path, task_name="study")
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("smoke", [False, True])
+def test_a_restricted_study_run_says_its_cross_cell_claims_are_not_checked(
+    tmp_path, monkeypatch, capsys, smoke
+):
+    """Issue 50: a run restricted to some cells (task.study.cells) reports the claims over
+    the cells it did not run as 'not checked' in the console, report.md (the run's claim
+    table and the study's own table) and summary.json, and never that all claims pass."""
+    import json
+
+    from test_experiments import _cells, assert_verdicts_agree
+
+    out = _restricted_study_run(tmp_path, monkeypatch, capsys, ["b-0.2-e"], smoke)
+    counts = assert_verdicts_agree(tmp_path, console=out)
+    checked = "not enforced" if smoke else "PASS"
+    want = {"PASS": 0, "FAILED": 0, "not enforced": 0, "not checked": 3}
+    want[checked] += 1
+    assert counts == want  # acc [headline] checked; acc_c and gap in both cells not
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["claims_pass"] is False and summary["claims_verdict"] == "INCOMPLETE"
+    assert "INCOMPLETE: " in out and "all claims" not in out
+    assert "gap [a-0.2-e]: n/a (cells not run: a-0.2-e, c-0.2-e) >= 0 → not checked" in out
+    study_rows = {
+        r["name"]: r["verdict"] for r in summary["claims_verdicts"]
+    }  # the study's own verdicts say the same as the run's claims
+    assert study_rows == {c["name"]: c["verdict"] for c in summary["claims"]}
+    results = (tmp_path / "report.md").read_text().split("## Results", 1)[1]
+    rows = [_cells(r) for r in results.split("## Summary")[0].splitlines() if r.startswith("| ")]
+    assert {r[0]: r[-1] for r in rows[1:]} == study_rows
+    # every cell run: nothing left unchecked, and the same claims PASS (or not enforced)
+    full = tmp_path / "all"
+    out = _restricted_study_run(full, monkeypatch, capsys, [], smoke)
+    counts = assert_verdicts_agree(full, console=out)
+    assert counts["not checked"] == 0 and counts[checked] == 4
+    assert json.loads((full / "summary.json").read_text())["claims_pass"] is (not smoke)
+
+
+@pytest.mark.slow  # trains 2 tiny models: ~2-3 min on 2 shared cores
+def test_restricted_depth_run_reports_its_cross_cell_claims_not_checked(tmp_path, capsys):
+    """Issue 50's command at smoke size: experiment=depth restricted to the headline cell.
+    Its claims about the per-layer cell are 'not checked' in the console, report.md and
+    summary.json alike, and the run does not say that all claims pass."""
+    import json
+
+    from transflow.experiments.run import run_in_process
+
+    from test_experiments import assert_verdicts_agree
+
+    summary, _ = run_in_process(
+        [
+            "experiment=depth",
+            "debug=smoke",
+            "task.study.cells=[legendre-0.2-random-prenorm]",
+        ],
+        tmp_path,
+    )
+    out = capsys.readouterr().out
+    counts = assert_verdicts_agree(tmp_path, console=out)
+    assert counts["not checked"] >= 2 and counts["FAILED"] == 0, counts
+    assert summary["claims_pass"] is False and summary["claims_verdict"] == "INCOMPLETE"
+    unchecked = [v for v in summary["claims_verdicts"] if v["verdict"] == "not checked"]
+    assert len(unchecked) == counts["not checked"]
+    assert all("per_layer-0.2-random-prenorm" in v["missing"] for v in unchecked), unchecked
+    assert json.loads((tmp_path / "status.json").read_text())["claims"] == "INCOMPLETE"
+    assert "| not checked |" in (tmp_path / "report.md").read_text().split("## Claim checks")[0]

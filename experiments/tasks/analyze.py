@@ -36,11 +36,13 @@ model output, ``refine(model, 1)`` = model).
 
 from __future__ import annotations
 
+import math
 import pathlib
 from dataclasses import dataclass, field
 
 from transflow.control._tasks import DigitsConfig
 
+from ..context import format_number
 from ..validate import Constraint
 
 __all__ = ["Config", "run", "resolve_model_path"]
@@ -288,6 +290,14 @@ def _inputs(model, cfg, seed: int, n: int, dtype):
 
 
 # ----------------------------------------------------------------------------- run
+def _no_order(study: dict) -> str:
+    """Why a refinement study has no fitted order (``""`` when it has one)."""
+    n = len(study["successive"])
+    if n < 2:
+        return f"{len(study['factors'])} refinement factors, 3 needed: task.factors"
+    return "" if math.isfinite(study["order"]) else "a successive difference is 0"
+
+
 def run(cfg, ctx) -> dict:
     """Run the ``analyze`` experiment.
 
@@ -480,7 +490,8 @@ def run(cfg, ctx) -> dict:
         "seconds": res["seconds"],
     }
     for interp, st in studies.items():
-        summary[f"refine_{interp}_order"] = st["order"]
+        # a fitted order needs two successive differences: null (not NaN) without them
+        summary[f"refine_{interp}_order"] = None if _no_order(st) else st["order"]
         summary[f"refine_{interp}_change_last"] = st["change"][-1]
         if "evaluate" in st:
             summary[f"refine_{interp}_accuracy"] = [e["accuracy"] for e in st["evaluate"]]
@@ -491,8 +502,11 @@ def run(cfg, ctx) -> dict:
         f"cosine {summary['min_cosine_first']:.3f} → {summary['min_cosine_last']:.3f}, "
         f"clusters (cos ≥ {cfg.threshold}) {summary['clusters_first']} → "
         f"{summary['clusters_last']}; median relative control increment "
-        f"{summary['control_increment_median']}; refinement orders "
-        + ", ".join(f"{i}: {st['order']:.2f}" for i, st in studies.items())
+        f"{format_number(summary['control_increment_median'], 'no control increments')}; "
+        "refinement orders "
+        + ", ".join(
+            f"{i}: {format_number(st['order'], _no_order(st))}" for i, st in studies.items()
+        )
         + "."
     )
     return summary

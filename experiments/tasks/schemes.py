@@ -67,6 +67,7 @@ from ..protocol import (
     digest,
     evaluate_claim,
     mean_std_text,
+    not_checked,
     reusable_record,
     summarize_verdicts,
     verdicts_markdown,
@@ -777,20 +778,22 @@ def check(cfg: Config) -> None:
 def _verdicts(claims: list[ClaimSpec], records: dict) -> list[dict]:
     """Each declared claim evaluated by :func:`~transflow.experiments.protocol.evaluate_claim`
     in each of its cells (per-seed values, the statistic over seeds, the margin and, with
-    ``examples``, the margin in test examples of that cell); a claim naming a cell that
-    this run did not train is returned with ``"skipped": True`` and its ``missing`` cells
-    (reported as not checked, never dropped)."""
+    ``examples``, the margin in test examples of that cell); in a cell that this run did
+    not train (or whose ``minus`` cell it did not) the claim is
+    :func:`~transflow.experiments.protocol.not_checked` (``"skipped": True``, its
+    ``missing`` cells; reported as not checked, never dropped)."""
     out = []
     for spec in claims:
-        need = [*spec.cells, *([spec.minus] if spec.minus else [])]
-        missing = [c for c in need if c not in records]
-        if missing:
-            out.append({"name": spec.name, "claim": spec.name, "skipped": True, "missing": missing})
-            continue
         for cell in spec.cells:
-            counts = {r.get("n_test") for r in records[cell].values()}
-            n = counts.pop() if len(counts) == 1 else None
-            (v,) = evaluate_claim(dataclasses.replace(spec, cells=[cell]), records, n_examples=n)
+            missing = [c for c in [cell, *([spec.minus] if spec.minus else [])] if c not in records]
+            if missing:
+                v = not_checked(spec, missing)
+                v["cell"] = cell
+            else:
+                counts = {r.get("n_test") for r in records[cell].values()}
+                n = counts.pop() if len(counts) == 1 else None
+                one = dataclasses.replace(spec, cells=[cell])
+                (v,) = evaluate_claim(one, records, n_examples=n)
             if len(spec.cells) > 1:
                 v["name"] = f"{spec.name} [{cell}]"
             out.append(v)
@@ -899,10 +902,8 @@ def run(cfg: Config, ctx) -> dict:
     # summary, never dropped silently; at smoke size (6 steps) they are recorded, not enforced
     # (configs/sizes/smoke/schemes.yaml, not_enforced)
     verdicts = _verdicts(list(cfg.claims), records)
-    not_checked = [_not_checked_line(v) for v in verdicts if v.get("skipped")]
-    for v in verdicts:
-        if not v.get("skipped"):
-            ctx.claim(v["name"], v["value"], v["bound"], op=v["op"])
+    unchecked = [_not_checked_line(v) for v in verdicts if v.get("skipped")]
+    ctx.record_verdicts(verdicts)
     ctx.log({"kind": "claims", "verdicts": verdicts})
 
     # ------------------------------------------------------------------ table and figure
@@ -949,7 +950,7 @@ def run(cfg: Config, ctx) -> dict:
         + "\n\n"
         + _stability_markdown(stable, identity_err)
         + _imex_line(imex)
-        + "".join(f"\n\nDeclared claim not checked in this run: {c}." for c in not_checked)
+        + "".join(f"\n\nDeclared claim not checked in this run: {c}." for c in unchecked)
     )
 
     # the figure: the schemes trained on every task (a smoke run trains each scheme on one
@@ -990,7 +991,7 @@ def run(cfg: Config, ctx) -> dict:
         out["imex_cost_ratio"] = imex["cost_ratio"]
     out.update({f"n_params_{t}": {s: c[0] for s, c in v.items()} for t, v in counts.items()})
     out["claims_verdicts"] = summarize_verdicts(verdicts)
-    out["claims_not_checked"] = not_checked
+    out["claims_not_checked"] = unchecked
     if baselines is not None:
         out["text_ngram_bpc"] = baselines["bpc"]  # orders 1..5
         out["text_val_overlap"] = baselines["overlap"]

@@ -225,6 +225,15 @@ def plot_control_smoothness(res: dict[str, Any], *, max_blocks: int = 12):
     return fig
 
 
+def _order_text(study: dict[str, Any]) -> str:
+    # a fitted order needs two successive differences (three factors): else say so
+    order = study.get("order")
+    if order is None or not np.isfinite(order):
+        n = len(study.get("successive", []))
+        return f"order n/a: {n} difference{'s' if n != 1 else ''}, 2 needed"
+    return f"order {order:.2f}"
+
+
 @styled
 def plot_refinement(studies: dict[str, dict[str, Any]], *, title: str = "depth refinement"):
     """Output change and successive differences against the factor k (one colour per
@@ -250,7 +259,7 @@ def plot_refinement(studies: dict[str, dict[str, Any]], *, title: str = "depth r
             color=colour[label],
             mfc="none",
             label=rf"{label}: $\|\mathrm{{out}}_{{2k}} - \mathrm{{out}}_k\|$ "
-            f"(order {s['order']:.2f})",
+            f"({_order_text(s)})",
         )
     ax.set_xlabel(r"refinement factor $k$ ($\Delta t/k$, $k N_t$ steps)")
     ax.set_ylabel("relative difference of the final state")

@@ -27,9 +27,10 @@ def save_figure(
 ) -> list[pathlib.Path]:
     """Save ``fig`` as ``<fid>.png`` and ``<fid>.pdf`` and ``data`` as ``<fid>.json``.
 
-    Under ``make_all.py --smoke`` (:func:`figure_smoke`) the figure gets a smoke mark
-    first (:func:`transflow.plotting.smoke_mark`). Closes the figure; returns the three
-    paths. ``data`` is made JSON-safe (arrays become lists, NaN stays NaN).
+    Closes the figure; returns the three paths. ``data`` is made JSON-safe (arrays become
+    lists, NaN stays NaN). Under ``make_all.py --smoke`` (:func:`figure_smoke`) the figure
+    gets its smoke mark first (:func:`transflow.plotting.smoke_mark`: the red ``SMOKE
+    SIZE`` line below everything it shows), and ``data`` (a dict) gets ``"smoke": true``.
     """
     import matplotlib.pyplot as plt
 
@@ -38,6 +39,8 @@ def save_figure(
 
     if figure_smoke():
         smoke_mark(fig)
+        if isinstance(data, dict):
+            data = {"smoke": True, **data}
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{fid}.png", out_dir / f"{fid}.pdf", out_dir / f"{fid}.json"]

@@ -396,11 +396,16 @@ def parse_threshold(gid) -> tuple[str, float] | None:
         return None
 
 
-def smoke_mark(fig, text: str = "smoke size: a wiring check, not the study's numbers"):
-    """Mark ``fig`` as a smoke-size figure: a small grey line of text under its lower
-    right corner (outside the axes, inside the saved tight bounding box). Idempotent;
-    returns ``fig``. :func:`transflow.plotting.save_figure` calls it under
-    ``make_all.py --smoke``.
+#: The line under every smoke-size figure (:func:`smoke_mark`).
+SMOKE_MARK = "SMOKE SIZE: tiny inputs, a wiring check, not the study's numbers"
+
+
+def smoke_mark(fig, text: str = SMOKE_MARK):
+    """Mark ``fig`` as a smoke-size figure: a red line of text (:data:`SMOKE_MARK`)
+    centred below everything the figure draws (its lowest axis, text or legend), so it
+    overlaps nothing. Idempotent; returns ``fig``. The one mark of a smoke figure:
+    :func:`transflow.plotting.save_figure` calls it under ``make_all.py --smoke`` and
+    ``RunContext.save_figure`` in a ``debug=smoke`` run.
 
     Example:
         >>> from transflow.plotting import new_figure, smoke_mark
@@ -410,5 +415,19 @@ def smoke_mark(fig, text: str = "smoke size: a wiring check, not the study's num
     """
     if any(t.get_gid() == "smoke-mark" for t in fig.texts):
         return fig
+    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+    width, height = fig.get_size_inches()
+    fig.text(
+        (box.x0 + box.x1) / 2 / width,
+        box.y0 / height - 0.02,
+        text,
+        ha="center",
+        va="top",
+        fontsize=8,
+        fontweight="bold",
+        color="#b00000",
+        gid="smoke-mark",
+    )
+    return fig
     fig.text(1.0, 0.0, text, ha="right", va="top", fontsize=6.5, color="0.35", gid="smoke-mark")
     return fig
