@@ -202,7 +202,7 @@ def plot_sweep(
 
 def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
     from transflow.plotting import new_figure
-    from transflow.plotting._style import finish
+    from transflow.plotting._style import finish, integer_axis
 
     rows = s["rows"]
     for key in (x, y, hue):
@@ -216,6 +216,7 @@ def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
     else:
         fig = ax.figure
     groups: dict[Any, list[dict]] = {}
+    drawn: dict[str, list[float]] = {"x": [], "y": []}
     for r in rows:
         groups.setdefault(r.get(hue) if hue else None, []).append(r)
     for label, group in groups.items():
@@ -227,6 +228,8 @@ def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
         if not pts:
             continue
         xs, ys, bad = zip(*pts)
+        drawn["x"] += xs
+        drawn["y"] += ys
         ax.plot(xs, ys, "o-", label=f"{hue} = {label}" if hue else y)
         fx = [a for a, b in zip(xs, bad) if b]
         fy = [c for c, b in zip(ys, bad) if b]
@@ -238,6 +241,9 @@ def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
+    for name, values in drawn.items():  # integer data (a count, a size): integer ticks
+        if values and all(float(v).is_integer() for v in values):
+            integer_axis(getattr(ax, f"{name}axis"))
     ax.legend(fontsize="small")  # every drawn colour is keyed (transflow.plotting checks)
     ax.set_title(f"{y} vs {x} ({len(rows)} jobs)", fontsize="medium")
     return finish(fig)

@@ -77,7 +77,7 @@ def test_bad_names_and_k_raise_naming_the_option():
             init_path("legendre", _draw(), k, key=jax.random.key(0))
     with pytest.raises(ValueError, match="`basis` must be"):
         BasisExpansion(jnp.zeros((2, 3)), basis="hermite")
-    with pytest.raises(ValueError, match="t0 < t1"):
+    with pytest.raises(ValueError, match="`t0` < `t1`"):
         PiecewiseLinear(jnp.zeros((2, 3)), t0=1.0, t1=1.0)
     with pytest.raises(ValueError, match="`n_steps` must be an integer >= 1"):
         PiecewiseLinear(jnp.zeros((2, 3))).sample(0)

@@ -80,7 +80,7 @@ def test_checker_finds_each_fault():
     note is fine."""
     import matplotlib.pyplot as plt
 
-    P._common._pyplot()
+    P._style._pyplot()
     fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(9, 3))
     ax.loglog([4, 12, 36], [1e-2, 1e-3, 1e-4], "o-", label="O(N^-2)")  # default ticks
     ax.set_xlabel("N")
@@ -103,7 +103,7 @@ def test_checker_finds_the_faults_of_the_rendered_artists():
     unexplained error bars are each reported; the fixed figure has none of them."""
     import matplotlib.pyplot as plt
 
-    P._common._pyplot()
+    P._style._pyplot()
 
     def draw(fixed: bool):
         with P.figure_style():
@@ -188,7 +188,7 @@ def test_checker_reports_the_figures_of_issue_49(name):
 
     import matplotlib.pyplot as plt
 
-    P._common._pyplot()
+    P._style._pyplot()
     fig = pickle.loads(gzip.decompress((FIXTURES / f"{name}.pkl.gz").read_bytes()))
     claims = {"test_accuracy": 0.99, "eval_sequence_accuracy": 0.95}
     problems = P.figure_problems(
@@ -206,7 +206,7 @@ def test_checker_threshold_integer_and_smoke_rules():
     ticks integers; a smoke figure needs a text saying so and smoke_mark gives one."""
     import matplotlib.pyplot as plt
 
-    P._common._pyplot()
+    P._style._pyplot()
 
     def draw(value, label=None):
         with P.figure_style():

@@ -254,7 +254,7 @@ _TINY_FIGURE = (
     "FIGURE = {{'id': '{fid}', 'title': 't', 'command': 'c', 'config': 'library call'}}\n"
     "def make(out_dir):\n"
     "    from transflow.plotting import figure_smoke, save_figure\n"
-    "    from transflow.plotting._common import _pyplot\n"
+    "    from transflow.plotting._style import _pyplot\n"
     "    fig, ax = _pyplot().subplots()\n"
     "    n = 3 if figure_smoke() else 30\n"
     "    ax.plot(range(n), range(n))\n"

@@ -41,6 +41,7 @@ CHOICES = {
     "schemes": lambda: _names("SCHEMES"),
     "b_splitting": ("tangent", "full", "both"),
 }
+#: Cross-option constraints, checked before any work (experiments/validate.py).
 CONSTRAINTS = (
     Constraint(
         ("precision",), lambda p: p != "fp32", "precision fp64 or both (the study needs float64)"

@@ -36,6 +36,7 @@ def _nested(sizes, n_ref) -> bool:
 
 #: Checked before any work (the ranges of each option: experiments/validate.py).
 CHOICES = {"quantities": ("attention", "linear", "evolution")}
+#: Cross-option constraints, checked before any work (experiments/validate.py).
 CONSTRAINTS = (
     Constraint(
         ("task.sizes", "task.n_ref"),

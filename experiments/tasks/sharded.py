@@ -38,6 +38,7 @@ CHOICES = {
     "parallel.methods": ("gspmd", "ring", "gspmd+chunked"),
     "memory_methods": ("gspmd", "ring", "gspmd+chunked"),
 }
+#: Cross-option constraints, checked before any work (experiments/validate.py).
 CONSTRAINTS = (
     Constraint(
         ("task.assignment_labels", "task.parallel.assignments"),

@@ -36,6 +36,7 @@ def _targets() -> tuple[str, ...]:
 
 #: Checked before any work (the ranges of each option: experiments/validate.py).
 CHOICES = {"targets": _targets}
+#: Cross-option constraints, checked before any work (experiments/validate.py).
 CONSTRAINTS = (
     Constraint(
         ("task.seeds", "task.min_seeds"),

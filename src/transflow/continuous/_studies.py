@@ -51,6 +51,7 @@ __all__ = [
     "SUBMODELS",
 ]
 
+
 def _hybrid(ffn_branch_dt: str):
     def build(ops):
         return hybrid([ops[0], [*[(op,) for op in ops[1:]], None]], ffn_branch_dt=ffn_branch_dt)

@@ -22,7 +22,7 @@ __all__ = [
 
 
 def _plt():
-    from ._common import _pyplot
+    from ._style import _pyplot
 
     return _pyplot()
 

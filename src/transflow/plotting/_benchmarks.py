@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import _pyplot
-from ._style import FIGURE_WIDTH, new_figure, styled, threshold_line
+from ._style import FIGURE_WIDTH, _pyplot, new_figure, styled, threshold_line
 
 __all__ = ["BENCHMARK_PARTS", "plot_benchmarks"]
 

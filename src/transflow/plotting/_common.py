@@ -49,13 +49,3 @@ def save_figure(
     plt.close(fig)
     paths[2].write_text(json.dumps(to_jsonable(data), indent=2, allow_nan=True) + "\n")
     return paths
-
-
-def _pyplot():
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are only saved)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt

@@ -145,7 +145,6 @@ def new_figure(
         >>> tuple(fig.get_size_inches()) == (FIGURE_WIDTH, 2.5), len(axes)
         (True, 2)
     """
-    from ._common import _pyplot
 
     plt = _pyplot()
     return plt.subplots(
@@ -299,8 +298,6 @@ def styled(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any):
-        from ._common import _pyplot
-
         _pyplot()
         with figure_style():
             fig = fn(*args, **kwargs)
@@ -431,3 +428,13 @@ def smoke_mark(fig, text: str = SMOKE_MARK):
     return fig
     fig.text(1.0, 0.0, text, ha="right", va="top", fontsize=6.5, color="0.35", gid="smoke-mark")
     return fig
+
+
+def _pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are only saved)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
