@@ -451,3 +451,16 @@ def test_the_layers_below_evolve_import_nothing_above_it():
     assert not bad, f"imports from below evolve into it or above: {bad}"
     assert {"transflow._paths", "transflow._solve", "transflow._integrate"} <= graph[top]
     assert "transflow.continuous" in above  # the public face sits above evolve
+
+
+def test_diffeqsolve_is_called_by_the_integrator_and_the_reference_only():
+    """Options travel as objects to one integrator (issue 47): ``diffrax.diffeqsolve`` is
+    called in ``transflow._integrate`` and in the independent diffrax reference
+    ``transflow.continuous._reference``, nowhere else in the library."""
+    callers = set()
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            func = getattr(node, "func", None) if isinstance(node, ast.Call) else None
+            if getattr(func, "attr", getattr(func, "id", None)) == "diffeqsolve":
+                callers.add(_module_name(path, SRC))
+    assert callers == {"transflow._integrate", "transflow.continuous._reference"}, callers
