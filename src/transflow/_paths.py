@@ -37,6 +37,8 @@ from ._errors import check_number, check_step
 
 __all__ = [
     "PATH_KINDS",
+    "READINGS",
+    "Reading",
     "ControlPath",
     "PiecewiseConstant",
     "PiecewiseLinear",
@@ -47,6 +49,16 @@ __all__ = [
 ]
 
 Where = Literal["midpoint", "left"]
+#: How a grid of N uniform steps reads θ(t) (:meth:`ControlPath.read`): at a step's midpoint
+#: m, θ(m⁺) ("right", the value :meth:`ControlPath.sample` takes) or θ(m⁻) ("left"), or
+#: the step's average (1/Δt)∫θ dt ("average"). The three agree where θ is continuous at
+#: the midpoints, and differ for a per-layer model read at a depth whose step midpoints
+#: fall on its layer boundaries (N = L/2, L/4, …).
+Reading = Literal["right", "left", "average"]
+READINGS: tuple[str, ...] = ("right", "left", "average")
+#: Gauss–Legendre nodes per smooth piece of a step in ``read(N, "average")``: exact for
+#: θ polynomial of degree <= 15 between the cuts of :meth:`ControlPath.pieces`.
+_AVERAGE_NODES = 8
 Basis = Literal["legendre", "chebyshev", "fourier"]
 
 #: Names accepted by :func:`init_path` (and the ``path`` option of the training models).
@@ -150,6 +162,63 @@ class ControlPath(eqx.Module):
         ts = self.times(n_steps, where)
         dtype = _float_dtype(self)
         return jax.vmap(self.__call__)(jnp.asarray(ts, dtype))
+
+    def read(self, n_steps: int, reading: Reading = "right"):
+        """The controls of N = ``n_steps`` uniform steps under a ``reading`` of θ(t).
+
+        ``"right"``: θ(m⁺) at each step's midpoint m, i.e. :meth:`sample`; ``"left"``: the
+        left limit θ(m⁻); ``"average"``: (1/Δt)∫θ(t)dt over the step (Gauss–Legendre on each
+        smooth piece of the step, cut at :meth:`pieces`: exact for piecewise polynomials of
+        degree <= 15). For a per-layer model (:class:`PiecewiseConstant`) read at a depth
+        whose step midpoints fall on layer boundaries, "right" takes the layer after the
+        boundary, "left" the layer before it, and "average" the mean of the layers the step
+        covers; where θ is continuous at the midpoints, "right" and "left" agree.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from transflow.continuous import PiecewiseConstant
+            >>> p = PiecewiseConstant(jnp.array([0.0, 1.0, 2.0, 3.0]))  # 4 layers on [0, 4]
+            >>> [p.read(2, r).tolist() for r in ("right", "left", "average")]
+            [[1.0, 3.0], [0.0, 2.0], [0.5, 2.5]]
+        """
+        n = _check_steps(n_steps)
+        if reading == "right":
+            return self.sample(n)
+        if reading == "left":
+            return self._left_limits(self.times(n))
+        if reading == "average":
+            return self._averages(n)
+        raise ValueError(f"`reading` must be one of {READINGS}, got {reading!r}.")
+
+    def _left_limits(self, ts: np.ndarray):
+        """θ(t⁻) at the times ``ts``: θ itself for a path continuous in t (every path but
+        :class:`PiecewiseConstant`, which overrides this)."""
+        return jax.vmap(self.__call__)(jnp.asarray(ts, _float_dtype(self)))
+
+    def _averages(self, n: int):
+        t0, _ = self.interval
+        h = self.step_size(n)
+        edges = t0 + np.arange(n + 1) * h
+        cuts = np.unique(np.concatenate([edges, [c for a, b, _ in self.pieces() for c in (a, b)]]))
+        x, w = np.polynomial.legendre.leggauss(_AVERAGE_NODES)
+        nodes, weights, step = [], [], []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            if b - a <= 1e-12 * max(1.0, abs(b)):
+                continue
+            k = min(int(np.floor(((a + b) / 2 - t0) / h)), n - 1)
+            nodes.append(a + (b - a) * (x + 1) / 2)
+            weights.append((b - a) / 2 * w / h)
+            step.append(np.full(len(x), k))
+        dtype = _float_dtype(self)
+        vals = jax.vmap(self.__call__)(jnp.asarray(np.concatenate(nodes), dtype))
+        wts = jnp.asarray(np.concatenate(weights), dtype)
+        seg = jnp.asarray(np.concatenate(step))
+
+        def avg(v):
+            wv = v * wts.reshape((-1,) + (1,) * (v.ndim - 1))
+            return jax.ops.segment_sum(wv, seg, num_segments=n)
+
+        return jax.tree.map(lambda v: avg(v) if eqx.is_inexact_array(v) else v[:n], vals)
 
     def derivative(self, t):
         """θ'(t) (forward-mode AD in t)."""
@@ -266,6 +335,30 @@ class PiecewiseConstant(ControlPath):
         idx = np.floor(s + 1e-9 * np.maximum(1.0, np.abs(s))).astype(int)
         idx = np.clip(idx, 0, self.n_pieces - 1)
         return jax.tree.map(lambda x: x[idx], self.stacked)
+
+    def _left_limits(self, ts: np.ndarray):
+        """The layer ending at (or containing) each time: at a boundary, the one before."""
+        s = (np.asarray(ts, np.float64) - self.t_start) / self.tau
+        idx = np.ceil(s - 1e-9 * np.maximum(1.0, np.abs(s))).astype(int) - 1
+        idx = np.clip(idx, 0, self.n_pieces - 1)
+        return jax.tree.map(lambda x: x[idx], self.stacked)
+
+    def _averages(self, n: int):
+        """Exact: each step's overlap with each layer, as weights (an N × L matrix)."""
+        t0, _ = self.interval
+        h = self.step_size(n)
+        a = t0 + np.arange(n)[:, None] * h
+        lo = self.t_start + np.arange(self.n_pieces)[None, :] * self.tau
+        overlap = np.clip(np.minimum(a + h, lo + self.tau) - np.maximum(a, lo), 0.0, None)
+        dtype = _float_dtype(self)
+        w = jnp.asarray(overlap / h, dtype)
+
+        def avg(x):
+            if not eqx.is_inexact_array(x):
+                return x[np.zeros(n, int)]
+            return jnp.tensordot(w, x, axes=(1, 0))
+
+        return jax.tree.map(avg, self.stacked)
 
     def smoothness(self, n_quad: int = 16) -> Array:
         """Σ_n ‖θⁿ⁺¹ − θⁿ‖² / τ: the energy of the piecewise-linear interpolant through

@@ -12,6 +12,7 @@ from .._evolve import evolve_path as evolve_path
 from .._integrate import SOLVERS as SOLVERS, AdaptiveResult as AdaptiveResult
 from .._paths import (
     PATH_KINDS as PATH_KINDS,
+    READINGS as READINGS,
     BasisExpansion as BasisExpansion,
     ControlPath as ControlPath,
     PiecewiseConstant as PiecewiseConstant,
@@ -89,6 +90,7 @@ __all__ = [
     "KernelAttention",
     "KernelLinear",
     "PiecewiseConstant",
+    "READINGS",
     "SmoothPath",
     "PATH_KINDS",
     "BasisExpansion",

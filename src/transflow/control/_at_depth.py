@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._integrate import Adaptive, check_option, solve_steps
-from .._paths import PiecewiseConstant
+from .._paths import READINGS, PiecewiseConstant, Reading
 from .._solve import solve_adaptive, vector_field
 from ..models._flow import FlowModel
 from ..schemes._base import check_consistent
@@ -64,8 +64,16 @@ def _check_model(model) -> FlowModel:
     return model
 
 
-def at_depth(model: FlowModel, n_steps: int) -> FlowModel:
+def at_depth(model: FlowModel, n_steps: int, reading: Reading = "right") -> FlowModel:
     """``model`` evaluated with ``n_steps`` uniform steps over the same time interval.
+
+    ``reading``: how each step reads θ(t) (:meth:`transflow.continuous.ControlPath.read`):
+    ``"right"`` (default) θ at the step midpoint, right-continuous; ``"left"`` the left
+    limit there; ``"average"`` the step's mean of θ. They differ only where θ jumps at a
+    midpoint, as a per-layer model of L layers does at N = L/2, L/4, …: "right" runs the
+    layer after each boundary, "left" the one before, "average" the mean of the two. The
+    default model keeps its path (or per-layer controls); another reading returns the
+    model with the read controls stacked (one set per step).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -78,6 +86,14 @@ def at_depth(model: FlowModel, n_steps: int) -> FlowModel:
     model = _check_model(model)
     if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or n_steps < 1:
         raise ValueError(f"`n_steps` must be an integer >= 1, got {n_steps!r}.")
+    if reading not in READINGS:
+        raise ValueError(f"`reading` must be one of {READINGS}, got {reading!r}.")
+    if reading != "right":
+        path = _path_of(model)
+        controls = path.read(int(n_steps), reading)
+        return dataclasses.replace(
+            model, controls=controls, dt=path.step_size(int(n_steps)), n_steps=None
+        )
     if model.is_path:
         return dataclasses.replace(model, n_steps=int(n_steps))
     path = PiecewiseConstant(model.controls, tau=float(model.dt))
@@ -141,6 +157,7 @@ def depth_accuracy(
     adaptive: Adaptive | None = Adaptive(),  # noqa: B008 (immutable)
     batch_size: int = 128,
     split: bool = False,
+    reading: Reading = "right",
 ) -> dict[str, Any]:
     """Test accuracy of ``model`` at every depth N in ``depths`` and adaptively.
 
@@ -150,7 +167,8 @@ def depth_accuracy(
     ``Adaptive()``; consistent schemes only; ``None``: no adaptive solve),
     ``adaptive_accuracy``, ``adaptive_loss``, ``adaptive_nfev_mean``/``max`` and
     ``adaptive_outputs``; ``split``: the adaptive solve piece by piece between the jumps
-    of θ (:func:`transflow.continuous.solve_adaptive`).
+    of θ (:func:`transflow.continuous.solve_adaptive`); ``reading``: how each depth N reads
+    θ(t) (:func:`at_depth`; the adaptive solve does not depend on it).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -162,6 +180,8 @@ def depth_accuracy(
         ([2, 4], 2)
     """
     model = _check_model(model)
+    if reading not in READINGS:
+        raise ValueError(f"`reading` must be one of {READINGS}, got {reading!r}.")
     if adaptive is not None:
         adaptive = check_option("adaptive", adaptive, Adaptive, "Adaptive(rtol=1e-5, atol=1e-5)")
     y = np.asarray(y)
@@ -182,7 +202,7 @@ def depth_accuracy(
         "outputs": [],
     }
     for n in depths:
-        m = at_depth(model, int(n))
+        m = at_depth(model, int(n), reading)
         logits = batched(lambda xb, m=m: _logits_batch(m, xb))
         out["accuracy"].append(float(np.mean(np.argmax(logits, -1) == y)))
         out["loss"].append(nll(np.asarray(logits, np.float64)))
