@@ -261,6 +261,27 @@ class _Ctx:
     smoke = False
 
 
+#: The text records' keys of the default options (4000 steps, T = 1, Heun, depths 4..32),
+#: computed with the formula of experiments/tasks/depth.py::_text on main at 680dbe0
+#: (digest of {"version": 2, "config": asdict(DepthTextConfig(checkpoint_dir="run",
+#: steps=4000, n_steps=4) with the model's fields), "depths": [4, 8, 16, 32]}).
+DEPTH_TEXT_KEYS = {"text-path": "4953073f2eab1159", "text-per_layer": "80c5d27e27d6cb82"}
+
+
+def test_depth_text_record_keys_are_those_of_the_records_already_stored():
+    """experiment=depth_text (the text models of experiment=depth before the runner):
+    the same options give the same record digests; an option of the models changes them."""
+    from transflow.experiments.tasks import depth_text
+
+    cfg = depth_text.Config()
+    assert depth_text.record_keys(cfg) == DEPTH_TEXT_KEYS
+    other = depth_text.record_keys(dataclasses.replace(cfg, text_steps=10))
+    assert set(other.values()).isdisjoint(DEPTH_TEXT_KEYS.values())
+    heun = depth_text.record_keys(dataclasses.replace(cfg, text_path_scheme="midpoint"))
+    assert heun["text-per_layer"] == DEPTH_TEXT_KEYS["text-per_layer"]
+    assert heun["text-path"] != DEPTH_TEXT_KEYS["text-path"]
+
+
 def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path):
     """A (cell, seed) record of experiment=depth is reused on a rerun in the same folder
     only when its digest (options, design, reference, record version) matches: another

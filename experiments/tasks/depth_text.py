@@ -29,7 +29,15 @@ from ..config import complete, options_without
 from ..study.protocol import Cell, digest
 from ..study.runner import StudySpec, job_dir, run_jobs
 
-__all__ = ["CHOICES", "RECORD_VERSION", "Config", "TextOptions", "run", "text_table"]
+__all__ = [
+    "CHOICES",
+    "RECORD_VERSION",
+    "Config",
+    "TextOptions",
+    "record_keys",
+    "run",
+    "text_table",
+]
 
 #: The fields of DepthTextConfig this task sets itself (per model or from its options).
 TextOptions = options_without(
@@ -109,6 +117,24 @@ def _models(cfg: Config) -> dict[str, DepthTextConfig]:
     }
 
 
+def _depths(cfg: Config) -> list[int]:
+    n0 = int(cfg.n_steps)
+    return sorted({int(n) for n in cfg.text_eval_depths} | {n0, 4 * n0})
+
+
+def record_keys(cfg: Config) -> dict[str, str]:
+    """The record key of each cell (``text-path``, ``text-per_layer``): the digest of the
+    model's training config, the evaluation depths and :data:`RECORD_VERSION`, as
+    ``experiment=depth`` wrote them before these models were a task of their own."""
+    depths, models = _depths(cfg), _models(cfg)
+    return {
+        f"text-{m}": digest(
+            {"version": RECORD_VERSION, "config": dataclasses.asdict(models[m]), "depths": depths}
+        )
+        for m in ("path", "per_layer")
+    }
+
+
 def _measure(ctx, tcfg: DepthTextConfig, depths: list[int], job) -> dict:
     """The job function: train one text model and score it at ``depths``."""
     from transflow.control import (
@@ -178,17 +204,10 @@ def run(cfg: Config, ctx) -> dict:
     """Train and score both models for every seed (the study runner), then the claims."""
     from transflow.control import text_baselines
 
-    n0 = int(cfg.n_steps)
-    depths = sorted({int(n) for n in cfg.text_eval_depths} | {n0, 4 * n0})
-    models = _models(cfg)
+    n0, depths, models = int(cfg.n_steps), _depths(cfg), _models(cfg)
     seeds = [ctx.seed + i for i in range(int(cfg.text_seeds))]
     cells = [Cell(f"text-{m}", {"model": m}, seeds, m) for m in ("path", "per_layer")]
-    keys = {
-        f"text-{m}": digest(
-            {"version": RECORD_VERSION, "config": dataclasses.asdict(models[m]), "depths": depths}
-        )
-        for m in ("path", "per_layer")
-    }
+    keys = record_keys(cfg)
     spec = StudySpec(
         "depth_text",
         cells,
