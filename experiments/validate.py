@@ -380,7 +380,7 @@ RULES: dict[str, Rule | OneOf | WritableDir] = {
     "text_eval_depths": POSITIVE,
     "max_bpc_change": POSITIVE,
     "second_order_depths": POSITIVE,
-    # the study protocol (experiments/protocol.py, task.study)
+    # the study protocol (experiments/study/protocol.py, task.study)
     "n_seeds": POSITIVE,
     "headline_n_seeds": POSITIVE,
     "seed_offset": NON_NEGATIVE,  # also task.seed_offset of experiment=schemes
@@ -391,6 +391,7 @@ RULES: dict[str, Rule | OneOf | WritableDir] = {
     "ref_check_coarse_rtol": NON_NEGATIVE,  # 0: the v1 estimate (the loose distance)
     "ref_check_max": NON_NEGATIVE,
     "ref_refine": NON_NEGATIVE,  # 0: no refinement of the reference (design v2)
+    "test_examples": NON_NEGATIVE,  # 0: the whole test split (experiment=depth)
     "beta_depth": Rule(9, True),  # strides 1, 2, 4, 8 need at least 9 samples
     # the text task (DepthTextConfig, task.text of experiment=schemes)
     "context": POSITIVE,

@@ -27,8 +27,8 @@ def _study_config():
 def _train_and_evaluate(train_depths: list[int], seed: int = 0) -> list[float]:
     """Train the headline parameterization (fp32) and return its float64 test accuracies at
     DEPTHS and adaptively (last entry)."""
+    import equinox as eqx
     import jax
-    from transflow.experiments.tasks import depth
 
     from transflow import Adaptive
     from transflow.control import (
@@ -55,7 +55,9 @@ def _train_and_evaluate(train_depths: list[int], seed: int = 0) -> list[float]:
     _, result = run_training(DEPTH_DIGITS, cfg, run_dir="unused", seed=seed, progress=None)
     _, _, xte, yte = load_digits_split(cfg.test_fraction, seed=seed)
     with jax.enable_x64(True):  # evaluated in float64, as the study does
-        model = depth._f64(result.model)
+        model = jax.tree.map(
+            lambda a: a.astype("float64") if eqx.is_inexact_array(a) else a, result.model
+        )
         adaptive = Adaptive(rtol=study.rtol, atol=study.rtol)
         r = depth_accuracy(model, xte.astype("float64"), yte, DEPTHS, adaptive=adaptive)
     print(r["accuracy"], r["adaptive_accuracy"])

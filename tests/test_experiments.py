@@ -34,7 +34,15 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 # Smoke runs of a minute or more (under load) run in the slow tier; the fast tier keeps the
 # others. hf_equivalence's rows are also tested family by family (tests/test_hf_*.py),
 # analyze's study in tests/test_analysis.py.
-SLOW_SMOKE = {"depth", "schemes", "hf_equivalence", "analyze", "trained_regions"}
+SLOW_SMOKE = {
+    "depth",
+    "depth_memory",  # a fresh process per (gradient, depth)
+    "depth_text",  # 4 trainings and the n-gram baselines
+    "schemes",
+    "hf_equivalence",
+    "analyze",
+    "trained_regions",
+}
 SMOKE_PARAMS = [
     pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SMOKE else n for n in EXPERIMENTS
 ]

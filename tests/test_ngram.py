@@ -326,7 +326,7 @@ def test_schemes_baselines_use_the_windows_of_its_text_runs(smoke, tmp_path, mon
 
 
 def test_depth_text_table_reports_the_baselines():
-    from transflow.experiments.tasks import depth
+    from transflow.experiments.tasks import depth_text
 
     b = {"orders": [1, 2, 3, 4, 5], "bpc": [4.6, 3.3, 2.4, 2.0, 1.8], "overlap": 0.08}
     b |= {"corpus": "pydoc", "context": 64, "n_val_windows": 256, "n_train_chars": 9}
@@ -335,7 +335,7 @@ def test_depth_text_table_reports_the_baselines():
     model |= {"n_params": 10, "cpu_seconds": 1.0}
     text = {"depths": [4, 16], "seeds": [0, 1], "path": model | {"scheme": "heun"}}
     text |= {"per_layer": model | {"scheme": "prenorm"}, "baselines": b}
-    report = depth._text_table(text)
+    report = depth_text.text_table(text)
     assert "| path | heun | 10 | 2.500 ± 0.100 | 2.600 ± 0.200 | 3.00 % | 1.0 |" in report
     assert "| 1-gram | 2-gram | 3-gram | 4-gram | 5-gram | overlap |" in report
     assert "| 4.6000 | 3.3000 | 2.4000 | 2.0000 | 1.8000 | 8.0 % |" in report

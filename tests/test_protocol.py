@@ -1,6 +1,8 @@
-"""The study protocol (experiments/protocol.py): the cells of a design, the seeds
-(seed_offset), claims over seeds (all seeds vs mean ± std), margins in test examples, and
-the refusal of an inconsistent design naming the key. Pure Python, no JAX."""
+"""The study protocol (experiments/study/protocol.py) and its runner
+(experiments/study/runner.py): the cells of a design, the seeds (seed_offset), claims over
+seeds (all seeds vs mean ± std), margins in test examples, the refusal of an inconsistent
+design naming the key, one record per job reused by its key, refinement levels. The
+protocol is pure Python, no JAX."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import dataclasses
 import math
 
 import pytest
-from transflow.experiments.protocol import (
+from transflow.experiments.study.protocol import (
     ClaimSpec,
     StudyConfig,
     aggregate,
@@ -21,6 +23,7 @@ from transflow.experiments.protocol import (
     verdicts_markdown,
     window,
 )
+from transflow.experiments.study.runner import Job, Refinement, StudySpec, run_jobs, select_cells
 
 
 def _study(**kw) -> StudyConfig:
@@ -176,9 +179,10 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
     smoke = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(depth.Config), cfg.task))
     depth.check(smoke)
     ctx = RunContext(tmp_path, smoke=True)
-    small, n_steps, rand = depth._study(smoke, ctx)
+    small = depth.study_design(smoke, ctx)
     sc = design_cells(small)
-    assert n_steps == 2 and rand == [2, 4] and small.eval_grid == [1, 2, 4, 8]
+    assert smoke.n_steps == 2 and smoke.random_depths == [2, 4]
+    assert small.eval_grid == [1, 2, 4, 8]
     for f in depth.FACTORS:  # every factor varied
         assert len({str(c.levels[f]) for c in sc}) == 2, f
     assert [
@@ -213,6 +217,71 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
         )
 
 
+#: The record keys of ``experiment=depth`` (the full run's config, reference levels 0, 1,
+#: 2) and of ``depth.Config()`` with a fixed study and reference (below), computed on main
+#: at 680dbe0 (before the study runner) with the old ``depth._record_key(cfg, study,
+#: cfg.n_steps, cfg.random_depths, ref, smoke=False)``: the records of the earlier full
+#: runs must stay reusable, so these digests must not change for the same options.
+DEPTH_FULL_KEYS = ["01aca203fe0d8897", "0fa2207dd1da57fc", "7b015cf8fa106c1f"]
+DEPTH_DEFAULT_KEY = "85b6b29da89078fb"
+
+
+def _depth_task(overrides=()):
+    from omegaconf import OmegaConf
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks import depth
+
+    cfg, _ = compose(["experiment=depth", *overrides])
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(depth.Config), cfg.task))
+
+
+def test_depth_record_keys_are_those_of_the_records_already_stored():
+    """The digest of a depth record is the one the job loop before the study runner wrote
+    (regression literals above), for the full run at every reference level and for the
+    default options; the smoke flag changes it."""
+    from transflow.experiments.tasks import depth
+
+    from transflow.control import ReferenceTolerances
+
+    task = _depth_task()
+    ref = depth.reference(task)
+    keys = [depth.record_key(task, task.study, ref.refined(j), False) for j in range(3)]
+    assert keys == DEPTH_FULL_KEYS
+    study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
+    ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
+    assert depth.record_key(depth.Config(), study, ref, False) == DEPTH_DEFAULT_KEY
+    assert depth.record_key(depth.Config(), study, ref, True) != DEPTH_DEFAULT_KEY
+    # the runner's key of a job at level j is that of reference level j
+    cells = design_cells(task.study)
+    spec = depth.spec(task, _Ctx(), task.study, cells)
+    assert [spec.key(Job(cells[0], 0, j)) for j in range(3)] == DEPTH_FULL_KEYS
+
+
+class _Ctx:
+    smoke = False
+
+
+#: The text records' keys of the default options (4000 steps, T = 1, Heun, depths 4..32),
+#: computed with the formula of experiments/tasks/depth.py::_text on main at 680dbe0
+#: (digest of {"version": 2, "config": asdict(DepthTextConfig(checkpoint_dir="run",
+#: steps=4000, n_steps=4) with the model's fields), "depths": [4, 8, 16, 32]}).
+DEPTH_TEXT_KEYS = {"text-path": "4953073f2eab1159", "text-per_layer": "80c5d27e27d6cb82"}
+
+
+def test_depth_text_record_keys_are_those_of_the_records_already_stored():
+    """experiment=depth_text (the text models of experiment=depth before the runner):
+    the same options give the same record digests; an option of the models changes them."""
+    from transflow.experiments.tasks import depth_text
+
+    cfg = depth_text.Config()
+    assert depth_text.record_keys(cfg) == DEPTH_TEXT_KEYS
+    other = depth_text.record_keys(dataclasses.replace(cfg, text_steps=10))
+    assert set(other.values()).isdisjoint(DEPTH_TEXT_KEYS.values())
+    heun = depth_text.record_keys(dataclasses.replace(cfg, text_path_scheme="midpoint"))
+    assert heun["text-per_layer"] == DEPTH_TEXT_KEYS["text-per_layer"]
+    assert heun["text-path"] != DEPTH_TEXT_KEYS["text-path"]
+
+
 def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path):
     """A (cell, seed) record of experiment=depth is reused on a rerun in the same folder
     only when its digest (options, design, reference, record version) matches: another
@@ -226,75 +295,121 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
     task = depth.Config()
     study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
     ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
-    key = depth._record_key(task, study, 4, [4, 8], ref, False)
+    key = depth.record_key(task, study, ref, False)
     cell = design_cells(_study())[0]
     path = tmp_path / "record.json"
     path.write_text(json.dumps({"cell": cell.name, "seed": 0, "key": key, "acc.train": 0.9}))
     assert reusable_record(path, key, cell.name, 0) == {"acc.train": 0.9}
     assert reusable_record(path, key, cell.name, 1) is None  # another seed
-    other = dataclasses.replace(task, steps=task.steps + 1)
-    assert depth._record_key(other, study, 4, [4, 8], ref, False) != key  # another option
+    assert reusable_record(path, key, "other", 0) is None  # another cell
+    for other in (
+        dataclasses.replace(task, steps=task.steps + 1),
+        dataclasses.replace(task, ref_split=False),
+        dataclasses.replace(task, random_depths=[4, 8]),
+        dataclasses.replace(task, test_examples=64),
+    ):
+        assert depth.record_key(other, study, ref, False) != key
     finer = ReferenceTolerances("dopri5", 1e-9, 1e-7, 1e-6)
-    assert depth._record_key(task, study, 4, [4, 8], finer, False) != key
-    assert (
-        depth._record_key(dataclasses.replace(task, ref_split=False), study, 4, [4, 8], ref, False)
-        != key
-    )
-    # options that do not change a cell record (text, memory) keep the digest
-    quiet = dataclasses.replace(task, text=False, memory_gradients=[])
-    assert depth._record_key(quiet, study, 4, [4, 8], ref, False) == key
+    assert depth.record_key(task, study, finer, False) != key
+    # options that select records or claims, not a record's content, keep the digest
+    for same in (
+        dataclasses.replace(task, ref_check_max=0.5, ref_refine=0, partial_design=True),
+        dataclasses.replace(task, release_compiled=False),
+        dataclasses.replace(task, study=dataclasses.replace(study, n_seeds=9, cells=["x"])),
+    ):
+        assert depth.record_key(same, study, ref, False) == key
     old_version = depth.RECORD_VERSION
     try:
         depth.RECORD_VERSION = old_version + 1
-        assert depth._record_key(task, study, 4, [4, 8], ref, False) != key
+        assert depth.record_key(task, study, ref, False) != key
     finally:
         depth.RECORD_VERSION = old_version
     assert reusable_record(tmp_path / "missing.json", key, cell.name, 0) is None
 
 
-def test_depth_reference_is_refined_in_a_cell_whose_error_is_over_the_bound(tmp_path, monkeypatch):
-    """Design v3: a cell whose first seed's reference-error ratio exceeds ref_check_max is
-    evaluated again with every reference tolerance ÷ 10 (at most ref_refine times); the
-    cell's other seeds use that level; a rerun reuses every record without evaluating; a
-    record at level 0 is the record design v2 wrote (same digest)."""
+def test_the_runner_writes_one_record_per_job_and_reuses_it_by_key(tmp_path):
+    """run_jobs: every (cell, seed) of the cells measured once, its record written with
+    its identity (cell, levels, seed, key) in cells/<cell>/seed<k>/record.json; a rerun
+    reuses every record; another key measures again; select_cells picks a shard."""
+    import json
+
+    from transflow.experiments.context import RunContext
+
+    ctx = RunContext(tmp_path)
+    cells = design_cells(_study(headline_n_seeds=2, n_seeds=1))
+    calls = []
+
+    def measure(job):
+        calls.append((job.cell.name, job.seed))
+        return {"acc": 0.5 + 0.1 * job.seed, "n": len(calls)}
+
+    spec = StudySpec("toy", select_cells(cells, ["headline", "c-4-e"]), measure, lambda j: "k1")
+    r = run_jobs(spec, ctx)
+    assert calls == [("b-0.2-e", 0), ("b-0.2-e", 1), ("c-4-e", 0)] and r.n_reused == 0
+    assert r.n_jobs == 3 and r.records["b-0.2-e"][1] == {"acc": 0.6, "n": 2}
+    rec = json.loads((tmp_path / "cells" / "c-4-e" / "seed0" / "record.json").read_text())
+    assert (rec["cell"], rec["seed"], rec["key"], rec["levels"]) == (
+        "c-4-e",
+        0,
+        "k1",
+        {"p": "c", "T": 4.0, "s": "e"},
+    )
+    again = run_jobs(spec, ctx)
+    assert len(calls) == 3 and again.n_reused == 3 and again.records == r.records
+    other = run_jobs(dataclasses.replace(spec, key=lambda j: "k2"), ctx)
+    assert len(calls) == 6 and other.n_reused == 0
+    with pytest.raises(ValueError, match="task.study.cells: 'nope' is not a cell"):
+        select_cells(cells, ["nope"])
+    assert select_cells(cells, []) == cells
+
+
+def test_the_runner_refines_a_cell_whose_first_seed_asks(tmp_path):
+    """Refinement (depth's design v3): a cell whose first seed's metric exceeds the bound
+    is measured again one level up (at most ``levels`` times); the cell's other seeds run
+    at that level; a rerun reuses every record without measuring; with levels 0 nothing
+    is refined. depth declares it on the reference-error ratio (task.ref_check_max,
+    task.ref_refine), one record key per reference level."""
     from transflow.experiments.context import RunContext
     from transflow.experiments.tasks import depth
 
-    from transflow.control import ReferenceTolerances
-
     calls = []
 
-    def fake(cfg, ctx, study, cell, seed, n_steps, random_depths, ref, check_ref):
-        calls.append((seed, ref.rtol))  # the ratio falls 10x per decade of the reference
-        return {"ref_error_ratio": 0.125 * ref.rtol / 1e-8} if check_ref else {"acc": 0.9}
+    def fake(job):  # the ratio falls 10x per level (the reference's tolerance ÷ 10)
+        calls.append((job.seed, job.level))
+        return {"ref_error_ratio": 0.125 / 10**job.level} if job.first else {"acc": 0.9}
 
-    monkeypatch.setattr(depth, "_evaluate_cell", fake)
     task = depth.Config()
     study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
-    ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
-    keys = [depth._record_key(task, study, 4, [4, 8], ref.refined(j), False) for j in range(3)]
-    v2 = depth._record_key(dataclasses.replace(task, ref_refine=0), study, 4, [4, 8], ref, False)
-    assert keys[0] == v2 and len(set(keys)) == 3
-    ctx = RunContext(tmp_path)
     cell = design_cells(_study())[0]
+    spec = depth.spec(task, _Ctx(), study, [cell])
+    assert (spec.refine.levels, spec.refine.metric, spec.refine.bound) == (
+        2,
+        "ref_error_ratio",
+        0.1,
+    )
+    assert spec.refine.field == "ref_level"
+    ref = depth.reference(task)
+    keys = [depth.record_key(task, study, ref.refined(j), False) for j in range(3)]
+    assert [spec.key(Job(cell, 0, j)) for j in range(3)] == keys and len(set(keys)) == 3
+    v2 = depth.spec(dataclasses.replace(task, ref_refine=0), _Ctx(), study, [cell])
+    assert v2.key(Job(cell, 0, 0)) == keys[0]  # a level-0 record is the one v2 wrote
+    spec = dataclasses.replace(spec, measure=fake, line=lambda r: "", release_compiled=False)
+    ctx = RunContext(tmp_path)
     first, second = cell.seeds[:2]
-
-    def job(seed, lv=0, cfg=task, run_dir=tmp_path):
-        out = run_dir / "cells" / cell.name / f"seed{seed}"
-        return depth._job_record(cfg, ctx, study, cell, seed, out, keys, ref, lv, 4, [4, 8])
-
-    rec, lv, reused = job(first)
-    assert calls == [(first, 1e-8), (first, 1e-9)] and lv == 1 and not reused
+    r = run_jobs(spec, ctx)
+    assert calls[:3] == [(first, 0), (first, 1), (second, 1)] and r.levels[cell.name] == 1
+    rec = r.records[cell.name][first]
     assert rec["ref_level"] == 1 and rec["ref_error_ratio.level0"] == pytest.approx(0.125)
     assert rec["ref_error_ratio"] == pytest.approx(0.0125)
-    rec2, lv2, _ = job(second, lv)
-    assert calls[-1] == (second, 1e-9) and lv2 == 1 and rec2["ref_level"] == 1
+    assert r.records[cell.name][second]["ref_level"] == 1
     n = len(calls)
-    assert job(first)[1:] == (1, True) and job(second, 1)[1:] == (1, True) and len(calls) == n
+    again = run_jobs(spec, ctx)
+    assert len(calls) == n and again.n_reused == len(cell.seeds) and again.levels == r.levels
     # ref_refine = 0 (design v2): no refinement, the ratio is left to fail its claim
-    off = dataclasses.replace(task, ref_refine=0)
-    rec, lv, _ = job(first, cfg=off, run_dir=tmp_path / "v2")
-    assert lv == 0 and rec["ref_error_ratio"] == pytest.approx(0.125) and len(calls) == n + 1
+    off = dataclasses.replace(spec, refine=Refinement(0, "ref_error_ratio", 0.1, "ref_level"))
+    r = run_jobs(off, RunContext(tmp_path / "v2"))
+    assert r.levels[cell.name] == 0 and r.records[cell.name][first]["ref_level"] == 0
+    assert calls[n] == (first, 0) and all(lv == 0 for _, lv in calls[n:])
 
 
 def test_schemes_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path, monkeypatch):

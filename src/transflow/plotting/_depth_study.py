@@ -32,7 +32,7 @@ def plot_depth_factorial(
 
     ``cells``: ``(name, levels, role)`` with levels ``path``, ``T``, ``train``, ``scheme``;
     ``agg``: cell → metric → ``{"mean", "std", "n"}``
-    (:func:`transflow.experiments.protocol.aggregate`).
+    (:func:`transflow.experiments.study.protocol.aggregate`).
 
     Example:
         >>> from transflow.plotting import plot_depth_factorial
