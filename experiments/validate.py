@@ -358,6 +358,7 @@ RULES: dict[str, Rule | OneOf | WritableDir] = {
     "seeds": NON_NEGATIVE,
     "sequence_n_steps": POSITIVE,
     "n_sensitivity": POSITIVE,
+    "test_subset": NON_NEGATIVE,  # 0: the whole test split
     "order_tol": POSITIVE,
     # the order study's problems (task.problem_a/problem_b of experiment=schemes): path
     # weight scale, seeds, the step counts N measured and the declared fit windows

@@ -14,6 +14,7 @@ from __future__ import annotations
 _NO_NUMBERS = "an exception, an abstract base or a result record: no user numbers to check"
 _PLOTTING = "draws the records of a study run (figures are checked by the figure checker's tests, tests/test_plotting*.py); takes no user numbers"
 _TASKS = "discovers experiment task modules on disk (the CLI boundary is checked by tests/test_cli.py); no numeric arguments"
+_TABLES = "formats the results of a study as a markdown table (records it was given); takes no user numbers"
 _CAPABILITY_QUERY = "asks or records what a scheme declares (a name and a class, no numbers); refusals are tested in tests/test_scheme_contract.py"
 NOT_YET = "NOT YET in the table (issue 49 follow-up): its arguments are not exercised with bad values here"
 
@@ -29,11 +30,19 @@ _GROUPS: dict[str, list[str]] = {
         "transflow.expressivity.AbstractPiecewiseLinear",
         "transflow.expressivity.RegionCount",
         "transflow.analysis.StepRecord",
+        "transflow.schemes.OrderMeasurement",
         # capabilities (abstract classes a scheme or a countable model inherits) and the
         # refusal of a missing one: no constructor a user calls with numbers
-        *(f"transflow.schemes.{n}" for n in "AbstractAttentionChoice AbstractCausal AbstractExplicitScheme AbstractImplicitFFN AbstractLieScheme AbstractLinearStability AbstractMaskable AbstractODEScheme AbstractOperators AbstractPostNorm AbstractShardable AbstractWrapper MissingCapability".split()),
-        *(f"transflow.expressivity.{n}" for n in "AbstractAffineLogits AbstractAttention AbstractBoundedEval AbstractExactEval AbstractExactProgram AbstractIntervalForward AbstractProvenance AbstractRestricted".split()),
+        *(
+            f"transflow.schemes.{n}"
+            for n in "AbstractAttentionChoice AbstractCausal AbstractExplicitScheme AbstractImplicitFFN AbstractLieScheme AbstractLinearStability AbstractMaskable AbstractODEScheme AbstractOperators AbstractPostNorm AbstractShardable AbstractWrapper MissingCapability".split()
+        ),
+        *(
+            f"transflow.expressivity.{n}"
+            for n in "AbstractAffineLogits AbstractAttention AbstractBoundedEval AbstractExactEval AbstractExactProgram AbstractIntervalForward AbstractProvenance AbstractRestricted".split()
+        ),
     ],
+    _TABLES: ["transflow.schemes.order_table", "transflow.schemes.stable_dt_table"],
     _CAPABILITY_QUERY: [
         "transflow.schemes.has",
         "transflow.schemes.require",

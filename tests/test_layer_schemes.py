@@ -805,13 +805,13 @@ def test_schemes_smoke_runs_cover_every_scheme_both_tasks_and_two_seeds():
     from transflow.experiments.tasks import schemes
 
     runs = schemes._runs(
-        ["digits", "text"], ["imex_dissipative", "macaron_untied"], [0, 1], smoke=True
+        ["digits", "text"], ["imex_dissipative", "macaron_untied"], [0, 1], jobs="spread"
     )
     assert {s for _, s, _ in runs} == {"imex_dissipative", "macaron_untied"}
     assert {t for t, _, _ in runs} == {"digits", "text"}
     assert ("digits", "imex_dissipative", 1) in runs and ("text", "macaron_untied", 0) in runs
     assert len(runs) == 3  # the first scheme with both seeds: the mean ± std path
-    full = schemes._runs(["digits", "text"], ["a", "b"], [0, 1, 2], smoke=False)
+    full = schemes._runs(["digits", "text"], ["a", "b"], [0, 1, 2], jobs="all")
     assert len(full) == 12
 
 
@@ -852,7 +852,7 @@ def test_schemes_trainings_release_their_compiled_programs(tmp_path):
         with open("/proc/self/maps") as f:
             return sum(1 for _ in f)
 
-    cfg = schemes.Config(n_sensitivity=2)
+    cfg = schemes.Config(n_sensitivity=2, test_subset=64)
     ctx = _LoopCtx(tmp_path, smoke=True)
     runs = [("digits", s, 0) for s in ("prenorm", "heun")]
     list(schemes._measure_all(cfg, ctx, runs))  # first compiles of the shared code

@@ -30,6 +30,7 @@ import pytest
 import tomllib
 
 import transflow
+import transflow.analysis
 from transflow import (
     Grid,
     LayerControls,
@@ -241,6 +242,10 @@ def _from_hf(**kw):
     from transflow.interop import from_hf
 
     return from_hf(**kw)
+
+
+def _order_problem():
+    return transflow.schemes.OrderProblem.legendre(4, 2, path_size=2)
 
 
 def _hf_vit_layer():
@@ -516,6 +521,96 @@ CASES: list[Case] = [
         lambda: dict(layer=_torch_layer()),
         {"layer": [_torch_prelu_layer, _torch_nan_layer], "ffn_form": ["square"]},
         needle={"layer": "layer|activation"},
+    ),
+    # the numerical analysis of the schemes (transflow.schemes._analysis, issue 48)
+    Case(
+        "transflow.schemes.OrderProblem.legendre",
+        lambda **kw: transflow.schemes.OrderProblem.legendre(**kw),
+        lambda: dict(d=4, n_tokens=3, path_size=2, scale=0.5, path_seed=0),
+        {
+            "d": BAD_SIZE,
+            "n_tokens": BAD_SIZE,
+            "path_size": BAD_SIZE,
+            "scale": [0, -1.0, NAN, INF],
+            "path_seed": [-1, 1.5, NAN],
+        },
+    ),
+    Case(
+        "transflow.schemes.empirical_order",
+        transflow.schemes.empirical_order,
+        lambda: dict(n_steps=[8, 16], errors=[1e-2, 2.5e-3]),
+        {
+            "n_steps": [[8, 8], [0, 16], [8, NAN], "8,16"],
+            "errors": [[1e-2, 0.0], [1e-2, NAN], [1.0]],
+        },
+    ),
+    Case(
+        "transflow.schemes.measure_order",
+        lambda **kw: transflow.schemes.measure_order(**kw),
+        lambda: dict(
+            scheme=transflow.make_scheme("prenorm"),
+            problem=_order_problem(),
+            window=[2, 4],
+            reference=_order_problem().u0,
+        ),
+        {"window": [[4, 4], [0, 4], [2, NAN], 4], "grid": [[-1], [2.5]]},
+    ),
+    Case(
+        "transflow.schemes.measure_orders",
+        lambda **kw: transflow.schemes.measure_orders(**kw),
+        lambda: dict(
+            schemes={"prenorm": transflow.make_scheme("prenorm")},
+            problem=_order_problem(),
+            windows={1: [2, 4]},
+        ),
+        {"windows": [{2: [2, 4]}], "reference_fields": [{"heun": transflow.make_scheme("heun")}]},
+    ),
+    Case(
+        "transflow.schemes.convergence_errors",
+        lambda **kw: transflow.schemes.convergence_errors(**kw),
+        lambda: dict(
+            scheme=transflow.make_scheme("prenorm"),
+            problem=_order_problem(),
+            reference=_order_problem().u0,
+            n_steps=[2],
+        ),
+        {"n_steps": [[0], [NAN], 2], "reference": [jnp.zeros((3, 4))]},
+    ),
+    Case(
+        "transflow.schemes.stability_function_error",
+        transflow.schemes.stability_function_error,
+        lambda: dict(scheme=transflow.make_scheme("rk4"), rates=[[-0.5 + 0.1j, -0.2]]),
+        {"rates": [[[NAN, 0.0]], [[INF, 0.0]], [[1.0, 2.0, 3.0]], []]},
+    ),
+    Case(
+        "transflow.schemes.layer_stable_dt",
+        lambda **kw: transflow.schemes.layer_stable_dt(**kw),
+        lambda: dict(
+            scheme=transflow.make_scheme("prenorm"),
+            controls=_layer(4),
+            trajectory=_u(3, 4)[None] / 4,
+        ),
+        {"margin": [-0.1, NAN, INF]},
+    ),
+    Case(
+        "transflow.schemes.implicit_solve_check",
+        transflow.schemes.implicit_solve_check,
+        lambda: dict(scheme=transflow.make_scheme("imex"), controls=_layer(), u=_u()),
+        {"dt": BAD_STEP, "u": [_u()[0]], "seed": [-1, 1.5]},
+    ),
+    Case(
+        "transflow.schemes.step_cpu_seconds",
+        transflow.schemes.step_cpu_seconds,
+        lambda: dict(scheme=transflow.make_scheme("prenorm"), controls=_layer(), u=_u(), reps=2),
+        {"dt": BAD_STEP, "reps": BAD_SIZE},
+    ),
+    Case(
+        "transflow.analysis.lyapunov_exponent",
+        lambda **kw: transflow.analysis.lyapunov_exponent(**kw),
+        lambda: dict(
+            model=SplitTransformer(_theta(), dt=0.5), inputs=_u()[None], key=jax.random.key(0)
+        ),
+        {"n_iter": BAD_SIZE, "inputs": [_u()[None][:0]]},
     ),
 ]
 

@@ -12,6 +12,7 @@ smoothness and depth refinement of any model transflow builds or converts.
   Peyré, NeurIPS 2022, for the controls θⁿ).
 - Depth refinement: :func:`refine` (Δt/k, k·N_t steps, controls piecewise constant or
   linear in t), :func:`refinement_study`, :func:`fit_order`.
+- Sensitivity: :func:`lyapunov_exponent` (the finite-time Lyapunov exponent of a flow).
 - Everything at once: :func:`analyze`, :func:`project_2d`.
 
 Supported models (:data:`SUPPORTED_MODELS`): :class:`~transflow.SplitTransformer` (and
@@ -50,6 +51,7 @@ from ._geometry import (
     step_diagnostics as step_diagnostics,
     substep_parents as substep_parents,
 )
+from ._sensitivity import lyapunov_exponent as lyapunov_exponent
 from ._study import analyze as analyze, project_2d as project_2d
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "fit_order",
     "increment_scaling",
     "iter_steps",
+    "lyapunov_exponent",
     "model_output",
     "project_2d",
     "refine",

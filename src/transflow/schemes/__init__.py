@@ -26,6 +26,10 @@ concrete scheme is final.
   :func:`register_scheme`, :data:`SCHEME_NAMES`), :func:`declared_order`,
   :func:`stage_controls`;
 - ``_stability``: linear stability (amplification factors, step matrices, stable Δt).
+- ``_analysis``: the numerical analysis a study records (measured orders on an
+  :class:`OrderProblem`, the stability-function identity, a layer's confirmed stable Δt,
+  the IMEX solve; :func:`measure_orders`, :func:`stability_function_error`,
+  :func:`layer_stable_dt`, :func:`implicit_solve_check`).
 
 Every name is also exported by :mod:`transflow`. The sub-model splittings of
 :mod:`transflow.continuous` (``lie``, ``strang``, … as :class:`~transflow.continuous.
@@ -33,6 +37,20 @@ SplittingScheme` data over abstract flows) are the same compositions of sub-flow
 written for the convergence studies of the well-posed sub-models (docs/architecture.md).
 """
 
+from ._analysis import (
+    OrderMeasurement as OrderMeasurement,
+    OrderProblem as OrderProblem,
+    convergence_errors as convergence_errors,
+    empirical_order as empirical_order,
+    implicit_solve_check as implicit_solve_check,
+    layer_stable_dt as layer_stable_dt,
+    measure_order as measure_order,
+    measure_orders as measure_orders,
+    order_table as order_table,
+    stability_function_error as stability_function_error,
+    stable_dt_table as stable_dt_table,
+    step_cpu_seconds as step_cpu_seconds,
+)
 from ._base import (
     CAPABILITIES as CAPABILITIES,
     AbstractAttentionChoice as AbstractAttentionChoice,

@@ -319,6 +319,13 @@ class AbstractLinearStability(AbstractScheme):
     def linear_step_matrix(self, j_attention, j_ffn, dt):
         """The step matrix S on a(u) = u J_a, g(u) = u J_g (row convention)."""
 
+    @property
+    def stability_form(self) -> str:
+        """How the layer's linearisation is read (the default ``form`` of
+        :func:`transflow.linearised_stability`): ``"prenorm"``, the pre-norm sub-fields
+        a, g (here); ``"postnorm"`` for a post-norm layer; ``"imex"`` for an IMEX one."""
+        return "prenorm"
+
 
 class AbstractImplicitFFN(AbstractLinearStability):
     """Capability: the FFN sub-steps are taken implicitly (an IMEX step); the linearised
@@ -332,6 +339,14 @@ class AbstractImplicitFFN(AbstractLinearStability):
     @abc.abstractmethod
     def implicit_branch_weight(self) -> float:
         """c in J = J_a + c Σ_j I_n ⊗ W_j: the weight of the FFN branch in one step."""
+
+    @abc.abstractmethod
+    def implicit_substep(self, z, w, b, s):
+        """One implicit FFN sub-step ``(z + s b)(I − s W)⁻¹`` (the linear solve)."""
+
+    @property
+    def stability_form(self) -> str:
+        return "imex"
 
 
 class AbstractShardable(AbstractScheme):

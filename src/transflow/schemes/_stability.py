@@ -25,7 +25,6 @@ from ._base import (
     AbstractScheme,
     DenseOperators,
     check_consistent,
-    has,
     require,
 )
 from ._strang import StrangScheme
@@ -247,8 +246,9 @@ def linearised_stability(
     ``"index"``, the shift σ and the shifted ``"j_attention"``, ``"j_ffn"`` (to confirm
     by a run, :func:`confirm_stable_dt`). ``kwargs`` go to :func:`largest_stable_dt`.
 
-    ``form`` says how the layer is read (default: ``"imex"`` for an
-    :class:`IMEXScheme`, ``"prenorm"`` otherwise):
+    ``form`` says how the layer is read (default: the scheme's declared
+    ``stability_form``: ``"imex"`` for an :class:`IMEXScheme`, the ``form`` of a
+    :class:`StrangScheme`, ``"prenorm"`` otherwise):
 
     - ``"prenorm"`` / ``"postnorm"`` (any scheme): the sub-field Jacobians J_a, J_g of
       :func:`sub_field_jacobians` in that form, J = J_a + J_g, each shifted by −σ/2 (for
@@ -265,13 +265,13 @@ def linearised_stability(
       (J_a − σ I), so that the implicit factors (I − s W_j)⁻¹ are those of the trained
       W_j. The result also has ``"max_re_implicit"``, the largest Re λ of the W_j.
     """
+    require(scheme, AbstractLinearStability, "linearised_stability")
     if form is None:
-        form = "imex" if has(scheme, AbstractImplicitFFN) else "prenorm"
+        form = scheme.stability_form
     if form not in _FORMS:
         raise ValueError(
             f"linearised_stability: unknown form {form!r}; valid: "
-            f"{', '.join(map(repr, _FORMS))} (None: 'imex' for an IMEXScheme, "
-            "'prenorm' otherwise)."
+            f"{', '.join(map(repr, _FORMS))} (None: the scheme's stability_form)."
         )
     if form == "imex":
         linearise = _imex_linearisation(scheme, controls, grid, margin)

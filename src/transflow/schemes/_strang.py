@@ -84,6 +84,10 @@ class StrangScheme(AbstractExplicitScheme):
     def nodes(self) -> tuple[float, ...]:
         return (0.5,)
 
+    @property
+    def stability_form(self) -> str:
+        return self.form
+
     def substep_names(self, controls: LayerControls) -> tuple[str, ...]:
         return ("ffn_half1", "attention", "ffn_half2")
 
