@@ -59,6 +59,7 @@ SLOW_MODULES = {
     "transflow.control._adjoint",
     "transflow.control._memory",
     "transflow.schemes._stability",
+    "transflow.schemes._analysis",
     "transflow.schemes._registry",
     "transflow._integrate",
 }

@@ -154,7 +154,20 @@ def _trajectory(th, u0, scheme):
         return jnp.concatenate([u0[None], traj])
 
 
-@pytest.mark.parametrize("name, form", [("imex_dissipative", "imex"), ("strang_post", "postnorm")])
+@pytest.mark.parametrize(
+    "name, form",
+    [
+        pytest.param(
+            "imex_dissipative",
+            "imex",
+            marks=pytest.mark.slow(
+                reason="confirms an IMEX Δt* by an ~8000-step run: ~25 s on 2 cores (the "
+                "fast tier has the post-norm case; tests/test_layer_schemes.py the IMEX one)"
+            ),
+        ),
+        ("strang_post", "postnorm"),
+    ],
+)
 def test_layer_stable_dt_is_confirmed_in_the_declared_form(layer, name, form):
     """Δt* of the layer as trained, in the form the scheme declares (IMEX: W_j implicit;
     the post-norm Strang layer: its post-norm sub-fields), bounded at 0.95 Δt* and growing

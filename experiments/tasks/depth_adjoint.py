@@ -78,7 +78,7 @@ def run(cfg: Config, ctx) -> dict:
         relu_rel = relu["relative_difference"]
     ctx.claim("adjoint_relative_difference", rel, MAX_RELATIVE_DIFFERENCE, op="<=")
     ctx.report(
-        "Continuous adjoint vs backprop through the solver "
+        "## Results\n\nContinuous adjoint vs backprop through the solver "
         f"(float64, {cfg.adjoint_activation} FFN, rtol = atol = {cfg.adjoint_rtol:g}, "
         f"{adj['num_steps']} steps): relative difference {rel:.2e}"
         + (

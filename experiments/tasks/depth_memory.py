@@ -79,5 +79,5 @@ def run(cfg: Config, ctx) -> dict:
         }
         if g != "backprop":  # backprop stores a state per step: the contrast, not a claim
             ctx.claim(f"peak_rss_ratio_{g}", memory[g]["ratio"], cfg.max_memory_ratio, op="<=")
-    ctx.report(memory_table(memory))
+    ctx.report("## Results\n\n" + memory_table(memory))
     return {f"peak_rss_ratio_{g}": m["ratio"] for g, m in memory.items()}

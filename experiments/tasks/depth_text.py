@@ -232,7 +232,7 @@ def run(cfg: Config, ctx) -> dict:
         ctx.claim(f"text_{m}_beats_4gram", text[m]["bpc_train"], four, op="<")
     gap = abs(text["path"]["n_params"] - text["per_layer"]["n_params"])
     ctx.claim("text_equal_parameters", gap, 0, op="<=")
-    ctx.report(text_table(text).lstrip("\n"))
+    ctx.report("## Results\n\n" + text_table(text).lstrip("\n"))
     return {
         **{f"text_bpc_{m}": text[m]["bpc"] for m in ("path", "per_layer")},
         "text_ngram_bpc": text["baselines"]["bpc"],  # orders 1..5

@@ -37,13 +37,23 @@ accuracy over seeds ≥ 0.95) and evaluated by
 and the margin, for digits also in test images; a claim about a cell this run does not
 train is reported as not checked (``claims_not_checked``), never dropped.
 
-Numerical analysis of the schemes (float64, small random layers): the fitted order of
-convergence against a Dopri8 reference on a smooth Legendre path (claim: within
-``order_tol`` of the declared order), the measured amplification factors on u' = λu against
-the stability functions (claim ≤ 1e-12), the largest stable Δt of a random layer's
-linearised dynamics with its confirmation runs (claim: bounded at 0.95 Δt*, growing at
-1.05 Δt*), and the IMEX step's linear solve (claims: an LU factorisation in the traced
-step, residual ≤ 1e-12) with its cost against the explicit relaxed Lie step.
+Numerical analysis of the schemes (float64, small random layers), each one call of
+:mod:`transflow.schemes` (tests/test_scheme_analysis.py): the fitted order of convergence
+against a Dopri8 reference on a smooth Legendre path (:func:`~transflow.schemes.
+measure_orders` on an :class:`~transflow.schemes.OrderProblem`; claim: within ``order_tol``
+of the declared order), the measured amplification factors on u' = λu against the
+stability functions (:func:`~transflow.schemes.stability_function_error`; claim ≤ 1e-12),
+the largest stable Δt of a random layer's linearised dynamics with its confirmation runs
+(:func:`~transflow.schemes.layer_stable_dt`, for the schemes of ``task.stable_dt_schemes``;
+claim: bounded at 0.95 Δt*, growing at 1.05 Δt*), and the IMEX step's linear solve
+(:func:`~transflow.schemes.implicit_solve_check`; claims: an LU factorisation in the traced
+step, residual ≤ 1e-12) with its cost against the explicit relaxed Lie step. The FTLE is
+:func:`transflow.analysis.lyapunov_exponent`.
+
+The smoke sizes (``configs/sizes/smoke/schemes.yaml``, merged below the command line) are
+options like any other: ``task.jobs=spread`` (each scheme on one task), ``task.test_subset``
+(the test inputs of the Δt/2, 2Δt evaluations and the FTLE), ``task.stable_dt_schemes`` and
+empty order grids (each declared window only).
 
 Writes ``cells/<cell>/seed<k>/record.json``, ``metrics.jsonl`` (kinds ``train``,
 ``claims``, ``order``, ``stability``, ``stable_dt``, ``imex_cost``), ``schemes.npz``,

@@ -265,8 +265,8 @@ def linearised_stability(
       (J_a − σ I), so that the implicit factors (I − s W_j)⁻¹ are those of the trained
       W_j. The result also has ``"max_re_implicit"``, the largest Re λ of the W_j.
     """
-    require(scheme, AbstractLinearStability, "linearised_stability")
     if form is None:
+        require(scheme, AbstractLinearStability, "linearised_stability")
         form = scheme.stability_form
     if form not in _FORMS:
         raise ValueError(
