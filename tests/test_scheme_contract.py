@@ -433,3 +433,41 @@ def test_refusals_are_one_line_and_name_scheme_and_capability():
     with pytest.raises(MissingCapability, match=match):
         transflow.schemes.check_consistent(wrapped)
     assert dataclasses.is_dataclass(RelaxedLieScheme(tau=0.5))
+
+
+@pytest.mark.parametrize("label", list(ROWS))
+def test_at_depth_agrees_with_evolve_or_refuses_the_adaptive_solve(label):
+    """at_depth (every scheme): a per-layer model at 2 N_t steps equals evolve on the
+    controls with every layer repeated twice at Δt/2 (≤ 1e-12, float64); its adaptive
+    evaluation (adaptive_logits) equals the read-out of reference_solution with the same
+    tolerances, or is refused in one line naming the scheme and AbstractODEScheme."""
+    from transflow import Adaptive, ReferenceTolerances, reference_solution
+    from transflow.continuous import PiecewiseConstant
+    from transflow.control import FlowModel, TokenEmbedding, adaptive_logits, at_depth
+
+    scheme = ROWS[label]
+    with jax.enable_x64(True):
+        theta = _theta(scheme)
+        table, pos = (
+            jax.random.normal(jax.random.key(k), s, jnp.float64)
+            for k, s in ((4, (11, 8)), (6, (5, 8)))
+        )
+        emb = TokenEmbedding(table, pos)
+        head = jax.random.normal(jax.random.key(5), (8, 3), jnp.float64)
+        model = FlowModel(emb, theta, head, jnp.zeros(3), scheme, dt=0.1, pool="mean")
+        x = jnp.array([1, 4, 2, 7, 3])
+        got = at_depth(model, 4)(x)
+        twice = jax.tree.map(lambda a: jnp.repeat(a, 2, axis=0), theta)
+        u0 = emb(x)
+        want = model.readout(evolve(u0, twice, scheme, dt=0.05, grid=emb.grid()))
+        assert float(jnp.max(jnp.abs(got - want))) <= TOL * float(jnp.max(jnp.abs(want)))
+        tol = ReferenceTolerances("tsit5", 1e-9)
+        if capability_row(scheme)["vector_field, Adaptive, at_depth"]:
+            logits, _ = adaptive_logits(model, x, tol.reference)
+            path = PiecewiseConstant(theta, tau=0.1)
+            ref = model.readout(reference_solution(u0, path, scheme, tol, grid=emb.grid()))
+            assert float(jnp.max(jnp.abs(logits - ref))) <= TOL * float(jnp.max(jnp.abs(ref)))
+        else:
+            with _refused(type(scheme).__name__, "AbstractODEScheme") as e:
+                adaptive_logits(model, x, Adaptive())
+            _one_line(e)

@@ -114,7 +114,9 @@ def adaptive_logits(
     """
     model = _check_model(model)
     controller = check_option("stepsize_controller", stepsize_controller, Adaptive, "Adaptive()")
-    u0 = model.embed(jnp.asarray(x, model.head_w.dtype))
+    check_consistent(model.scheme, "adaptive_logits")
+    x = jnp.asarray(x)  # images in the model's dtype; token ids stay integers
+    u0 = model.embed(x.astype(model.head_w.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x)
     res = solve_adaptive(
         u0, _path_of(model), model.scheme, controller, grid=model.embed.grid(), split=split
     )
