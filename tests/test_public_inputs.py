@@ -462,6 +462,20 @@ CASES: list[Case] = [
             "solver": ["euler2"],
         },
     ),
+    *(
+        Case(
+            name,
+            transflow.ReferenceTolerances,
+            lambda: dict(solver="dopri5", rtol=1e-8, check_rtol=1e-7, coarse_rtol=1e-6),
+            {
+                "rtol": [0.0, -1.0, NAN, INF],
+                "check_rtol": [-1.0, "1e-7"],
+                "coarse_rtol": [-1.0, True],
+                "solver": ["euler2"],
+            },
+        )
+        for name in ("transflow.ReferenceTolerances", "transflow.control.ReferenceTolerances")
+    ),
     Case(
         "transflow.make_scheme",
         transflow.make_scheme,

@@ -47,6 +47,7 @@ from ._grid import Grid as Grid
 from ._integrate import (
     Adaptive as Adaptive,
     ConstantSteps as ConstantSteps,
+    ReferenceTolerances as ReferenceTolerances,
     Remat as Remat,
     SaveAt as SaveAt,
 )

@@ -18,7 +18,8 @@ independent reference, are the only callers of ``diffrax.diffeqsolve``):
 - :class:`SaveAt`: what is returned (the final state only, or also every step's state);
 - :class:`Remat`: rematerialisation in reverse mode (what reverse-mode AD stores);
 - a step-size controller: :class:`ConstantSteps` (N uniform steps, the layer loop's
-  options) or :class:`Adaptive` (the adaptive solve's solver, tolerances and adjoint).
+  options) or :class:`Adaptive` (the adaptive solve's solver, tolerances and adjoint);
+- :class:`ReferenceTolerances`: a reference solve and the looser solves that check it.
 
 :func:`transflow.evolve` (schemes and controls) and
 :func:`transflow.continuous.solve_adaptive` (a scheme's continuous limit) are built on it;
@@ -43,6 +44,7 @@ __all__ = [
     "SOLVERS",
     "Adaptive",
     "AdaptiveResult",
+    "ReferenceTolerances",
     "ConstantSteps",
     "Remat",
     "RematMode",
@@ -262,6 +264,66 @@ class Adaptive(eqx.Module):
                 f"{steps!r}; e.g. Adaptive(max_steps=4096)."
             )
         _adjoint(self.adjoint)  # 'recursive', 'backsolve' or a diffrax adjoint
+
+
+class ReferenceTolerances(eqx.Module):
+    """A continuous-limit reference solve and the two looser solves that estimate its
+    error, as one object, passed whole from the config to the solve
+    (:func:`transflow.reference_solution`; the depth study's reference,
+    ``experiments/tasks/depth.py``).
+
+    Every solve is ``Adaptive(rtol=tol, atol=tol, solver=solver)``:
+    :attr:`reference` at ``rtol``, :attr:`check` at ``check_rtol`` and :attr:`coarse` at
+    ``coarse_rtol`` (a tolerance of 0: that solve is skipped, its property is ``None``).
+    The defaults, Dopri8 at 1e-12 with no checks, are the float64 reference of the order
+    studies.
+
+    Example:
+        >>> from transflow import ReferenceTolerances
+        >>> ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
+        >>> ref.reference.rtol, ref.refined(1).check.atol, ref.refined(1).solver
+        (1e-08, 1e-08, 'dopri5')
+        >>> ReferenceTolerances().reference.solver, ReferenceTolerances().check
+        ('dopri8', None)
+    """
+
+    solver: str = eqx.field(static=True, default="dopri8")
+    rtol: float = eqx.field(static=True, default=1e-12)
+    check_rtol: float = eqx.field(static=True, default=0.0)
+    coarse_rtol: float = eqx.field(static=True, default=0.0)
+
+    def __check_init__(self):
+        Adaptive(rtol=self.rtol, atol=self.rtol, solver=self.solver)  # its own checks
+        for name in ("check_rtol", "coarse_rtol"):
+            tol = getattr(self, name)
+            if isinstance(tol, bool) or not isinstance(tol, int | float) or tol < 0:
+                raise ValueError(
+                    f"ReferenceTolerances: `{name}` must be a number >= 0 (0: that check is "
+                    f"skipped), got {tol!r}; e.g. {name}=1e-7."
+                )
+
+    def _solve(self, tol) -> Adaptive | None:
+        return Adaptive(rtol=tol, atol=tol, solver=self.solver) if tol else None
+
+    @property
+    def reference(self) -> Adaptive:
+        """The reference solve."""
+        return self._solve(self.rtol)
+
+    @property
+    def check(self) -> Adaptive | None:
+        """The looser solve whose distance to the reference estimates its error."""
+        return self._solve(self.check_rtol)
+
+    @property
+    def coarse(self) -> Adaptive | None:
+        """The coarser solve (with :attr:`check`, the decay per decade of tolerance)."""
+        return self._solve(self.coarse_rtol)
+
+    def refined(self, level: int) -> ReferenceTolerances:
+        """Every tolerance divided by ``10**level`` (0 stays 0)."""
+        tols = (t / 10**level if t else t for t in (self.rtol, self.check_rtol, self.coarse_rtol))
+        return ReferenceTolerances(self.solver, *tols)
 
 
 # ------------------------------------------------------------------ checks of the options

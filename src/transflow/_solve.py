@@ -49,7 +49,7 @@ from jaxtyping import Array, Float
 from ._grid import Grid
 from ._integrate import Adaptive, AdaptiveResult, check_option, solve_ode
 from ._paths import ControlPath
-from .schemes._base import AbstractScheme, check_consistent
+from .schemes._base import AbstractScheme, check_consistent, ode_field
 
 __all__ = ["vector_field", "solve_adaptive", "compare_adjoints"]
 
@@ -79,14 +79,10 @@ def vector_field(scheme: AbstractScheme, path: ControlPath, *, grid: Grid | None
         >>> bool(jnp.allclose(f(0.5, u), fd, atol=1e-2))
         True
     """
-    check_consistent(scheme)
+    field = ode_field(scheme, grid=grid)
     if not isinstance(path, ControlPath):
         raise TypeError(f"`path` must be a ControlPath, got {type(path).__name__}.")
-
-    def f(t, u):
-        return scheme.vector_field(u, path(t), grid=grid)
-
-    return f
+    return lambda t, u: field(t, u, path)
 
 
 def solve_adaptive(
@@ -140,10 +136,7 @@ def solve_adaptive(
     controller = check_option(
         "stepsize_controller", stepsize_controller, Adaptive, "Adaptive(rtol=1e-6, atol=1e-6)"
     )
-    check_consistent(scheme)
-
-    def rhs(t, u, p):
-        return vector_field(scheme, p, grid=grid)(t, u)
+    rhs = ode_field(scheme, grid=grid)
 
     def solve(u, interval, p):
         return solve_ode(rhs, u, interval, p, controller)

@@ -33,6 +33,7 @@ checkpoints, resume.
 - Figures: :func:`transflow.plotting.plot_training_curves` of :func:`curves_from_history`.
 """
 
+from .._integrate import ReferenceTolerances as ReferenceTolerances
 from ..models._flow import (
     FlowModel as FlowModel,
     PatchEmbedding as PatchEmbedding,
@@ -49,7 +50,6 @@ from ._adjoint import (
 )
 from ._at_depth import (
     GRADIENTS as GRADIENTS,
-    ReferenceTolerances as ReferenceTolerances,
     adaptive_logits as adaptive_logits,
     at_depth as at_depth,
     depth_accuracy as depth_accuracy,

@@ -39,7 +39,6 @@ from ._train import cross_entropy_loss
 
 __all__ = [
     "GRADIENTS",
-    "ReferenceTolerances",
     "at_depth",
     "adaptive_logits",
     "depth_accuracy",
@@ -131,7 +130,9 @@ def adaptive_logits(
     """
     model = _check_model(model)
     controller = check_option("stepsize_controller", stepsize_controller, Adaptive, "Adaptive()")
-    u0 = model.embed(jnp.asarray(x, model.head_w.dtype))
+    check_consistent(model.scheme, "adaptive_logits")
+    x = jnp.asarray(x)  # images in the model's dtype; token ids stay integers
+    u0 = model.embed(x.astype(model.head_w.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x)
     res = solve_adaptive(
         u0, _path_of(model), model.scheme, controller, grid=model.embed.grid(), split=split
     )
@@ -215,60 +216,6 @@ def depth_accuracy(
         out["adaptive_nfev_max"] = int(np.max(nfev))
         out["adaptive_outputs"] = logits
     return out
-
-
-class ReferenceTolerances(eqx.Module):
-    """A continuous-limit reference solve and the two looser solves that estimate its
-    error (the depth study's reference, ``experiments/tasks/depth.py``), as one object.
-
-    Every solve is ``Adaptive(rtol=tol, atol=tol, solver=solver)``:
-    :attr:`reference` at ``rtol``, :attr:`check` at ``check_rtol`` and :attr:`coarse` at
-    ``coarse_rtol`` (a tolerance of 0: that solve is skipped, its property is ``None``).
-
-    Example:
-        >>> from transflow.control import ReferenceTolerances
-        >>> ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
-        >>> ref.reference.rtol, ref.refined(1).check.atol, ref.refined(1).solver
-        (1e-08, 1e-08, 'dopri5')
-    """
-
-    solver: str = eqx.field(static=True)
-    rtol: float = eqx.field(static=True)
-    check_rtol: float = eqx.field(static=True, default=0.0)
-    coarse_rtol: float = eqx.field(static=True, default=0.0)
-
-    def __check_init__(self):
-        Adaptive(rtol=self.rtol, atol=self.rtol, solver=self.solver)  # its own checks
-        for name in ("check_rtol", "coarse_rtol"):
-            tol = getattr(self, name)
-            if isinstance(tol, bool) or not isinstance(tol, int | float) or tol < 0:
-                raise ValueError(
-                    f"ReferenceTolerances: `{name}` must be a number >= 0 (0: that check is "
-                    f"skipped), got {tol!r}; e.g. {name}=1e-7."
-                )
-
-    def _solve(self, tol) -> Adaptive | None:
-        return Adaptive(rtol=tol, atol=tol, solver=self.solver) if tol else None
-
-    @property
-    def reference(self) -> Adaptive:
-        """The reference solve."""
-        return self._solve(self.rtol)
-
-    @property
-    def check(self) -> Adaptive | None:
-        """The looser solve whose distance to the reference estimates its error."""
-        return self._solve(self.check_rtol)
-
-    @property
-    def coarse(self) -> Adaptive | None:
-        """The coarser solve (with :attr:`check`, the decay per decade of tolerance)."""
-        return self._solve(self.coarse_rtol)
-
-    def refined(self, level: int) -> ReferenceTolerances:
-        """Every tolerance divided by ``10**level`` (0 stays 0)."""
-        tols = (t / 10**level if t else t for t in (self.rtol, self.check_rtol, self.coarse_rtol))
-        return ReferenceTolerances(self.solver, *tols)
 
 
 def depth_loss(

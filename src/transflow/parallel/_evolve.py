@@ -71,12 +71,19 @@ Method = Literal["gspmd", "ring"]
 
 # --------------------------------------------------------------------------- helpers
 def controls_specs(controls: LayerControls, axes: ShardAxes) -> LayerControls:
-    """:class:`PartitionSpec` of every leaf of stacked controls (leading time axis).
+    """:class:`PartitionSpec` of every leaf of stacked controls (leading time axis, and
+    the stage axis of staged controls, :func:`~transflow.stage_controls`).
 
     The feature axis splits the heads (columns of ``wq, wk, wv`` and their biases, rows
     of ``wo``), the model width (``bo`` and per-feature σ1, σ2) and every FFN width
     (columns of ``weights[j]`` and ``biases[j]``). Everything else is replicated.
     """
+    return _specs(controls, axes, lead=controls.attn.wq.ndim - 2)
+
+
+def _specs(tree, axes: ShardAxes, lead: int):
+    """:func:`controls_specs` of a tree whose leaves carry ``lead`` leading (time, stage)
+    axes before a layer's own: the split axis is counted from the end."""
     f = axes.features
 
     def rule(path, leaf):
@@ -86,16 +93,16 @@ def controls_specs(controls: LayerControls, axes: ShardAxes) -> LayerControls:
         if f is None:
             return P(*([None] * nd))
         if last in ("wq", "wk", "wv", "weights"):
-            return P(None, None, f)
+            return P(*([None] * (nd - 1)), f)
         if last == "wo":
-            return P(None, f, None)
+            return P(*([None] * (nd - 2)), f, None)
         if last in ("bq", "bk", "bv", "bo", "biases"):
-            return P(None, f)
-        if last in ("gain", "bias") and nd == 2:
-            return P(None, f)
+            return P(*([None] * (nd - 1)), f)
+        if last in ("gain", "bias") and nd == lead + 1:
+            return P(*([None] * lead), f)
         return P(*([None] * nd))
 
-    return jax.tree_util.tree_map_with_path(rule, controls)
+    return jax.tree_util.tree_map_with_path(rule, tree)
 
 
 def _is_spec(x):
@@ -334,13 +341,7 @@ def _prepare(
         key_padding_mask, attention_mask, B, n, H, axes, method, P_f, scheme
     )
     specs = controls_specs(controls, axes)
-    fn_specs = (
-        None
-        if final_norm is None
-        else controls_specs(jax.tree.map(lambda x: x[None], final_norm), axes)
-    )
-    if fn_specs is not None:  # drop the fake time axis again
-        fn_specs = jax.tree.map(lambda s: P(*s[1:]), fn_specs, is_leaf=_is_spec)
+    fn_specs = None if final_norm is None else _specs(final_norm, axes, lead=0)
     shard = lambda tree, spec: jax.tree.map(
         lambda x, s: _place(x, NamedSharding(mesh, s)), tree, spec, is_leaf=_is_spec
     )

@@ -451,6 +451,20 @@ def _describe(scheme) -> str:
     return type(scheme).__name__
 
 
+def ode_field(scheme, *, grid: Grid | None = None, consumer: str = "vector_field"):
+    """The ODE right-hand side of a consistent scheme in the integrator's form,
+    ``f(t, u, path) = scheme.vector_field(u, path(t), grid=grid)`` (the control path is the
+    solve's ``args``): the one vector field of :func:`transflow.continuous.vector_field`,
+    the adaptive solve and :func:`transflow.reference_solution`. A scheme without
+    :class:`AbstractODEScheme` is refused (one line naming ``consumer``)."""
+    check_consistent(scheme, consumer)
+
+    def field(t, u, path):
+        return scheme.vector_field(u, path(t), grid=grid)
+
+    return field
+
+
 def step_derivative(scheme, u, controls, grid):
     """``∂/∂Δt scheme.step(u, θ, Δt)`` at Δt = 0 (one forward-mode JVP of one step)."""
 

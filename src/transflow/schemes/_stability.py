@@ -18,13 +18,13 @@ import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .._controls import LayerControls
-from .._integrate import Adaptive, solve_ode
+from .._integrate import ReferenceTolerances, check_option, solve_ode
 from ._base import (
     AbstractImplicitFFN,
     AbstractLinearStability,
     AbstractScheme,
     DenseOperators,
-    check_consistent,
+    ode_field,
     require,
 )
 from ._strang import StrangScheme
@@ -120,17 +120,16 @@ def reference_solution(
     u0: Float[Array, "n d"],
     path,
     scheme: AbstractScheme,
+    tolerances: ReferenceTolerances | None = None,
     *,
-    rtol: float = 1e-12,
-    atol: float = 1e-12,
     grid=None,
-    max_steps: int = 100_000,
 ) -> Float[Array, "n d"]:
-    """u(T) of the scheme's continuous limit u' = f(t, u) by diffrax's Dopri8 (order 8, PID
-    step control: the integrator's :func:`~transflow._integrate.solve_ode` with
-    ``Adaptive(solver="dopri8", ...)``, as :func:`transflow.continuous.solve_adaptive`
-    solves it), for order studies in float64. ``f`` is the scheme's
-    :meth:`~transflow.AbstractScheme.vector_field` along ``path``.
+    """u(T) of the scheme's continuous limit u' = f(t, u) solved adaptively for order
+    studies in float64: the integrator's :func:`~transflow._integrate.solve_ode` with
+    ``tolerances.reference`` (a :class:`~transflow.ReferenceTolerances` passed whole;
+    ``None``: ``ReferenceTolerances()``, diffrax's Dopri8 at rtol = atol = 1e-12 with PID
+    step control), as :func:`transflow.continuous.solve_adaptive` solves it. ``f`` is the
+    scheme's :meth:`~transflow.AbstractScheme.vector_field` along ``path``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -146,13 +145,11 @@ def reference_solution(
         >>> round(err[0] / err[1])  # second order: halving Δt divides the error by 4
         4
     """
-    check_consistent(scheme, "reference_solution")
-    t0, t1 = path.interval
-    options = Adaptive(
-        rtol=rtol, atol=atol, solver="dopri8", dt0=(t1 - t0) / 8, max_steps=max_steps
+    tolerances = check_option(
+        "tolerances", tolerances, ReferenceTolerances, 'ReferenceTolerances("dopri8", 1e-12)'
     )
-    field = lambda t, u, p: scheme.vector_field(u, p(t), grid=grid)  # noqa: E731
-    return solve_ode(field, u0, path.interval, path, options).u
+    field = ode_field(scheme, grid=grid, consumer="reference_solution")
+    return solve_ode(field, u0, path.interval, path, tolerances.reference).u
 
 
 # ------------------------------------------------------- stability of a layer's linearisation
