@@ -28,11 +28,18 @@ _GROUPS: dict[str, list[str]] = {
         "transflow.expressivity.CertificationError",
         "transflow.expressivity.AbstractPiecewiseLinear",
         "transflow.expressivity.RegionCount",
+        "transflow.expressivity.SavedModel",
         "transflow.analysis.StepRecord",
         # capabilities (abstract classes a scheme or a countable model inherits) and the
         # refusal of a missing one: no constructor a user calls with numbers
-        *(f"transflow.schemes.{n}" for n in "AbstractAttentionChoice AbstractCausal AbstractExplicitScheme AbstractImplicitFFN AbstractLieScheme AbstractLinearStability AbstractMaskable AbstractODEScheme AbstractOperators AbstractPostNorm AbstractShardable AbstractWrapper MissingCapability".split()),
-        *(f"transflow.expressivity.{n}" for n in "AbstractAffineLogits AbstractAttention AbstractBoundedEval AbstractExactEval AbstractExactProgram AbstractIntervalForward AbstractProvenance AbstractRestricted".split()),
+        *(
+            f"transflow.schemes.{n}"
+            for n in "AbstractAttentionChoice AbstractCausal AbstractExplicitScheme AbstractImplicitFFN AbstractLieScheme AbstractLinearStability AbstractMaskable AbstractODEScheme AbstractOperators AbstractPostNorm AbstractShardable AbstractWrapper MissingCapability".split()
+        ),
+        *(
+            f"transflow.expressivity.{n}"
+            for n in "AbstractAffineLogits AbstractAttention AbstractBoundedEval AbstractExactEval AbstractExactProgram AbstractIntervalForward AbstractProvenance AbstractRestricted".split()
+        ),
     ],
     _CAPABILITY_QUERY: [
         "transflow.schemes.has",
