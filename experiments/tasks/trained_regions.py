@@ -210,38 +210,29 @@ def _claims(cfg, ctx, rows) -> dict:
         "init_below_lower_bound": sum(not r["init_lower_bound_ok"] for r in rows),
     }
     no_progress = sum(r["loss_last"] >= r["loss_first"] for r in rows)
-    ctx.claim(
-        "uncertified counts (trained + init)",
-        n["uncertified"],
-        0,
-        op="==",
-        enforce=bool(cfg.claim_all_certified),
-    )
     # every pattern the grid sees is a region: a grid count above the exact count would
     # mean the exact counter lost regions (enforced). The two-sided heuristic [c(n), c(n) +
     # c(n) - c(n/4)] was enforced in the first full run and failed for 3 of 96 models
     # (regions thinner than the 2-D grid spacing): it is now recorded (docs/trained-regions.md).
-    ctx.claim(
-        "init counts below the sampling estimate (the grid's lower bound)",
-        n["init_below_lower_bound"],
-        0,
-        op="==",
-        enforce=bool(cfg.claim_init_lower_bound),
-    )
-    ctx.claim(
-        "init counts outside the sampling estimate's heuristic error [c(n), 2c(n) - c(n/4)]",
-        n["init_outside_error"],
-        0,
-        op="==",
-        enforce=False,
-    )
-    ctx.claim(
-        "models whose training loss did not decrease",
-        no_progress,
-        0,
-        op="==",
-        enforce=bool(cfg.claim_training_reduces_loss),
-    )
+    for name, value, enforce in (
+        ("uncertified counts (trained + init)", n["uncertified"], cfg.claim_all_certified),
+        (
+            "init counts below the sampling estimate (the grid's lower bound)",
+            n["init_below_lower_bound"],
+            cfg.claim_init_lower_bound,
+        ),
+        (
+            "init counts outside the sampling estimate's heuristic error [c(n), 2c(n) - c(n/4)]",
+            n["init_outside_error"],
+            False,
+        ),
+        (
+            "models whose training loss did not decrease",
+            no_progress,
+            cfg.claim_training_reduces_loss,
+        ),
+    ):
+        ctx.claim(name, value, 0, op="==", enforce=bool(enforce))
     return n
 
 
@@ -259,21 +250,14 @@ def _findings(ctx, targets, rows) -> dict:
         deepest = max(_depths_of(rows, name))
         tf, ml = _cell(rows, name, deepest, "transformer"), _cell(rows, name, deepest, "mlp")
         ratio = np.mean([r["regions"] for r in tf]) / np.mean([r["regions"] for r in ml])
-        ctx.claim(
-            f"finding: {name} D={deepest} regions transformer / MLP (mean)",
-            float(ratio),
-            1.0,
-            op=">=",
-            enforce=False,
-        )
         frac = np.mean([r["regions"] / r["capacity"] for r in tf])
-        ctx.claim(
-            f"finding: {name} D={deepest} trained transformer regions / capacity",
-            float(frac),
-            0.5,
-            op=">=",
-            enforce=False,
-        )
+        for what, value, bound in (
+            ("regions transformer / MLP (mean)", ratio, 1.0),
+            ("trained transformer regions / capacity", frac, 0.5),
+        ):
+            ctx.claim(
+                f"finding: {name} D={deepest} {what}", float(value), bound, op=">=", enforce=False
+            )
     return summary
 
 
