@@ -29,6 +29,7 @@ _GROUPS: dict[str, list[str]] = {
         "transflow.expressivity.CertificationError",
         "transflow.expressivity.AbstractPiecewiseLinear",
         "transflow.expressivity.RegionCount",
+        "transflow.expressivity.SavedModel",
         "transflow.analysis.StepRecord",
         "transflow.schemes.OrderMeasurement",
         # capabilities (abstract classes a scheme or a countable model inherits) and the

@@ -213,6 +213,35 @@ def _op(fn_name):
     return call
 
 
+def _mlp_params():
+    from transflow.expressivity import init_mlp
+
+    return init_mlp(jax.random.PRNGKey(0), dim=1, depth=1, width=2)
+
+
+def _models_dir():
+    """A directory holding one saved model (sawtooth, D = 1, mlp, seed 0)."""
+    import tempfile
+
+    from transflow.expressivity import save_model
+
+    directory = tempfile.mkdtemp()
+    save_model(directory, "mlp", _mlp_params(), target="sawtooth", seed=0)
+    return directory
+
+
+def _save_model(**kw):
+    from transflow.expressivity import save_model
+
+    return save_model(**kw)
+
+
+def _load_model(**kw):
+    from transflow.expressivity import load_model
+
+    return load_model(**kw)
+
+
 def _decoder_controls():
     t = _theta(n=2)
     return transflow.DecoderLayerControls(t.attn, t.norm1, t.attn, t.norm2, t.ffn, t.norm2)
@@ -395,6 +424,28 @@ CASES: list[Case] = [
         _lp_count,
         lambda: dict(_IN_BOX),
         dict(_BAD_BOX),
+    ),
+    Case(
+        "transflow.expressivity.save_model",
+        _save_model,
+        lambda: dict(directory=_models_dir(), kind="mlp", params=_mlp_params(), target="t", seed=1),
+        {
+            "kind": ["cnn", None],
+            "params": [{}, [], lambda: {"layers": _mlp_params()["layers"][:1]}],
+            "target": ["", "a/b", 3],
+            "seed": [-1, 2.5, NAN, True],
+        },
+    ),
+    Case(
+        "transflow.expressivity.load_model",
+        _load_model,
+        lambda: dict(directory=_models_dir(), target="sawtooth", depth=1, kind="mlp", seed=0),
+        {
+            "target": ["", "../sawtooth", None],
+            "depth": BAD_SIZE + [-INF],
+            "kind": ["cnn"],
+            "seed": [-1, 2.5, NAN, True],
+        },
     ),
     Case(
         "transflow.attention",

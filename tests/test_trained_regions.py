@@ -126,3 +126,81 @@ def test_bad_training_options():
         ex.train_model("mlp", p, t, steps=1)
     with pytest.raises(ValueError, match="`kind`"):
         ex.train_model("rnn", p, t, steps=10)
+
+
+# ------------------------------------------------------------------ saved models (issue 48)
+@pytest.mark.parametrize("kind, dim, depth", [("transformer", 2, 2), ("mlp", 1, 3)])
+def test_a_saved_model_reloads_bit_for_bit(kind, dim, depth, tmp_path, x64):
+    key = jax.random.PRNGKey(5)
+    if kind == "transformer":
+        p = ex.init_transformer(key, dim=dim, depth=depth, n_tokens=3, width=4, ffn_width=6)
+    else:
+        p = ex.init_mlp(key, dim=dim, depth=depth, width=5)
+    path = ex.save_model(tmp_path, kind, p, target="zigzag2d", seed=7)
+    assert path == tmp_path / f"zigzag2d_D{depth}_{kind}_seed7.eqx"
+    m = ex.load_model(tmp_path, target="zigzag2d", depth=depth, kind=kind, seed=7)
+    assert (m.kind, m.dim, m.depth, m.seed, m.target) == (kind, dim, depth, 7, "zigzag2d")
+    assert jax.tree.structure(m.params) == jax.tree.structure(p)
+    for a, b in zip(jax.tree.leaves(m.params), jax.tree.leaves(p)):
+        assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
+    r0, r1 = (ex.certified_regions(kind, q, dim=dim) for q in (p, m.params))
+    assert r1.certified and (r1.linear, r1.activation) == (r0.linear, r0.activation)
+
+
+def test_load_model_names_what_is_missing(tmp_path):
+    p = ex.init_mlp(jax.random.PRNGKey(0), dim=1, depth=1, width=3)
+    ex.save_model(tmp_path, "mlp", p, target="sawtooth", seed=0)
+    with pytest.raises(FileNotFoundError, match="sawtooth_D1_mlp_seed0"):
+        ex.load_model(tmp_path, target="sawtooth", depth=1, kind="mlp", seed=1)
+    with pytest.raises(ValueError, match="`params`"):  # an MLP saved as a transformer
+        ex.save_model(tmp_path, "transformer", p, target="sawtooth", seed=0)
+    with pytest.raises(ValueError, match="`target`"):
+        ex.save_model(tmp_path, "mlp", p, target="../up", seed=0)
+
+
+def test_the_partition_model_of_a_run_reloads_with_the_same_certified_count(tmp_path):
+    """The trained_regions task at smoke size (narrowed to the one 2-D cell that the
+    partition figure draws) saves its models; the documented call reloads the figure's
+    model, and the same certified counter gives the recorded count."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run_dir = tmp_path / "run"
+    exe = Path(sys.executable).parent / "transflow-run"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "transflow.experiments.run"]
+    args = ["experiment=trained_regions", "debug=smoke", "task.targets=[zigzag2d]"]
+    args += ["task.depths_2d=[1]", "task.seeds=[0,1]", "task.steps=30", "task.grid_2d=40"]
+    proc = subprocess.run(
+        [*cmd, *args, f"hydra.run.dir={run_dir}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    shown = json.loads((run_dir / "summary.json").read_text())["partition_model"]
+    assert (shown["target"], shown["depth"], shown["seed"]) == ("zigzag2d", 1, 0)
+    assert (run_dir / "partition_2d.png").is_file()
+    m = ex.load_model(
+        run_dir / "models",
+        target=shown["target"],
+        depth=shown["depth"],
+        kind=shown["kind"],
+        seed=shown["seed"],
+    )
+    r = ex.certified_regions(m.kind, m.params, dim=m.dim)
+    assert shown["certified"] and r.certified
+    assert (r.linear, r.activation) == (shown["regions"], shown["activation"])
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    row = next(x for x in rows if (x.get("kind"), x.get("seed")) == ("transformer", 0))
+    assert row["model_file"] == "models/zigzag2d_D1_transformer_seed0.eqx"
+    assert row["regions"] == r.linear
+    saved = sorted(p.name for p in (run_dir / "models").iterdir())
+    assert saved == [  # every trained model of the run
+        f"zigzag2d_D1_{k}_seed{s}.{e}"
+        for k in ("mlp", "transformer")
+        for s in (0, 1)
+        for e in ("eqx", "json")
+    ]

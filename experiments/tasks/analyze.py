@@ -298,30 +298,9 @@ def _no_order(study: dict) -> str:
     return "" if math.isfinite(study["order"]) else "a successive difference is 0"
 
 
-def run(cfg, ctx) -> dict:
-    """Run the ``analyze`` experiment.
-
-    Dynamical-systems analysis of a trained or HF model: trajectories, clustering,
-    refinement in depth.
-    """
-    kind, path = resolve_model_path(cfg.model_path) if cfg.model_path else (cfg.source, None)
-
-    import jax
-    import numpy as np
-
-    from transflow.analysis import STEP_QUANTITIES, analyze, model_output, refine
-    from transflow.plotting import (
-        plot_control_smoothness,
-        plot_cosine_matrices,
-        plot_refinement,
-        plot_substep_budgets,
-        plot_token_geometry,
-        plot_token_trajectories,
-    )
-
-    dtype = _dtype()
-    factors = [int(k) for k in cfg.factors]
-    n_inputs = cfg.n_inputs
+def _model(cfg, ctx, kind: str, path, dtype):
+    """The model to study (``kind``: digits, transflow, hf, torch or random) in ``dtype``,
+    and what to say about it."""
     info: dict = {"source": kind}
     if kind in ("digits", "transflow"):
         model, extra = _load_digits(cfg, ctx, path if kind == "transflow" else None)
@@ -338,10 +317,16 @@ def run(cfg, ctx) -> dict:
         model, info["model"] = _from_module(module, dtype), type(module).__name__
     else:
         model, info["model"] = _from_module(_random_module(cfg, ctx.seed), dtype), cfg.arch
-    model = _cast(model, dtype)
-    xs, labels, input_kind = _inputs(model, cfg, ctx.seed, n_inputs, dtype)
-    info["inputs"] = input_kind
-    x = xs[0]
+    return _cast(model, dtype), info
+
+
+def _studies(cfg, ctx, model, xs, labels) -> tuple[dict, dict]:
+    """:func:`transflow.analysis.analyze` on the first input, and the refinement study of
+    every interpolation on all of them (with the accuracy where there are labels)."""
+    import numpy as np
+
+    from transflow.analysis import analyze, refinement_study
+
     evaluate = None
     if labels is not None and cfg.evaluate:
         from transflow.control import evaluate as evaluate_classifier
@@ -350,9 +335,10 @@ def run(cfg, ctx) -> dict:
             return evaluate_classifier(m, np.asarray(xs), labels)
 
     interps = ("constant", "linear") if cfg.interpolation == "both" else (cfg.interpolation,)
+    factors = [int(k) for k in cfg.factors]
     res = analyze(
         model,
-        x,
+        xs[0],
         refine_inputs=xs,
         factors=factors,
         interpolation=interps[0],
@@ -361,28 +347,20 @@ def run(cfg, ctx) -> dict:
         progress=ctx.progress,
     )
     studies = {interps[0]: res["refinement"]}
-    for extra_interp in interps[1:]:
-        from transflow.analysis import refinement_study
-
-        studies[extra_interp] = refinement_study(
-            model,
-            xs,
-            factors,
-            interpolation=extra_interp,
-            evaluate=evaluate,
-            progress=ctx.progress,
+    for interp in interps[1:]:
+        studies[interp] = refinement_study(
+            model, xs, factors, interpolation=interp, evaluate=evaluate, progress=ctx.progress
         )
+    return res, studies
+
+
+def _log_records(ctx, res, studies) -> None:
+    """``metrics.jsonl``: the records of kinds step, substep, control, scaling, refine."""
+    from transflow.analysis import STEP_QUANTITIES
 
     diag = res["diagnostics"]
-    n_steps = len(diag["step"]) - 1
-    for k in range(n_steps + 1):
-        ctx.log(
-            {
-                "kind": "step",
-                "step": k,
-                **{q: diag[q][k] for q in STEP_QUANTITIES},
-            }
-        )
+    for k in range(len(diag["step"])):
+        ctx.log({"kind": "step", "step": k, **{q: diag[q][k] for q in STEP_QUANTITIES}})
     for name in diag["substep_names"]:
         ctx.log({"kind": "substep", "substep": name, "increment": diag["increments"][name]})
     for block, vals in res["increments"].items():
@@ -404,7 +382,16 @@ def run(cfg, ctx) -> dict:
                 rec.update({f"test_{q}": v for q, v in st["evaluate"][i].items()})
             ctx.log(rec)
 
-    # Claims: the trajectory ends at the model's output; refine(model, 1) is the model.
+
+def _claims(ctx, model, x, res, studies, dtype) -> None:
+    """The trajectory ends at the model's output; refine(model, 1) is the model; linear
+    interpolation at factor 1 is the identity; the refinement ratio (recorded)."""
+    import jax
+    import numpy as np
+
+    from transflow.analysis import model_output, refine, refine_controls
+    from transflow.analysis._across_depth import _controls_of
+
     out = np.asarray(model_output(model, x))
     tol = 1e-12 if dtype == np.float64 else 1e-5 * max(1.0, float(np.max(np.abs(out))))
     ctx.claim("trajectory_last_minus_output_max_abs", res["trajectory_output_error"], tol)
@@ -413,9 +400,6 @@ def run(cfg, ctx) -> dict:
         for i in ("constant", "linear")
     )
     ctx.claim("refine1_minus_model_max_abs", ident, tol)
-    from transflow.analysis import refine_controls
-    from transflow.analysis._across_depth import _controls_of
-
     c = _controls_of(model)
     lin1 = refine_controls(c, 1, "linear")
     ctx.claim(
@@ -426,27 +410,33 @@ def run(cfg, ctx) -> dict:
         ),
         0.0,
     )
-    const = studies["constant"] if "constant" in studies else studies[interps[0]]
+    const = studies.get("constant", next(iter(studies.values())))
     if len(const["ratios"]):
         ctx.claim(
             "refinement_successive_ratio_min", min(const["ratios"]), 1.5, op=">=", enforce=False
         )
 
+
+_DIAGNOSTICS = (
+    "mean_cosine",
+    "min_cosine",
+    "n_clusters",
+    "effective_rank",
+    "distance_s1",
+    "state_norm",
+)
+
+
+def _save(ctx, res, studies, title: str) -> None:
+    """``analysis.npz`` and the six figures."""
+    from transflow import plotting
+
+    diag = res["diagnostics"]
     arrays = {
         "states": diag["states"],
         "projection": res["projection"],
         "cosine": diag["cosine"],
-        **{
-            q: diag[q]
-            for q in (
-                "mean_cosine",
-                "min_cosine",
-                "n_clusters",
-                "effective_rank",
-                "distance_s1",
-                "state_norm",
-            )
-        },
+        **{q: diag[q] for q in _DIAGNOSTICS},
         **{f"increment/{k}": v for k, v in diag["increments"].items()},
         **{f"control/{k}": v for k, v in res["increments"].items()},
     }
@@ -456,20 +446,23 @@ def run(cfg, ctx) -> dict:
         if "evaluate" in st:
             arrays[f"refine/{interp}/accuracy"] = [e["accuracy"] for e in st["evaluate"]]
     ctx.save_arrays("analysis", **arrays)
-    ctx.save_figure(plot_token_trajectories(res, title=str(info["model"])), "trajectories")
-    ctx.save_figure(plot_cosine_matrices(res), "cosine")
-    ctx.save_figure(plot_token_geometry(res), "geometry")
-    ctx.save_figure(plot_substep_budgets(res), "budgets")
-    ctx.save_figure(plot_control_smoothness(res), "smoothness")
+    ctx.save_figure(plotting.plot_token_trajectories(res, title=title), "trajectories")
+    ctx.save_figure(plotting.plot_cosine_matrices(res), "cosine")
+    ctx.save_figure(plotting.plot_token_geometry(res), "geometry")
+    ctx.save_figure(plotting.plot_substep_budgets(res), "budgets")
+    ctx.save_figure(plotting.plot_control_smoothness(res), "smoothness")
     ctx.save_figure(
-        plot_refinement(studies, title=f"depth refinement: {info['model']}"), "refinement"
+        plotting.plot_refinement(studies, title=f"depth refinement: {title}"), "refinement"
     )
 
-    if evaluate is not None:
-        info["test_accuracy"] = studies[interps[0]]["evaluate"][0]["accuracy"]
+
+def _summary(info, res, studies, dtype) -> dict:
+    import numpy as np
+
+    diag, incs = res["diagnostics"], res["increments"]["all"]
     summary = {
         **info,
-        "n_steps": n_steps,
+        "n_steps": len(diag["step"]) - 1,
         "n_tokens": int(diag["states"].shape[1]),
         "dtype": str(np.dtype(dtype)),
         "min_cosine_first": float(diag["min_cosine"][0]),
@@ -479,12 +472,8 @@ def run(cfg, ctx) -> dict:
         "clusters_last": int(diag["n_clusters"][-1]),
         "effective_rank_first": float(diag["effective_rank"][0]),
         "effective_rank_last": float(diag["effective_rank"][-1]),
-        "control_increment_median": float(np.median(res["increments"]["all"]))
-        if len(res["increments"]["all"])
-        else None,
-        "control_increment_max": float(np.max(res["increments"]["all"]))
-        if len(res["increments"]["all"])
-        else None,
+        "control_increment_median": float(np.median(incs)) if len(incs) else None,
+        "control_increment_max": float(np.max(incs)) if len(incs) else None,
         "scaling_beta": None if res["scaling"] is None else res["scaling"]["beta"],
         "trajectory_output_error": res["trajectory_output_error"],
         "seconds": res["seconds"],
@@ -495,18 +484,43 @@ def run(cfg, ctx) -> dict:
         summary[f"refine_{interp}_change_last"] = st["change"][-1]
         if "evaluate" in st:
             summary[f"refine_{interp}_accuracy"] = [e["accuracy"] for e in st["evaluate"]]
-    ctx.log({"kind": "final", **summary})
+    return summary
+
+
+def _report(cfg, ctx, summary, studies) -> None:
     ctx.report(
-        f"## Results\n\n{info['model']} ({kind}): "
-        f"{n_steps} steps, {summary['n_tokens']} tokens, inputs: {input_kind}. Min pairwise "
-        f"cosine {summary['min_cosine_first']:.3f} → {summary['min_cosine_last']:.3f}, "
-        f"clusters (cos ≥ {cfg.threshold}) {summary['clusters_first']} → "
-        f"{summary['clusters_last']}; median relative control increment "
-        f"{format_number(summary['control_increment_median'], 'no control increments')}; "
-        "refinement orders "
+        f"## Results\n\n{summary['model']} ({summary['source']}): "
+        f"{summary['n_steps']} steps, {summary['n_tokens']} tokens, inputs: "
+        f"{summary['inputs']}. Min pairwise cosine {summary['min_cosine_first']:.3f} → "
+        f"{summary['min_cosine_last']:.3f}, clusters (cos ≥ {cfg.threshold}) "
+        f"{summary['clusters_first']} → {summary['clusters_last']}; median relative control "
+        f"increment {format_number(summary['control_increment_median'], 'no control increments')}"
+        "; refinement orders "
         + ", ".join(
             f"{i}: {format_number(st['order'], _no_order(st))}" for i, st in studies.items()
         )
         + "."
     )
+
+
+def run(cfg, ctx) -> dict:
+    """Run the ``analyze`` experiment.
+
+    Dynamical-systems analysis of a trained or HF model: trajectories, clustering,
+    refinement in depth.
+    """
+    kind, path = resolve_model_path(cfg.model_path) if cfg.model_path else (cfg.source, None)
+    dtype = _dtype()
+    model, info = _model(cfg, ctx, kind, path, dtype)
+    xs, labels, info["inputs"] = _inputs(model, cfg, ctx.seed, cfg.n_inputs, dtype)
+    res, studies = _studies(cfg, ctx, model, xs, labels)
+    _log_records(ctx, res, studies)
+    _claims(ctx, model, xs[0], res, studies, dtype)
+    _save(ctx, res, studies, str(info["model"]))
+    first = next(iter(studies.values()))
+    if "evaluate" in first:
+        info["test_accuracy"] = first["evaluate"][0]["accuracy"]
+    summary = _summary(info, res, studies, dtype)
+    ctx.log({"kind": "final", **summary})
+    _report(cfg, ctx, summary, studies)
     return summary

@@ -11,7 +11,11 @@ certified exact counters (:func:`transflow.expressivity.certified_regions`), at
 initialisation and after training; the initial counts are checked against an independent
 grid estimate (:func:`transflow.expressivity.sampling_estimate`). Writes ``report.md``
 (the table, mean ± std over seeds), ``metrics.jsonl`` (one record per model),
-``regions_vs_depth.png``/``.pdf`` and ``partition_2d.png``/``.pdf``.
+``regions_vs_depth.png``/``.pdf``, ``partition_2d.png``/``.pdf`` (the model drawn there:
+``summary.json``'s ``partition_model``) and ``models/``: every trained model
+(:func:`transflow.expressivity.save_model`), reloaded without retraining by
+``transflow.expressivity.load_model(<run>/models, target=..., depth=..., kind=...,
+seed=...)``.
 
 Claims (declared in configs/experiment/trained_regions.yaml before the run): every count
 certified; every initial count within the sampling estimate's error; training reduces the
@@ -95,183 +99,171 @@ def _cell(rows, target, depth, kind):
     return [r for r in rows if (r["target"], r["depth"], r["kind"]) == (target, depth, kind)]
 
 
-def run(cfg, ctx) -> dict:
-    """Train, count and compare; ``debug=smoke`` runs depths 1–2 with 2 seeds."""
+def _depths_of(rows, target) -> list[int]:
+    return sorted({r["depth"] for r in rows if r["target"] == target})
+
+
+# ---------------------------------------------------------------------------- the job
+def _train_count(cfg, target, kind: str, init, depth: int, seed: int, model_dir):
+    """One model: count at initialisation (certified and sampled), train, save the
+    trained parameters into ``model_dir`` (:func:`transflow.expressivity.save_model`),
+    count again. Returns the record and the trained model's RegionCount."""
     import time
 
-    t_cpu = time.process_time()
-    import jax
-    import numpy as np
-    from transflow.experiments.context import release_compiled
+    from transflow import expressivity as ex
 
-    from transflow import expressivity as ex, plotting
-
-    t_start = time.perf_counter()
-    depths, depths_2d, seeds = list(cfg.depths), list(cfg.depths_2d), list(cfg.seeds)
-    steps = int(cfg.steps)
-    grid_1d, grid_2d = int(cfg.grid_1d), int(cfg.grid_2d)
-    target_names = list(cfg.targets)
-    arch = dict(
-        n_tokens=int(cfg.n_tokens),
-        width=int(cfg.width),
-        n_heads=int(cfg.n_heads),
-        head_dim=int(cfg.head_dim),
-        ffn_width=int(cfg.ffn_width),
+    d = target.dim
+    t0 = time.perf_counter()
+    r_init = ex.certified_regions(kind, init, dim=d, time_budget=cfg.count_time_budget)
+    est = ex.sampling_estimate(kind, init, dim=d, n=int(cfg.grid_1d if d == 1 else cfg.grid_2d))
+    t1 = time.perf_counter()
+    params, rec = ex.train_model(
+        kind,
+        init,
+        target,
+        steps=int(cfg.steps),
+        lr=float(cfg.lr),
+        batch=int(cfg.batch),
+        lam_start=float(cfg.lam_start),
+        lam_end=float(cfg.lam_end),
+        seed=seed,
     )
-
-    rows = []
-    partition = None  # (trained transformer RegionCount, depth) for the 2-D picture
-    targets = {
-        n: ex.make_target(n, teeth_log2=int(cfg.teeth_log2), zigzag_depth=int(cfg.zigzag_depth))
-        for n in target_names
+    t2 = time.perf_counter()
+    path = ex.save_model(model_dir, kind, params, target=target.name, seed=seed)
+    r = ex.certified_regions(kind, params, dim=d, time_budget=cfg.count_time_budget)
+    t3 = time.perf_counter()
+    row = {
+        "target": target.name,
+        "dim": d,
+        "kind": kind,
+        "depth": depth,
+        "seed": seed,
+        "params": ex.n_params(init),
+        "mlp_width": init["layers"][0]["w"].shape[0] if kind == "mlp" else None,
+        "capacity": ex.constructed_capacity(dim=d, depth=depth, n_tokens=int(cfg.n_tokens)),
+        "target_regions": target.regions,
+        "regions": r.linear,
+        "activation": r.activation,
+        "certified": bool(r.certified),
+        "uncertified_reason": None if r.certified else (r.certificate or {}).get("failure", "?"),
+        "regions_init": r_init.linear,
+        "activation_init": r_init.activation,
+        "certified_init": bool(r_init.certified),
+        "init_estimate": est["estimate"],
+        "init_estimate_error": est["error"],
+        "init_estimate_counts": est["counts"],
+        "init_lower_bound_ok": bool(est["estimate"] <= r_init.activation),
+        "init_within_error": bool(
+            est["estimate"] <= r_init.activation <= est["estimate"] + est["error"]
+        ),
+        "loss_first": rec["loss"][0],
+        "loss_last": rec["loss"][-1],
+        "mse": rec["mse"],
+        "train_seconds": rec["seconds"],
+        "count_seconds": (t1 - t0) + (t3 - t2),
+        "model_file": f"{model_dir.name}/{path.name}",
     }
-    cells = [
-        (name, D, seed)
-        for name, t in targets.items()
-        for D in (depths if t.dim == 1 else depths_2d)
-        for seed in seeds
-    ]
-    for name, D, seed in ctx.progress(cells, total=len(cells), desc="trained_regions"):
-        t = targets[name]
-        d = t.dim
-        key = jax.random.PRNGKey(1000 * seed + D)
-        p0 = ex.init_transformer(key, dim=d, depth=D, **arch)
-        P = ex.n_params(p0)
-        width = ex.mlp_width_for(P, dim=d, depth=D)
-        q0 = ex.init_mlp(jax.random.fold_in(key, 1), dim=d, depth=D, width=width)
-        cap = ex.constructed_capacity(dim=d, depth=D, n_tokens=arch["n_tokens"])
-        for kind, init in (("transformer", p0), ("mlp", q0)):
-            t0 = time.perf_counter()
-            r_init = ex.certified_regions(kind, init, dim=d, time_budget=cfg.count_time_budget)
-            est = ex.sampling_estimate(kind, init, dim=d, n=grid_1d if d == 1 else grid_2d)
-            t1 = time.perf_counter()
-            params, rec = ex.train_model(
-                kind,
-                init,
-                t,
-                steps=steps,
-                lr=float(cfg.lr),
-                batch=int(cfg.batch),
-                lam_start=float(cfg.lam_start),
-                lam_end=float(cfg.lam_end),
-                seed=seed,
-            )
-            t2 = time.perf_counter()
-            r = ex.certified_regions(kind, params, dim=d, time_budget=cfg.count_time_budget)
-            t3 = time.perf_counter()
-            row = {
-                "target": name,
-                "dim": d,
-                "kind": kind,
-                "depth": D,
-                "seed": seed,
-                "params": ex.n_params(init),
-                "mlp_width": width if kind == "mlp" else None,
-                "capacity": cap,
-                "target_regions": t.regions,
-                "regions": r.linear,
-                "activation": r.activation,
-                "certified": bool(r.certified),
-                "uncertified_reason": None
-                if r.certified
-                else (r.certificate or {}).get("failure", "?"),
-                "regions_init": r_init.linear,
-                "activation_init": r_init.activation,
-                "certified_init": bool(r_init.certified),
-                "init_estimate": est["estimate"],
-                "init_estimate_error": est["error"],
-                "init_estimate_counts": est["counts"],
-                "init_lower_bound_ok": bool(est["estimate"] <= r_init.activation),
-                "init_within_error": bool(
-                    est["estimate"] <= r_init.activation <= est["estimate"] + est["error"]
-                ),
-                "loss_first": rec["loss"][0],
-                "loss_last": rec["loss"][-1],
-                "mse": rec["mse"],
-                "train_seconds": rec["seconds"],
-                "count_seconds": (t1 - t0) + (t3 - t2),
-            }
-            if kind == "transformer":
-                row["mse_softmax"] = rec["mse_softmax"]
-                k = 2001 if d == 1 else 64**2
-                row["gap_max"] = ex.reading_gap(params, float(cfg.lam_end), dim=d, n=k)
-                if d == 2 and (partition is None or (seed == seeds[0] and D == 3)):
-                    partition = (r, D, seed)
-            ctx.log(row)
-            rows.append(row)
-        if (name, D, seed) == next(c for c in reversed(cells) if c[0] == name):
-            release_compiled()  # between targets: the compiled steps are not reused
+    if kind == "transformer":
+        row["mse_softmax"] = rec["mse_softmax"]
+        n = 2001 if d == 1 else 64**2
+        row["gap_max"] = ex.reading_gap(params, float(cfg.lam_end), dim=d, n=n)
+    return row, r
 
-    # ------------------------------------------------------------------ claims
-    n_uncert = sum((not r["certified"]) + (not r["certified_init"]) for r in rows)
-    n_outside = sum(not r["init_within_error"] for r in rows)
-    n_above = sum(not r["init_lower_bound_ok"] for r in rows)
-    n_no_progress = sum(r["loss_last"] >= r["loss_first"] for r in rows)
-    ctx.claim(
-        "uncertified counts (trained + init)",
-        n_uncert,
-        0,
-        op="==",
-        enforce=bool(cfg.claim_all_certified),
-    )
+
+def _train_cell(cfg, target, depth: int, seed: int, model_dir):
+    """The job of one cell (target, D, seed): the transformer and the ReLU MLP of the
+    closest parameter count, from the same key. Returns the two records and the trained
+    models' RegionCounts by kind."""
+    import jax
+
+    from transflow import expressivity as ex
+
+    d = target.dim
+    key = jax.random.PRNGKey(1000 * seed + depth)
+    arch = {k: int(getattr(cfg, k)) for k in ("n_tokens", "width", "n_heads", "head_dim")}
+    p0 = ex.init_transformer(key, dim=d, depth=depth, ffn_width=int(cfg.ffn_width), **arch)
+    width = ex.mlp_width_for(ex.n_params(p0), dim=d, depth=depth)
+    q0 = ex.init_mlp(jax.random.fold_in(key, 1), dim=d, depth=depth, width=width)
+    rows, counts = [], {}
+    for kind, init in (("transformer", p0), ("mlp", q0)):
+        row, counts[kind] = _train_count(cfg, target, kind, init, depth, seed, model_dir)
+        rows.append(row)
+    return rows, counts
+
+
+def _partition_cell(cfg, targets) -> tuple[str, int, int] | None:
+    """The cell whose trained transformer ``partition_2d`` draws: the first 2-D target,
+    D = 3 (else the first 2-D depth), the first seed; None without a 2-D target."""
+    name = next((n for n, t in targets.items() if t.dim == 2), None)
+    if name is None:
+        return None
+    depths = list(cfg.depths_2d)
+    return name, 3 if 3 in depths else depths[0], list(cfg.seeds)[0]
+
+
+# ---------------------------------------------------------------------------- claims
+def _claims(cfg, ctx, rows) -> dict:
+    """The declared claims over every model; returns their counts for the summary."""
+    n = {
+        "uncertified": sum((not r["certified"]) + (not r["certified_init"]) for r in rows),
+        "init_outside_error": sum(not r["init_within_error"] for r in rows),
+        "init_below_lower_bound": sum(not r["init_lower_bound_ok"] for r in rows),
+    }
+    no_progress = sum(r["loss_last"] >= r["loss_first"] for r in rows)
     # every pattern the grid sees is a region: a grid count above the exact count would
     # mean the exact counter lost regions (enforced). The two-sided heuristic [c(n), c(n) +
     # c(n) - c(n/4)] was enforced in the first full run and failed for 3 of 96 models
     # (regions thinner than the 2-D grid spacing): it is now recorded (docs/trained-regions.md).
-    ctx.claim(
-        "init counts below the sampling estimate (the grid's lower bound)",
-        n_above,
-        0,
-        op="==",
-        enforce=bool(cfg.claim_init_lower_bound),
-    )
-    ctx.claim(
-        "init counts outside the sampling estimate's heuristic error [c(n), 2c(n) - c(n/4)]",
-        n_outside,
-        0,
-        op="==",
-        enforce=False,
-    )
-    ctx.claim(
-        "models whose training loss did not decrease",
-        n_no_progress,
-        0,
-        op="==",
-        enforce=bool(cfg.claim_training_reduces_loss),
-    )
+    for name, value, enforce in (
+        ("uncertified counts (trained + init)", n["uncertified"], cfg.claim_all_certified),
+        (
+            "init counts below the sampling estimate (the grid's lower bound)",
+            n["init_below_lower_bound"],
+            cfg.claim_init_lower_bound,
+        ),
+        (
+            "init counts outside the sampling estimate's heuristic error [c(n), 2c(n) - c(n/4)]",
+            n["init_outside_error"],
+            False,
+        ),
+        (
+            "models whose training loss did not decrease",
+            no_progress,
+            cfg.claim_training_reduces_loss,
+        ),
+    ):
+        ctx.claim(name, value, 0, op="==", enforce=bool(enforce))
+    return n
 
-    # findings (recorded, not enforced): transformer / MLP region ratio, trained / capacity
+
+def _findings(ctx, targets, rows) -> dict:
+    """Recorded, not enforced: the transformer / MLP region ratio and the trained /
+    capacity fraction at the deepest D of every target; the per-depth means."""
+    import numpy as np
+
     summary: dict = {}
     for name in targets:
-        for D in sorted({r["depth"] for r in rows if r["target"] == name}):
-            tf = [
-                r for r in rows if (r["target"], r["depth"], r["kind"]) == (name, D, "transformer")
-            ]
-            ml = [r for r in rows if (r["target"], r["depth"], r["kind"]) == (name, D, "mlp")]
-            summary[f"{name}_D{D}_tf_regions"] = float(np.mean([r["regions"] for r in tf]))
-            summary[f"{name}_D{D}_mlp_regions"] = float(np.mean([r["regions"] for r in ml]))
-        deepest = max(r["depth"] for r in rows if r["target"] == name)
-        tf = [r for r in rows if r["target"] == name and r["depth"] == deepest]
-        ratio = np.mean([r["regions"] for r in tf if r["kind"] == "transformer"]) / np.mean(
-            [r["regions"] for r in tf if r["kind"] == "mlp"]
-        )
-        ctx.claim(
-            f"finding: {name} D={deepest} regions transformer / MLP (mean)",
-            float(ratio),
-            1.0,
-            op=">=",
-            enforce=False,
-        )
-        frac = np.mean([r["regions"] / r["capacity"] for r in tf if r["kind"] == "transformer"])
-        ctx.claim(
-            f"finding: {name} D={deepest} trained transformer regions / capacity",
-            float(frac),
-            0.5,
-            op=">=",
-            enforce=False,
-        )
+        for D in _depths_of(rows, name):
+            for kind, short in (("transformer", "tf"), ("mlp", "mlp")):
+                regions = [r["regions"] for r in _cell(rows, name, D, kind)]
+                summary[f"{name}_D{D}_{short}_regions"] = float(np.mean(regions))
+        deepest = max(_depths_of(rows, name))
+        tf, ml = _cell(rows, name, deepest, "transformer"), _cell(rows, name, deepest, "mlp")
+        ratio = np.mean([r["regions"] for r in tf]) / np.mean([r["regions"] for r in ml])
+        frac = np.mean([r["regions"] / r["capacity"] for r in tf])
+        for what, value, bound in (
+            ("regions transformer / MLP (mean)", ratio, 1.0),
+            ("trained transformer regions / capacity", frac, 0.5),
+        ):
+            ctx.claim(
+                f"finding: {name} D={deepest} {what}", float(value), bound, op=">=", enforce=False
+            )
+    return summary
 
-    # ------------------------------------------------------------------ table
+
+# ---------------------------------------------------------------------------- report
+def _table(targets, rows) -> list[str]:
+    """The report's table: one line per target and depth, mean ± std over seeds."""
     lines = [
         "| target | D | #params (tf / mlp) | capacity | tf regions trained | tf at init | "
         "tf MSE (hardmax) | tf MSE (softmax λ_end) | max gap hardmax−softmax | "
@@ -279,11 +271,8 @@ def run(cfg, ctx) -> dict:
         "|" + "---|" * 13,
     ]
     for name in targets:
-        for D in sorted({r["depth"] for r in rows if r["target"] == name}):
-            tf = [
-                r for r in rows if (r["target"], r["depth"], r["kind"]) == (name, D, "transformer")
-            ]
-            ml = [r for r in rows if (r["target"], r["depth"], r["kind"]) == (name, D, "mlp")]
+        for D in _depths_of(rows, name):
+            tf, ml = _cell(rows, name, D, "transformer"), _cell(rows, name, D, "mlp")
             cert = all(r["certified"] and r["certified_init"] for r in tf + ml)
             lines.append(
                 f"| {name} | {D} | {tf[0]['params']} / {ml[0]['params']} | {tf[0]['capacity']} | "
@@ -293,44 +282,104 @@ def run(cfg, ctx) -> dict:
                 f"{_ms([r['regions'] for r in ml])} | {_ms([r['regions_init'] for r in ml])} | "
                 f"{_ms([r['mse'] for r in ml])} | {'all' if cert else 'NO'} |"
             )
-    wall = time.perf_counter() - t_start
+    return lines
+
+
+def _report(cfg, ctx, targets, rows, wall: float) -> None:
     desc = ", ".join(f"{n} ({t.regions} regions)" if t.regions else n for n, t in targets.items())
     ctx.report(
-        f"## Trained regions (mean ± std over {len(seeds)} seeds; regions: certified linear "
-        f"regions on [0, 1]^d; targets: {desc})\n\n"
-        + "\n".join(lines)
-        + f"\n\nTraining: {steps} Adam steps, batch {cfg.batch}, lr {cfg.lr} (cosine), softmax λ "
-        f"annealed {cfg.lam_start} → {cfg.lam_end} geometrically; wall time of the task "
-        f"{wall:.0f} s."
+        f"## Trained regions (mean ± std over {len(cfg.seeds)} seeds; regions: certified "
+        f"linear regions on [0, 1]^d; targets: {desc})\n\n"
+        + "\n".join(_table(targets, rows))
+        + f"\n\nTraining: {cfg.steps} Adam steps, batch {cfg.batch}, lr {cfg.lr} (cosine), "
+        f"softmax λ annealed {cfg.lam_start} → {cfg.lam_end} geometrically; wall time of the "
+        f"task {wall:.0f} s. Every trained model is saved in `models/` "
+        "(`<target>_D<depth>_<kind>_seed<seed>.eqx` + `.json`); reload one with "
+        "`transflow.expressivity.load_model(<run>/models, target=..., depth=..., kind=..., "
+        "seed=...)` (docs/trained-regions.md)."
     )
 
-    # ------------------------------------------------------------------ figures
-    ctx.save_figure(plotting.plot_trained_regions(rows), "regions_vs_depth")
-    if partition is not None:
-        jax.config.update("jax_enable_x64", True)
-        tgt = next(t for t in targets.values() if t.dim == 2)
+
+def _partition_figure(ctx, targets, cell, count) -> dict:
+    """``partition_2d``: the exact partition of the trained transformer of ``cell``
+    beside its target's; returns the record of that model (which file, which count)."""
+    import jax
+
+    from transflow import expressivity as ex, plotting
+
+    name, D, seed = cell
+    tgt = targets[name]
+    jax.config.update("jax_enable_x64", True)
+    r_t = None
+    if tgt.network is not None:
         r_t = ex.count_linear_regions(tgt.network, [0.0, 0.0], [1.0, 1.0])
-        r, D, seed = partition
-        ctx.save_figure(
-            plotting.plot_trained_partition(
-                r,
-                r_t,
-                model_title=f"trained transformer, $D = {D}$, seed {seed} (hardmax)",
-                target_title=f"target {tgt.name}",
-            ),
-            "partition_2d",
-        )
-    summary.update(
-        {
-            "wall_seconds": wall,
-            "cpu_seconds": time.process_time() - t_cpu,
-            "models": len(rows),
-            "uncertified": n_uncert,
-            "init_outside_error": n_outside,
-            "init_below_lower_bound": n_above,
-            "init_max_shortfall_fraction": max(
-                (r["activation_init"] - r["init_estimate"]) / r["activation_init"] for r in rows
-            ),
-        }
+    ctx.save_figure(
+        plotting.plot_trained_partition(
+            count,
+            r_t,
+            model_title=f"trained transformer, $D = {D}$, seed {seed} (hardmax)",
+            target_title=f"target {tgt.name}",
+        ),
+        "partition_2d",
     )
-    return summary
+    return {
+        "target": name,
+        "depth": D,
+        "seed": seed,
+        "kind": "transformer",
+        "regions": count.linear,
+        "activation": count.activation,
+        "certified": bool(count.certified),
+    }
+
+
+def run(cfg, ctx) -> dict:
+    """Train, count and compare (every trained model saved in ``models/``)."""
+    import time
+
+    from transflow.experiments.context import release_compiled
+
+    from transflow import expressivity as ex, plotting
+
+    t_cpu, t_start = time.process_time(), time.perf_counter()
+    targets = {
+        n: ex.make_target(n, teeth_log2=int(cfg.teeth_log2), zigzag_depth=int(cfg.zigzag_depth))
+        for n in cfg.targets
+    }
+    cells = [
+        (name, D, seed)
+        for name, t in targets.items()
+        for D in (cfg.depths if t.dim == 1 else cfg.depths_2d)
+        for seed in cfg.seeds
+    ]
+    last = {cell[0]: cell for cell in cells}  # the last cell of every target
+    shown, partition = _partition_cell(cfg, targets), None
+    rows, model_dir = [], ctx.run_dir / "models"
+    for cell in ctx.progress(cells, total=len(cells), desc="trained_regions"):
+        name, D, seed = cell
+        cell_rows, counts = _train_cell(cfg, targets[name], D, seed, model_dir)
+        for row in cell_rows:
+            ctx.log(row)
+        rows += cell_rows
+        if cell == shown:
+            partition = counts["transformer"]
+        if cell == last[name]:
+            release_compiled()  # between targets: the compiled steps are not reused
+
+    n = _claims(cfg, ctx, rows)
+    summary = _findings(ctx, targets, rows)
+    wall = time.perf_counter() - t_start
+    _report(cfg, ctx, targets, rows, wall)
+    ctx.save_figure(plotting.plot_trained_regions(rows), "regions_vs_depth")
+    if shown is not None:
+        summary["partition_model"] = _partition_figure(ctx, targets, shown, partition)
+    return {
+        **summary,
+        "wall_seconds": wall,
+        "cpu_seconds": time.process_time() - t_cpu,
+        "models": len(rows),
+        **n,
+        "init_max_shortfall_fraction": max(
+            (r["activation_init"] - r["init_estimate"]) / r["activation_init"] for r in rows
+        ),
+    }

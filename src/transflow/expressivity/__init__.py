@@ -29,7 +29,9 @@ Public API:
 - Trained expressivity (issue #39, docs/trained-regions.md): :func:`init_transformer`,
   :func:`init_mlp`, :func:`train_model` (softmax with annealed λ, read with hardmax),
   :func:`hardmax_reading` (:class:`ConstantQueryTransformer`), :func:`certified_regions`,
-  :func:`sampling_estimate`, :func:`make_target`, :func:`constructed_capacity`, ….
+  :func:`sampling_estimate`, :func:`make_target`, :func:`constructed_capacity`, …;
+  :func:`save_model` / :func:`load_model` (:class:`SavedModel`): a trained model kept on
+  disk and reloaded without retraining.
 """
 
 from ._budget import CertificationError as CertificationError
@@ -68,6 +70,11 @@ from ._regions import (
     RegionCount as RegionCount,
     count_linear_regions as count_linear_regions,
     grid_region_count as grid_region_count,
+)
+from ._saved import (
+    SavedModel as SavedModel,
+    load_model as load_model,
+    save_model as save_model,
 )
 from ._slice import (
     AbstractRestricted as AbstractRestricted,
