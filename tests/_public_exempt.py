@@ -31,8 +31,14 @@ _GROUPS: dict[str, list[str]] = {
         "transflow.analysis.StepRecord",
         # capabilities (abstract classes a scheme or a countable model inherits) and the
         # refusal of a missing one: no constructor a user calls with numbers
-        *(f"transflow.schemes.{n}" for n in "AbstractAttentionChoice AbstractCausal AbstractExplicitScheme AbstractImplicitFFN AbstractLieScheme AbstractLinearStability AbstractMaskable AbstractODEScheme AbstractOperators AbstractPostNorm AbstractShardable AbstractWrapper MissingCapability".split()),
-        *(f"transflow.expressivity.{n}" for n in "AbstractAffineLogits AbstractAttention AbstractBoundedEval AbstractExactEval AbstractExactProgram AbstractIntervalForward AbstractProvenance AbstractRestricted".split()),
+        *(
+            f"transflow.schemes.{n}"
+            for n in "AbstractAttentionChoice AbstractCausal AbstractExplicitScheme AbstractImplicitFFN AbstractLieScheme AbstractLinearStability AbstractMaskable AbstractODEScheme AbstractOperators AbstractPostNorm AbstractShardable AbstractWrapper MissingCapability".split()
+        ),
+        *(
+            f"transflow.expressivity.{n}"
+            for n in "AbstractAffineLogits AbstractAttention AbstractBoundedEval AbstractExactEval AbstractExactProgram AbstractIntervalForward AbstractProvenance AbstractRestricted".split()
+        ),
     ],
     _CAPABILITY_QUERY: [
         "transflow.schemes.has",
@@ -48,16 +54,16 @@ _GROUPS: dict[str, list[str]] = {
     NOT_YET: [
         f"{pkg}.{n}"
         for pkg, names in {
-            "transflow": "online_softmax_attention AttentionParams FFNParams num_steps unstack_controls ConstantSteps SaveAt mask_from_hf mask_from_torch activation_fn attention_weights cross_attention CausalScheme DecoderLayerControls SplitEncoderDecoder ButcherTableau IMEXScheme LieScheme PreNormScheme RungeKuttaScheme StrangScheme amplification_factor confirm_stable_dt declared_order ffn_branch largest_stable_dt linear_run_growth linear_step_matrix linearised_stability perturbation_growth reference_solution spectral_radius stability_function stage_controls sub_field_jacobians",
-            "transflow.continuous": "KernelAttention KernelLinear SmoothPath TimeEmbeddingNet stack_leading RelaxedLieScheme compare_adjoints solve_adaptive vector_field euler_flow linear_flow_exact make_flow projection_flow rk4_flow SubModel full_model_flows tangent_s1 y_mean reference_error_estimate reference_solve Flow SplittingScheme Stage hybrid integrate lie paper_lie parallel strang ProjectionTerm SplittingSolver flows_from_terms clustering_trajectory convergence_study default_submodel dt_convergence expected_order fit_slope full_model_controls full_model_refinement grid_convergence grid_refinement_study nonconvergence_study s2_active_fraction scheme_for smooth_kernel_model",
-            "transflow.control": "ReferenceTolerances PatchEmbedding TokenEmbedding make_seq make_vit patchify AttentionLinearControls adjoint_gradients continuous_loss discrete_loss adaptive_logits at_depth depth_accuracy depth_loss flow_logits list_checkpoints load_latest_checkpoint save_checkpoint curves_from_history EpochOrder load_digits_split sequence_batch gradient_peak_rss CharNgram baselines_table text_baselines window_overlap DepthDigitsConfig DigitsConfig Problem SequenceConfig TrainConfig TrainingTask checkpoint_dir_for load_trained run_training DepthTextConfig TextSplit bits_per_char load_text_split make_char_lm stdlib_files text_windows validation_windows grads_to_torch_layout cross_entropy_loss evaluate make_optimizer make_step train",
-            "transflow.expressivity": "MaxoutTransformer maxout_to_transformer hinging_cpwl lattice_cpwl lattice_eval lattice_from_1d QuadraticRoot HardmaxTransformer MaxoutNetwork ibp_bounds restrict lambert_w softmax_error_bound softmax_gap_error softmax_max_constant c8_regions construction_checks max_errors outside_box_errors partition_2d precision_rows random_maxout region_rows relu_and_cpwl_checks slice_study softmax_multilayer_rows softmax_rows ConstantQueryTransformer Target certified_regions constructed_capacity hardmax_reading init_mlp init_transformer make_target mlp_network mlp_width_for model_apply n_params reading_gap sampling_estimate train_model",
-            "transflow.interop": "DenseHead HeadModel CausalDecoder GatedFFNParams RMSDecoder RMSLayerControls RMSNormParams RMSPreNormScheme RotaryAttentionParams RotaryScaling TextEmbedding TextEncoder TokenEmbedding apply_rotary gated_ffn hf_activation hf_float64_reference load_hf load_torch_checkpoint project_sphere random_rms_controls rotary_attention rotary_frequencies torch_substeps",
+            "transflow": "FFNParams SplitEncoderDecoder linearised_stability",
+            "transflow.continuous": "KernelAttention KernelLinear TimeEmbeddingNet stack_leading RelaxedLieScheme compare_adjoints vector_field euler_flow linear_flow_exact projection_flow SubModel full_model_flows tangent_s1 y_mean reference_error_estimate Flow SplittingScheme Stage hybrid ProjectionTerm SplittingSolver flows_from_terms convergence_study default_submodel dt_convergence expected_order full_model_refinement grid_convergence grid_refinement_study nonconvergence_study s2_active_fraction scheme_for smooth_kernel_model",
+            "transflow.control": "ReferenceTolerances PatchEmbedding TokenEmbedding make_seq make_vit AttentionLinearControls adjoint_gradients continuous_loss discrete_loss adaptive_logits at_depth depth_accuracy depth_loss flow_logits list_checkpoints load_latest_checkpoint save_checkpoint curves_from_history load_digits_split sequence_batch gradient_peak_rss CharNgram baselines_table text_baselines window_overlap DepthDigitsConfig DigitsConfig Problem SequenceConfig TrainConfig TrainingTask checkpoint_dir_for load_trained run_training DepthTextConfig TextSplit bits_per_char load_text_split make_char_lm stdlib_files text_windows validation_windows grads_to_torch_layout cross_entropy_loss evaluate make_step train",
+            "transflow.expressivity": "MaxoutTransformer maxout_to_transformer hinging_cpwl lattice_cpwl lattice_eval lattice_from_1d QuadraticRoot HardmaxTransformer MaxoutNetwork ibp_bounds restrict softmax_error_bound c8_regions construction_checks max_errors outside_box_errors partition_2d precision_rows random_maxout region_rows relu_and_cpwl_checks slice_study softmax_multilayer_rows softmax_rows ConstantQueryTransformer Target certified_regions hardmax_reading make_target mlp_network model_apply n_params reading_gap sampling_estimate train_model",
+            "transflow.interop": "DenseHead HeadModel CausalDecoder GatedFFNParams RMSDecoder RMSLayerControls RMSPreNormScheme RotaryAttentionParams RotaryScaling TextEmbedding TextEncoder TokenEmbedding apply_rotary gated_ffn hf_activation hf_float64_reference load_hf load_torch_checkpoint rotary_attention torch_substeps",
             "transflow.models": "ClassTokenReadout CvtModel CvtStageModel PatchEmbedding RelativePositionBias T5Encoder T5EncoderDecoder T5LayerControls T5Stack VisionTransformer relative_position_buckets",
             "transflow.schemes": "check_consistent check_masks pre_ln_step ConvPreNormScheme DenseOperators SubFields linear_sub_fields",
-            "transflow.analysis": "Flow analyze as_flow control_blocks control_increments control_path cosine_matrix count_clusters depth_scaling distance_to_s1 effective_rank fit_order increment_scaling iter_steps model_output project_2d refine refine_controls refinement_study step_diagnostics substep_parents trajectory",
-            "transflow.parallel": "controls_specs max_rel_diff memory_report to_host ShardAxes as_axes make_mesh",
-            "transflow.vision": "ConvAttentionParams ConvEmbedding ConvLayerControls DepthwiseConv2d FeatureConv conv_attention conv_output_size patchify",
+            "transflow.analysis": "Flow analyze as_flow control_blocks control_increments depth_scaling increment_scaling iter_steps model_output project_2d refine refinement_study step_diagnostics substep_parents trajectory",
+            "transflow.parallel": "controls_specs memory_report to_host ShardAxes as_axes",
+            "transflow.vision": "ConvAttentionParams ConvEmbedding ConvLayerControls DepthwiseConv2d FeatureConv conv_attention",
         }.items()
         for n in names.split()
     ],

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._errors import check_number
 from ._schemes import Flow
 
 __all__ = ["euler_flow", "rk4_flow", "linear_flow_exact", "projection_flow", "make_flow"]
@@ -106,6 +107,7 @@ def projection_flow(project: Callable[[Array, Float[Array, "n d"]], Float[Array,
 
 def make_flow(f: VectorField, solver: str = "rk4", n_sub: int = 1) -> Flow:
     """``solver="euler"`` (:func:`euler_flow`) or ``"rk4"`` (:func:`rk4_flow`)."""
+    check_number("n_sub", n_sub, "make_flow", lower=0, integer=True, example="1")
     if solver == "euler":
         return euler_flow(f)
     if solver == "rk4":

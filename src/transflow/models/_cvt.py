@@ -33,7 +33,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import AttentionParams, FFNParams, NormParams, num_steps
-from .._errors import as_input, check_choice, param_dtype
+from .._errors import as_input, check_choice, check_number, param_dtype
 from .._evolve import evolve
 from .._operators import attention_weights, project_s1
 from ..schemes._conv import ConvPreNormScheme as ConvPreNormScheme
@@ -56,6 +56,15 @@ _HI = jax.lax.Precision.HIGHEST
 
 def conv_output_size(n: int, kernel: int, stride: int, padding: int) -> int:
     """Number of output nodes of a strided convolution along one axis."""
+    owner = "conv_output_size"
+    for name, size in (("n", n), ("kernel", kernel), ("stride", stride)):
+        check_number(name, size, owner, lower=0, integer=True, example="3")
+    check_number("padding", padding, owner, lower=0, strict=False, integer=True, example="1")
+    if kernel > n + 2 * padding:
+        raise ValueError(
+            f"{owner}: `kernel` {kernel} is larger than the padded input, n + 2·padding = "
+            f"{n + 2 * padding}."
+        )
     return (n + 2 * padding - kernel) // stride + 1
 
 

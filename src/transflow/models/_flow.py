@@ -22,7 +22,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._controls import LayerControls, stack_controls
-from .._errors import as_input, check_step
+from .._errors import as_input, check_array, check_number, check_step
 from .._evolve import evolve
 from .._grid import Grid
 from .._integrate import ConstantSteps, Remat, RematMode
@@ -41,6 +41,8 @@ def patchify(image: Float[Array, "h w"], patch: int) -> Float[Array, "n p2"]:
 
     Returns ``(h/patch · w/patch, patch²)``: token i is patch (i // (w/patch), i % (w/patch)).
     """
+    check_array("image", image, ndim=2)
+    check_number("patch", patch, "patchify", lower=0, integer=True, example="2")
     h, w = image.shape
     if h % patch or w % patch:
         raise ValueError(f"`patch`={patch} must divide the image shape {(h, w)}.")
