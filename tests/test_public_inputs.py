@@ -26,6 +26,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import tomllib
 
@@ -1112,6 +1113,228 @@ CASES += [
 ]
 
 
+def _ffn(d=8, **kw):
+    return _layer(d).ffn
+
+
+CASES += [
+    Case(
+        "transflow.FFNParams",
+        transflow.FFNParams,
+        lambda: dict(weights=_ffn().weights, biases=_ffn().biases, residual=(True, True)),
+        {
+            "weights": [(jnp.ones((8, 8)), jnp.ones((7, 8)))],
+            "biases": [(jnp.ones(8), jnp.ones(7)), (jnp.ones(8),)],
+            "residual": [(True,), (True, "yes")],
+            "activation": ["swish2"],
+        },
+        # an entry of a tuple argument is named with its index, e.g. `weights[1]`
+        needle={
+            "activation": "`activation`",
+            "weights": "`weights",
+            "biases": "`biases",
+            "residual": "`residual",
+        },
+    ),
+    Case(
+        "transflow.continuous.RelaxedLieScheme",
+        lambda **kw: _cont("RelaxedLieScheme")(**kw),
+        lambda: dict(tau=0.5),
+        {"tau": BAD_STEP, "ffn_branch_dt": ["3dt"], "temperature": [-1.0, NAN]},
+    ),
+    Case(
+        "transflow.continuous.hybrid",
+        lambda **kw: _cont("hybrid")(**kw),
+        lambda: dict(groups=["a", ["b", "c"]]),
+        {"groups": [[], "ab", ["a", [1, "b"]]], "ffn_branch_dt": ["3dt"]},
+    ),
+    Case(
+        "transflow.continuous.Stage",
+        lambda **kw: _cont("Stage")(**kw),
+        lambda: dict(branches=(("a",),), start=0.0, end=0.5),
+        {
+            "start": BAD_NUMBER + [0.6],
+            "end": BAD_NUMBER,
+            "speed": [0.0, -1.0, NAN],
+            "branches": [()],
+        },
+        needle={"start": "`start`"},  # start 0.6 after end 0.5: `end` > `start` is the rule
+    ),
+    Case(
+        "transflow.continuous.SplittingSolver",
+        lambda **kw: _cont("SplittingSolver")(_cont("lie")(["a", "b"]), **kw),
+        lambda: dict(sub_solver="euler", n_sub=2),
+        {"sub_solver": ["rk5"], "n_sub": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.continuous.linear_flow_exact",
+        lambda **kw: _cont("linear_flow_exact")(**kw),
+        lambda: dict(a=-jnp.eye(3), b=jnp.ones(3)),
+        {
+            "a": [_with(-jnp.eye(3)), jnp.ones((3, 2)), jnp.ones(3)],
+            "b": [_with(jnp.ones(3)), jnp.ones(2)],
+        },
+    ),
+    Case(
+        "transflow.continuous.euler_flow",
+        lambda **kw: _cont("euler_flow")(**kw),
+        lambda: dict(f=lambda t, u: -u),
+        {"f": ["f", None]},
+    ),
+    Case(
+        "transflow.continuous.projection_flow",
+        lambda **kw: _cont("projection_flow")(**kw),
+        lambda: dict(project=lambda t, u: u),
+        {"project": ["p", None]},
+    ),
+    Case(
+        "transflow.analysis.refine",
+        lambda **kw: _mod("analysis", "refine")(SplitTransformer(_theta(), dt=0.5), **kw),
+        lambda: dict(factor=2),
+        {"factor": BAD_SIZE, "interpolation": ["cubic"]},
+    ),
+    Case(
+        "transflow.analysis.project_2d",
+        _mod("analysis", "project_2d"),
+        lambda: dict(states=jnp.ones((3, 4, 8)) + jnp.arange(8.0)),
+        {"states": [_with(jnp.ones((3, 4, 8))), jnp.ones(3), "s"]},
+    ),
+    Case(
+        "transflow.parallel.ShardAxes",
+        _mod("parallel", "ShardAxes"),
+        lambda: dict(tokens="t"),
+        {"tokens": [1, 2.5], "batch": [("t", 3)]},
+    ),
+    Case(
+        "transflow.parallel.as_axes",
+        _mod("parallel", "as_axes"),
+        lambda: dict(axes={"tokens": "t"}),
+        {"axes": [{"sequence": "t"}, "t", {"tokens": 1}]},
+        needle={"axes": "`axes`|`tokens`"},  # a bad entry is named by its key
+    ),
+    Case(
+        "transflow.vision.FeatureConv",
+        _mod("vision", "FeatureConv"),
+        lambda: dict(kernel=jnp.ones(3)),
+        {
+            "kernel": [_with(jnp.ones(3)), jnp.ones(3, int)],
+            "boundary": ["wrap"],
+            "origin": [-1, 3, 2.5],
+        },
+    ),
+    Case(
+        "transflow.vision.DepthwiseConv2d",
+        _mod("vision", "DepthwiseConv2d"),
+        lambda: dict(kernel=jnp.ones((3, 3, 8)), scale=jnp.ones(8), shift=jnp.zeros(8)),
+        {
+            "kernel": [_with(jnp.ones((3, 3, 8))), jnp.ones((3, 8))],
+            "scale": [jnp.ones(7), _with(jnp.ones(8))],
+            "shift": [jnp.ones(7)],
+            "stride": BAD_SIZE,
+            "padding": [-1, 2.5],
+        },
+    ),
+    Case(
+        "transflow.models.RelativePositionBias",
+        _mod("models", "RelativePositionBias"),
+        lambda: dict(table=jnp.ones((32, 2)), max_distance=128),
+        {"table": [_with(jnp.ones((32, 2))), jnp.ones(32)], "max_distance": BAD_SIZE},
+    ),
+    Case(
+        "transflow.models.relative_position_buckets",
+        lambda **kw: _mod("models", "relative_position_buckets")(**kw),
+        lambda: dict(
+            relative_position=jnp.arange(-3, 4), bidirectional=True, num_buckets=8, max_distance=16
+        ),
+        {"num_buckets": BAD_SIZE, "max_distance": BAD_SIZE, "bidirectional": ["yes"]},
+    ),
+    Case(
+        "transflow.expressivity.random_maxout",
+        lambda **kw: _mod("expressivity", "random_maxout")(np.random.default_rng(0), **kw),
+        lambda: dict(d=1, widths=[2, 2], ranks=[2, 2]),
+        {"d": BAD_SIZE, "widths": [[0, 2], [2, -1]], "ranks": [[2], [0, 2]], "d_out": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.make_target",
+        lambda **kw: _mod("expressivity", "make_target")(**kw),
+        lambda: dict(name="sawtooth", teeth_log2=2),
+        {"name": ["zag", None], "teeth_log2": [-1, 2.5, NAN], "zigzag_depth": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.softmax_error_bound",
+        lambda **kw: _mod("expressivity", "softmax_error_bound")(_maxout(), **kw),
+        lambda: dict(lam=100.0, n_tokens=4),
+        {"lam": BAD_STEP, "n_tokens": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.ibp_bounds",
+        lambda **kw: _mod("expressivity", "ibp_bounds")(_maxout(), **kw),
+        lambda: dict(_IN_BOX),
+        dict(_BAD_BOX),
+    ),
+    Case(
+        "transflow.interop.RotaryScaling",
+        _mod("interop", "RotaryScaling"),
+        lambda: dict(rope_type="linear", factor=2.0),
+        {"rope_type": ["cubic"], "factor": [0.0, -1.0, NAN, INF]},
+    ),
+    Case(
+        "transflow.control.TokenEmbedding",
+        _mod("control", "TokenEmbedding"),
+        lambda: dict(table=jnp.ones((5, 8)), pos=jnp.ones((4, 8))),
+        {
+            "table": [_with(jnp.ones((5, 8))), jnp.ones(5)],
+            "pos": [jnp.ones((4, 7)), jnp.ones((4, 8), int)],
+        },
+    ),
+    Case(
+        "transflow.control.make_vit",
+        lambda **kw: _mod("control", "make_vit")(**kw, key=jax.random.key(0)),
+        lambda: dict(d=8, n_steps=1, n_heads=1, patch=2, image_shape=(4, 4), n_classes=3),
+        {
+            "d": BAD_SIZE,
+            "n_steps": BAD_SIZE,
+            "patch": BAD_SIZE + [3],
+            "n_classes": BAD_SIZE,
+            "dt": BAD_STEP,
+            "image_shape": [(0, 4), (4,)],
+        },
+        needle={"patch": "`patch`|`image_shape`"},  # patch 3 does not tile the 4x4 image
+    ),
+    Case(
+        "transflow.control.make_seq",
+        lambda **kw: _mod("control", "make_seq")(**kw, key=jax.random.key(0)),
+        lambda: dict(vocab=5, length=4, d=8, n_steps=1, n_heads=1),
+        {"vocab": BAD_SIZE, "length": BAD_SIZE, "d": BAD_SIZE, "n_steps": BAD_SIZE, "dt": BAD_STEP},
+    ),
+    Case(
+        "transflow.control.make_char_lm",
+        lambda **kw: _mod("control", "make_char_lm")(**kw, key=jax.random.key(0)),
+        lambda: dict(vocab=5, context=4, d=8, n_steps=1, n_heads=1),
+        {
+            "vocab": BAD_SIZE,
+            "context": BAD_SIZE,
+            "d": BAD_SIZE,
+            "n_steps": BAD_SIZE,
+            "dt": BAD_STEP,
+        },
+    ),
+    Case(
+        "transflow.control.sequence_batch",
+        lambda **kw: _mod("control", "sequence_batch")(**kw, seed=0, step=0),
+        lambda: dict(kind="sort", batch_size=2, length=4, vocab=5),
+        {"kind": ["sort2"], "batch_size": BAD_SIZE, "length": BAD_SIZE, "vocab": BAD_SIZE},
+    ),
+    Case(
+        "transflow.control.text_windows",
+        lambda **kw: _mod("control", "text_windows")(np.arange(20), **kw),
+        lambda: dict(context=4, starts=[0, 3]),
+        {"context": BAD_SIZE + [30], "starts": [[-1], [17], [0.5]]},
+        needle={"context": "`context`|`starts`"},  # a context longer than the text: no start fits
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():
@@ -1185,13 +1408,41 @@ def test_nan_in_the_state_names_u_in_the_first_line():
     assert _first_line(info.value).startswith("`u` contains NaN or Inf")
 
 
-def test_nan_in_a_traced_state_is_refused_at_run_time():
+_HEADERS = {
+    # the first line of a run-time error under each jit wrapper: JAX's/equinox's, fixed
+    # by them (docs/reliability.md, "Under jit, the first line is JAX's or equinox's")
+    "filter_jit": "Above is the stack outside of JIT. Below is the stack inside of JIT:",
+    "jax.jit": "INTERNAL: CpuCallback error calling callback",
+}
+
+
+def _our_first_line(exc: BaseException) -> tuple[str, str]:
+    """(the error's first line, the first line of the message transflow wrote): the line
+    after equinox's ``EquinoxRuntimeError: `` marker, below the wrapper's header."""
+    lines = str(exc).splitlines()
+    ours = next(ln for ln in lines if "EquinoxRuntimeError: " in ln)
+    return lines[0], ours.split("EquinoxRuntimeError: ", 1)[1]
+
+
+@pytest.mark.parametrize("wrapper", ["filter_jit", "jax.jit"])
+@pytest.mark.parametrize("arg", ["u0", "dt"])
+def test_a_traced_bad_value_is_refused_at_run_time_naming_the_argument(wrapper, arg):
     """Under jit the value is unknown when the check is traced: equinox raises at run
-    time, with the argument named in its message (equinox puts its header above)."""
+    time. The error's first line is the wrapper's header (JAX and equinox fix it; no
+    public API changes it); the first line of transflow's message, below it, names the
+    argument as the untraced check does."""
     theta = _theta()
-    run = eqx.filter_jit(lambda u: evolve(u, theta))
-    with pytest.raises(Exception, match=r"`u0` contains NaN or Inf"):
-        jax.block_until_ready(run(_with(_u())))
+    jit = eqx.filter_jit if wrapper == "filter_jit" else jax.jit
+    if arg == "u0":
+        run, bad, start = jit(lambda u: evolve(u, theta)), _with(_u()), "`u0` contains NaN"
+    else:
+        run = jit(lambda s: evolve(_u(), theta, dt=s))
+        bad, start = jnp.asarray(-0.25), "evolve: `dt` must be a finite number > 0"
+    with pytest.raises(Exception) as info:  # noqa: PT011 (the type is JAX's, checked below)
+        jax.block_until_ready(run(bad))
+    first, ours = _our_first_line(info.value)
+    assert first.startswith(_HEADERS[wrapper]), first
+    assert ours.startswith(start), ours
 
 
 def test_grid_interval_refuses_a_nan_domain():

@@ -20,7 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._activations import activation_fn
-from ._errors import check_kind, check_number
+from ._errors import check_flag, check_kind, check_number
 
 __all__ = [
     "AttentionParams",
@@ -185,6 +185,7 @@ class FFNParams(eqx.Module):
             )
         activation_fn(self.activation)  # validates the name
         for j in range(J):
+            check_flag(f"residual[{j}]", self.residual[j], "FFNParams")
             w, b = self.weights[j], self.biases[j]
             if tuple(b.shape) != (*w.shape[:-2], w.shape[-1]):
                 raise _shape_error(
@@ -195,8 +196,8 @@ class FFNParams(eqx.Module):
                 )
             if j and self.weights[j - 1].shape[-1] != w.shape[-2]:
                 raise ValueError(
-                    f"FFNParams: weights[{j - 1}] outputs {self.weights[j - 1].shape[-1]} "
-                    f"features but weights[{j}] expects {w.shape[-2]}."
+                    f"FFNParams: `weights[{j}]` expects {w.shape[-2]} features but "
+                    f"`weights[{j - 1}]` outputs {self.weights[j - 1].shape[-1]}."
                 )
             if self.residual[j] and w.shape[-1] != w.shape[-2]:
                 raise ValueError(
@@ -206,7 +207,7 @@ class FFNParams(eqx.Module):
                 )
         if self.weights[0].shape[-2] != self.weights[-1].shape[-1]:
             raise ValueError(
-                f"FFNParams: the FFN must map d -> d; got {self.weights[0].shape[-2]} -> "
+                f"FFNParams: `weights` must map d -> d; got {self.weights[0].shape[-2]} -> "
                 f"{self.weights[-1].shape[-1]}."
             )
 

@@ -16,6 +16,26 @@ The input policy (:func:`as_input`, used at the top of every public entry point)
   both dtypes and the two fixes (cast the input, or convert the model).
 - **integer/bool arrays** where features are expected are rejected (cast them first).
 - **empty token sets** (zero tokens) are rejected naming the argument.
+
+Traced values and the first line of the error. A value traced by the caller's
+``jax.jit``/``eqx.filter_jit`` is unknown when the check is traced, so the check is a
+run-time :func:`equinox.error_if`, and the error is raised at the caller's jit boundary,
+where no transflow frame is on the stack. Its first line is then not ours: under
+``eqx.filter_jit`` it is equinox's fixed header ("Above is the stack outside of JIT. Below
+is the stack inside of JIT:", ``_on_error_msg`` in ``equinox/_jit.py``) followed by the
+trace-time stack and "equinox.EquinoxRuntimeError: <our message>"; under ``jax.jit`` it
+is XLA's "INTERNAL: CpuCallback error calling callback: Traceback ..." followed by
+"_EquinoxRuntimeError: <our message>". XLA hands only the text of the callback's
+exception back to the host (no ``__cause__``, jax-ml/jax#26102), and ``EQX_ON_ERROR``
+only chooses raise/nan/breakpoint/off, so no public API lets the first line be ours. Our
+message still starts with the argument's name: it is the first line after the header
+(docs/reliability.md gives the measured line numbers; tests/test_public_inputs.py checks
+it). Without ``jit`` every check raises a one-line error before any compilation.
+
+Cost. Static checks (rank, shape, dtype, Python-number options) are free at trace time
+and may sit in operators. The NaN/Inf check of a concrete array is one reduction and one
+host transfer; it runs at the public entry points only, never inside a scan body (the
+operators of a step loop check shapes and dtypes only).
 """
 
 from __future__ import annotations
@@ -338,6 +358,24 @@ def check_times(t0: Any, t1: Any, owner: str, names: tuple[str, str] = ("t0", "t
         raise ValueError(
             f"{owner}: `{names[1]}` must be > `{names[0]}` = {t0!r} (the end of the interval), "
             f"got {t1!r}."
+        )
+
+
+def check_sizes(owner: str, **sizes: Any) -> None:
+    """Raise unless every keyword is an integer >= 1 (``None`` passes: an optional size).
+    The first bad one is named, e.g. ``check_sizes("make_vit", d=d, n_steps=n_steps)``."""
+    for name, size in sizes.items():
+        if size is not None:
+            check_number(name, size, owner, lower=0, integer=True, example="8")
+
+
+def check_callable(name: str, value: Any, owner: str | None = None, example: str = "") -> None:
+    """Raise unless ``value`` is callable (a vector field, a projection, ...)."""
+    if not callable(value):
+        where = f"{owner}: " if owner else ""
+        fix = f"; pass e.g. {example}" if example else ""
+        raise TypeError(
+            f"{where}`{name}` must be a function, got {type(value).__name__} {value!r:.40}{fix}."
         )
 
 

@@ -167,8 +167,7 @@ class RotaryScaling:
 
     def __post_init__(self):
         check_choice("rope_type", self.rope_type, _ROPE_TYPES)
-        if not (isinstance(self.factor, int | float) and self.factor > 0):
-            raise ValueError(f"RotaryScaling: `factor` must be > 0, got {self.factor!r}.")
+        check_number("factor", self.factor, "RotaryScaling", lower=0, example="2.0")
         need = {
             "dynamic": "max_position_embeddings",
             "yarn": "original_max_position_embeddings",

@@ -72,6 +72,15 @@ class Stage(eqx.Module):
     def __check_init__(self):
         if not self.branches:
             raise ValueError("Stage: `branches` must hold at least one branch, got ().")
+        check_number("start", self.start, "Stage", lower=0, upper=1, strict=False, example="0.0")
+        check_number("end", self.end, "Stage", lower=0, upper=1, strict=False, example="1.0")
+        if not self.start < self.end:
+            raise ValueError(
+                f"Stage: `end` must be > `start` = {self.start} (fractions of the step), got "
+                f"{self.end}."
+            )
+        if self.speed is not None:
+            check_number("speed", self.speed, "Stage", lower=0, example="2.0 (or None)")
         if not (0.0 <= self.start < self.end <= 1.0):
             raise ValueError(
                 f"Stage: need 0 <= start < end <= 1 (fractions of the step), got "
@@ -202,6 +211,16 @@ def hybrid(
     """
     if ffn_branch_dt not in ("dt", "2dt"):
         raise ValueError(f"`ffn_branch_dt` must be 'dt' or '2dt', got {ffn_branch_dt!r}.")
+    bad = isinstance(groups, str) or not groups
+    for g in () if bad else groups:
+        entries = list(g) if isinstance(g, tuple | list) else [g]
+        parts = [p for e in entries for p in (e if isinstance(e, tuple | list) else [e])]
+        bad = bad or not all(isinstance(p, str) for p in parts if p is not None)
+    if bad:
+        raise TypeError(
+            f"hybrid: `groups` must be a non-empty list of operator names or lists of branches "
+            f"(names, tuples of names, None), got {groups!r}."
+        )
     stages = []
     for g in groups:
         if isinstance(g, str):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._errors import check_number
+from .._errors import check_number, check_sizes
 
 __all__ = ["EpochOrder", "load_digits_split", "sequence_batch"]
 
@@ -107,6 +107,7 @@ def sequence_batch(
     """
     if kind not in ("sort", "reverse"):
         raise ValueError(f"`kind` must be 'sort' or 'reverse', got {kind!r}.")
+    check_sizes("sequence_batch", batch_size=batch_size, length=length, vocab=vocab)
     if split not in ("train", "test"):
         raise ValueError(f"`split` must be 'train' or 'test', got {split!r}.")
     if step < 0:

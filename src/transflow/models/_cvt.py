@@ -33,7 +33,14 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import AttentionParams, FFNParams, NormParams, num_steps
-from .._errors import as_input, check_choice, check_number, param_dtype
+from .._errors import (
+    as_input,
+    check_choice,
+    check_number,
+    check_sizes,
+    check_values,
+    param_dtype,
+)
 from .._evolve import evolve
 from .._operators import attention_weights, project_s1
 from ..schemes._conv import ConvPreNormScheme as ConvPreNormScheme
@@ -93,6 +100,18 @@ class DepthwiseConv2d(eqx.Module):
     padding: int = eqx.field(static=True, default=0)
 
     def __check_init__(self):
+        check_values("kernel", self.kernel, "DepthwiseConv2d", ndim=(3, 4))
+        check_values("scale", self.scale, "DepthwiseConv2d")
+        check_sizes("DepthwiseConv2d", stride=self.stride)
+        check_number(
+            "padding",
+            self.padding,
+            "DepthwiseConv2d",
+            lower=0,
+            strict=False,
+            integer=True,
+            example="1",
+        )
         d = self.kernel.shape[-1]
         for name, arr in (("scale", self.scale), ("shift", self.shift)):
             if arr.shape[-1:] != (d,):
@@ -179,6 +198,19 @@ class FeatureConv(eqx.Module):
 
     def __check_init__(self):
         check_choice("boundary", self.boundary, ("circular", "zero"))
+        check_values("kernel", self.kernel, "FeatureConv")
+        if self.origin is not None:
+            k = self.kernel.shape[-1]
+            check_number(
+                "origin",
+                self.origin,
+                "FeatureConv",
+                lower=0,
+                upper=k - 1,
+                strict=False,
+                integer=True,
+                example=str(k // 2),
+            )
 
     def matrix(self, d: int) -> Float[Array, "d d"]:
         """The d × d matrix T with ``conv(u) = u @ T``."""
