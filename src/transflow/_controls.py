@@ -20,7 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._activations import activation_fn
-from ._errors import check_flag, check_kind, check_number
+from ._errors import check_flag, check_number
 
 __all__ = [
     "AttentionParams",
@@ -370,7 +370,12 @@ def _check_same_shapes(layers: list) -> None:
 
 def num_steps(stacked: LayerControls) -> int:
     """Number of time steps N_t of stacked controls (the common leading axis)."""
-    check_kind("stacked", stacked, eqx.Module, "num_steps", "pass `stack_controls([...])`")
+    leaves = jax.tree.leaves(stacked)
+    if not leaves or not all(hasattr(leaf, "shape") for leaf in leaves):
+        raise TypeError(
+            f"num_steps: `stacked` must be stacked controls (a pytree of arrays), got "
+            f"{type(stacked).__name__}; use `stack_controls([...])`."
+        )
     sizes = {leaf.shape[0] if leaf.ndim else None for leaf in jax.tree.leaves(stacked)}
     if len(sizes) != 1 or None in sizes:
         raise ValueError(

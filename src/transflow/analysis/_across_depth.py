@@ -372,10 +372,11 @@ def fit_order(factors: Sequence[int], differences: Sequence[float]) -> float:
         1.0
     """
     factors = check_values("factors", factors, "fit_order", ndim=1)
-    differences = check_values("differences", differences, "fit_order", ndim=1)
+    # a NaN or 0 difference (a failed or exact refinement) is left out of the fit
+    differences = check_values("differences", differences, "fit_order", ndim=1, finite=False)
     check_same_shape(("factors", "differences"), factors, differences, "fit_order")
-    if factors.size < 2 or np.any(factors <= 0):
-        raise ValueError(f"fit_order: `factors` must be >= 2 numbers > 0, got {factors}.")
+    if np.any(factors <= 0):
+        raise ValueError(f"fit_order: `factors` must be numbers > 0, got {factors}.")
     if np.any(differences < 0):
         raise ValueError(
             f"fit_order: `differences` must be norms >= 0 (zeros are left out of the fit), got "

@@ -76,8 +76,8 @@ class Stage(eqx.Module):
         check_number("end", self.end, "Stage", lower=0, upper=1, strict=False, example="1.0")
         if not self.start < self.end:
             raise ValueError(
-                f"Stage: `end` must be > `start` = {self.start} (fractions of the step), got "
-                f"{self.end}."
+                f"Stage: `end` must be > `start` = {self.start} (need 0 <= start < end <= 1, "
+                f"fractions of the step), got {self.end}."
             )
         if self.speed is not None:
             check_number("speed", self.speed, "Stage", lower=0, example="2.0 (or None)")

@@ -72,6 +72,11 @@ def conv_output_size(n: int, kernel: int, stride: int, padding: int) -> int:
             f"{owner}: `kernel` {kernel} is larger than the padded input, n + 2·padding = "
             f"{n + 2 * padding}."
         )
+    return _conv_output_size(n, kernel, stride, padding)
+
+
+def _conv_output_size(n: int, kernel: int, stride: int, padding: int) -> int:
+    """:func:`conv_output_size` unchecked (the modules check their own geometry)."""
     return (n + 2 * padding - kernel) // stride + 1
 
 
@@ -128,8 +133,8 @@ class DepthwiseConv2d(eqx.Module):
     def output_shape(self, grid_shape: tuple[int, int]) -> tuple[int, int]:
         kh, kw = self.kernel.shape[-3:-1]
         return (
-            conv_output_size(grid_shape[0], kh, self.stride, self.padding),
-            conv_output_size(grid_shape[1], kw, self.stride, self.padding),
+            _conv_output_size(grid_shape[0], kh, self.stride, self.padding),
+            _conv_output_size(grid_shape[1], kw, self.stride, self.padding),
         )
 
     def __call__(self, u: Float[Array, "h w d"]) -> Float[Array, "h2 w2 d"]:
@@ -391,8 +396,8 @@ class ConvEmbedding(eqx.Module):
     def output_shape(self, hw: tuple[int, int]) -> tuple[int, int]:
         kh, kw = self.kernel.shape[-2:]
         return (
-            conv_output_size(hw[0], kh, self.stride, self.padding),
-            conv_output_size(hw[1], kw, self.stride, self.padding),
+            _conv_output_size(hw[0], kh, self.stride, self.padding),
+            _conv_output_size(hw[1], kw, self.stride, self.padding),
         )
 
     def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "n d"]:
