@@ -26,6 +26,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import tomllib
 
@@ -680,6 +681,821 @@ CASES: list[Case] = [
 ]
 
 
+# ------------------------------------------------------------------ issue 49, more entry points
+def _scheme(name="strang"):
+    return transflow.make_scheme(name)
+
+
+def _j(m=4):
+    return -jnp.eye(m)
+
+
+def _path():
+    from transflow.continuous import PiecewiseConstant
+
+    return PiecewiseConstant(_theta())
+
+
+def _stable(fn):
+    def call(**kw):
+        return getattr(transflow, fn)(kw.pop("scheme"), **kw)
+
+    return call
+
+
+BAD_ATTN_SCORES = [jnp.ones((4, 4)), _with(jnp.ones((2, 4, 4))).astype(jnp.int32)]
+
+CASES += [
+    Case(
+        "transflow.AttentionParams.random",
+        lambda **kw: transflow.AttentionParams.random(**kw, key=jax.random.key(0)),
+        lambda: dict(d=8, n_heads=2),
+        {"d": [0, -1, 2.5, NAN], "n_heads": [0, -2, 3, 1.0], "scale": BAD_NUMBER},
+    ),
+    Case(
+        "transflow.unstack_controls",
+        transflow.unstack_controls,
+        lambda: dict(stacked=_theta()),
+        {"stacked": [_layer(), "theta", None]},
+    ),
+    Case(
+        "transflow.num_steps",
+        transflow.num_steps,
+        lambda: dict(stacked=_theta()),
+        {"stacked": [_layer(), "theta"]},
+    ),
+    Case(
+        "transflow.ConstantSteps",
+        transflow.ConstantSteps,
+        lambda: dict(unroll=2),
+        {"unroll": [0, -1, 2.5, "fast", None]},
+    ),
+    Case(
+        "transflow.SaveAt",
+        transflow.SaveAt,
+        lambda: dict(steps=True),
+        {"steps": ["yes", None, 2]},
+    ),
+    Case(
+        "transflow.mask_from_hf",
+        transflow.mask_from_hf,
+        lambda: dict(mask=jnp.array([1, 1, 0])),
+        {"mask": [jnp.ones((2, 3)), jnp.ones((1, 1, 1, 1, 1)), "mask", jnp.ones((0,), int)]},
+    ),
+    Case(
+        "transflow.mask_from_torch",
+        transflow.mask_from_torch,
+        lambda: dict(mask=jnp.zeros((3, 3), bool)),
+        {"mask": ["mask", jnp.ones(3, bool), jnp.array([[0, 1], [NAN, 0]])]},
+    ),
+    Case(
+        "transflow.activation_fn",
+        transflow.activation_fn,
+        lambda: dict(name="gelu"),
+        {"name": ["swish2", None, "leaky_relu:nan"]},
+        needle={"name": "`activation`"},  # the activation's name: the field it fills
+    ),
+    Case(
+        "transflow.attention_weights",
+        transflow.attention_weights,
+        lambda: dict(scores=jnp.ones((2, 4, 4)), temperature=0.5),
+        {"scores": BAD_ATTN_SCORES, "temperature": [-1.0, NAN, INF]},
+    ),
+    Case(
+        "transflow.cross_attention",
+        lambda **kw: transflow.cross_attention(kw.pop("u"), kw.pop("memory"), _attn_p(), **kw),
+        lambda: dict(u=_u(), memory=_u(6)),
+        {
+            "u": _bad_structure(_u()),
+            "memory": [_u(6).astype(jnp.int32), _u(6)[None]],
+            "temperature": [-1.0, NAN],
+            "query_block": [0, -1],
+        },
+    ),
+    Case(
+        "transflow.online_softmax_attention",
+        transflow.online_softmax_attention,
+        lambda: dict(q=jnp.ones((2, 4, 3)), k=jnp.ones((2, 5, 3)), v=jnp.ones((2, 5, 3))),
+        {
+            "q": [jnp.ones((4, 3)), jnp.ones((2, 4, 2)), jnp.ones((2, 4, 3), int)],
+            "k": [jnp.ones((2, 5, 2)), jnp.ones((1, 5, 3))],
+            "v": [jnp.ones((2, 4, 3)), jnp.ones((2, 5))],
+            "query_block": [0, -1, 2.5],
+            "key_block": [0, -1],
+        },
+        needle={"q": "`q`|`k`"},  # a d_k that differs between q and k: k is refused against q
+    ),
+    Case(
+        "transflow.CausalScheme",
+        transflow.CausalScheme,
+        lambda: dict(inner=_scheme("prenorm")),
+        {"inner": ["prenorm", None]},
+    ),
+    Case(
+        "transflow.ButcherTableau",
+        transflow.ButcherTableau,
+        lambda: dict(a=((), (1.0,)), b=(0.5, 0.5), c=(0.0, 1.0), order=2),
+        {
+            "a": [((), (NAN,)), ((), (1.0, 0.0))],
+            "b": [(0.5, NAN), (1.0,), (0.7, 0.7)],
+            "c": [(0.0, 0.5), (0.0, NAN)],
+            "order": [0, -1, 2.5],
+        },
+    ),
+    Case(
+        "transflow.IMEXScheme",
+        transflow.IMEXScheme,
+        lambda: dict(tau=0.5),
+        {
+            "tau": BAD_STEP,
+            "ffn_branch_dt": ["3dt"],
+            "parameterization": ["fixed"],
+            "temperature": [-1.0, NAN, INF],
+            "implementation": ["fast"],
+        },
+    ),
+    Case(
+        "transflow.LieScheme",
+        transflow.LieScheme,
+        lambda: dict(ffn_branch_dt="2dt"),
+        {"ffn_branch_dt": ["3dt"], "temperature": [NAN, -INF], "hardmax": ["yes"]},
+    ),
+    Case(
+        "transflow.PreNormScheme",
+        transflow.PreNormScheme,
+        lambda: dict(temperature=2.0),
+        {"temperature": [-1.0, NAN, INF], "implementation": ["fast"]},
+    ),
+    Case(
+        "transflow.RungeKuttaScheme",
+        transflow.RungeKuttaScheme,
+        lambda: dict(method="rk4"),
+        {"method": ["rk5", None], "field": ["both"], "temperature": [-0.5, NAN]},
+    ),
+    Case(
+        "transflow.StrangScheme",
+        transflow.StrangScheme,
+        lambda: dict(form="postnorm"),
+        {"form": ["mid"], "substep": ["rk4"], "temperature": [-1.0, INF], "untied": ["no"]},
+    ),
+    Case(
+        "transflow.amplification_factor",
+        _stable("amplification_factor"),
+        lambda: dict(scheme=_scheme(), z_attention=-0.5, z_ffn=-0.25),
+        {"scheme": ["strang"], "z_attention": [NAN, INF, complex(0, NAN)], "z_ffn": [NAN, -INF]},
+    ),
+    Case(
+        "transflow.stability_function",
+        _stable("stability_function"),
+        lambda: dict(scheme=_scheme(), z_attention=-0.5, z_ffn=-0.25),
+        {"scheme": ["strang"], "z_attention": [NAN, INF], "z_ffn": [NAN]},
+    ),
+    Case(
+        "transflow.linear_step_matrix",
+        _stable("linear_step_matrix"),
+        lambda: dict(scheme=_scheme(), j_attention=_j(), j_ffn=_j(), dt=0.5),
+        {
+            "scheme": ["strang"],
+            "j_attention": [_with(_j()), _j()[:, :-1], jnp.ones(4)],
+            "j_ffn": [_with(_j(), INF), _j(3)],
+            "dt": BAD_STEP,
+        },
+    ),
+    Case(
+        "transflow.largest_stable_dt",
+        _stable("largest_stable_dt"),
+        lambda: dict(scheme=_scheme("prenorm"), j_attention=_j(2), j_ffn=_j(2), n_grid=20),
+        {
+            "scheme": ["prenorm"],
+            "j_attention": [_with(_j(2)), _j(2)[:, :-1]],
+            "j_ffn": [_j(3), _with(_j(2), -INF)],
+            "dt_max": BAD_STEP,
+            "n_grid": [0, -1, 2.5],
+            "rtol": [0.0, -1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.linear_run_growth",
+        _stable("linear_run_growth"),
+        lambda: dict(scheme=_scheme(), j_attention=_j(), j_ffn=_j(), dt=0.5, n_steps=4),
+        {
+            "j_attention": [_with(_j()), _j()[:, :-1]],
+            "j_ffn": [_j(3)],
+            "dt": BAD_STEP,
+            "n_steps": [0, -1, 2.5],
+        },
+    ),
+    Case(
+        "transflow.confirm_stable_dt",
+        _stable("confirm_stable_dt"),
+        lambda: dict(
+            scheme=_scheme("prenorm"),
+            j_attention=_j(2),
+            j_ffn=_j(2),
+            dt_star=2.0,
+            min_steps=20,
+            max_steps=40,
+        ),
+        {
+            "j_attention": [_with(_j(2)), _j(2)[:, :-1]],
+            "j_ffn": [_j(3)],
+            "dt_star": BAD_STEP,
+            "factor": [0.0, -0.1, 1.0, NAN],
+            "min_steps": [0, -1, 2.5],
+            "max_steps": [0, 10],
+            "growth": [1.0, 0.5, NAN, INF],
+        },
+    ),
+    Case(
+        "transflow.spectral_radius",
+        transflow.spectral_radius,
+        lambda: dict(m=_j()),
+        {"m": [_with(_j()), _j()[:, :-1], jnp.ones(3), "m"]},
+    ),
+    Case(
+        "transflow.declared_order",
+        transflow.declared_order,
+        lambda: dict(scheme=_scheme()),
+        {"scheme": ["strang", None]},
+    ),
+    Case(
+        "transflow.stage_controls",
+        lambda **kw: transflow.stage_controls(_path(), **kw),
+        lambda: dict(scheme=_scheme(), n_steps=4),
+        {"scheme": ["strang"], "n_steps": [0, -1, 2.5, NAN]},
+    ),
+    Case(
+        "transflow.sub_field_jacobians",
+        lambda **kw: transflow.sub_field_jacobians(_layer(4), **kw),
+        lambda: dict(u=_u(3, 4)),
+        {"u": _bad_arrays(_u(3, 4)), "form": ["imex", None]},
+    ),
+    Case(
+        "transflow.perturbation_growth",
+        lambda **kw: transflow.perturbation_growth(lambda v: 2.0 * v, **kw, key=jax.random.key(0)),
+        lambda: dict(x=jnp.ones(3), n_iter=4),
+        {"x": [_with(jnp.ones(3)), jnp.ones(3, int)], "n_iter": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.reference_solution",
+        lambda **kw: transflow.reference_solution(kw.pop("u0"), _path(), _scheme(), **kw),
+        lambda: dict(u0=_u(), rtol=1e-6, atol=1e-6),
+        {
+            "u0": [_with(_u()), _with(_u(), INF), _u().astype(jnp.int32), _u()[0]],
+            "rtol": [0.0, -1.0, NAN],
+            "atol": [-1.0, NAN],
+            "max_steps": [0, -1],
+        },
+    ),
+    Case(
+        "transflow.ffn_branch",
+        lambda **kw: transflow.ffn_branch(kw.pop("z"), _layer().ffn, **kw),
+        lambda: dict(z=_u(), dt=0.5),
+        {"z": _bad_structure(_u())},
+    ),
+    Case(
+        "transflow.DecoderLayerControls",
+        transflow.DecoderLayerControls,
+        lambda: dict(
+            zip(
+                "self_attn norm1 cross_attn norm2 ffn norm3".split(),
+                (
+                    _layer().attn,
+                    _layer().norm1,
+                    _layer().attn,
+                    _layer().norm2,
+                    _layer().ffn,
+                    _layer().norm2,
+                ),
+            )
+        ),
+        {"cross_attn": [_layer(16).attn], "ffn": [_layer(16).ffn]},
+    ),
+]
+
+
+def _cont(name):
+    return getattr(importlib.import_module("transflow.continuous"), name)
+
+
+def _mod(pkg, name):
+    return getattr(importlib.import_module(f"transflow.{pkg}"), name)
+
+
+def _flows():
+    f = lambda t, u: -u  # noqa: E731
+    return {"a": _cont("rk4_flow")(f), "b": _cont("euler_flow")(f)}
+
+
+CASES += [
+    Case(
+        "transflow.continuous.SmoothPath",
+        lambda **kw: _cont("SmoothPath")(_layer(), _layer(seed=1), **kw),
+        lambda: dict(omega=2.0, t0=0.0, t1=1.0),
+        {"omega": BAD_NUMBER, "t0": BAD_NUMBER + [1.0], "t1": BAD_NUMBER + [-1.0]},
+    ),
+    Case(
+        "transflow.continuous.solve_adaptive",
+        lambda **kw: _cont("solve_adaptive")(kw.pop("u0"), _path(), _scheme(), **kw),
+        lambda: dict(u0=_u()),
+        {"u0": [_with(_u()), _with(_u(), -INF), _u().astype(jnp.int32), _u()[0]]},
+    ),
+    Case(
+        "transflow.continuous.integrate",
+        lambda **kw: _cont("integrate")(_cont("lie")(["a", "b"]), _flows(), kw.pop("u0"), **kw),
+        lambda: dict(u0=_u(), n_steps=4, t1=0.5),
+        {
+            "u0": [_with(_u()), _u().astype(jnp.int32), _u()[0]],
+            "n_steps": [0, -1, 2.5],
+            "t0": BAD_NUMBER + [0.5],
+            "t1": BAD_NUMBER + [-1.0],
+        },
+    ),
+    Case(
+        "transflow.continuous.make_flow",
+        lambda **kw: _cont("make_flow")(lambda t, u: -u, **kw),
+        lambda: dict(solver="euler", n_sub=2),
+        {"solver": ["rk5", None], "n_sub": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.continuous.rk4_flow",
+        lambda **kw: _cont("rk4_flow")(lambda t, u: -u, **kw),
+        lambda: dict(n_sub=2),
+        {"n_sub": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.continuous.lie",
+        lambda **kw: _cont("lie")(**kw),
+        lambda: dict(operators=["a", "b"]),
+        {"operators": [[], "ab", ["a", 1]]},
+    ),
+    Case(
+        "transflow.continuous.strang",
+        lambda **kw: _cont("strang")(**kw),
+        lambda: dict(operators=["a", "b"]),
+        {"operators": [[], "ab", ["a", None]]},
+    ),
+    Case(
+        "transflow.continuous.parallel",
+        lambda **kw: _cont("parallel")(**kw),
+        lambda: dict(operators=["a", "b"]),
+        {"operators": [[], "ab"]},
+    ),
+    Case(
+        "transflow.continuous.paper_lie",
+        lambda **kw: _cont("paper_lie")(**kw),
+        lambda: dict(n_ffn=2),
+        {"n_ffn": [0, -1, 2.5], "ffn_branch_dt": ["3dt"]},
+    ),
+    Case(
+        "transflow.continuous.reference_solve",
+        lambda **kw: _cont("reference_solve")(lambda t, u: -u, kw.pop("u0"), **kw),
+        lambda: dict(u0=_u(), t1=0.5, rtol=1e-6, atol=1e-6),
+        {
+            "u0": [_with(_u()), _u().astype(jnp.int32)],
+            "t0": BAD_NUMBER + [1.0],
+            "t1": BAD_NUMBER,
+            "rtol": [0.0, -1.0, NAN],
+            "atol": [-1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.continuous.fit_slope",
+        lambda **kw: _cont("fit_slope")(**kw),
+        lambda: dict(h=[0.5, 0.25, 0.125], err=[1e-2, 2.5e-3, 6.25e-4]),
+        {
+            "h": [[0.5, NAN, 0.125], [0.5, 0.25], [0.5, -0.25, 0.1], [1.0]],
+            "err": [[1e-2, INF, 1e-4], [1e-2, 0.0, 1e-4], [1e-2, 1e-3]],
+        },
+    ),
+    Case(
+        "transflow.continuous.full_model_controls",
+        lambda **kw: _cont("full_model_controls")(**kw),
+        lambda: dict(n_layers=2, d=4),
+        {"n_layers": BAD_SIZE, "d": BAD_SIZE, "sigma1": BAD_NUMBER, "sigma2": BAD_NUMBER + [0.0]},
+    ),
+    Case(
+        "transflow.continuous.clustering_trajectory",
+        lambda **kw: _cont("clustering_trajectory")(**kw),
+        lambda: dict(n_tokens=4, d=3, t1=0.5, dt=0.25),
+        {
+            "n_tokens": BAD_SIZE,
+            "d": BAD_SIZE,
+            "t1": BAD_STEP,
+            "dt": BAD_STEP,
+            "temperature": [-1.0, NAN, INF],
+        },
+    ),
+    Case(
+        "transflow.analysis.cosine_matrix",
+        _mod("analysis", "cosine_matrix"),
+        lambda: dict(u=_u()),
+        {"u": [_with(_u()), _u().astype(jnp.int32), _u()[0], "u"]},
+    ),
+    Case(
+        "transflow.analysis.effective_rank",
+        _mod("analysis", "effective_rank"),
+        lambda: dict(u=_u()),
+        {"u": [_with(_u()), _u().astype(jnp.int32), _u()[0]]},
+    ),
+    Case(
+        "transflow.analysis.distance_to_s1",
+        _mod("analysis", "distance_to_s1"),
+        lambda: dict(u=_u()),
+        {
+            "u": [_with(_u()), _u().astype(jnp.int32), _u()[0]],
+            "sigma1": BAD_NUMBER,
+            "sigma2": BAD_NUMBER + [-1.0],
+        },
+    ),
+    Case(
+        "transflow.analysis.count_clusters",
+        _mod("analysis", "count_clusters"),
+        lambda: dict(u_or_cos=_u(), threshold=0.9),
+        {"u_or_cos": [_with(_u()), _u()[0]], "threshold": [NAN, 1.5, -2.0]},
+    ),
+    Case(
+        "transflow.analysis.fit_order",
+        _mod("analysis", "fit_order"),
+        lambda: dict(factors=[1, 2, 4], differences=[1e-2, 5e-3, 2.5e-3]),
+        {
+            "factors": [[1, 2], [1, 0, 4], [1, NAN, 4]],
+            # NaN or 0: a failed or exact refinement, left out of the fit (not refused)
+            "differences": [[1e-2, -1.0, 1e-3], [1e-2, 1e-3], "d"],
+        },
+    ),
+    Case(
+        "transflow.analysis.refine_controls",
+        _mod("analysis", "refine_controls"),
+        lambda: dict(controls=_theta(), factor=2),
+        {"factor": BAD_SIZE, "interpolation": ["cubic"]},
+    ),
+    Case(
+        "transflow.analysis.control_path",
+        _mod("analysis", "control_path"),
+        lambda: dict(controls=_theta(), dt=0.5),
+        {"dt": BAD_STEP, "interpolation": ["cubic"]},
+    ),
+    Case(
+        "transflow.parallel.make_mesh",
+        _mod("parallel", "make_mesh"),
+        lambda: dict(shape=(1,), axis_names=("t",)),
+        {"shape": [(0,), (-1,), (1, 1), (2.5,)], "axis_names": [("t", "u"), (1,)]},
+    ),
+    Case(
+        "transflow.parallel.max_rel_diff",
+        _mod("parallel", "max_rel_diff"),
+        lambda: dict(a=_u(), b=_u()),
+        {"a": [_with(_u()), _u()[0]], "b": [_with(_u(), INF), _u()[:, :-1]]},
+    ),
+    Case(
+        "transflow.vision.conv_output_size",
+        _mod("vision", "conv_output_size"),
+        lambda: dict(n=8, kernel=3, stride=1, padding=1),
+        {"n": BAD_SIZE, "kernel": BAD_SIZE + [20], "stride": BAD_SIZE, "padding": [-1, 2.5]},
+    ),
+    Case(
+        "transflow.vision.patchify",
+        _mod("vision", "patchify"),
+        lambda: dict(image=jnp.ones((3, 4, 4)), patch_size=2),
+        {
+            "image": [jnp.ones((4, 4)), jnp.ones((3, 4, 4), int), jnp.ones((3, 1, 1))],
+            "patch_size": [0, -1, 2.5, (2, 0)],
+        },
+    ),
+    Case(
+        "transflow.control.patchify",
+        _mod("control", "patchify"),
+        lambda: dict(image=jnp.ones((4, 4)), patch=2),
+        {
+            "image": [jnp.ones((3, 4, 4)), jnp.ones((4, 4), int)],
+            "patch": [0, -1, 3, 2.5],
+        },
+    ),
+    Case(
+        "transflow.control.make_optimizer",
+        lambda **kw: _mod("control", "make_optimizer")(**kw),
+        lambda: dict(lr=1e-3, num_steps=10, warmup_steps=2),
+        {
+            "lr": BAD_STEP,
+            "num_steps": BAD_SIZE,
+            "warmup_steps": [-1, 2.5],
+            "weight_decay": [-1.0, NAN],
+            "clip_norm": [0.0, -1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.control.EpochOrder",
+        _mod("control", "EpochOrder"),
+        lambda: dict(n=10, batch_size=4, seed=0),
+        {"n": BAD_SIZE, "batch_size": BAD_SIZE + [11], "seed": [2.5, NAN]},
+    ),
+    Case(
+        "transflow.expressivity.lambert_w",
+        _mod("expressivity", "lambert_w"),
+        lambda: dict(z=2.0),
+        {"z": BAD_NUMBER + [-1.0]},
+    ),
+    Case(
+        "transflow.expressivity.softmax_max_constant",
+        _mod("expressivity", "softmax_max_constant"),
+        lambda: dict(n_tokens=4),
+        {"n_tokens": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.softmax_gap_error",
+        _mod("expressivity", "softmax_gap_error"),
+        lambda: dict(gap=0.5, lam=10.0, n_tokens=4),
+        {"gap": BAD_NUMBER + [-1.0], "lam": BAD_STEP, "n_tokens": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.constructed_capacity",
+        lambda **kw: _mod("expressivity", "constructed_capacity")(**kw),
+        lambda: dict(dim=1, depth=2, n_tokens=3),
+        {"dim": BAD_SIZE, "depth": BAD_SIZE, "n_tokens": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.mlp_width_for",
+        lambda **kw: _mod("expressivity", "mlp_width_for")(**kw),
+        lambda: dict(target_params=100, dim=1, depth=2),
+        {"target_params": BAD_SIZE, "dim": BAD_SIZE, "depth": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.init_mlp",
+        lambda **kw: _mod("expressivity", "init_mlp")(jax.random.key(0), **kw),
+        lambda: dict(dim=1, depth=2, width=4),
+        {"dim": BAD_SIZE, "depth": BAD_SIZE, "width": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.init_transformer",
+        lambda **kw: _mod("expressivity", "init_transformer")(jax.random.key(0), **kw),
+        lambda: dict(dim=1, depth=2),
+        {
+            "dim": BAD_SIZE,
+            "depth": BAD_SIZE,
+            "n_tokens": BAD_SIZE,
+            "width": BAD_SIZE,
+            "n_heads": BAD_SIZE,
+            "head_dim": BAD_SIZE,
+            "ffn_width": BAD_SIZE,
+        },
+    ),
+    Case(
+        "transflow.interop.project_sphere",
+        _mod("interop", "project_sphere"),
+        lambda: dict(v=_u(), eps=1e-6),
+        {"v": _bad_structure(_u())[1:], "eps": [NAN, -1.0, INF]},
+    ),
+    Case(
+        "transflow.interop.rotary_frequencies",
+        lambda **kw: _mod("interop", "rotary_frequencies")(**kw, dtype=jnp.float32),
+        lambda: dict(head_dim=4, theta=10000.0),
+        {"head_dim": BAD_SIZE + [3], "theta": BAD_STEP},
+    ),
+    Case(
+        "transflow.interop.random_rms_controls",
+        lambda **kw: _mod("interop", "random_rms_controls")(**kw, key=jax.random.key(0)),
+        lambda: dict(d=8, n_heads=2, n_kv_heads=1, d_ff=16),
+        {
+            "d": BAD_SIZE,
+            "n_heads": BAD_SIZE + [3],
+            "n_kv_heads": BAD_SIZE + [3],
+            "d_ff": BAD_SIZE,
+            "eps": [NAN, -1.0],
+            "rope_theta": [0.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.interop.RMSNormParams",
+        _mod("interop", "RMSNormParams"),
+        lambda: dict(gain=jnp.ones(8), eps=1e-6),
+        {"gain": [_with(jnp.ones(8)), jnp.ones(8, int)], "eps": [NAN, -1.0, INF]},
+    ),
+]
+
+
+def _ffn(d=8, **kw):
+    return _layer(d).ffn
+
+
+CASES += [
+    Case(
+        "transflow.FFNParams",
+        transflow.FFNParams,
+        lambda: dict(weights=_ffn().weights, biases=_ffn().biases, residual=(True, True)),
+        {
+            "weights": [(jnp.ones((8, 8)), jnp.ones((7, 8)))],
+            "biases": [(jnp.ones(8), jnp.ones(7)), (jnp.ones(8),)],
+            "residual": [(True,), (True, "yes")],
+            "activation": ["swish2"],
+        },
+        # an entry of a tuple argument is named with its index, e.g. `weights[1]`
+        needle={
+            "activation": "`activation`",
+            "weights": "`weights",
+            "biases": "`biases",
+            "residual": "`residual",
+        },
+    ),
+    Case(
+        "transflow.continuous.RelaxedLieScheme",
+        lambda **kw: _cont("RelaxedLieScheme")(**kw),
+        lambda: dict(tau=0.5),
+        {"tau": BAD_STEP, "ffn_branch_dt": ["3dt"], "temperature": [-1.0, NAN]},
+    ),
+    Case(
+        "transflow.continuous.hybrid",
+        lambda **kw: _cont("hybrid")(**kw),
+        lambda: dict(groups=["a", ["b", "c"]]),
+        {"groups": [[], "ab", ["a", [1, "b"]]], "ffn_branch_dt": ["3dt"]},
+    ),
+    Case(
+        "transflow.continuous.Stage",
+        lambda **kw: _cont("Stage")(**kw),
+        lambda: dict(branches=(("a",),), start=0.0, end=0.5),
+        {
+            "start": BAD_NUMBER + [0.6],
+            "end": BAD_NUMBER,
+            "speed": [0.0, -1.0, NAN],
+            "branches": [()],
+        },
+        needle={"start": "`start`"},  # start 0.6 after end 0.5: `end` > `start` is the rule
+    ),
+    Case(
+        "transflow.continuous.SplittingSolver",
+        lambda **kw: _cont("SplittingSolver")(_cont("lie")(["a", "b"]), **kw),
+        lambda: dict(sub_solver="euler", n_sub=2),
+        {"sub_solver": ["rk5"], "n_sub": [0, -1, 2.5]},
+    ),
+    Case(
+        "transflow.continuous.linear_flow_exact",
+        lambda **kw: _cont("linear_flow_exact")(**kw),
+        lambda: dict(a=-jnp.eye(3), b=jnp.ones(3)),
+        {
+            "a": [_with(-jnp.eye(3)), jnp.ones((3, 2)), jnp.ones(3)],
+            "b": [_with(jnp.ones(3)), jnp.ones(2)],
+        },
+    ),
+    Case(
+        "transflow.continuous.euler_flow",
+        lambda **kw: _cont("euler_flow")(**kw),
+        lambda: dict(f=lambda t, u: -u),
+        {"f": ["f", None]},
+    ),
+    Case(
+        "transflow.continuous.projection_flow",
+        lambda **kw: _cont("projection_flow")(**kw),
+        lambda: dict(project=lambda t, u: u),
+        {"project": ["p", None]},
+    ),
+    Case(
+        "transflow.analysis.refine",
+        lambda **kw: _mod("analysis", "refine")(SplitTransformer(_theta(), dt=0.5), **kw),
+        lambda: dict(factor=2),
+        {"factor": BAD_SIZE, "interpolation": ["cubic"]},
+    ),
+    Case(
+        "transflow.analysis.project_2d",
+        _mod("analysis", "project_2d"),
+        lambda: dict(states=jnp.ones((3, 4, 8)) + jnp.arange(8.0)),
+        {"states": [_with(jnp.ones((3, 4, 8))), jnp.ones(3), "s"]},
+    ),
+    Case(
+        "transflow.parallel.ShardAxes",
+        _mod("parallel", "ShardAxes"),
+        lambda: dict(tokens="t"),
+        {"tokens": [1, 2.5], "batch": [("t", 3)]},
+    ),
+    Case(
+        "transflow.parallel.as_axes",
+        _mod("parallel", "as_axes"),
+        lambda: dict(axes={"tokens": "t"}),
+        {"axes": [{"sequence": "t"}, "t", {"tokens": 1}]},
+        needle={"axes": "`axes`|`tokens`"},  # a bad entry is named by its key
+    ),
+    Case(
+        "transflow.vision.FeatureConv",
+        _mod("vision", "FeatureConv"),
+        lambda: dict(kernel=jnp.ones(3)),
+        {
+            "kernel": [_with(jnp.ones(3)), jnp.ones(3, int)],
+            "boundary": ["wrap"],
+            "origin": [-1, 3, 2.5],
+        },
+    ),
+    Case(
+        "transflow.vision.DepthwiseConv2d",
+        _mod("vision", "DepthwiseConv2d"),
+        lambda: dict(kernel=jnp.ones((3, 3, 8)), scale=jnp.ones(8), shift=jnp.zeros(8)),
+        {
+            "kernel": [_with(jnp.ones((3, 3, 8))), jnp.ones((3, 8))],
+            "scale": [jnp.ones(7), _with(jnp.ones(8))],
+            "shift": [jnp.ones(7)],
+            "stride": BAD_SIZE,
+            "padding": [-1, 2.5],
+        },
+    ),
+    Case(
+        "transflow.models.RelativePositionBias",
+        _mod("models", "RelativePositionBias"),
+        lambda: dict(table=jnp.ones((32, 2)), max_distance=128),
+        {"table": [_with(jnp.ones((32, 2))), jnp.ones(32)], "max_distance": BAD_SIZE},
+    ),
+    Case(
+        "transflow.models.relative_position_buckets",
+        lambda **kw: _mod("models", "relative_position_buckets")(**kw),
+        lambda: dict(
+            relative_position=jnp.arange(-3, 4), bidirectional=True, num_buckets=8, max_distance=16
+        ),
+        {"num_buckets": BAD_SIZE, "max_distance": BAD_SIZE, "bidirectional": ["yes"]},
+    ),
+    Case(
+        "transflow.expressivity.random_maxout",
+        lambda **kw: _mod("expressivity", "random_maxout")(np.random.default_rng(0), **kw),
+        lambda: dict(d=1, widths=[2, 2], ranks=[2, 2]),
+        {"d": BAD_SIZE, "widths": [[0, 2], [2, -1]], "ranks": [[2], [0, 2]], "d_out": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.make_target",
+        lambda **kw: _mod("expressivity", "make_target")(**kw),
+        lambda: dict(name="sawtooth", teeth_log2=2),
+        {"name": ["zag", None], "teeth_log2": [-1, 2.5, NAN], "zigzag_depth": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.softmax_error_bound",
+        lambda **kw: _mod("expressivity", "softmax_error_bound")(_maxout(), **kw),
+        lambda: dict(lam=100.0, n_tokens=4),
+        {"lam": BAD_STEP, "n_tokens": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.ibp_bounds",
+        lambda **kw: _mod("expressivity", "ibp_bounds")(_maxout(), **kw),
+        lambda: dict(_IN_BOX),
+        dict(_BAD_BOX),
+    ),
+    Case(
+        "transflow.interop.RotaryScaling",
+        _mod("interop", "RotaryScaling"),
+        lambda: dict(rope_type="linear", factor=2.0),
+        {"rope_type": ["cubic"], "factor": [0.0, -1.0, NAN, INF]},
+    ),
+    Case(
+        "transflow.control.TokenEmbedding",
+        _mod("control", "TokenEmbedding"),
+        lambda: dict(table=jnp.ones((5, 8)), pos=jnp.ones((4, 8))),
+        {
+            "table": [_with(jnp.ones((5, 8))), jnp.ones(5)],
+            "pos": [jnp.ones((4, 7)), jnp.ones((4, 8), int)],
+        },
+    ),
+    Case(
+        "transflow.control.make_vit",
+        lambda **kw: _mod("control", "make_vit")(**kw, key=jax.random.key(0)),
+        lambda: dict(d=8, n_steps=1, n_heads=1, patch=2, image_shape=(4, 4), n_classes=3),
+        {
+            "d": BAD_SIZE,
+            "n_steps": BAD_SIZE,
+            "patch": BAD_SIZE + [3],
+            "n_classes": BAD_SIZE,
+            "dt": BAD_STEP,
+            "image_shape": [(0, 4), (4,)],
+        },
+        needle={"patch": "`patch`|`image_shape`"},  # patch 3 does not tile the 4x4 image
+    ),
+    Case(
+        "transflow.control.make_seq",
+        lambda **kw: _mod("control", "make_seq")(**kw, key=jax.random.key(0)),
+        lambda: dict(vocab=5, length=4, d=8, n_steps=1, n_heads=1),
+        {"vocab": BAD_SIZE, "length": BAD_SIZE, "d": BAD_SIZE, "n_steps": BAD_SIZE, "dt": BAD_STEP},
+    ),
+    Case(
+        "transflow.control.make_char_lm",
+        lambda **kw: _mod("control", "make_char_lm")(**kw, key=jax.random.key(0)),
+        lambda: dict(vocab=5, context=4, d=8, n_steps=1, n_heads=1),
+        {
+            "vocab": BAD_SIZE,
+            "context": BAD_SIZE,
+            "d": BAD_SIZE,
+            "n_steps": BAD_SIZE,
+            "dt": BAD_STEP,
+        },
+    ),
+    Case(
+        "transflow.control.sequence_batch",
+        lambda **kw: _mod("control", "sequence_batch")(**kw, seed=0, step=0),
+        lambda: dict(kind="sort", batch_size=2, length=4, vocab=5),
+        {"kind": ["sort2"], "batch_size": BAD_SIZE, "length": BAD_SIZE, "vocab": BAD_SIZE},
+    ),
+    Case(
+        "transflow.control.text_windows",
+        lambda **kw: _mod("control", "text_windows")(np.arange(20), **kw),
+        lambda: dict(context=4, starts=[0, 3]),
+        {"context": BAD_SIZE + [30], "starts": [[-1], [17], [0.5]]},
+        needle={"context": "`context`|`starts`"},  # a context longer than the text: no start fits
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():
@@ -753,13 +1569,41 @@ def test_nan_in_the_state_names_u_in_the_first_line():
     assert _first_line(info.value).startswith("`u` contains NaN or Inf")
 
 
-def test_nan_in_a_traced_state_is_refused_at_run_time():
+_HEADERS = {
+    # the first line of a run-time error under each jit wrapper: JAX's/equinox's, fixed
+    # by them (docs/reliability.md, "Under jit, the first line is JAX's or equinox's")
+    "filter_jit": "Above is the stack outside of JIT. Below is the stack inside of JIT:",
+    "jax.jit": "INTERNAL: CpuCallback error calling callback",
+}
+
+
+def _our_first_line(exc: BaseException) -> tuple[str, str]:
+    """(the error's first line, the first line of the message transflow wrote): the line
+    after equinox's ``EquinoxRuntimeError: `` marker, below the wrapper's header."""
+    lines = str(exc).splitlines()
+    ours = next(ln for ln in lines if "EquinoxRuntimeError: " in ln)
+    return lines[0], ours.split("EquinoxRuntimeError: ", 1)[1]
+
+
+@pytest.mark.parametrize("wrapper", ["filter_jit", "jax.jit"])
+@pytest.mark.parametrize("arg", ["u0", "dt"])
+def test_a_traced_bad_value_is_refused_at_run_time_naming_the_argument(wrapper, arg):
     """Under jit the value is unknown when the check is traced: equinox raises at run
-    time, with the argument named in its message (equinox puts its header above)."""
+    time. The error's first line is the wrapper's header (JAX and equinox fix it; no
+    public API changes it); the first line of transflow's message, below it, names the
+    argument as the untraced check does."""
     theta = _theta()
-    run = eqx.filter_jit(lambda u: evolve(u, theta))
-    with pytest.raises(Exception, match=r"`u0` contains NaN or Inf"):
-        jax.block_until_ready(run(_with(_u())))
+    jit = eqx.filter_jit if wrapper == "filter_jit" else jax.jit
+    if arg == "u0":
+        run, bad, start = jit(lambda u: evolve(u, theta)), _with(_u()), "`u0` contains NaN"
+    else:
+        run = jit(lambda s: evolve(_u(), theta, dt=s))
+        bad, start = jnp.asarray(-0.25), "evolve: `dt` must be a finite number > 0"
+    with pytest.raises(Exception) as info:  # noqa: PT011 (the type is JAX's, checked below)
+        jax.block_until_ready(run(bad))
+    first, ours = _our_first_line(info.value)
+    assert first.startswith(_HEADERS[wrapper]), first
+    assert ours.startswith(start), ours
 
 
 def test_grid_interval_refuses_a_nan_domain():

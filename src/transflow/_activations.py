@@ -79,6 +79,6 @@ def activation_fn(name: str):
         return _ACTIVATIONS[name]
     except (KeyError, TypeError):
         raise ValueError(
-            f"unsupported activation {name!r}; expected one of {sorted(_ACTIVATIONS)} or "
-            "'leaky_relu:<slope>'."
+            f"unsupported activation {name!r} (`activation`); expected one of "
+            f"{sorted(_ACTIVATIONS)} or 'leaky_relu:<slope>'."
         ) from None

@@ -20,7 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._activations import activation_fn
-from ._errors import check_number
+from ._errors import check_flag, check_number
 
 __all__ = [
     "AttentionParams",
@@ -121,10 +121,15 @@ class AttentionParams(eqx.Module):
         key: PRNGKeyArray,
     ) -> AttentionParams:
         """Random kernels with entries ~ N(0, scale²/d) (for experiments and tests)."""
+        _check_layer_sizes("AttentionParams.random", d=d, n_heads=n_heads, head_dim=head_dim)
+        check_number("scale", scale, "AttentionParams.random", example="1.0")
+        if head_dim is None and d % n_heads:
+            raise ValueError(
+                f"AttentionParams.random: `n_heads` must divide d = {d}, got {n_heads}; pass "
+                "a divisor of d, or `head_dim=` explicitly."
+            )
         dtype = dtype or jnp.result_type(float)
         dk = head_dim if head_dim is not None else d // n_heads
-        if dk * n_heads == 0:
-            raise ValueError(f"d={d} is too small for n_heads={n_heads}.")
         hk = dk * n_heads
         ks = jax.random.split(key, 8)
         s = float(scale / np.sqrt(d))  # a Python float keeps `dtype`
@@ -180,6 +185,7 @@ class FFNParams(eqx.Module):
             )
         activation_fn(self.activation)  # validates the name
         for j in range(J):
+            check_flag(f"residual[{j}]", self.residual[j], "FFNParams")
             w, b = self.weights[j], self.biases[j]
             if tuple(b.shape) != (*w.shape[:-2], w.shape[-1]):
                 raise _shape_error(
@@ -190,8 +196,8 @@ class FFNParams(eqx.Module):
                 )
             if j and self.weights[j - 1].shape[-1] != w.shape[-2]:
                 raise ValueError(
-                    f"FFNParams: weights[{j - 1}] outputs {self.weights[j - 1].shape[-1]} "
-                    f"features but weights[{j}] expects {w.shape[-2]}."
+                    f"FFNParams: `weights[{j}]` expects {w.shape[-2]} features but "
+                    f"`weights[{j - 1}]` outputs {self.weights[j - 1].shape[-1]}."
                 )
             if self.residual[j] and w.shape[-1] != w.shape[-2]:
                 raise ValueError(
@@ -201,7 +207,7 @@ class FFNParams(eqx.Module):
                 )
         if self.weights[0].shape[-2] != self.weights[-1].shape[-1]:
             raise ValueError(
-                f"FFNParams: the FFN must map d -> d; got {self.weights[0].shape[-2]} -> "
+                f"FFNParams: `weights` must map d -> d; got {self.weights[0].shape[-2]} -> "
                 f"{self.weights[-1].shape[-1]}."
             )
 
@@ -284,7 +290,8 @@ class LayerControls(eqx.Module):
         other in ``ffn`` (2k sub-steps): the untied Macaron layer's two half-step FFNs
         (``StrangScheme(untied=True)``, ``make_scheme("macaron_untied")``).
         """
-        _check_layer_sizes(d=d, n_heads=n_heads, d_ff=d_ff)
+        _check_layer_sizes("LayerControls.random", d=d, n_heads=n_heads, d_ff=d_ff)
+        check_number("scale", scale, "LayerControls.random", example="1.0")
         if isinstance(ffn_copies, bool) or not isinstance(ffn_copies, int) or ffn_copies < 1:
             raise ValueError(
                 f"LayerControls.random: `ffn_copies` must be an integer >= 1, got {ffn_copies!r} "
@@ -323,10 +330,10 @@ class LayerControls(eqx.Module):
         return cls(attn, norm, ffn, norm)
 
 
-def _check_layer_sizes(**sizes) -> None:
+def _check_layer_sizes(owner: str, **sizes) -> None:
     for name, size in sizes.items():
-        if size is not None or name != "d_ff":
-            check_number(name, size, "LayerControls.random", lower=0, integer=True, example="8")
+        if size is not None or name not in ("d_ff", "head_dim"):
+            check_number(name, size, owner, lower=0, integer=True, example="8")
 
 
 def stack_controls(layers: Sequence[LayerControls]) -> LayerControls:
@@ -363,10 +370,16 @@ def _check_same_shapes(layers: list) -> None:
 
 def num_steps(stacked: LayerControls) -> int:
     """Number of time steps N_t of stacked controls (the common leading axis)."""
+    leaves = jax.tree.leaves(stacked)
+    if not leaves or not all(hasattr(leaf, "shape") for leaf in leaves):
+        raise TypeError(
+            f"num_steps: `stacked` must be stacked controls (a pytree of arrays), got "
+            f"{type(stacked).__name__}; use `stack_controls([...])`."
+        )
     sizes = {leaf.shape[0] if leaf.ndim else None for leaf in jax.tree.leaves(stacked)}
     if len(sizes) != 1 or None in sizes:
         raise ValueError(
-            "controls are not stacked: every leaf needs the same leading time axis "
+            "`stacked`: the controls are not stacked: every leaf needs the same leading time axis "
             f"(got leading sizes {sorted(s for s in sizes if s is not None)}); use "
             "`stack_controls([...])`."
         )

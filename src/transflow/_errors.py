@@ -16,6 +16,26 @@ The input policy (:func:`as_input`, used at the top of every public entry point)
   both dtypes and the two fixes (cast the input, or convert the model).
 - **integer/bool arrays** where features are expected are rejected (cast them first).
 - **empty token sets** (zero tokens) are rejected naming the argument.
+
+Traced values and the first line of the error. A value traced by the caller's
+``jax.jit``/``eqx.filter_jit`` is unknown when the check is traced, so the check is a
+run-time :func:`equinox.error_if`, and the error is raised at the caller's jit boundary,
+where no transflow frame is on the stack. Its first line is then not ours: under
+``eqx.filter_jit`` it is equinox's fixed header ("Above is the stack outside of JIT. Below
+is the stack inside of JIT:", ``_on_error_msg`` in ``equinox/_jit.py``) followed by the
+trace-time stack and "equinox.EquinoxRuntimeError: <our message>"; under ``jax.jit`` it
+is XLA's "INTERNAL: CpuCallback error calling callback: Traceback ..." followed by
+"_EquinoxRuntimeError: <our message>". XLA hands only the text of the callback's
+exception back to the host (no ``__cause__``, jax-ml/jax#26102), and ``EQX_ON_ERROR``
+only chooses raise/nan/breakpoint/off, so no public API lets the first line be ours. Our
+message still starts with the argument's name: it is the first line after the header
+(docs/reliability.md gives the measured line numbers; tests/test_public_inputs.py checks
+it). Without ``jit`` every check raises a one-line error before any compilation.
+
+Cost. Static checks (rank, shape, dtype, Python-number options) are free at trace time
+and may sit in operators. The NaN/Inf check of a concrete array is one reduction and one
+host transfer; it runs at the public entry points only, never inside a scan body (the
+operators of a step loop check shapes and dtypes only).
 """
 
 from __future__ import annotations
@@ -247,6 +267,7 @@ def check_number(
     strict: bool = True,
     integer: bool = False,
     example: str = "",
+    traced_ok: bool = False,
 ) -> None:
     """Raise unless ``value`` is a finite real (an integer with ``integer=True``) inside
     the bounds (``lower < value`` with ``strict``, else ``lower <= value``; the same for
@@ -260,6 +281,8 @@ def check_number(
         ...
         ValueError: Grid.index: `n_tokens` must be an integer > 0, got 0.
     """
+    if traced_ok and _is_traced(value):
+        return  # an operator inside a traced loop: the public entry point checked it
     where = f"{owner}: " if owner else ""
     kind = "an integer" if integer else "a finite number"
     bounds = []
@@ -316,3 +339,130 @@ def check_positive(name: str, value: float, *, allow_zero: bool = False) -> None
     if not (isinstance(value, int | float) and ok and np.isfinite(value)):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"`{name}` must be a finite number {bound}, got {value!r}.")
+
+
+def check_temperature(owner: str, temperature: Any) -> None:
+    """Raise unless ``temperature`` (the scale λ of the attention scores) is a finite
+    number >= 0 (λ = 0: uniform weights). A traced λ passes (checked where it enters)."""
+    check_number(
+        "temperature", temperature, owner, lower=0, strict=False, example="1.0", traced_ok=True
+    )
+
+
+def check_times(t0: Any, t1: Any, owner: str, names: tuple[str, str] = ("t0", "t1")) -> None:
+    """Raise unless ``t0 < t1`` are finite numbers (a time interval). Traced times pass
+    (under ``jit`` the interval is the caller's, checked where it was made)."""
+    for name, t in zip(names, (t0, t1)):
+        check_number(name, t, owner, example="0.0" if name == names[0] else "1.0", traced_ok=True)
+    if not (_is_traced(t0) or _is_traced(t1)) and not float(t0) < float(t1):
+        raise ValueError(
+            f"{owner}: `{names[1]}` must be > `{names[0]}` = {t0!r} (the end of the interval), "
+            f"got {t1!r}."
+        )
+
+
+def check_sizes(owner: str, **sizes: Any) -> None:
+    """Raise unless every keyword is an integer >= 1 (``None`` passes: an optional size).
+    The first bad one is named, e.g. ``check_sizes("make_vit", d=d, n_steps=n_steps)``."""
+    for name, size in sizes.items():
+        if size is not None:
+            check_number(name, size, owner, lower=0, integer=True, example="8")
+
+
+def check_callable(name: str, value: Any, owner: str | None = None, example: str = "") -> None:
+    """Raise unless ``value`` is callable (a vector field, a projection, ...)."""
+    if not callable(value):
+        where = f"{owner}: " if owner else ""
+        fix = f"; pass e.g. {example}" if example else ""
+        raise TypeError(
+            f"{where}`{name}` must be a function, got {type(value).__name__} {value!r:.40}{fix}."
+        )
+
+
+def check_flag(name: str, value: Any, owner: str | None = None) -> None:
+    """Raise unless ``value`` is a Python or NumPy bool (a switch such as ``hardmax``)."""
+    if not isinstance(value, bool | np.bool_):
+        where = f"{owner}: " if owner else ""
+        raise TypeError(
+            f"{where}`{name}` must be True or False, got {type(value).__name__} {value!r}."
+        )
+
+
+def check_kind(name: str, value: Any, kind: type, owner: str | None = None, hint: str = "") -> None:
+    """Raise unless ``value`` is a ``kind`` (an abstract capability class or a record type,
+    e.g. :class:`transflow.AbstractScheme`): one line naming the argument, the kind
+    expected and the type got."""
+    if not isinstance(value, kind):
+        where = f"{owner}: " if owner else ""
+        fix = f"; {hint}" if hint else ""
+        raise TypeError(
+            f"{where}`{name}` must be a {kind.__name__}, got {type(value).__name__} "
+            f"{value!r:.60}{fix}."
+        )
+
+
+def check_values(
+    name: str,
+    x: Any,
+    owner: str | None = None,
+    *,
+    ndim: int | tuple[int, ...] | None = None,
+    shape: tuple[int | None, ...] | None = None,
+    square: bool = False,
+    finite: bool = True,
+):
+    """Return ``x`` as an array after the checks of an array argument, each failure one
+    line naming ``name``: an array (or a number, or a nested list of numbers) of a
+    floating dtype, the rank ``ndim`` (an int or the allowed ranks), the ``shape``
+    (``None`` = any size on that axis), a square matrix with ``square``, and no NaN or
+    Inf with ``finite`` (:func:`check_finite`: one reduction, a runtime check when
+    traced). For analysis functions and constructors, not for the operators of a step
+    loop (those check only shapes and dtypes, which are free at trace time)."""
+    where = f"{owner}: " if owner else ""
+    if _is_torch_tensor(x):
+        x = _from_torch(name, x)
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is None or arr.dtype == object or arr.dtype.kind not in "biuf":
+            raise TypeError(
+                f"{where}`{name}` must be an array of numbers, got {type(x).__name__} "
+                f"{x!r:.60}; pass e.g. `jnp.asarray(...)`."
+            )
+        x = arr.astype(np.result_type(float)) if arr.dtype.kind in "biu" else arr
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(
+            f"{where}`{name}` must have a floating dtype (float32 or float64), got "
+            f"{x.dtype}; cast it first, e.g. `{name}.astype(jnp.float32)`."
+        )
+    ranks = (ndim,) if isinstance(ndim, int) else ndim
+    if ranks is not None and x.ndim not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise ValueError(
+            f"{where}`{name}` must have rank {want}, got shape {tuple(x.shape)} (rank {x.ndim})."
+        )
+    if shape is not None and (
+        len(shape) != x.ndim or any(w is not None and w != g for w, g in zip(shape, x.shape))
+    ):
+        want = tuple("*" if s is None else s for s in shape)
+        raise ValueError(f"{where}`{name}` must have shape {want}, got {tuple(x.shape)}.")
+    if square and (x.ndim != 2 or x.shape[0] != x.shape[1]):
+        raise ValueError(f"{where}`{name}` must be a square matrix, got shape {tuple(x.shape)}.")
+    if finite:
+        try:
+            x = check_finite(name, x)
+        except ValueError as e:
+            raise ValueError(f"{where}{e}") from None
+    return x
+
+
+def check_same_shape(names: tuple[str, str], a: Any, b: Any, owner: str | None = None) -> None:
+    """Raise unless arrays ``a`` and ``b`` (named ``names``) have the same shape."""
+    if tuple(a.shape) != tuple(b.shape):
+        where = f"{owner}: " if owner else ""
+        raise ValueError(
+            f"{where}`{names[1]}` must have the shape of `{names[0]}`, {tuple(a.shape)}, "
+            f"got {tuple(b.shape)}."
+        )

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._errors import check_choice
+from ._errors import check_array, check_choice, check_number, check_values
 from ._operators import activation_fn, wmul
 
 __all__ = [
@@ -73,8 +73,8 @@ class RMSNormParams(eqx.Module):
     eps: float = eqx.field(static=True, default=0.0)
 
     def __check_init__(self):
-        if not (isinstance(self.eps, int | float) and self.eps >= 0):
-            raise ValueError(f"RMSNormParams: `eps` must be a float >= 0, got {self.eps!r}.")
+        check_number("eps", self.eps, "RMSNormParams", lower=0, strict=False, example="1e-6")
+        check_values("gain", self.gain, "RMSNormParams", ndim=(0, 1, 2))
 
 
 def project_sphere(
@@ -94,6 +94,10 @@ def project_sphere(
         >>> float(jnp.mean(u**2))
         1.0
     """
+    check_array("v", v)  # an operator of the step loop: shapes and dtypes only
+    check_number(
+        "eps", eps, "project_sphere", lower=0, strict=False, example="1e-6", traced_ok=True
+    )
     ms = jnp.mean(v * v, axis=-1, keepdims=True)
     gain = jnp.asarray(gain, v.dtype)
     if eps > 0:
@@ -163,8 +167,7 @@ class RotaryScaling:
 
     def __post_init__(self):
         check_choice("rope_type", self.rope_type, _ROPE_TYPES)
-        if not (isinstance(self.factor, int | float) and self.factor > 0):
-            raise ValueError(f"RotaryScaling: `factor` must be > 0, got {self.factor!r}.")
+        check_number("factor", self.factor, "RotaryScaling", lower=0, example="2.0")
         need = {
             "dynamic": "max_position_embeddings",
             "yarn": "original_max_position_embeddings",
@@ -205,6 +208,12 @@ def rotary_frequencies(
     ``seq_len`` (the length L of the position domain, may be traced) is used by
     ``"dynamic"`` only; see :class:`RotaryScaling` for the formulas. Computed in ``dtype``.
     """
+    check_number("head_dim", head_dim, "rotary_frequencies", lower=0, integer=True, example="64")
+    if head_dim % 2:
+        raise ValueError(
+            f"rotary_frequencies: `head_dim` must be even (pairs rotate), got {head_dim}."
+        )
+    check_number("theta", theta, "rotary_frequencies", lower=0, example="10000.0", traced_ok=True)
     exps = jnp.arange(0, head_dim, 2, dtype=dtype) / jnp.asarray(head_dim, dtype)
     base = jnp.asarray(theta, dtype)
     kind = "default" if scaling is None else scaling.rope_type
@@ -477,6 +486,19 @@ def random_rms_controls(
     key,
 ) -> RMSLayerControls:
     """Random Llama-family controls with entries ~ N(0, 1/fan_in) (tests, experiments)."""
+    owner = "random_rms_controls"
+    for name, size in (("d", d), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads), ("d_ff", d_ff)):
+        check_number(name, size, owner, lower=0, integer=True, example="8")
+    if d % n_heads:
+        raise ValueError(f"{owner}: `n_heads` must divide d = {d}, got {n_heads}.")
+    if n_heads % n_kv_heads:
+        raise ValueError(
+            f"{owner}: `n_kv_heads` must divide n_heads = {n_heads} (grouped queries), got "
+            f"{n_kv_heads}."
+        )
+    check_number("eps", eps, owner, lower=0, strict=False, example="1e-6")
+    if rope_theta is not None:
+        check_number("rope_theta", rope_theta, owner, lower=0, example="10000.0")
     dtype = dtype or jnp.result_type(float)
     dk = d // n_heads
     ks = jax.random.split(key, 12)

@@ -147,6 +147,27 @@ def padding_mask(lengths, n: int) -> Bool[Array, "batch n"]:
     return jnp.arange(n)[None, :] >= lengths[:, None]
 
 
+def _mask_array(owner: str, mask, ranks: tuple[int, ...]):
+    """``mask`` (a torch tensor or an array) as a jax array, checked: numbers or bools,
+    one of the ``ranks``, not empty, no NaN (an additive float mask may hold -inf)."""
+    if hasattr(mask, "detach"):
+        mask = mask.detach().cpu().numpy()
+    arr = np.asarray(mask) if not isinstance(mask, jnp.ndarray) else mask
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{owner}: `mask` must be an array of bools or numbers, got {type(mask).__name__} "
+            f"{mask!r:.40}."
+        )
+    if arr.ndim not in ranks or arr.size == 0:
+        raise ValueError(
+            f"{owner}: `mask` must be a non-empty array of rank {' or '.join(map(str, ranks))}, "
+            f"got shape {tuple(arr.shape)}."
+        )
+    if arr.dtype.kind == "f" and bool(jnp.any(jnp.isnan(arr))):
+        raise ValueError(f"{owner}: `mask` contains NaN; an additive mask holds 0 or -inf.")
+    return jnp.asarray(arr)
+
+
 def mask_from_torch(mask) -> Bool[Array, "..."] | Float[Array, "..."]:
     """A torch ``attn_mask``/``src_mask``/``tgt_mask``/``memory_mask`` in transflow's polarity.
 
@@ -161,9 +182,7 @@ def mask_from_torch(mask) -> Bool[Array, "..."] | Float[Array, "..."]:
         >>> mask_from_torch(np.triu(np.ones((2, 2), bool), 1)).astype(int).tolist()
         [[1, 0], [1, 1]]
     """
-    if hasattr(mask, "detach"):
-        mask = mask.detach().cpu().numpy()
-    mask = np.asarray(mask) if not isinstance(mask, jnp.ndarray) else mask
+    mask = _mask_array("mask_from_torch", mask, (2, 3))
     if mask.dtype == bool:
         return jnp.logical_not(jnp.asarray(mask))
     return jnp.asarray(mask)
@@ -185,9 +204,7 @@ def mask_from_hf(mask) -> Bool[Array, "..."] | Float[Array, "..."]:
         >>> mask_from_hf(np.array([1, 1, 0])).tolist()
         [False, False, True]
     """
-    if hasattr(mask, "detach"):
-        mask = mask.detach().cpu().numpy()
-    mask = jnp.asarray(mask)
+    mask = _mask_array("mask_from_hf", mask, (1, 2, 3, 4))
     if mask.ndim in (1, 2):
         if jnp.issubdtype(mask.dtype, jnp.floating) and mask.ndim == 2:
             raise ValueError(

@@ -28,7 +28,7 @@ from ._activations import (
     project_s2 as project_s2,
 )
 from ._controls import AttentionParams
-from ._errors import as_input, check_array, check_number, param_dtype
+from ._errors import as_input, check_array, check_number, check_temperature, param_dtype
 from ._grid import Grid
 from ._masks import (
     causal_mask,
@@ -175,6 +175,8 @@ def attention_weights(
             additive float ``b_ij``: ``γ_ij ∝ exp(λ s_ij + b_ij) w_j``. A row without
             admissible keys is all zeros. See :mod:`transflow._masks` / docs/masks.md.
     """
+    check_array("scores", scores, ndim=3)
+    check_temperature("attention_weights", temperature)
     n, m = scores.shape[-2:]
     if key_padding_mask is not None or attention_mask is not None:
         bias = _mask_bias(key_padding_mask, attention_mask, n, m, scores.shape[0], scores.dtype)
@@ -458,6 +460,7 @@ def attention(
         True
     """
     u = as_input("u", u, param_dtype(p), ndim=2, shape=(None, p.wq.shape[-2]))
+    check_temperature("attention", temperature)
     n = u.shape[0]
     H = p.n_heads
     impl = _resolve_implementation(implementation, H, n, n)
@@ -515,6 +518,11 @@ def cross_attention(
         >>> cross_attention(u, mem, p).shape
         (5, 8)
     """
+    u = as_input("u", u, param_dtype(p), ndim=2, shape=(None, p.wq.shape[-2]))
+    memory = as_input("memory", memory, param_dtype(p), ndim=2, shape=(None, p.wk.shape[-2]))
+    check_temperature("cross_attention", temperature)
+    for name, size in (("query_block", query_block), ("key_block", key_block)):
+        check_number(name, size, "cross_attention", lower=0, integer=True, example="512")
     n, m = u.shape[0], memory.shape[0]
     H = p.n_heads
     impl = _resolve_implementation(implementation, H, n, m)

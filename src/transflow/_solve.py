@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ._errors import check_values
 from ._grid import Grid
 from ._integrate import Adaptive, AdaptiveResult, check_option, solve_ode
 from ._paths import ControlPath
@@ -137,6 +138,7 @@ def solve_adaptive(
         "stepsize_controller", stepsize_controller, Adaptive, "Adaptive(rtol=1e-6, atol=1e-6)"
     )
     rhs = ode_field(scheme, grid=grid)
+    u0 = check_values("u0", u0, "solve_adaptive", ndim=2)
 
     def solve(u, interval, p):
         return solve_ode(rhs, u, interval, p, controller)

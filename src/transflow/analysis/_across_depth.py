@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import num_steps
+from .._errors import check_same_shape, check_step, check_values
 from ..models._encoder import SplitTransformer
 from ._flow import _kinds, _text_kinds, _unsupported, model_output
 
@@ -248,6 +249,7 @@ def control_path(controls, dt: float = 1.0, interpolation: Interpolation = "cons
 
     if interpolation not in ("constant", "linear"):
         raise ValueError(f"`interpolation` must be 'constant' or 'linear', got {interpolation!r}.")
+    check_step("dt", dt, "control_path")
     n = num_steps(controls)
     if interpolation == "constant":
         return PiecewiseConstant(controls, tau=float(dt))
@@ -369,6 +371,17 @@ def fit_order(factors: Sequence[int], differences: Sequence[float]) -> float:
         >>> round(fit_order([1, 2, 4], [1.0, 0.5, 0.25]), 6)
         1.0
     """
+    factors = check_values("factors", factors, "fit_order", ndim=1)
+    # a NaN or 0 difference (a failed or exact refinement) is left out of the fit
+    differences = check_values("differences", differences, "fit_order", ndim=1, finite=False)
+    check_same_shape(("factors", "differences"), factors, differences, "fit_order")
+    if np.any(factors <= 0):
+        raise ValueError(f"fit_order: `factors` must be numbers > 0, got {factors}.")
+    if np.any(differences < 0):
+        raise ValueError(
+            f"fit_order: `differences` must be norms >= 0 (zeros are left out of the fit), got "
+            f"{differences}."
+        )
     return -_fit_exponent(factors, differences)
 
 

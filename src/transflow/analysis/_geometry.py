@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._errors import check_number, check_values
 from ..schemes._base import AbstractPostNorm, has
 from ._flow import Flow, as_flow, iter_steps
 
@@ -64,6 +65,7 @@ def cosine_matrix(u: Float[Array, "n d"]) -> Float[Array, "n n"]:
         >>> cosine_matrix(jnp.array([[1.0, 0.0], [2.0, 0.0], [0.0, 1.0]])).tolist()
         [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
     """
+    u = check_values("u", u, "cosine_matrix", ndim=2)
     norms = jnp.linalg.norm(u, axis=-1, keepdims=True)
     v = u / jnp.where(norms > 0, norms, 1.0)
     return jnp.clip(v @ v.T, -1.0, 1.0)
@@ -80,9 +82,11 @@ def count_clusters(u_or_cos, threshold: float = 0.99, *, is_cosine: bool = False
     """
     from scipy.sparse.csgraph import connected_components
 
-    if not -1.0 <= float(threshold) <= 1.0:
-        raise ValueError(f"`threshold` must be a cosine in [-1, 1], got {threshold!r}.")
-    cos = np.asarray(u_or_cos if is_cosine else cosine_matrix(jnp.asarray(u_or_cos)))
+    check_number(
+        "threshold", threshold, "count_clusters", lower=-1, upper=1, strict=False, example="0.99"
+    )
+    u_or_cos = check_values("u_or_cos", u_or_cos, "count_clusters", ndim=2)
+    cos = np.asarray(u_or_cos if is_cosine else cosine_matrix(u_or_cos))
     n, _ = connected_components(cos >= threshold, directed=False)
     return int(n)
 
@@ -97,6 +101,7 @@ def effective_rank(u: Float[Array, "n d"]) -> Float[Array, ""]:
         ...     jnp.ones((4, 3)))), 4)
         (3.0, 1.0)
     """
+    u = check_values("u", u, "effective_rank", ndim=2)
     s = jnp.linalg.svd(u, compute_uv=False)
     p = s / jnp.maximum(jnp.sum(s), jnp.finfo(s.dtype).tiny)
     h = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0))
@@ -120,6 +125,11 @@ def distance_to_s1(u: Float[Array, "n d"], sigma1=0.0, sigma2=1.0) -> Float[Arra
         >>> float(distance_to_s1(v)) < 1e-6, round(float(distance_to_s1(2 * v)), 5)
         (True, 1.0)
     """
+    u = check_values("u", u, "distance_to_s1", ndim=2)
+    check_number("sigma1", sigma1, "distance_to_s1", example="0.0", traced_ok=True)
+    check_number(
+        "sigma2", sigma2, "distance_to_s1", lower=0, strict=False, example="1.0", traced_ok=True
+    )
     alpha = jnp.mean(u, axis=-1)
     s = jnp.sqrt(jnp.mean((u - alpha[:, None]) ** 2, axis=-1))
     return jnp.sqrt(jnp.mean((alpha - sigma1) ** 2 + (s - sigma2) ** 2))

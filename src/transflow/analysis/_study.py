@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import check_values
 from ._across_depth import control_increments, increment_scaling, refinement_study
 from ._flow import as_flow, model_output
 from ._geometry import step_diagnostics
@@ -25,7 +26,7 @@ def project_2d(states) -> np.ndarray:
         >>> project_2d(np.random.default_rng(0).normal(size=(3, 5, 4))).shape
         (3, 5, 2)
     """
-    s = np.asarray(states, dtype=np.float64)
+    s = np.asarray(check_values("states", states, "project_2d", ndim=(2, 3)), dtype=np.float64)
     flat = s.reshape(-1, s.shape[-1])
     mean = flat.mean(0)
     x = flat - mean

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .._controls import AttentionParams
+from .._errors import check_number, check_times
 from .._grid import Grid
 from .._paths import ControlPath
 
@@ -57,6 +58,8 @@ class SmoothPath(ControlPath):
         return float(self.t0), float(self.t1)
 
     def __check_init__(self):
+        check_number("omega", self.omega, "SmoothPath", example="1.0", traced_ok=True)
+        check_times(self.t0, self.t1, "SmoothPath")
         if jax.tree.structure(self.base) != jax.tree.structure(self.amplitude):
             raise ValueError(
                 "SmoothPath: `base` and `amplitude` must have the same pytree structure, got "

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._errors import check_callable, check_number, check_values
 from ._schemes import Flow
 
 __all__ = ["euler_flow", "rk4_flow", "linear_flow_exact", "projection_flow", "make_flow"]
@@ -39,6 +40,7 @@ def euler_flow(f: VectorField) -> Flow:
         >>> float(flow(0.0, 0.5, jnp.ones(()), 1.0))
         0.5
     """
+    check_callable("f", f, "euler_flow", "lambda t, u: -u")
 
     def flow(t0, t1, u, speed=1.0):
         return u + speed * (t1 - t0) * f(t0, u)
@@ -78,9 +80,10 @@ def linear_flow_exact(a: Float[Array, "d d"], b: Float[Array, " d"] | None = Non
     With a bias ``b`` the flow of ``u_t = u A + b`` is computed exactly through the
     augmented matrix ``[[A, 0], [b, 0]]``.
     """
-    a = jnp.asarray(a)
+    a = check_values("a", a, "linear_flow_exact", ndim=2, square=True)
     d = a.shape[0]
     if b is not None:
+        b = check_values("b", b, "linear_flow_exact", shape=(d,))
         aug = jnp.zeros((d + 1, d + 1), a.dtype).at[:d, :d].set(a).at[d, :d].set(b)
     else:
         aug = a
@@ -96,6 +99,7 @@ def linear_flow_exact(a: Float[Array, "d d"], b: Float[Array, " d"] | None = Non
 
 def projection_flow(project: Callable[[Array, Float[Array, "n d"]], Float[Array, "n d"]]) -> Flow:
     """Flow of a normal-cone operator: ``project(t1, u)`` for every duration and speed."""
+    check_callable("project", project, "projection_flow", "lambda t, u: u")
 
     def flow(t0, t1, u, speed=1.0):
         del t0, speed
@@ -106,6 +110,7 @@ def projection_flow(project: Callable[[Array, Float[Array, "n d"]], Float[Array,
 
 def make_flow(f: VectorField, solver: str = "rk4", n_sub: int = 1) -> Flow:
     """``solver="euler"`` (:func:`euler_flow`) or ``"rk4"`` (:func:`rk4_flow`)."""
+    check_number("n_sub", n_sub, "make_flow", lower=0, integer=True, example="1")
     if solver == "euler":
         return euler_flow(f)
     if solver == "rk4":

@@ -15,6 +15,8 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._errors import check_number, check_times, check_values
+
 __all__ = ["reference_solve", "reference_error_estimate"]
 
 _SOLVERS = {"dopri8": diffrax.Dopri8, "tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5}
@@ -56,9 +58,10 @@ def reference_solve(
     """
     if solver not in _SOLVERS:
         raise ValueError(f"`solver` must be one of {sorted(_SOLVERS)}, got {solver!r}.")
-    if not (rtol > 0 and atol > 0):
-        raise ValueError(f"`rtol` and `atol` must be > 0, got rtol={rtol}, atol={atol}.")
-    u0 = jnp.asarray(u0)
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        check_number(name, tol, "reference_solve", lower=0, example="1e-12")
+    check_times(t0, t1, "reference_solve")
+    u0 = check_values("u0", u0, "reference_solve")
     tol = jnp.asarray([rtol, atol], u0.dtype)
     ts = None if ts is None else jnp.asarray(ts, u0.dtype)
     return _solve(vector_field, u0, t0, t1, tol, solver, ts, max_steps)

@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._errors import check_number, check_times, check_values
+
 __all__ = [
     "Flow",
     "Stage",
@@ -70,6 +72,15 @@ class Stage(eqx.Module):
     def __check_init__(self):
         if not self.branches:
             raise ValueError("Stage: `branches` must hold at least one branch, got ().")
+        check_number("start", self.start, "Stage", lower=0, upper=1, strict=False, example="0.0")
+        check_number("end", self.end, "Stage", lower=0, upper=1, strict=False, example="1.0")
+        if not self.start < self.end:
+            raise ValueError(
+                f"Stage: `end` must be > `start` = {self.start} (need 0 <= start < end <= 1, "
+                f"fractions of the step), got {self.end}."
+            )
+        if self.speed is not None:
+            check_number("speed", self.speed, "Stage", lower=0, example="2.0 (or None)")
         if not (0.0 <= self.start < self.end <= 1.0):
             raise ValueError(
                 f"Stage: need 0 <= start < end <= 1 (fractions of the step), got "
@@ -200,6 +211,16 @@ def hybrid(
     """
     if ffn_branch_dt not in ("dt", "2dt"):
         raise ValueError(f"`ffn_branch_dt` must be 'dt' or '2dt', got {ffn_branch_dt!r}.")
+    bad = isinstance(groups, str) or not groups
+    for g in () if bad else groups:
+        entries = list(g) if isinstance(g, tuple | list) else [g]
+        parts = [p for e in entries for p in (e if isinstance(e, tuple | list) else [e])]
+        bad = bad or not all(isinstance(p, str) for p in parts if p is not None)
+    if bad:
+        raise TypeError(
+            f"hybrid: `groups` must be a non-empty list of operator names or lists of branches "
+            f"(names, tuples of names, None), got {groups!r}."
+        )
     stages = []
     for g in groups:
         if isinstance(g, str):
@@ -229,8 +250,7 @@ def paper_lie(
     then ``ln2`` (P_S1). Use with :func:`transflow.continuous.full_model_flows`. At
     Δt = 1 with piecewise-constant controls it is the post-LN encoder layer.
     """
-    if n_ffn < 1:
-        raise ValueError(f"`n_ffn` must be >= 1, got {n_ffn}.")
+    check_number("n_ffn", n_ffn, "paper_lie", lower=0, integer=True, example="2")
     branch: list[str] = []
     for j in range(n_ffn):
         branch.append(f"ffn{j + 1}")
@@ -270,11 +290,11 @@ def integrate(
     """
     if save_trajectory and not isinstance(n_steps, int):
         raise ValueError("`save_trajectory=True` needs a Python int `n_steps`.")
-    if isinstance(n_steps, int) and n_steps < 1:
-        raise ValueError(f"`n_steps` must be a positive int, got {n_steps!r}.")
-    if isinstance(t0, int | float) and isinstance(t1, int | float) and not t1 > t0:
-        raise ValueError(f"need t1 > t0, got t0={t0}, t1={t1}.")
-    u0 = jnp.asarray(u0)
+    check_number(
+        "n_steps", n_steps, "integrate", lower=0, integer=True, example="8", traced_ok=True
+    )
+    check_times(t0, t1, "integrate")
+    u0 = check_values("u0", u0, "integrate", ndim=2)
     dt = (t1 - t0) / jnp.asarray(n_steps, u0.dtype)
 
     if not save_trajectory:
@@ -292,7 +312,7 @@ def integrate(
 
 
 def _names(operators: Sequence[str]) -> tuple[str, ...]:
-    ops = tuple(operators)
+    ops = () if isinstance(operators, str) else tuple(operators)
     if not ops or not all(isinstance(o, str) for o in ops):
         raise ValueError(f"`operators` must be a non-empty sequence of names, got {operators!r}.")
     if len(set(ops)) != len(ops):

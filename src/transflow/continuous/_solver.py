@@ -27,6 +27,7 @@ import diffrax
 import equinox as eqx
 import jax.numpy as jnp
 
+from .._errors import check_number
 from ._flows import make_flow, projection_flow
 from ._schemes import Flow, SplittingScheme
 
@@ -165,6 +166,7 @@ class SplittingSolver(diffrax.AbstractSolver):
     )
 
     def __check_init__(self):
+        check_number("n_sub", self.n_sub, "SplittingSolver", lower=0, integer=True, example="1")
         if self.sub_solver not in SUB_SOLVER_ORDER:
             raise ValueError(
                 f"SplittingSolver: `sub_solver` must be 'euler' or 'rk4', got {self.sub_solver!r}."

@@ -21,6 +21,7 @@ from .._controls import (
     stack_controls,
     unstack_controls,
 )
+from .._errors import check_number, check_step, check_temperature, check_values
 from .._grid import Grid
 from .._operators import attention, project_s1
 from .._paths import PiecewiseConstant
@@ -84,11 +85,16 @@ which S2 is forward invariant, so the constraint never acts (sub-model a in disg
 
 def fit_slope(h: Sequence[float], err: Sequence[float]) -> float:
     """Least-squares slope of ``log err`` against ``log h`` (the observed order)."""
-    h, err = np.asarray(h, float), np.asarray(err, float)
+    h = np.asarray(check_values("h", h, "fit_slope", ndim=1), float)
+    err = np.asarray(check_values("err", err, "fit_slope", ndim=1), float)
     if h.shape != err.shape or h.size < 2:
-        raise ValueError(f"need >= 2 matching (h, err) pairs, got {h.size} and {err.size}.")
-    if np.any(err <= 0) or np.any(h <= 0):
-        raise ValueError(f"h and err must be positive to fit a log-log slope, got {err}.")
+        raise ValueError(
+            f"fit_slope: `h` and `err` must be >= 2 matching pairs, got {h.size} `h` and "
+            f"{err.size} `err`."
+        )
+    for name, x in (("h", h), ("err", err)):
+        if np.any(x <= 0):
+            raise ValueError(f"fit_slope: `{name}` must be > 0 to fit a log-log slope, got {x}.")
     return float(np.polyfit(np.log(h), np.log(err), 1)[0])
 
 
@@ -451,6 +457,11 @@ def full_model_controls(
     n_layers: int = 2, d: int = 4, *, sigma1: float = 0.0, sigma2: float = 1.0, seed: int = 0
 ) -> LayerControls:
     """Random paper-form controls (J = 2, ε = 0) with LayerNorm set S1(σ1, σ2)."""
+    owner = "full_model_controls"
+    check_number("n_layers", n_layers, owner, lower=0, integer=True, example="2")
+    check_number("d", d, owner, lower=0, integer=True, example="4")
+    check_number("sigma1", sigma1, owner, example="0.0")
+    check_number("sigma2", sigma2, owner, lower=0, example="1.0")
     layers = []
     for i in range(n_layers):
         c = LayerControls.random(d, key=jax.random.key(seed * 1000 + i))
@@ -583,6 +594,13 @@ def clustering_trajectory(
     (``None`` if never); ``sphere_error`` the largest deviation of a token's mean from 0
     and standard deviation from 1 over the trajectory (the iterates stay on S1(0, 1)).
     """
+    owner = "clustering_trajectory"
+    check_number("n_tokens", n_tokens, owner, lower=0, integer=True, example="32")
+    check_number("d", d, owner, lower=0, integer=True, example="4")
+    check_step("t1", t1, owner)
+    check_step("dt", dt, owner)
+    check_number("dt", dt, owner, upper=t1, strict=False, example=str(t1 / 10))
+    check_temperature(owner, temperature)
     eye = jnp.eye(d)
     p = AttentionParams.paper(eye, eye, eye)
     n_steps = int(round(t1 / dt))

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._errors import check_number, check_sizes
+
 __all__ = ["EpochOrder", "load_digits_split", "sequence_batch"]
 
 
@@ -34,6 +36,11 @@ class EpochOrder:
     seed: int
 
     def __post_init__(self):
+        check_number("n", self.n, "EpochOrder", lower=0, integer=True, example="1000")
+        check_number(
+            "batch_size", self.batch_size, "EpochOrder", lower=0, integer=True, example="64"
+        )
+        check_number("seed", self.seed, "EpochOrder", integer=True, example="0")
         if not 1 <= self.batch_size <= self.n:
             raise ValueError(f"`batch_size` must be in [1, n={self.n}], got {self.batch_size}.")
 
@@ -100,6 +107,7 @@ def sequence_batch(
     """
     if kind not in ("sort", "reverse"):
         raise ValueError(f"`kind` must be 'sort' or 'reverse', got {kind!r}.")
+    check_sizes("sequence_batch", batch_size=batch_size, length=length, vocab=vocab)
     if split not in ("train", "test"):
         raise ValueError(f"`split` must be 'train' or 'test', got {split!r}.")
     if step < 0:

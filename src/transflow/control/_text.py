@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._errors import check_sizes, check_step
 from ._tasks import _SMOKE_CAPS, _SMOKE_SET, DepthDigitsConfig, TrainingTask
 
 __all__ = [
@@ -227,7 +228,15 @@ def text_windows(ids: np.ndarray, context: int, starts) -> tuple[np.ndarray, np.
         >>> x.tolist(), y.tolist()
         ([[0, 1, 2], [5, 6, 7]], [[1, 2, 3], [6, 7, 8]])
     """
+    check_sizes("text_windows", context=context)
     starts = np.asarray(starts)
+    if starts.dtype.kind not in "iu" or starts.ndim != 1:
+        raise TypeError(f"text_windows: `starts` must be a 1-D array of integers, got {starts!r}.")
+    if starts.size and (starts.min() < 0 or starts.max() + context + 1 > len(ids)):
+        raise ValueError(
+            f"text_windows: `starts` must lie in [0, len(ids) - context - 1] = "
+            f"[0, {len(ids) - context - 1}], got {starts.min()}..{starts.max()}."
+        )
     offsets = np.arange(context)
     return ids[starts[:, None] + offsets], ids[starts[:, None] + offsets + 1]
 
@@ -270,6 +279,16 @@ def make_char_lm(
     from ..models._flow import FlowModel, TokenEmbedding, _ffn_copies, _layer_or_path_controls
     from ..schemes._base import AbstractCausal, has
 
+    check_sizes(
+        "make_char_lm",
+        vocab=vocab,
+        context=context,
+        d=d,
+        n_steps=n_steps,
+        n_heads=n_heads,
+        path_size=path_size,
+    )
+    check_step("dt", dt, "make_char_lm")
     dtype = jnp.float32 if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)
     embed = TokenEmbedding(

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .._errors import check_number, check_step
 from ._checkpoint import _say, load_latest_checkpoint, save_checkpoint
 
 __all__ = [
@@ -55,8 +56,15 @@ def make_optimizer(
     clip_norm: float | None = 1.0,
 ) -> optax.GradientTransformation:
     """AdamW with linear warm-up and cosine decay to 0, after global-norm clipping."""
-    if lr <= 0 or num_steps < 1:
-        raise ValueError(f"need `lr` > 0 and `num_steps` >= 1, got lr={lr}, num_steps={num_steps}.")
+    owner = "make_optimizer"
+    check_step("lr", lr, owner)
+    check_number("num_steps", num_steps, owner, lower=0, integer=True, example="1000")
+    check_number(
+        "warmup_steps", warmup_steps, owner, lower=0, strict=False, integer=True, example="0"
+    )
+    check_number("weight_decay", weight_decay, owner, lower=0, strict=False, example="0.0")
+    if clip_norm is not None:
+        check_number("clip_norm", clip_norm, owner, lower=0, example="1.0 (or None)")
     warmup_steps = min(warmup_steps, num_steps - 1)
     sched = optax.warmup_cosine_decay_schedule(
         0.0 if warmup_steps else lr, lr, max(warmup_steps, 0), num_steps, 0.0

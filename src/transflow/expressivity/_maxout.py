@@ -436,7 +436,10 @@ def ibp_bounds(
         >>> ibp_bounds(net, -1.0, 1.0)
         (2.0,)
     """
+    from ._region_count import _check_box  # the region counters' box rule
+
     d = net.in_dim
+    lo, hi = _check_box(net, lo, hi)
     lo = np.broadcast_to(np.asarray(lo, np.float64), (d,))
     hi = np.broadcast_to(np.asarray(hi, np.float64), (d,))
     if np.any(hi < lo):

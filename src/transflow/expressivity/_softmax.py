@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from .._errors import check_number, check_step, check_values
 from ._maxout import MaxoutNetwork
 
 __all__ = ["lambert_w", "softmax_max_constant", "softmax_gap_error", "softmax_error_bound"]
@@ -44,15 +45,18 @@ def softmax_max_constant(n_tokens: int) -> float:
     ``max_t s_t − Σ_t softmax(λ s)_t s_t ≤ c_T / λ``, attained when the T−1 other
     scores sit at the common gap ``Δ = (1 + W((T−1)/e))/λ`` (docs/spec/maxout-expressivity.md §3.6).
     """
-    if not isinstance(n_tokens, int | np.integer) or n_tokens < 1:
-        raise ValueError(f"softmax_max_constant: `n_tokens` must be an int >= 1, got {n_tokens!r}.")
+    check_number("n_tokens", n_tokens, "softmax_max_constant", lower=0, integer=True, example="4")
     return lambert_w((n_tokens - 1) / math.e)
 
 
 def softmax_gap_error(gap, lam: float, n_tokens: int):
     """Error of a softmax max-head when the T−1 other scores sit ``gap`` below the max:
     ``Δ (T−1) e^{−λΔ} / (1 + (T−1) e^{−λΔ})`` (vectorised over ``gap``)."""
-    g = np.asarray(gap, np.float64)
+    g = np.asarray(check_values("gap", gap, "softmax_gap_error"), np.float64)
+    if np.any(g < 0):
+        raise ValueError(f"softmax_gap_error: `gap` must be >= 0 (below the max), got {gap!r}.")
+    check_step("lam", lam, "softmax_gap_error")
+    check_number("n_tokens", n_tokens, "softmax_gap_error", lower=0, integer=True, example="4")
     a = (n_tokens - 1) * np.exp(-lam * g)
     return g * a / (1.0 + a)
 

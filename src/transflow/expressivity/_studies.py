@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._errors import check_number, check_sizes
 from ._construction import maxout_to_transformer
 from ._cpwl import hinging_cpwl, lattice_cpwl, lattice_eval
 from ._maxout import MaxoutNetwork, zigzag_maxout
@@ -47,6 +48,16 @@ def _batched(f, x):
 
 def random_maxout(rng, d, widths, ranks, d_out=1) -> MaxoutNetwork:
     """A maxout network with standard normal weights (the spec's random test nets)."""
+    check_sizes("random_maxout", d=d, d_out=d_out)
+    widths, ranks = tuple(widths), tuple(ranks)
+    if len(widths) != len(ranks) or not widths:
+        raise ValueError(
+            f"random_maxout: `ranks` must have one entry per layer of `widths` "
+            f"({len(widths)}), got {len(ranks)}."
+        )
+    for name, sizes in (("widths", widths), ("ranks", ranks)):
+        for size in sizes:
+            check_number(name, size, "random_maxout", lower=0, integer=True, example="[4, 4]")
     ws, bs, prev = [], [], d
     for n, k in zip(widths, ranks):
         ws.append(rng.normal(size=(n, k, prev)))

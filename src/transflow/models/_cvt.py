@@ -33,7 +33,14 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import AttentionParams, FFNParams, NormParams, num_steps
-from .._errors import as_input, check_choice, param_dtype
+from .._errors import (
+    as_input,
+    check_choice,
+    check_number,
+    check_sizes,
+    check_values,
+    param_dtype,
+)
 from .._evolve import evolve
 from .._operators import attention_weights, project_s1
 from ..schemes._conv import ConvPreNormScheme as ConvPreNormScheme
@@ -56,6 +63,20 @@ _HI = jax.lax.Precision.HIGHEST
 
 def conv_output_size(n: int, kernel: int, stride: int, padding: int) -> int:
     """Number of output nodes of a strided convolution along one axis."""
+    owner = "conv_output_size"
+    for name, size in (("n", n), ("kernel", kernel), ("stride", stride)):
+        check_number(name, size, owner, lower=0, integer=True, example="3")
+    check_number("padding", padding, owner, lower=0, strict=False, integer=True, example="1")
+    if kernel > n + 2 * padding:
+        raise ValueError(
+            f"{owner}: `kernel` {kernel} is larger than the padded input, n + 2·padding = "
+            f"{n + 2 * padding}."
+        )
+    return _conv_output_size(n, kernel, stride, padding)
+
+
+def _conv_output_size(n: int, kernel: int, stride: int, padding: int) -> int:
+    """:func:`conv_output_size` unchecked (the modules check their own geometry)."""
     return (n + 2 * padding - kernel) // stride + 1
 
 
@@ -84,6 +105,18 @@ class DepthwiseConv2d(eqx.Module):
     padding: int = eqx.field(static=True, default=0)
 
     def __check_init__(self):
+        check_values("kernel", self.kernel, "DepthwiseConv2d", ndim=(3, 4))
+        check_values("scale", self.scale, "DepthwiseConv2d")
+        check_sizes("DepthwiseConv2d", stride=self.stride)
+        check_number(
+            "padding",
+            self.padding,
+            "DepthwiseConv2d",
+            lower=0,
+            strict=False,
+            integer=True,
+            example="1",
+        )
         d = self.kernel.shape[-1]
         for name, arr in (("scale", self.scale), ("shift", self.shift)):
             if arr.shape[-1:] != (d,):
@@ -100,8 +133,8 @@ class DepthwiseConv2d(eqx.Module):
     def output_shape(self, grid_shape: tuple[int, int]) -> tuple[int, int]:
         kh, kw = self.kernel.shape[-3:-1]
         return (
-            conv_output_size(grid_shape[0], kh, self.stride, self.padding),
-            conv_output_size(grid_shape[1], kw, self.stride, self.padding),
+            _conv_output_size(grid_shape[0], kh, self.stride, self.padding),
+            _conv_output_size(grid_shape[1], kw, self.stride, self.padding),
         )
 
     def __call__(self, u: Float[Array, "h w d"]) -> Float[Array, "h2 w2 d"]:
@@ -170,6 +203,19 @@ class FeatureConv(eqx.Module):
 
     def __check_init__(self):
         check_choice("boundary", self.boundary, ("circular", "zero"))
+        check_values("kernel", self.kernel, "FeatureConv")
+        if self.origin is not None:
+            k = self.kernel.shape[-1]
+            check_number(
+                "origin",
+                self.origin,
+                "FeatureConv",
+                lower=0,
+                upper=k - 1,
+                strict=False,
+                integer=True,
+                example=str(k // 2),
+            )
 
     def matrix(self, d: int) -> Float[Array, "d d"]:
         """The d × d matrix T with ``conv(u) = u @ T``."""
@@ -350,8 +396,8 @@ class ConvEmbedding(eqx.Module):
     def output_shape(self, hw: tuple[int, int]) -> tuple[int, int]:
         kh, kw = self.kernel.shape[-2:]
         return (
-            conv_output_size(hw[0], kh, self.stride, self.padding),
-            conv_output_size(hw[1], kw, self.stride, self.padding),
+            _conv_output_size(hw[0], kh, self.stride, self.padding),
+            _conv_output_size(hw[1], kw, self.stride, self.padding),
         )
 
     def __call__(self, x: Float[Array, "c h w"]) -> Float[Array, "n d"]:

@@ -50,6 +50,19 @@ class DecoderLayerControls(eqx.Module):
     ffn: FFNParams
     norm3: NormParams
 
+    def __check_init__(self):
+        d = self.self_attn.wq.shape[-2]
+        sizes = {
+            "cross_attn": self.cross_attn.wo.shape[-1],
+            "ffn": self.ffn.weights[0].shape[-2],
+        }
+        for name, got in sizes.items():
+            if got != d:
+                raise ValueError(
+                    f"DecoderLayerControls: `{name}` acts on {got} features but `self_attn` on "
+                    f"d_model = {d}; build every part with the same d_model."
+                )
+
     @property
     def d_model(self) -> int:
         return self.self_attn.wq.shape[-2]

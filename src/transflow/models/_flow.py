@@ -22,7 +22,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._controls import LayerControls, stack_controls
-from .._errors import as_input, check_step
+from .._errors import as_input, check_array, check_number, check_sizes, check_step, check_values
 from .._evolve import evolve
 from .._grid import Grid
 from .._integrate import ConstantSteps, Remat, RematMode
@@ -41,6 +41,8 @@ def patchify(image: Float[Array, "h w"], patch: int) -> Float[Array, "n p2"]:
 
     Returns ``(h/patch · w/patch, patch²)``: token i is patch (i // (w/patch), i % (w/patch)).
     """
+    check_array("image", image, ndim=2)
+    check_number("patch", patch, "patchify", lower=0, integer=True, example="2")
     h, w = image.shape
     if h % patch or w % patch:
         raise ValueError(f"`patch`={patch} must divide the image shape {(h, w)}.")
@@ -107,6 +109,10 @@ class TokenEmbedding(eqx.Module):
 
     table: Float[Array, "vocab d"]
     pos: Float[Array, "n d"]
+
+    def __check_init__(self):
+        table = check_values("table", self.table, "TokenEmbedding", ndim=2)
+        check_values("pos", self.pos, "TokenEmbedding", shape=(None, table.shape[1]))
 
     def grid(self) -> Grid:
         """The 1-D index token grid (Δx = Δy = 1)."""
@@ -284,6 +290,22 @@ def make_vit(
         >>> type(m.controls).__name__, m.n_steps, m(jnp.zeros((8, 8))).shape
         ('BasisExpansion', 2, (10,))
     """
+    check_sizes(
+        "make_vit",
+        d=d,
+        n_steps=n_steps,
+        n_heads=n_heads,
+        d_ff=d_ff,
+        patch=patch,
+        n_classes=n_classes,
+        path_size=path_size,
+    )
+    check_step("dt", dt, "make_vit")
+    if len(tuple(image_shape)) != 2 or any(s < patch or s % patch for s in image_shape):
+        raise ValueError(
+            f"make_vit: `image_shape` must be (h, w) with sides divisible by patch = {patch}, "
+            f"got {image_shape!r}."
+        )
     h, w = image_shape
     n_tok = (h // patch) * (w // patch) + (pool == "cls")
     k1, k2, k3, k4, k5 = jax.random.split(key, 5)
@@ -358,6 +380,17 @@ def make_seq(
     key: PRNGKeyArray,
 ) -> FlowModel:
     """A continuous sequence-to-sequence model (per-token read-out) on a 1-D token grid."""
+    check_sizes(
+        "make_seq",
+        vocab=vocab,
+        length=length,
+        n_out=n_out,
+        d=d,
+        n_steps=n_steps,
+        n_heads=n_heads,
+        d_ff=d_ff,
+    )
+    check_step("dt", dt, "make_seq")
     k1, k2, k3, k4 = jax.random.split(key, 4)
     n_out = vocab if n_out is None else n_out
     embed = TokenEmbedding(

@@ -40,7 +40,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from .._controls import AttentionParams, FFNParams
-from .._errors import check_array
+from .._errors import check_array, check_flag, check_number, check_sizes, check_values
 from .._llama_ops import GatedFFNParams, RMSNormParams, gated_ffn, project_sphere
 from .._operators import attention, cross_attention
 from ..schemes._base import ffn_branch
@@ -71,6 +71,18 @@ def relative_position_buckets(
         ...                           max_distance=16).tolist()
         [2, 2, 1, 0, 5, 6, 6]
     """
+    check_flag("bidirectional", bidirectional, "relative_position_buckets")
+    check_sizes("relative_position_buckets", max_distance=max_distance)
+    # two buckets per direction at least: an exact one and a logarithmic one
+    check_number(
+        "num_buckets",
+        num_buckets,
+        "relative_position_buckets",
+        lower=4 if bidirectional else 2,
+        strict=False,
+        integer=True,
+        example="32",
+    )
     r = np.asarray(relative_position, np.int64)
     out = np.zeros_like(r)
     n = int(num_buckets)
@@ -111,6 +123,11 @@ class RelativePositionBias(eqx.Module):
     table: Float[Array, "buckets heads"]
     bidirectional: bool = eqx.field(static=True, default=True)
     max_distance: int = eqx.field(static=True, default=128)
+
+    def __check_init__(self):
+        check_values("table", self.table, "RelativePositionBias", ndim=(2, 3))
+        check_flag("bidirectional", self.bidirectional, "RelativePositionBias")
+        check_sizes("RelativePositionBias", max_distance=self.max_distance)
 
     def buckets(self, n_q: int, n_k: int) -> np.ndarray:
         rel = np.arange(n_k)[None, :] - np.arange(n_q)[:, None]

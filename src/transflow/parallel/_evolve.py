@@ -39,7 +39,9 @@ from .._errors import (
     check_choice,
     check_finite,
     check_number,
+    check_same_shape,
     check_step,
+    check_values,
     param_dtype,
 )
 from .._grid import Grid
@@ -130,7 +132,9 @@ def to_host(x: jax.Array) -> np.ndarray:
 
 def max_rel_diff(a, b) -> float:
     """``max |a − b| / max |b|``: the norm-wise relative difference used by the checks."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    a = np.asarray(check_values("a", a, "max_rel_diff"), np.float64)
+    b = np.asarray(check_values("b", b, "max_rel_diff"), np.float64)
+    check_same_shape(("a", "b"), a, b, "max_rel_diff")
     scale = np.max(np.abs(b))
     return float(np.max(np.abs(a - b)) / (scale if scale > 0 else 1.0))
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import check_number
+
 __all__ = ["ShardAxes", "make_mesh", "as_axes", "state_spec", "axis_size"]
 
 AxisAssignment = str | tuple[str, ...] | None
@@ -125,8 +127,14 @@ def make_mesh(
     import jax
     from jax.sharding import AxisType
 
-    shape = tuple(int(s) for s in shape)
-    axis_names = tuple(axis_names)
+    shape, axis_names = tuple(shape), tuple(axis_names)
+    for size in shape:
+        check_number("shape", size, "make_mesh", lower=0, integer=True, example="(1,)")
+    for name in axis_names:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"make_mesh: `axis_names` must be strings, got {axis_names!r}; e.g. ('t',)."
+            )
     if len(shape) != len(axis_names):
         raise ValueError(
             f"`shape` {shape} and `axis_names` {axis_names} must have the same length."

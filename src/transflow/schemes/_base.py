@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._controls import FFNParams, LayerControls, NormParams
-from .._errors import check_choice
+from .._errors import check_array, check_choice, check_flag, check_temperature
 from .._grid import Grid
 from .._operators import Implementation, activation_fn, attention, project_s1, wmul
 
@@ -101,9 +101,9 @@ def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
 
 def check_tau(owner: str, tau) -> None:
     """ValueError unless ``tau`` (the relaxation time of relaxed projections) is > 0."""
-    if isinstance(tau, bool) or not isinstance(tau, int | float) or not tau > 0:
+    if isinstance(tau, bool) or not isinstance(tau, int | float) or not 0 < tau < float("inf"):
         raise ValueError(
-            f"{owner}: `tau` (the relaxation time of the projections) must be a number > 0, "
+            f"{owner}: `tau` (the relaxation time of the projections) must be a finite number > 0, "
             f"got {tau!r}; tau = dt gives the paper's exact projections."
         )
 
@@ -139,7 +139,11 @@ def ffn_branch(
     Residual sub-steps are explicit Euler steps ``Z + dt (Z W + b)``; lifting sub-steps
     are ``Z W + b``. The activation (for ReLU: the projection onto S2) follows every
     sub-step but the last, or every sub-step if ``ffn.activation_on_last``.
+
+    Shapes and dtypes are checked (free at trace time); values are not: this operator
+    runs inside every step of a loop, whose entry point checks them once.
     """
+    check_array("z", z, ndim=2, shape=(None, ffn.weights[0].shape[0]))
     return _ffn_branch(z, ffn, dt, _exact, record)
 
 
@@ -488,6 +492,8 @@ class AttentionOptions(AbstractAttentionChoice):
 
     def __check_init__(self):
         check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
+        check_flag("hardmax", self.hardmax, type(self).__name__)
+        check_temperature(type(self).__name__, self.temperature)
 
 
 def check_consistent(scheme, consumer: str = "vector_field") -> None:

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import LayerControls
-from .._errors import check_choice
+from .._errors import check_choice, check_number
 from ._subfields import AbstractExplicitScheme, Field, SubFields, _at, _is_staged, linear_sub_fields
 
 __all__ = ["ButcherTableau", "RungeKuttaScheme", "TABLEAUS"]
@@ -36,9 +36,20 @@ class ButcherTableau(eqx.Module):
     order: int = eqx.field(static=True)
 
     def __check_init__(self):
+        check_number("order", self.order, "ButcherTableau", lower=0, integer=True, example="2")
+        for name, entries in (
+            ("a", [x for row in self.a for x in row]),
+            ("b", self.b),
+            ("c", self.c),
+        ):
+            for x in entries:
+                check_number(name, x, "ButcherTableau", example="the coefficients of the method")
         s = len(self.b)
         if len(self.c) != s or len(self.a) != s:
-            raise ValueError(f"ButcherTableau: a, b, c must have {s} stages.")
+            raise ValueError(
+                f"ButcherTableau: `b` has {s} stages but `a` has {len(self.a)} rows and `c` "
+                f"{len(self.c)} entries; give a, b, c one entry per stage."
+            )
         for i, row in enumerate(self.a):
             if len(row) != i:
                 raise ValueError(
@@ -46,9 +57,14 @@ class ButcherTableau(eqx.Module):
                     f"{len(row)}."
                 )
             if abs(sum(row) - self.c[i]) > 1e-14:
-                raise ValueError(f"ButcherTableau: c[{i}] must equal sum(a[{i}]).")
+                raise ValueError(
+                    f"ButcherTableau: `c` must have c[{i}] = sum(a[{i}]) = {sum(row)}, got "
+                    f"{self.c[i]}."
+                )
         if abs(sum(self.b) - 1.0) > 1e-14:
-            raise ValueError("ButcherTableau: the weights `b` must sum to 1 (consistency).")
+            raise ValueError(
+                f"ButcherTableau: the weights `b` must sum to 1 (consistency), got {sum(self.b)}."
+            )
 
     @property
     def nodes(self) -> tuple[float, ...]:

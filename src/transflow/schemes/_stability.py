@@ -18,6 +18,7 @@ import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .._controls import LayerControls
+from .._errors import check_choice, check_finite, check_number, check_step, check_values
 from .._integrate import ReferenceTolerances, check_option, solve_ode
 from ._base import (
     AbstractImplicitFFN,
@@ -45,8 +46,24 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------- linear stability
-def _complex(z):
-    return jnp.asarray(z).astype(jnp.result_type(1j))
+def _complex(z, name: str | None = None):
+    """``z`` as a complex array; with ``name``, checked finite (one line naming it)."""
+    z = jnp.asarray(z).astype(jnp.result_type(1j))
+    return z if name is None else check_finite(name, z)
+
+
+def _jacobians(owner: str, j_attention, j_ffn):
+    """The sub-field Jacobians as arrays, checked: J_a a finite square (m, m) matrix, J_g
+    (m, m) or a stack (J, m, m) of them."""
+    ja = check_values("j_attention", j_attention, owner, ndim=2, square=True)
+    m = ja.shape[0]
+    jg = check_values("j_ffn", j_ffn, owner, ndim=(2, 3))
+    if jg.shape[-2:] != (m, m):
+        raise ValueError(
+            f"{owner}: `j_ffn` must be ({m}, {m}) or (J, {m}, {m}) like `j_attention`, got "
+            f"shape {tuple(jg.shape)}."
+        )
+    return ja, jg
 
 
 def stability_function(scheme: AbstractScheme, z_attention, z_ffn):
@@ -73,7 +90,8 @@ def stability_function(scheme: AbstractScheme, z_attention, z_ffn):
         (0.5+0j)
     """
     require(scheme, AbstractLinearStability, "stability_function")
-    return scheme.stability_function(_complex(z_attention), _complex(z_ffn))
+    za, zg = _complex(z_attention, "z_attention"), _complex(z_ffn, "z_ffn")
+    return scheme.stability_function(za, zg)
 
 
 def _rot(z):
@@ -93,7 +111,15 @@ def linear_step_matrix(scheme: AbstractScheme, j_attention, j_ffn, dt):
     parallel Runge–Kutta scheme S = R(Δt (J_a + J_g)).
     """
     require(scheme, AbstractLinearStability, "linear_step_matrix")
-    return scheme.linear_step_matrix(jnp.asarray(j_attention), jnp.asarray(j_ffn), dt)
+    ja, jg = _jacobians("linear_step_matrix", j_attention, j_ffn)
+    dt = check_step("dt", dt, "linear_step_matrix")
+    return scheme.linear_step_matrix(jnp.asarray(ja), jnp.asarray(jg), dt)
+
+
+def _step_matrix(scheme, ja, jg, dt):
+    """:func:`linear_step_matrix` without the checks (its arguments checked once by the
+    caller; called in the loops of :func:`largest_stable_dt` and the runs)."""
+    return scheme.linear_step_matrix(ja, jg, dt)
 
 
 def amplification_factor(scheme: AbstractScheme, z_attention, z_ffn) -> Complex[Array, ""]:
@@ -110,9 +136,10 @@ def amplification_factor(scheme: AbstractScheme, z_attention, z_ffn) -> Complex[
         >>> abs(complex(amplification_factor(s, *z)) - complex(stability_function(s, *z))) < 1e-6
         True
     """
-    za = _complex(z_attention)
-    zg = _complex(z_ffn)
-    s = linear_step_matrix(scheme, _rot(za), _rot(zg), 1.0)
+    require(scheme, AbstractLinearStability, "amplification_factor")
+    za = _complex(z_attention, "z_attention")
+    zg = _complex(z_ffn, "z_ffn")
+    s = _step_matrix(scheme, _rot(za), _rot(zg), 1.0)
     return jax.lax.complex(s[0, 0], s[0, 1])
 
 
@@ -145,6 +172,7 @@ def reference_solution(
         >>> round(err[0] / err[1])  # second order: halving Δt divides the error by 4
         4
     """
+    u0 = check_values("u0", u0, "reference_solution", ndim=2)
     tolerances = check_option(
         "tolerances", tolerances, ReferenceTolerances, 'ReferenceTolerances("dopri8", 1e-12)'
     )
@@ -160,6 +188,8 @@ def sub_field_jacobians(
     a(u) = 𝒜(P_{S1}u) and g(u) = ℱ(P_{S1'}u) at ``u``: the linearised dynamics
     δu' = δu (J_a + J_g) of the layer around ``u``. ``form="postnorm"``: the post-norm
     layer's sub-fields 𝒜(u) and ℱ(u) (its projections follow the sub-flows)."""
+    check_choice("form", form, ("prenorm", "postnorm"))
+    u = check_values("u", u, "sub_field_jacobians", ndim=2, shape=(None, controls.d_model))
     ops = StrangScheme().sub_fields(controls, DenseOperators(grid), form)
     shape = u.shape
 
@@ -172,6 +202,10 @@ def sub_field_jacobians(
 
 def spectral_radius(m: Float[Array, "m m"]) -> float:
     """max |eigenvalue| (NumPy, float64)."""
+    return _spectral_radius(check_values("m", m, "spectral_radius", ndim=2, square=True))
+
+
+def _spectral_radius(m) -> float:
     return float(np.max(np.abs(np.linalg.eigvals(np.asarray(m, np.float64)))))
 
 
@@ -194,14 +228,19 @@ def largest_stable_dt(
     already unstable (dynamics with a growing mode: shift it first, see
     :func:`linearised_stability`).
     """
-    ja, jg = np.asarray(j_attention, np.float64), np.asarray(j_ffn, np.float64)
+    require(scheme, AbstractLinearStability, "largest_stable_dt")
+    ja, jg = _jacobians("largest_stable_dt", j_attention, j_ffn)
+    ja, jg = np.asarray(ja, np.float64), np.asarray(jg, np.float64)
+    check_step("dt_max", dt_max, "largest_stable_dt")
+    check_number("n_grid", n_grid, "largest_stable_dt", lower=0, integer=True, example="200")
+    check_number("rtol", rtol, "largest_stable_dt", lower=0, upper=1, example="1e-6")
     with jax.enable_x64(True):
-        step_matrix = jax.jit(lambda a, g, h: linear_step_matrix(scheme, a, g, h))
+        step_matrix = jax.jit(lambda a, g, h: _step_matrix(scheme, a, g, h))
         ja_j, jg_j = jnp.asarray(ja), jnp.asarray(jg)
 
     def rho(h):
         with jax.enable_x64(True):
-            return spectral_radius(step_matrix(ja_j, jg_j, jnp.asarray(h, jnp.float64)))
+            return _spectral_radius(step_matrix(ja_j, jg_j, jnp.asarray(h, jnp.float64)))
 
     grid = dt_max * np.geomspace(1e-6, 1.0, n_grid)
     prev = None
@@ -262,6 +301,8 @@ def linearised_stability(
       (J_a − σ I), so that the implicit factors (I − s W_j)⁻¹ are those of the trained
       W_j. The result also has ``"max_re_implicit"``, the largest Re λ of the W_j.
     """
+    trajectory = check_values("trajectory", trajectory, "linearised_stability", ndim=3)
+    check_number("margin", margin, "linearised_stability", lower=0, strict=False, example="0.05")
     if form is None:
         require(scheme, AbstractLinearStability, "linearised_stability")
         form = scheme.stability_form
@@ -330,8 +371,16 @@ def linear_run_growth(
 ) -> float:
     """‖u_N‖ / ‖u_0‖ after ``n_steps`` steps of the scheme on u' = u (J_a + J_g) from a
     random u_0 (the run that confirms a stable Δt: bounded below it, growing above)."""
+    require(scheme, AbstractLinearStability, "linear_run_growth")
+    ja, jg = _jacobians("linear_run_growth", j_attention, j_ffn)
+    check_step("dt", dt, "linear_run_growth")
+    check_number("n_steps", n_steps, "linear_run_growth", lower=0, integer=True, example="2000")
+    return _run_growth(scheme, ja, jg, dt, n_steps, seed)
+
+
+def _run_growth(scheme, j_attention, j_ffn, dt, n_steps: int, seed: int = 0) -> float:
     with jax.enable_x64(True):
-        s = linear_step_matrix(scheme, jnp.asarray(j_attention), jnp.asarray(j_ffn), dt)
+        s = _step_matrix(scheme, jnp.asarray(j_attention), jnp.asarray(j_ffn), dt)
         u0 = jax.random.normal(jax.random.key(seed), (1, s.shape[0]), jnp.float64)
 
         def body(u, _):
@@ -374,17 +423,33 @@ def confirm_stable_dt(
         >>> bool(r["growth_below"] < 1 < 10 < r["growth_above"])
         True
     """
+    owner = "confirm_stable_dt"
+    require(scheme, AbstractLinearStability, owner)
+    ja, jg = _jacobians(owner, j_attention, j_ffn)
+    check_step("dt_star", dt_star, owner)
+    check_number("factor", factor, owner, lower=0, upper=1, example="0.05")
+    check_number("min_steps", min_steps, owner, lower=0, integer=True, example="2000")
+    check_number(
+        "max_steps",
+        max_steps,
+        owner,
+        lower=min_steps,
+        strict=False,
+        integer=True,
+        example=str(10 * min_steps),
+    )
+    check_number("growth", growth, owner, lower=1, example="1e4")
     with jax.enable_x64(True):
-        ja, jg = jnp.asarray(j_attention, jnp.float64), jnp.asarray(j_ffn, jnp.float64)
+        ja, jg = jnp.asarray(ja, jnp.float64), jnp.asarray(jg, jnp.float64)
         lo, hi = (1.0 - factor) * dt_star, (1.0 + factor) * dt_star
-        rho_lo = spectral_radius(linear_step_matrix(scheme, ja, jg, lo))
-        rho_hi = spectral_radius(linear_step_matrix(scheme, ja, jg, hi))
+        rho_lo = _spectral_radius(_step_matrix(scheme, ja, jg, lo))
+        rho_hi = _spectral_radius(_step_matrix(scheme, ja, jg, hi))
     n_hi = min_steps
     if rho_hi > 1.0:
         n_hi = int(min(max_steps, max(min_steps, np.ceil(np.log(growth) / np.log(rho_hi)))))
     return {
-        "growth_below": linear_run_growth(scheme, ja, jg, lo, min_steps),
-        "growth_above": linear_run_growth(scheme, ja, jg, hi, n_hi),
+        "growth_below": _run_growth(scheme, ja, jg, lo, min_steps),
+        "growth_above": _run_growth(scheme, ja, jg, hi, n_hi),
         "rho_below": rho_lo,
         "rho_above": rho_hi,
         "steps_below": min_steps,
@@ -408,6 +473,8 @@ def perturbation_growth(
         >>> round(float(g), 4)
         3.0
     """
+    x = check_values("x", x, "perturbation_growth")
+    check_number("n_iter", n_iter, "perturbation_growth", lower=0, integer=True, example="20")
     v = jax.random.normal(key, jnp.shape(x), jnp.result_type(x))
     v = v / jnp.linalg.norm(v)
     _, vjp = jax.vjp(fn, x)
