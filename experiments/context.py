@@ -291,7 +291,7 @@ class RunContext:
 
     def record_verdicts(self, verdicts: list[dict[str, Any]], *, enforce: bool = True) -> None:
         """Record the verdicts of a study's declared claims
-        (:func:`transflow.experiments.protocol.evaluate_claims`) as claims of this run: a
+        (:func:`transflow.experiments.study.protocol.evaluate_claims`) as claims of this run: a
         checked one as :meth:`claim` (held to its bound unless ``enforce`` is false or the
         claim is declared not enforced, :meth:`declared_not_enforced`), a skipped one (cells
         not run) as :meth:`not_checked`. Each verdict gets the claim's ``verdict`` word, so

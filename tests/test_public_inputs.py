@@ -939,12 +939,10 @@ CASES += [
     Case(
         "transflow.reference_solution",
         lambda **kw: transflow.reference_solution(kw.pop("u0"), _path(), _scheme(), **kw),
-        lambda: dict(u0=_u(), rtol=1e-6, atol=1e-6),
+        lambda: dict(u0=_u(), tolerances=transflow.ReferenceTolerances("dopri5", 1e-6)),
         {
             "u0": [_with(_u()), _with(_u(), INF), _u().astype(jnp.int32), _u()[0]],
-            "rtol": [0.0, -1.0, NAN],
-            "atol": [-1.0, NAN],
-            "max_steps": [0, -1],
+            "tolerances": [1e-6, (1e-6, 1e-6), "dopri8"],
         },
     ),
     Case(

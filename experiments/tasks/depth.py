@@ -90,6 +90,7 @@ __all__ = [
 ]
 
 
+#: The factors a cell of the depth study varies (its key's fields, in order).
 FACTORS = ("path", "T", "train", "scheme")
 
 #: The fields of DepthDigitsConfig this task sets itself, from its own options (task.d,
@@ -144,7 +145,7 @@ class Config:
     """Depth transfer on digits, a factorial study (``task.<field>=...``)."""
 
     # the design: factors, seeds, evaluation grid, fit windows, claims (declared in
-    # configs/experiment/depth.yaml; experiments/protocol.py)
+    # configs/experiment/depth.yaml; experiments/study/protocol.py)
     study: StudyConfig = field(default_factory=StudyConfig)
     path_size: int = 4  # K of every path parameterization
     n_steps: int = 4  # the training depth N_t (train=fixed), Δt = T / n_steps

@@ -28,12 +28,12 @@ the same run folder (``hydra.run.dir=...``) reuses a record only when the digest
 everything it depends on matches (:data:`RECORD_VERSION`, the cell, the seed, the job's
 training config with the smoke sizes, ``n_sensitivity``, the precision); any one cell is
 rerun with the same keys (``task.schemes=[imex_dissipative] task.tasks=[digits]``). Over
-seeds, :func:`~transflow.experiments.protocol.aggregate` gives mean ± std (sample std,
+seeds, :func:`~transflow.experiments.study.protocol.aggregate` gives mean ± std (sample std,
 n − 1; the mean alone for one seed). The claims over seeds are declared in
-``task.claims`` (:class:`~transflow.experiments.protocol.ClaimSpec`, in
+``task.claims`` (:class:`~transflow.experiments.study.protocol.ClaimSpec`, in
 ``configs/experiment/schemes.yaml``: today the dissipative IMEX layer's mean digits test
 accuracy over seeds ≥ 0.95) and evaluated by
-:func:`~transflow.experiments.protocol.evaluate_claim`: per-seed values, the statistic,
+:func:`~transflow.experiments.study.protocol.evaluate_claim`: per-seed values, the statistic,
 and the margin, for digits also in test images; a claim about a cell this run does not
 train is reported as not checked (``claims_not_checked``), never dropped.
 
@@ -71,7 +71,7 @@ from transflow.control import DepthTextConfig, DigitsConfig, SequenceConfig
 
 from ..config import complete, options_without
 from ..context import NOT_ENFORCED
-from ..protocol import (
+from ..study.protocol import (
     ClaimSpec,
     aggregate,
     check_claims,
@@ -222,7 +222,7 @@ class Config:
     problem_a: ProblemOptions = field(default_factory=ProblemOptions)
     problem_b: ProblemOptions = field(default_factory=_problem_b)
     # the claims over seeds about the trained cells (<task>-<scheme>), declared before the
-    # run in configs/experiment/schemes.yaml (experiments/protocol.py's ClaimSpec)
+    # run in configs/experiment/schemes.yaml (experiments/study/protocol.py's ClaimSpec)
     claims: list[ClaimSpec] = field(default_factory=list)
     # the other options of each task's config (without those set above)
     digits: DigitsOptions = field(default_factory=DigitsOptions)
@@ -613,7 +613,7 @@ def _record_metrics(task: str) -> list[str]:
 
 def _check_claims(claims: list[ClaimSpec]) -> None:
     """The declared claims (``task.claims``), before any work: well formed
-    (:func:`~transflow.experiments.protocol.check_claims`; cells ``<task>-<scheme>`` of
+    (:func:`~transflow.experiments.study.protocol.check_claims`; cells ``<task>-<scheme>`` of
     any task of :data:`TASKS` and scheme of ``SCHEME_NAMES``, so a claim about a cell
     that this run does not train is kept and reported as not checked), each metric one
     its cells' records have, and ``examples: true`` only on digits (its test images)."""
@@ -660,11 +660,11 @@ def _check_stable_dt(cfg: Config) -> None:
 
 
 def _verdicts(claims: list[ClaimSpec], records: dict) -> list[dict]:
-    """Each declared claim evaluated by :func:`~transflow.experiments.protocol.evaluate_claim`
+    """Each declared claim evaluated by :func:`~transflow.experiments.study.protocol.evaluate_claim`
     in each of its cells (per-seed values, the statistic over seeds, the margin and, with
     ``examples``, the margin in test examples of that cell); in a cell that this run did
     not train (or whose ``minus`` cell it did not) the claim is
-    :func:`~transflow.experiments.protocol.not_checked` (``"skipped": True``, its
+    :func:`~transflow.experiments.study.protocol.not_checked` (``"skipped": True``, its
     ``missing`` cells; reported as not checked, never dropped)."""
     out = []
     for spec in claims:

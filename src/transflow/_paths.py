@@ -56,6 +56,7 @@ Where = Literal["midpoint", "left"]
 #: fall on its layer boundaries (N = L/2, L/4, …).
 Reading = Literal["right", "left", "average"]
 READINGS: tuple[str, ...] = ("right", "left", "average")
+"""The names of the readings of θ(t) on a grid of N steps (:data:`Reading`)."""
 #: Gauss–Legendre nodes per smooth piece of a step in ``read(N, "average")``: exact for
 #: θ polynomial of degree <= 15 between the cuts of :meth:`ControlPath.pieces`.
 _AVERAGE_NODES = 8
