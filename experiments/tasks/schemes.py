@@ -741,7 +741,7 @@ def _tables(cfg: Config, tasks, schemes, records, agg, counts, stable, baselines
         key, label = _METRIC[task]
         what = "validation bits per character, lower is better; " if key == "bpc" else ""
         lines = [
-            f"### {task} (seeds {_seeds(cfg)}, "
+            f"**{task}** (seeds {_seeds(cfg)}, "
             f"{cfg.steps} steps each; {what}mean ± std over seeds, sample std (n − 1))\n",
             f"| scheme | order | parameters | seeds | {label} | {label} at Δt/2 | "
             f"{label} at 2Δt | CPU ms/step | FTLE (sensitivity) | largest stable Δt |",
@@ -811,7 +811,7 @@ def _orders_markdown(cfg: Config, orders: dict) -> str:
     for pname, per in orders.items():
         pb = getattr(cfg, pname)
         parts.append(
-            f"### Orders, {pname} (d = {pb.d}, {pb.n_tokens} tokens, {pb.n_heads} heads, "
+            f"## Orders, {pname} (d = {pb.d}, {pb.n_tokens} tokens, {pb.n_heads} heads, "
             f"Legendre K = {pb.path_size}, seeds {pb.path_seed}/{pb.state_seed}; windows "
             f"declared in the config: order 1 N = {list(pb.window_order1)}, order 2 "
             f"{list(pb.window_order2)}, order 4 {list(pb.window_order4)})\n\n"
@@ -824,7 +824,7 @@ def _stability_markdown(stable: dict, identity_err: float, imex) -> str:
     from transflow.schemes import stable_dt_table
 
     text = (
-        "### Largest stable Δt of the layers as trained (random d = 8 layer)\n\n"
+        "## Largest stable Δt of the layers as trained (random d = 8 layer)\n\n"
         f"Stability-function identity: max error {identity_err:.1e}.\n\n" + stable_dt_table(stable)
     )
     if imex is not None:
