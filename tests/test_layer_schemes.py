@@ -4,6 +4,7 @@ linear stability."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -755,9 +756,6 @@ class _Ctx:
     def message(self, text):
         pass
 
-    def progress(self, items, desc=""):
-        raise _Validated  # the options passed validation: stop before any training
-
     def log(self, rec):
         self.logged.append(rec)
 
@@ -776,18 +774,25 @@ def test_schemes_text_task_records_bits_per_character(tmp_path):
     cfg = schemes.Config()
     assert cfg.tasks == ["digits", "text"]
     assert (cfg.text.path, cfg.text.dt, cfg.text.d, cfg.text.context) == ("none", 1.0, 32, 64)
-    rec, count = schemes._measure(cfg, _Ctx(tmp_path), "text", "prenorm", 0)
-    assert set(rec) == {"bpc", "bpc_half_dt", "bpc_double_dt", "cpu_ms_per_step", "ftle"}
+    rec = schemes.measure(cfg, _Ctx(tmp_path), "text", "prenorm", 0)
+    assert set(rec) == {
+        *("bpc", "bpc_half_dt", "bpc_double_dt", "cpu_ms_per_step", "ftle", "seconds"),
+        *("n_params", "ffn_copies", "one_ffn_params"),
+    }
     assert all(np.isfinite(v) for v in rec.values())
     # near log2(103) ≈ 6.7 after 6 steps of a d = 8 model; well below 20
     assert 0 < rec["bpc"] < 20 and 0 < rec["bpc_half_dt"] < 20
-    n, copies, one_ffn = count
+    n, copies, one_ffn = rec["n_params"], rec["ffn_copies"], rec["one_ffn_params"]
     assert n > 0 and copies == 1 and 0 < one_ffn < n
 
 
-def test_schemes_task_names_are_checked(tmp_path):
+def test_schemes_task_names_are_checked(tmp_path, monkeypatch):
     from transflow.experiments.tasks import schemes
 
+    def validated(spec, ctx):
+        raise _Validated  # the options passed validation: stop before any training
+
+    monkeypatch.setattr(schemes, "run_jobs", validated)
     cfg = schemes.Config(tasks=["digits", "sequence", "text"])
     with pytest.raises(_Validated):
         schemes.run(cfg, _Ctx(tmp_path, smoke=False))
@@ -804,15 +809,16 @@ def test_schemes_task_names_are_checked(tmp_path):
 def test_schemes_smoke_runs_cover_every_scheme_both_tasks_and_two_seeds():
     from transflow.experiments.tasks import schemes
 
-    runs = schemes._runs(
-        ["digits", "text"], ["imex_dissipative", "macaron_untied"], [0, 1], jobs="spread"
-    )
+    def jobs(**kw):
+        cells = schemes.cells(schemes.Config(tasks=["digits", "text"], **kw))
+        return [(c.levels["task"], c.levels["scheme"], s) for c in cells for s in c.seeds]
+
+    runs = jobs(schemes=["imex_dissipative", "macaron_untied"], seeds=[0, 1], jobs="spread")
     assert {s for _, s, _ in runs} == {"imex_dissipative", "macaron_untied"}
     assert {t for t, _, _ in runs} == {"digits", "text"}
     assert ("digits", "imex_dissipative", 1) in runs and ("text", "macaron_untied", 0) in runs
     assert len(runs) == 3  # the first scheme with both seeds: the mean ± std path
-    full = schemes._runs(["digits", "text"], ["a", "b"], [0, 1, 2], jobs="all")
-    assert len(full) == 12
+    assert len(jobs(schemes=["lie", "heun"], seeds=[0, 1, 2], jobs="all")) == 12
 
 
 def test_the_declared_windows_are_the_same_for_every_scheme_of_an_order_class():
@@ -831,11 +837,6 @@ def test_the_declared_windows_are_the_same_for_every_scheme_of_an_order_class():
     assert cfg.order_tol == 0.15
 
 
-class _LoopCtx(_Ctx):
-    def progress(self, items, desc=""):
-        return items
-
-
 @pytest.mark.slow(reason="eight smoke trainings with their FTLE compiles: ~160 s on 2 cores")
 @pytest.mark.skipif(
     not os.path.exists("/proc/self/maps"), reason="counts memory mappings in /proc (Linux)"
@@ -843,28 +844,32 @@ class _LoopCtx(_Ctx):
 def test_schemes_trainings_release_their_compiled_programs(tmp_path):
     """The full schemes run (54 trainings) crashed after 41 of them when the process ran
     out of memory mappings (vm.max_map_count): each training's compiled programs stayed
-    mapped. The loop releases them; without that, each smoke training adds hundreds of
-    mappings."""
+    mapped. The study runner releases them after every job it trains; without that, each
+    smoke training adds hundreds of mappings."""
     import jax
+    from transflow.experiments.study.runner import run_jobs
     from transflow.experiments.tasks import schemes
 
     def n_maps() -> int:
         with open("/proc/self/maps") as f:
             return sum(1 for _ in f)
 
-    cfg = schemes.Config(n_sensitivity=2, test_subset=64)
-    ctx = _LoopCtx(tmp_path, smoke=True)
+    cfg = schemes.Config(
+        n_sensitivity=2, test_subset=64, tasks=["digits"], schemes=["prenorm", "heun"], seeds=[0]
+    )
     runs = [("digits", s, 0) for s in ("prenorm", "heun")]
-    list(schemes._measure_all(cfg, ctx, runs))  # first compiles of the shared code
+    run_jobs(schemes.spec(cfg, _Ctx(tmp_path / "a")), _Ctx(tmp_path / "a"))  # first compiles
     before = n_maps()
     # the same trainings without releasing: they do add mappings (the check can fail)
     for task, scheme, seed in runs:
-        schemes._measure(cfg, ctx, task, scheme, seed)
+        schemes.measure(cfg, _Ctx(tmp_path / "b"), task, scheme, seed)
     grown = n_maps() - before
     jax.clear_caches()
     base = n_maps()
-    out = list(schemes._measure_all(cfg, ctx, runs * 2))
-    assert len(out) == 4
+    twice = dataclasses.replace(cfg, seeds=[0, 1])  # 4 jobs, none with a record yet
+    ctx = _Ctx(tmp_path / "c")
+    out = run_jobs(schemes.spec(twice, ctx), ctx)
+    assert out.n_jobs == 4 and out.n_reused == 0
     released = n_maps() - base
     assert grown > 200, grown
     assert released < grown / 4, (released, grown)

@@ -315,8 +315,8 @@ def test_schemes_baselines_use_the_windows_of_its_text_runs(smoke, tmp_path, mon
     ctx.smoke = smoke
     cfg = schemes.Config()
     with pytest.raises(_Stop):
-        schemes._train(cfg, ctx, "text", "prenorm", 0)
-    schemes._text_baselines(cfg, ctx)
+        schemes.train(cfg, ctx, "text", "prenorm", 0)
+    schemes.text_baselines(cfg, ctx)
     fields = ("corpus", "max_chars", "val_fraction", "context", "n_val")
     got = {f: getattr(used["base"], f) for f in fields}
     assert got == {f: getattr(used["train"], f) for f in fields}

@@ -412,11 +412,64 @@ def test_the_runner_refines_a_cell_whose_first_seed_asks(tmp_path):
     assert calls[n] == (first, 0) and all(lv == 0 for _, lv in calls[n:])
 
 
+#: The record keys of ``experiment=schemes`` (the full run's config, precision fp32) for
+#: three (cell, seed) jobs, of ``schemes.Config()`` and of the smoke run (``debug=smoke``),
+#: computed on the branch before the schemes task ran on the study runner (its own job loop,
+#: its ``_record_key(cfg, ctx, task, scheme, seed)``): the records of the earlier full
+#: runs must stay reusable, so these digests must not change for the same options.
+SCHEMES_FULL_KEYS = {
+    ("digits", "imex_dissipative", 0): "8fb61b796d43234d",
+    ("digits", "imex_dissipative", 2): "7633072bc4becabb",
+    ("text", "rk4", 1): "75f2ec6fb5af6bc6",
+    ("digits", "lie", 0): "555b68bfdd347e1c",
+}
+SCHEMES_DEFAULT_KEY = "8fb61b796d43234d"
+SCHEMES_SMOKE_KEYS = {
+    ("digits", "imex_dissipative", 0): "70794cfc29132b65",
+    ("digits", "imex_dissipative", 1): "a47f3881838464ed",
+    ("text", "macaron_untied", 0): "6018ddbe0ac9eaa9",
+}
+
+
+def _schemes_task(overrides=()):
+    from omegaconf import OmegaConf
+    from transflow.experiments.run import compose
+    from transflow.experiments.tasks import schemes
+
+    cfg, _ = compose(["experiment=schemes", *overrides])
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schemes.Config), cfg.task))
+
+
+def test_schemes_record_keys_are_those_of_the_records_already_stored(tmp_path):
+    """The digest of a schemes record is the one its job loop before the study runner
+    wrote (regression literals above), for the full run, the default options and the
+    smoke run; the runner's key of a job is that digest."""
+    from transflow.experiments.context import RunContext
+    from transflow.experiments.tasks import schemes
+
+    ctx = RunContext(tmp_path, precision="fp32")
+    full = _schemes_task()
+    assert {j: schemes.record_key(full, ctx, *j) for j in SCHEMES_FULL_KEYS} == SCHEMES_FULL_KEYS
+    key = schemes.record_key(schemes.Config(), ctx, "digits", "imex_dissipative", 0)
+    assert key == SCHEMES_DEFAULT_KEY
+    smoke = _schemes_task(["debug=smoke"])
+    sctx = RunContext(tmp_path / "s", smoke=True, precision="fp32")
+    assert {j: schemes.record_key(smoke, sctx, *j) for j in SCHEMES_SMOKE_KEYS} == (
+        SCHEMES_SMOKE_KEYS
+    )
+    # the runner's key of each job of the smoke design (cells × seeds) is that digest
+    spec = schemes.spec(smoke, sctx)
+    jobs = {(c.levels["task"], c.levels["scheme"], s): spec.key(Job(c, s)) for c in spec.cells
+            for s in c.seeds}  # fmt: skip
+    assert jobs == SCHEMES_SMOKE_KEYS
+
+
 def test_schemes_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_path, monkeypatch):
     """experiment=schemes keeps one record per (cell, seed) in
-    cells/<task>-<scheme>/seed<k>/record.json, reused on a rerun in the same folder only
-    when its digest (the job's training options and smoke sizes, the cell, the seed and
-    RECORD_VERSION) matches; options that do not change a record keep the digest."""
+    cells/<task>-<scheme>/seed<k>/record.json (the study runner), reused on a rerun in the
+    same folder only when its digest (the job's training options and smoke sizes, the cell,
+    the seed and RECORD_VERSION) matches; options that do not change a record keep the
+    digest."""
     import json
 
     from transflow.experiments.context import RunContext
@@ -424,7 +477,7 @@ def test_schemes_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_
 
     ctx = RunContext(tmp_path, precision="fp32")
     cfg = schemes.Config()
-    key = schemes._record_key(cfg, ctx, "digits", "imex_dissipative", 0)
+    key = schemes.record_key(cfg, ctx, "digits", "imex_dissipative", 0)
     cell = schemes.cell_name("digits", "imex_dissipative")
     assert cell == "digits-imex_dissipative"
     path = tmp_path / "record.json"
@@ -433,20 +486,20 @@ def test_schemes_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_
     assert reusable_record(path, key, cell, 1) is None  # another seed
     assert reusable_record(path, key, "digits-prenorm", 0) is None  # another cell
     assert reusable_record(tmp_path / "missing.json", key, cell, 0) is None
-    assert schemes._record_key(cfg, ctx, "digits", "imex_dissipative", 1) != key
-    assert schemes._record_key(cfg, ctx, "digits", "prenorm", 0) != key
-    assert schemes._record_key(cfg, ctx, "text", "imex_dissipative", 0) != key
+    assert schemes.record_key(cfg, ctx, "digits", "imex_dissipative", 1) != key
+    assert schemes.record_key(cfg, ctx, "digits", "prenorm", 0) != key
+    assert schemes.record_key(cfg, ctx, "text", "imex_dissipative", 0) != key
     for other in (
         dataclasses.replace(cfg, steps=cfg.steps + 1),
         dataclasses.replace(cfg, d=16),
         dataclasses.replace(cfg, n_sensitivity=8),
         dataclasses.replace(cfg, digits=dataclasses.replace(cfg.digits, lr=cfg.digits.lr / 2)),
     ):
-        assert schemes._record_key(other, ctx, "digits", "imex_dissipative", 0) != key
+        assert schemes.record_key(other, ctx, "digits", "imex_dissipative", 0) != key
     smoke = RunContext(tmp_path / "s", smoke=True, precision="fp32")
-    assert schemes._record_key(cfg, smoke, "digits", "imex_dissipative", 0) != key
+    assert schemes.record_key(cfg, smoke, "digits", "imex_dissipative", 0) != key
     fp64 = RunContext(tmp_path / "p", precision="fp64")
-    assert schemes._record_key(cfg, fp64, "digits", "imex_dissipative", 0) != key
+    assert schemes.record_key(cfg, fp64, "digits", "imex_dissipative", 0) != key
     # what selects records but does not change one keeps the digest
     same = dataclasses.replace(
         cfg,
@@ -458,50 +511,63 @@ def test_schemes_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_
         order_tol=0.3,
         text=dataclasses.replace(cfg.text, d=8),
     )
-    assert schemes._record_key(same, ctx, "digits", "imex_dissipative", 0) == key
+    assert schemes.record_key(same, ctx, "digits", "imex_dissipative", 0) == key
     old_version = schemes.RECORD_VERSION
     try:
         schemes.RECORD_VERSION = old_version + 1
-        assert schemes._record_key(cfg, ctx, "digits", "imex_dissipative", 0) != key
+        assert schemes.record_key(cfg, ctx, "digits", "imex_dissipative", 0) != key
     finally:
         schemes.RECORD_VERSION = old_version
 
-    # the job loop: trains what has no matching record, reuses the rest
+    # the study runner: trains what has no matching record, reuses the rest
     trained = []
 
     def fake_measure(cfg, ctx, task, scheme, seed):
         trained.append((task, scheme, seed))
-        return {"accuracy": 0.5 + seed / 10, "n_test": 359}, (100, 1, 10)
+        return {"accuracy": 0.5 + seed / 10, "n_test": 359, "n_params": 100}
 
-    monkeypatch.setattr(schemes, "_measure", fake_measure)
-    runs = [("digits", "lie", 0), ("digits", "lie", 1), ("digits", "heun", 0)]
-    records, n_reused = schemes._records(cfg, ctx, runs)
-    assert trained == runs and n_reused == 0
-    assert records["digits-lie"][1]["accuracy"] == 0.6
-    assert records["digits-heun"][0]["n_params"] == 100
+    monkeypatch.setattr(schemes, "measure", fake_measure)
+    one = dataclasses.replace(cfg, tasks=["digits"], schemes=["lie", "heun"], seeds=[0, 1])
+    cells = schemes.cells(one)
+    assert [(c.name, c.seeds) for c in cells] == [("digits-lie", [0, 1]), ("digits-heun", [0, 1])]
+    runs = [("digits", c.levels["scheme"], s) for c in cells for s in c.seeds]
+    result = run_jobs(schemes.spec(one, ctx, cells), ctx)
+    assert trained == runs and result.n_reused == 0
+    assert result.records["digits-lie"][1]["accuracy"] == 0.6
+    assert result.records["digits-heun"][0]["n_params"] == 100
     rec = json.loads((tmp_path / "cells" / "digits-lie" / "seed1" / "record.json").read_text())
     assert (rec["cell"], rec["seed"], rec["accuracy"]) == ("digits-lie", 1, 0.6)
+    assert rec["key"] == schemes.record_key(cfg, ctx, "digits", "lie", 1)
     trained.clear()
-    again, n_reused = schemes._records(cfg, ctx, runs)
-    assert trained == [] and n_reused == 3 and again == records
+    again = run_jobs(schemes.spec(one, ctx, cells), ctx)
+    assert trained == [] and again.n_reused == 4 and again.records == result.records
+    # a record written by the job loop before the study runner (its identity fields
+    # task/scheme, no levels) is reused as it is
+    old = tmp_path / "cells" / "digits-heun" / "seed1" / "record.json"
+    old.write_text(json.dumps({"cell": "digits-heun", "task": "digits", "scheme": "heun",
+                               "seed": 1, "key": schemes.record_key(cfg, ctx, "digits", "heun", 1),
+                               "accuracy": 0.25, "seconds": 3.0}))  # fmt: skip
+    assert run_jobs(schemes.spec(one, ctx, cells), ctx).records["digits-heun"][1] == {
+        "accuracy": 0.25,
+        "seconds": 3.0,
+    }
+    assert trained == []
     # one cell rerun with another option: only its jobs train again
-    trained.clear()
-    _, n_reused = schemes._records(dataclasses.replace(cfg, steps=7), ctx, runs[:1])
-    assert trained == runs[:1] and n_reused == 0
+    other = dataclasses.replace(one, steps=7)
+    assert run_jobs(schemes.spec(other, ctx, cells[:1]), ctx).n_reused == 0
+    assert trained == runs[:2]
 
 
 def test_schemes_declared_claim_is_evaluated_through_the_protocol(tmp_path, monkeypatch):
     """The claim of experiment=schemes is declared in its config (task.claims) with its
     bound unchanged (mean digits accuracy of imex_dissipative over seeds ≥ 0.95) and is
-    evaluated by protocol.evaluate_claim: per-seed values, the failing seed, the margin in
-    test images; a claim about a cell not trained is reported as skipped; a malformed
-    claim is refused before any work, naming the key; task.seed_offset shifts the seeds."""
-    from omegaconf import OmegaConf
-    from transflow.experiments.run import compose
+    evaluated by protocol.evaluate_claims: per-seed values, the failing seed, the margin in
+    test images of its cell (the records' n_test); a claim about a cell not trained is
+    reported as not checked; a malformed claim is refused before any work, naming the key;
+    task.seed_offset shifts the seeds of the jobs run."""
     from transflow.experiments.tasks import schemes
 
-    cfg, _ = compose(["experiment=schemes"])
-    task = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schemes.Config), cfg.task))
+    task = _schemes_task()
     schemes.check(task)
     (spec,) = task.claims
     assert (spec.name, spec.metric, spec.cells) == (
@@ -516,15 +582,16 @@ def test_schemes_declared_claim_is_evaluated_through_the_protocol(tmp_path, monk
             s: {"accuracy": k / 359, "n_test": 359} for s, k in zip((0, 1, 2), (347, 346, 341))
         }
     }
-    (v,) = schemes._verdicts(task.claims, recs)
+    claims = StudyConfig(claims=task.claims)
+    (v,) = evaluate_claims(claims, recs)
     assert v["name"] == "imex_dissipative_digits_mean_accuracy" and v["pass"]
     assert v["seeds"] == [0, 1, 2] and v["values"] == [347 / 359, 346 / 359, 341 / 359]
     assert v["failing_seeds"] == [2]  # one image short of 0.95: the claim is about the mean
     assert math.isclose(v["margin_examples"], (347 + 346 + 341) / 3 - 0.95 * 359)
     assert v["n_examples"] == 359 and "3.6 of 359 examples" in verdicts_markdown([v])
-    (skipped,) = schemes._verdicts(task.claims, {"digits-prenorm": recs[spec.cells[0]]})
+    (skipped,) = evaluate_claims(claims, {"digits-prenorm": recs[spec.cells[0]]})
     assert skipped["skipped"] and skipped["missing"] == ["digits-imex_dissipative"]
-    assert "digits-imex_dissipative" in schemes._not_checked_line(skipped)
+    assert "cells not run: digits-imex_dissipative" in verdicts_markdown([skipped])
 
     def bad(**kw):
         return dataclasses.replace(task, claims=[dataclasses.replace(spec, **kw)])
@@ -543,17 +610,18 @@ def test_schemes_declared_claim_is_evaluated_through_the_protocol(tmp_path, monk
 
     seen = {}
 
-    def fake_records(cfg, ctx, runs):
-        seen["runs"] = runs
+    def fake_run_jobs(spec, ctx):
+        seen["jobs"] = [(c.levels["task"], c.levels["scheme"], s) for c in spec.cells
+                        for s in c.seeds]  # fmt: skip
         raise _Stop
 
-    monkeypatch.setattr(schemes, "_records", fake_records)
+    monkeypatch.setattr(schemes, "run_jobs", fake_run_jobs)
     from transflow.experiments.context import RunContext
 
     one = dataclasses.replace(task, schemes=["lie"], tasks=["digits"], seed_offset=3)
     with pytest.raises(_Stop):
         schemes.run(one, RunContext(tmp_path, precision="fp32"))
-    assert seen["runs"] == [("digits", "lie", 3), ("digits", "lie", 4), ("digits", "lie", 5)]
+    assert seen["jobs"] == [("digits", "lie", 3), ("digits", "lie", 4), ("digits", "lie", 5)]
 
 
 def test_claims_over_cells_not_run_are_not_checked_in_the_verdicts():

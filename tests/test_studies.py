@@ -70,12 +70,12 @@ def test_hf_equivalence_task_vit_and_cvt_rows_run(family):
     """The full ``experiment=hf_equivalence`` builds its ViT/CvT rows through the interop
     study (its smoke run has none); one row of each agrees in float64 and float32."""
     import jax
-    from transflow.experiments.tasks.hf_equivalence import _vit_row
+    from transflow.experiments.tasks.hf_equivalence import vit_row
 
     old = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:
-        row = _vit_row(family, 0, 0)
+        row = vit_row(family, 0, 0)
     finally:
         jax.config.update("jax_enable_x64", old)
     assert row["err_fp64"] <= 1e-10 and row["err_fp32"] <= 1e-5, row

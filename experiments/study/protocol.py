@@ -464,11 +464,18 @@ def not_checked(spec: ClaimSpec, missing: list[str]) -> dict[str, Any]:
     }
 
 
+def _n_test(by_seed: dict[int, dict]) -> int | None:
+    counts = {r.get("n_test") for r in by_seed.values()}
+    return counts.pop() if len(counts) == 1 else None
+
+
 def evaluate_claims(study: StudyConfig, records, *, n_examples: int | None = None) -> list[dict]:
     """:func:`evaluate_claim` of every declared claim in each of its cells; in a cell that
     was not run (``study.cells`` selects a subset), or whose ``minus`` cell was not, the
     claim is :func:`not_checked` there (``"skipped": True``, verdict ``not checked``, its
     ``missing`` cells). A claim over several cells is named ``<claim> [<cell>]`` in each.
+    ``n_examples`` (a claim's margin in test examples): the same for every cell, or, when
+    not given, each cell's own count, its records' ``n_test`` where all seeds agree.
 
     Example:
         >>> s = StudyConfig(factors={"a": [1, 2]}, headline={"a": 1}, claims=[
@@ -489,7 +496,8 @@ def evaluate_claims(study: StudyConfig, records, *, n_examples: int | None = Non
                     v["name"] = f"{spec.name} [{cell}]"
             else:
                 one = dataclasses.replace(spec, cells=[key])
-                (v,) = evaluate_claim(one, records, study=study, n_examples=n_examples)
+                n = n_examples if n_examples is not None else _n_test(records[cell])
+                (v,) = evaluate_claim(one, records, study=study, n_examples=n)
                 if len(spec.cells) > 1:
                     v["name"] = f"{spec.name} [{cell}]"
             out.append(v)

@@ -45,7 +45,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Config", "run", "compare", "configurations", "FAMILIES"]
+__all__ = ["Config", "run", "compare", "configurations", "vit_row", "FAMILIES"]
 
 FAMILIES = (
     "vit",
@@ -427,7 +427,10 @@ def compare(c: dict[str, Any], masked: bool) -> dict[str, float]:
     return out
 
 
-def _vit_row(family: str, seed: int, i: int) -> dict[str, Any]:
+def vit_row(family: str, seed: int, i: int) -> dict[str, Any]:
+    """One ViT (``family="vit"``) or CvT (``"cvt"``) row of the table: the ``i``-th
+    configuration of its family (:func:`transflow.interop.hf_configurations`) against the
+    Hugging Face model, errors in float64 and float32."""
     from transflow.interop import fast_eager, hf_compare, hf_configurations
 
     fam = {"vit": "vit_model", "cvt": "cvt_stage"}[family]
@@ -475,7 +478,7 @@ def run(cfg, ctx) -> dict:
         for fam, i, c, masked in ctx.progress(todo, total=len(todo), desc="hf_equivalence"):
             with jax.disable_jit():  # many small differently-shaped models: op by op
                 if fam in ("vit", "cvt"):
-                    res = _vit_row(fam, ctx.seed, i)
+                    res = vit_row(fam, ctx.seed, i)
                     label, mask = res.pop("config"), "n/a"
                 else:
                     res, label = compare(c, masked), _label(c)

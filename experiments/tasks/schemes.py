@@ -19,23 +19,25 @@ by ``task.seed_offset``, 0 by default: ``task.seed_offset=3`` runs seeds 3, 4, 5
 - sensitivity: the finite-time Lyapunov exponent log σ_max(∂u_T/∂u_0)/T of the trained
   flow (:func:`transflow.perturbation_growth`), averaged over ``n_sensitivity`` test inputs.
 
-The trained comparison follows the study protocol (:mod:`transflow.experiments.protocol`,
-as ``experiment=depth``): a cell is one (task, scheme), named ``<task>-<scheme>``
-(``digits-imex_dissipative``), and each (cell, seed) job writes its record (the metrics
-above, ``n_test`` for digits, the parameter counts ``n_params``/``ffn_copies``/
-``one_ffn_params`` and ``seconds``) to ``cells/<cell>/seed<k>/record.json``. A rerun in
-the same run folder (``hydra.run.dir=...``) reuses a record only when the digest of
-everything it depends on matches (:data:`RECORD_VERSION`, the cell, the seed, the job's
-training config with the smoke sizes, ``n_sensitivity``, the precision); any one cell is
-rerun with the same keys (``task.schemes=[imex_dissipative] task.tasks=[digits]``). Over
-seeds, :func:`~transflow.experiments.study.protocol.aggregate` gives mean ± std (sample std,
+The trained comparison runs on the study runner (:mod:`transflow.experiments.study.runner`,
+:func:`spec`, as ``experiment=depth``): a cell is one (task, scheme), named
+``<task>-<scheme>`` (``digits-imex_dissipative``; :func:`cells`), and each (cell, seed) job
+(:func:`measure`) writes its record (the metrics above, ``n_test`` for digits, the
+parameter counts ``n_params``/``ffn_copies``/``one_ffn_params`` and ``seconds``) to
+``cells/<cell>/seed<k>/record.json``. A rerun in the same run folder
+(``hydra.run.dir=...``) reuses a record only when its digest (:func:`record_key`: the cell,
+the seed, :data:`RECORD_VERSION`, the job's training config with the smoke sizes,
+``n_sensitivity``, the precision) matches; any one cell is rerun with the same keys
+(``task.schemes=[imex_dissipative] task.tasks=[digits]``). Over seeds,
+:func:`~transflow.experiments.study.protocol.aggregate` gives mean ± std (sample std,
 n − 1; the mean alone for one seed). The claims over seeds are declared in
 ``task.claims`` (:class:`~transflow.experiments.study.protocol.ClaimSpec`, in
 ``configs/experiment/schemes.yaml``: today the dissipative IMEX layer's mean digits test
 accuracy over seeds ≥ 0.95) and evaluated by
-:func:`~transflow.experiments.study.protocol.evaluate_claim`: per-seed values, the statistic,
-and the margin, for digits also in test images; a claim about a cell this run does not
-train is reported as not checked (``claims_not_checked``), never dropped.
+:func:`~transflow.experiments.study.protocol.evaluate_claims`: per-seed values, the
+statistic, and the margin, for digits also in test images; a claim about a cell this run
+does not train is reported as not checked (its verdict and ``missing`` cells in
+``claims_verdicts``), never dropped.
 
 Numerical analysis of the schemes (float64, small random layers), each one call of
 :mod:`transflow.schemes` (tests/test_scheme_analysis.py): the fitted order of convergence
@@ -55,7 +57,7 @@ options like any other: ``task.jobs=spread`` (each scheme on one task), ``task.t
 (the test inputs of the Δt/2, 2Δt evaluations and the FTLE), ``task.stable_dt_schemes`` and
 empty order grids (each declared window only).
 
-Writes ``cells/<cell>/seed<k>/record.json``, ``metrics.jsonl`` (kinds ``train``,
+Writes ``cells/<cell>/seed<k>/record.json``, ``metrics.jsonl`` (kinds ``job``,
 ``claims``, ``order``, ``stability``, ``stable_dt``, ``imex_cost``), ``schemes.npz``,
 the tables and claim verdicts in ``report.md`` and the figure ``schemes``.
 """
@@ -63,28 +65,40 @@ the tables and claim verdicts in ``report.md`` and the figure ``schemes``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 
 from transflow.control import DepthTextConfig, DigitsConfig, SequenceConfig
 
 from ..config import complete, options_without
-from ..context import NOT_ENFORCED
 from ..study.protocol import (
+    Cell,
     ClaimSpec,
+    StudyConfig,
     aggregate,
     check_claims,
     digest,
-    evaluate_claim,
+    evaluate_claims,
     mean_std_text,
-    not_checked,
-    reusable_record,
-    summarize_verdicts,
-    verdicts_markdown,
 )
+from ..study.report import claims_markdown, study_summary
+from ..study.runner import StudySpec, job_dir, run_jobs
 
-__all__ = ["CHOICES", "RECORD_VERSION", "Config", "cell_name", "check", "run"]
+__all__ = [
+    "CHOICES",
+    "RECORD_VERSION",
+    "TASKS",
+    "Config",
+    "cell_name",
+    "cells",
+    "check",
+    "measure",
+    "record_key",
+    "run",
+    "spec",
+    "text_baselines",
+    "train",
+]
 
 #: Set by the task for every training (one name per option): the scheme (task.schemes),
 #: the step budget (task.steps) and, for digits/sequence, the width and depth (task.d,
@@ -232,27 +246,28 @@ class Config:
     text: TextOptions = field(default_factory=TextOptions)
 
 
-def _task_config(cfg: Config, ctx, task: str, scheme: str):
-    """The training config of one (task, scheme) job: the task's options, the sizes set by
-    this task and, under ``debug=smoke``, the smoke sizes (part of a record's digest)."""
+def _task_config(cfg: Config, task: str, scheme: str):
+    """The training config of one (task, scheme) job: the task's options (with the smoke
+    sizes under ``debug=smoke``, merged into them) and the sizes set by this task (part of
+    a record's digest)."""
     common = {"scheme": scheme, "steps": cfg.steps, "eval_every": 0, "checkpoint_dir": "none"}
     if task == "text":
-        tcfg = complete(cfg.text, **common)
-    else:
-        base = cfg.digits if task == "digits" else cfg.sequence
-        n = cfg.n_steps if task == "digits" else cfg.sequence_n_steps
-        tcfg = complete(base, d=cfg.d, n_steps=n, **common)
-    return tcfg
+        return complete(cfg.text, **common)
+    base = cfg.digits if task == "digits" else cfg.sequence
+    n = cfg.n_steps if task == "digits" else cfg.sequence_n_steps
+    return complete(base, d=cfg.d, n_steps=n, **common)
 
 
-def _train(cfg: Config, ctx, task: str, scheme: str, seed: int):
+def train(cfg: Config, ctx, task: str, scheme: str, seed: int):
+    """Train one (task, scheme, seed) job (its training run in the job's folder,
+    ``cells/<task>-<scheme>/seed<k>/train``): ``(summary, model, training config)``."""
     from transflow.control import DEPTH_TEXT, DIGITS, SEQUENCE, run_training
 
-    tcfg = _task_config(cfg, ctx, task, scheme)
+    tcfg = _task_config(cfg, task, scheme)
     summary, result = run_training(
         {"digits": DIGITS, "sequence": SEQUENCE, "text": DEPTH_TEXT}[task],
         tcfg,
-        run_dir=_job_dir(ctx, task, scheme, seed) / "train",
+        run_dir=job_dir(ctx.run_dir, cell_name(task, scheme), seed) / "train",
         seed=seed,
         smoke=False,
         progress=None,
@@ -275,13 +290,14 @@ def _test_data(task: str, tcfg, seed: int, subset: int):
     return (xte[:subset], yte[:subset]) if subset else (xte, yte)
 
 
-def _measure(cfg: Config, ctx, task: str, scheme: str, seed: int) -> tuple[dict, int]:
-    """Train one (task, scheme, seed) and measure it: ``(record, parameter count)``.
+def measure(cfg: Config, ctx, task: str, scheme: str, seed: int) -> dict:
+    """The job function: train one (task, scheme, seed) and measure it; its record.
 
     The record has, for ``text``, ``bpc``/``bpc_half_dt``/``bpc_double_dt`` (validation
     bits per character at Δt, Δt/2, 2Δt), otherwise ``accuracy``/``accuracy_half_dt``/
     ``accuracy_double_dt``; ``n_test`` (digits: the test images its accuracy is over, for
-    a claim's margin in examples); and ``cpu_ms_per_step`` and ``ftle`` for every task.
+    a claim's margin in examples); ``cpu_ms_per_step`` and ``ftle``; the parameter counts
+    ``n_params``, ``ffn_copies``, ``one_ffn_params`` and the job's ``seconds``.
     """
     import jax
 
@@ -289,7 +305,8 @@ def _measure(cfg: Config, ctx, task: str, scheme: str, seed: int) -> tuple[dict,
     from transflow.control import at_depth, bits_per_char
     from transflow.control._train import evaluate
 
-    summary, model, tcfg = _train(cfg, ctx, task, scheme, seed)
+    t0 = time.perf_counter()
+    summary, model, tcfg = train(cfg, ctx, task, scheme, seed)
     xte, yte = _test_data(task, tcfg, seed, cfg.test_subset)
     n = tcfg.n_steps
     half, double = at_depth(model, 2 * n), at_depth(model, max(1, n // 2))
@@ -316,20 +333,8 @@ def _measure(cfg: Config, ctx, task: str, scheme: str, seed: int) -> tuple[dict,
             rec["n_test"] = int(summary["n_test"])
     rec["cpu_ms_per_step"] = 1e3 * summary["cpu_seconds"] / max(1, summary["steps"])
     rec["ftle"] = ftle
-    return rec, (count, copies, one_ffn)
-
-
-def _measure_all(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
-    """Yield ``(task, scheme, seed, record, parameter count)`` for every run, releasing the
-    compiled programs of each training before the next one (:func:`release_compiled`:
-    without it the 54 trainings of the full run exhaust the process's memory mappings;
-    ``test_schemes_trainings_release_their_compiled_programs``)."""
-    from transflow.experiments.context import release_compiled
-
-    for task, scheme, seed in ctx.progress(runs, desc="schemes"):
-        rec, count = _measure(cfg, ctx, task, scheme, seed)
-        release_compiled()
-        yield task, scheme, seed, rec, count
+    rec.update(n_params=count, ffn_copies=copies, one_ffn_params=one_ffn)
+    return rec | {"seconds": time.perf_counter() - t0}
 
 
 #: The version of a (cell, seed) record's content: part of its digest, so that a record
@@ -343,23 +348,20 @@ def cell_name(task: str, scheme: str) -> str:
     return f"{task}-{scheme}"
 
 
-def _job_dir(ctx, task: str, scheme: str, seed: int):
-    return ctx.run_dir / "cells" / cell_name(task, scheme) / f"seed{seed}"
-
-
-def _record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
+def record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
     """A digest of everything a (cell, seed) record depends on: the record version, the
-    cell and seed, the job's effective training config (the task's options and, under
-    ``debug=smoke``, the smoke sizes: :func:`_task_config`), the measurement's own sizes
-    (``n_sensitivity``, ``test_subset`` when set) and the precision. The options that do not
-    change a record (the other schemes and tasks, the seeds list, the claims, the order
-    and stability study) are not in it."""
+    cell and seed, the job's effective training config (the task's options with the smoke
+    sizes), the measurement's own sizes (``n_sensitivity``, ``test_subset`` when set), the
+    smoke flag and the precision. The options that do not change a record (the other
+    schemes and tasks, the seeds list, the claims, the order and stability study) are not
+    in it. Unchanged from the job loop this task had before the study runner: records of
+    earlier runs are reused (``tests/test_protocol.py``)."""
     return digest(
         {
             "version": RECORD_VERSION,
             "cell": cell_name(task, scheme),
             "seed": int(seed),
-            "training": dataclasses.asdict(_task_config(cfg, ctx, task, scheme)),
+            "training": dataclasses.asdict(_task_config(cfg, task, scheme)),
             "n_sensitivity": int(cfg.n_sensitivity),
             "smoke": bool(ctx.smoke),
             "precision": str(ctx.precision),
@@ -369,78 +371,53 @@ def _record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
     )
 
 
-def _records(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
-    """One record per (task, scheme, seed) of ``runs``: ``(records, n_reused)`` with
-    ``records[cell][seed]`` the metrics of :func:`_measure`, the parameter counts
-    (``n_params``, ``ffn_copies``, ``one_ffn_params``) and ``seconds``. A record in
-    ``cells/<cell>/seed<k>/record.json`` whose digest (:func:`_record_key`) matches is
-    reused; every other job is trained (:func:`_measure_all`) and its record written."""
-    found: dict[tuple[str, int], dict] = {}
-    keys: dict[tuple[str, int], str] = {}
-    todo = []
-    for task, scheme, seed in runs:
-        cell = cell_name(task, scheme)
-        keys[(cell, seed)] = key = _record_key(cfg, ctx, task, scheme, seed)
-        old = reusable_record(_job_dir(ctx, task, scheme, seed) / "record.json", key, cell, seed)
-        if old is None:
-            todo.append((task, scheme, seed))
-        else:
-            found[(cell, seed)] = old
-            ctx.log(
-                {
-                    "kind": "train",
-                    "task": task,
-                    "scheme": scheme,
-                    "seed": seed,
-                    "reused": True,
-                    **old,
-                }
-            )
-    n_reused = len(found)
-    ctx.message(
-        f"schemes: {len(runs)} (cell, seed) jobs; {n_reused} records reused from "
-        f"{ctx.run_dir / 'cells'}, {len(todo)} to train"
+def _seeds(cfg: Config) -> list[int]:
+    return [int(s) + int(cfg.seed_offset) for s in cfg.seeds]
+
+
+def cells(cfg: Config) -> list[Cell]:
+    """The trained cells, one per (task, scheme), with their seeds (``task.seeds`` shifted
+    by ``task.seed_offset``): ``task.jobs="all"``, every (task, scheme); ``"spread"`` (the
+    smoke size), each scheme on one task (scheme i on task i mod len(tasks)), the first
+    with every seed and the others with the first seed, so that both tasks, every scheme
+    and the mean ± std over seeds run in ≤ 3 minutes."""
+    tasks, schemes, seeds = [str(t) for t in cfg.tasks], [str(s) for s in cfg.schemes], _seeds(cfg)
+    if cfg.jobs == "all":
+        pairs = [(t, s, seeds) for t in tasks for s in schemes]
+    else:
+        pairs = [
+            (tasks[i % len(tasks)], s, seeds if i == 0 else seeds[:1])
+            for i, s in enumerate(schemes)
+        ]
+    return [
+        Cell(cell_name(t, s), {"task": t, "scheme": s}, list(ss), "trained") for t, s, ss in pairs
+    ]
+
+
+def spec(cfg: Config, ctx, study_cells: list[Cell] | None = None) -> StudySpec:
+    """The schemes study for the runner (:func:`~transflow.experiments.study.runner.
+    run_jobs`): its cells (:func:`cells` unless given), its job function (:func:`measure`)
+    and its record key (:func:`record_key`)."""
+
+    def job(j):
+        return cfg, ctx, j.cell.levels["task"], j.cell.levels["scheme"], j.seed
+
+    return StudySpec(
+        "schemes",
+        cells(cfg) if study_cells is None else study_cells,
+        measure=lambda j: measure(*job(j)),
+        key=lambda j: record_key(*job(j)),
+        line=lambda r: ", ".join(f"{k} {r[k]:.4f}" for k in ("accuracy", "bpc") if k in r),
     )
-    t0 = time.perf_counter()
-    trained = _measure_all(cfg, ctx, todo) if todo else []
-    for i, (task, scheme, seed, rec, count) in enumerate(trained):
-        cell = cell_name(task, scheme)
-        n, copies, one_ffn = count
-        rec = {
-            **rec,
-            "n_params": n,
-            "ffn_copies": copies,
-            "one_ffn_params": one_ffn,
-            "seconds": time.perf_counter() - t0,
-        }
-        t0 = time.perf_counter()
-        out = _job_dir(ctx, task, scheme, seed)
-        out.mkdir(parents=True, exist_ok=True)
-        head = {"cell": cell, "task": task, "scheme": scheme, "seed": seed}
-        (out / "record.json").write_text(
-            json.dumps({**head, "key": keys[(cell, seed)], **rec}, indent=1, allow_nan=True) + "\n"
-        )
-        found[(cell, seed)] = rec
-        ctx.log({"kind": "train", "task": task, "scheme": scheme, "seed": seed, **rec})
-        metric = _METRIC[task][0]
-        ctx.message(
-            f"job {i + 1}/{len(todo)} {cell} seed {seed}: {metric} {rec[metric]:.4f}, "
-            f"{rec['seconds']:.0f} s"
-        )
-    records: dict[str, dict[int, dict]] = {}
-    for task, scheme, seed in runs:
-        cell = cell_name(task, scheme)
-        records.setdefault(cell, {})[seed] = found[(cell, seed)]
-    return records, n_reused
 
 
-def _text_baselines(cfg: Config, ctx) -> dict:
+def text_baselines(cfg: Config, ctx) -> dict:
     """n-gram baselines (:func:`transflow.control.text_baselines`, issue 37) on the
     validation windows the text runs are scored on (``task.text``, the text runs' config;
     at smoke size ``context=16, n_val=16``); logged, reported, not claimed."""
-    from transflow.control import text_baselines
+    from transflow.control import text_baselines as baselines
 
-    b = text_baselines(cfg.text)
+    b = baselines(cfg.text)
     ctx.log({"kind": "text_baselines", **b})
     return b
 
@@ -548,21 +525,6 @@ def _imex_check(ctx) -> dict:
     return out
 
 
-def _runs(tasks: list[str], schemes: list[str], seeds: list[int], jobs: str):
-    """The (task, scheme, seed) jobs (``seeds``: with ``task.seed_offset`` applied):
-    ``jobs="all"``, every combination; ``"spread"`` (the smoke size), each scheme on one
-    task (scheme i on task i mod len(tasks)), the first with every seed and the others
-    with the first seed, so that both tasks, every scheme and the mean ± std over seeds
-    run in ≤ 3 minutes."""
-    if jobs == "all":
-        return [(t, s, seed) for t in tasks for s in schemes for seed in seeds]
-    return [
-        (tasks[i % len(tasks)], s, seed)
-        for i, s in enumerate(schemes)
-        for seed in (seeds if i == 0 else seeds[:1])
-    ]
-
-
 def _check_names(schemes, tasks, order_schemes) -> None:
     from transflow import SCHEME_NAMES, declared_order, make_scheme
 
@@ -637,9 +599,12 @@ def _check_claims(claims: list[ClaimSpec]) -> None:
 
 
 def check(cfg: Config) -> None:
-    """The options the names (``CHOICES``) and ranges (experiments/validate.py) do not
-    cover, checked before any work: the order study's windows, the declared claims and the
-    schemes of ``task.stable_dt_schemes``."""
+    """The options checked before any work (also by :func:`run`, for a ``Config`` built in
+    Python): the names of ``task.schemes``, ``task.tasks`` and ``task.order_schemes``, the
+    order study's windows, the declared claims and the schemes of
+    ``task.stable_dt_schemes``."""
+    _check_names([str(s) for s in cfg.schemes], [str(t) for t in cfg.tasks],
+                 [str(s) for s in cfg.order_schemes])  # fmt: skip
     _check_windows(cfg)
     _check_claims(list(cfg.claims))
     _check_stable_dt(cfg)
@@ -659,110 +624,85 @@ def _check_stable_dt(cfg: Config) -> None:
             )
 
 
-def _verdicts(claims: list[ClaimSpec], records: dict) -> list[dict]:
-    """Each declared claim evaluated by :func:`~transflow.experiments.study.protocol.evaluate_claim`
-    in each of its cells (per-seed values, the statistic over seeds, the margin and, with
-    ``examples``, the margin in test examples of that cell); in a cell that this run did
-    not train (or whose ``minus`` cell it did not) the claim is
-    :func:`~transflow.experiments.study.protocol.not_checked` (``"skipped": True``, its
-    ``missing`` cells; reported as not checked, never dropped)."""
-    out = []
-    for spec in claims:
-        for cell in spec.cells:
-            missing = [c for c in [cell, *([spec.minus] if spec.minus else [])] if c not in records]
-            if missing:
-                v = not_checked(spec, missing)
-                v["cell"] = cell
-            else:
-                counts = {r.get("n_test") for r in records[cell].values()}
-                n = counts.pop() if len(counts) == 1 else None
-                one = dataclasses.replace(spec, cells=[cell])
-                (v,) = evaluate_claim(one, records, n_examples=n)
-            if len(spec.cells) > 1:
-                v["name"] = f"{spec.name} [{cell}]"
-            out.append(v)
-    return out
-
-
-def _verdicts_note(verdicts: list[dict]) -> str:
-    """What the verdict table's columns mean, the test set sizes, and that a claim declared
-    not enforced in this run (``not_enforced``; the smoke sizes declare them) is recorded,
-    not held to its bound."""
-    sizes = sorted({v["n_examples"] for v in verdicts if "n_examples" in v})
-    unenforced = any(v.get("verdict") == NOT_ENFORCED for v in verdicts)
-    return (
-        "\n\nEach claim is evaluated in each cell it names over the seeds run there "
-        "(`mean`: the mean over seeds; `worst seed`: every seed must satisfy it); the "
-        "margin is signed (> 0 passes)"
-        + (
-            f", in test images too (the digits test split holds {', '.join(map(str, sizes))} "
-            "images per seed)"
-            if sizes
-            else ""
-        )
-        + "."
-        + (
-            " The claims marked not enforced are declared so for this run (`not_enforced`, "
-            "the smoke sizes): recorded, not held to their bound."
-            if unenforced
-            else ""
-        )
-    )
-
-
-def _not_checked_line(v: dict) -> str:
-    cells = ", ".join(v["missing"])
-    return (
-        f"{v['name']} (needs cell(s) {cells}: the scheme in task.schemes and the task in "
-        "task.tasks)"
-    )
-
-
 def run(cfg: Config, ctx) -> dict:
     """Run the ``schemes`` experiment.
 
     Layers designed by numerical analysis: every scheme trained on the tasks of
-    ``task.tasks`` (default digits and the character-level text task; 3 seeds), one
-    reusable record per (cell, seed), the declared claims over seeds; orders on two
-    problems with declared fit windows, stability of the trained layers and the IMEX
-    solve checked.
+    ``task.tasks`` (default digits and the character-level text task; 3 seeds) on the
+    study runner (one reusable record per (cell, seed) job, :func:`spec`), the declared
+    claims over seeds; orders on two problems with declared fit windows, stability of the
+    trained layers and the IMEX solve checked.
     """
     import numpy as np
 
-    from transflow import declared_order, make_scheme
-    from transflow.control import baselines_table
-
-    # smoke (configs/sizes/smoke/schemes.yaml): the new schemes, two seeds, 6 steps
-    schemes = [str(s) for s in cfg.schemes]
-    seeds = [int(s) + int(cfg.seed_offset) for s in cfg.seeds]
-    order_schemes = [str(s) for s in cfg.order_schemes]
-    tasks = [str(t) for t in cfg.tasks]
-    _check_names(schemes, tasks, order_schemes)
     check(cfg)
-
-    runs = _runs(tasks, schemes, seeds, str(cfg.jobs))
-    t_study = time.perf_counter()
-    records, n_reused = _records(cfg, ctx, runs)
-    seconds_trained = time.perf_counter() - t_study
-    agg = aggregate(records)
-    # per (task, scheme): the values over seeds of every measured metric (table, figure, npz)
-    rows: dict[tuple[str, str], dict[str, list[float]]] = {}
+    tasks, schemes = [str(t) for t in cfg.tasks], [str(s) for s in cfg.schemes]
+    study_cells = cells(cfg)
+    ctx.message(
+        f"schemes study: {len(study_cells)} cells, "
+        f"{sum(len(c.seeds) for c in study_cells)} (cell, seed) jobs"
+    )
+    result = run_jobs(spec(cfg, ctx, study_cells), ctx)
+    records, agg = result.records, aggregate(result.records)
+    # per (task, scheme) trained: the values over seeds of every measured metric (table,
+    # figure, npz) and the parameter counts (they do not depend on the seed)
+    trained = [(t, s) for t in tasks for s in schemes if cell_name(t, s) in records]
+    rows = {
+        (t, s): {k: agg[cell_name(t, s)][k]["values"] for k in _measured(t)} for t, s in trained
+    }
     counts: dict[str, dict[str, tuple[int, int, int]]] = {t: {} for t in tasks}
-    for task in tasks:
-        for s in schemes:
-            cell = cell_name(task, s)
-            if cell not in records:
-                continue  # a smoke run trains each scheme on one task
-            first = next(iter(records[cell].values()))  # the counts do not depend on the seed
-            counts[task][s] = (first["n_params"], first["ffn_copies"], first["one_ffn_params"])
-            rows[(task, s)] = {k: agg[cell][k]["values"] for k in _measured(task)}
+    for t, s in trained:
+        first = next(iter(records[cell_name(t, s)].values()))
+        counts[t][s] = (first["n_params"], first["ffn_copies"], first["one_ffn_params"])
 
-    baselines = _text_baselines(cfg, ctx) if "text" in tasks else None
-    orders = _orders(cfg, ctx, order_schemes)
+    baselines = text_baselines(cfg, ctx) if "text" in tasks else None
+    orders = _orders(cfg, ctx, [str(s) for s in cfg.order_schemes])
     identity_err, stable = _stability(cfg, ctx, schemes)
     imex = _imex_check(ctx) if any(s.startswith("imex") for s in schemes) else None
+    _claims(cfg, ctx, orders, identity_err, stable, imex, counts)
+    # the declared claims over seeds (task.claims): one about a cell this run does not
+    # train is "not checked", never dropped; at smoke size they are declared not enforced
+    verdicts = evaluate_claims(StudyConfig(claims=list(cfg.claims)), records)
+    ctx.record_verdicts(verdicts)
+    ctx.log({"kind": "claims", "verdicts": verdicts})
 
-    # ------------------------------------------------------------------ claims
+    unchecked = any(v.get("skipped") for v in verdicts)
+    ctx.report(
+        "## Results\n\n"
+        + f"{result.n_jobs} (cell, seed) jobs, one record each in cells/<task>-<scheme>/"
+        f"seed<k>/record.json; {result.n_reused} reused from an earlier run in this folder.\n\n"
+        + _tables(cfg, tasks, schemes, records, agg, counts, stable, baselines)
+        + "\n\n## Claims over seeds (declared in task.claims)\n\n"
+        + claims_markdown(verdicts)
+        + (
+            " A claim not checked names a cell this run did not train: add its scheme to "
+            "task.schemes and its task to task.tasks."
+            if unchecked
+            else ""
+        )
+        + "\n\n"
+        + _orders_markdown(cfg, orders)
+        + "\n\n"
+        + _stability_markdown(stable, identity_err, imex)
+    )
+    # the figure: the schemes trained on every task (a smoke run trains each scheme on one
+    # task: then the first task's schemes)
+    fig_tasks, fig_schemes = tasks, [s for s in schemes if all((t, s) in rows for t in tasks)]
+    if not fig_schemes:
+        fig_tasks, fig_schemes = [tasks[0]], [s for s in schemes if (tasks[0], s) in rows]
+    _figure(ctx, fig_tasks, fig_schemes, rows, stable)
+    ctx.save_arrays(
+        "schemes",
+        **{f"{t}_{s}_{k}": np.asarray(v) for (t, s), r in rows.items() for k, v in r.items()},
+    )
+    return {
+        **_summary(cfg, rows, agg, orders, stable, identity_err, imex, counts, baselines),
+        **study_summary(study_cells, result, verdicts, agg),
+    }
+
+
+def _claims(cfg: Config, ctx, orders, identity_err, stable, imex, counts) -> None:
+    """The claims of the numerical analysis and of the parameter counts (``ctx.claim``)."""
     for pname, per in orders.items():
         for name, o in per.items():
             ctx.claim(f"order_{pname}_{name}", abs(o.observed - o.declared), cfg.order_tol)
@@ -775,12 +715,12 @@ def run(cfg: Config, ctx) -> dict:
     if imex is not None:
         ctx.claim("imex_step_has_lu_solve", imex["uses_lu"], 1, op="==")
         ctx.claim("imex_solve_residual", imex["residual"], 1e-12, op="<=")
-    for task in tasks:
+    for task, per in counts.items():
         # equal parameter counts for the one-FFN schemes; the untied Macaron layer has
         # exactly one more FFN per layer (its second)
-        tied = {c[0] for c in counts[task].values() if c[1] == 1}
+        tied = {c[0] for c in per.values() if c[1] == 1}
         ctx.claim(f"equal_parameter_counts_{task}", len(tied), 1 if tied else 0, op="<=")
-        for name, (n, copies, one_ffn) in counts[task].items():
+        for name, (n, copies, one_ffn) in per.items():
             if copies > 1 and tied:
                 ctx.claim(
                     f"parameter_count_{task}_{name}_is_one_ffn_more",
@@ -788,23 +728,21 @@ def run(cfg: Config, ctx) -> dict:
                     (copies - 1) * one_ffn,
                     op="==",
                 )
-    # the declared claims over seeds (task.claims): a claim whose cell this run does not
-    # train (a user's subset of task.schemes/task.tasks) is said so in the report and the
-    # summary, never dropped silently; at smoke size (6 steps) they are recorded, not enforced
-    # (configs/sizes/smoke/schemes.yaml, not_enforced)
-    verdicts = _verdicts(list(cfg.claims), records)
-    unchecked = [_not_checked_line(v) for v in verdicts if v.get("skipped")]
-    ctx.record_verdicts(verdicts)
-    ctx.log({"kind": "claims", "verdicts": verdicts})
 
-    # ------------------------------------------------------------------ table and figure
+
+def _tables(cfg: Config, tasks, schemes, records, agg, counts, stable, baselines) -> str:
+    """Per task: each trained scheme's mean ± std over seeds of every measured metric, its
+    parameter count and largest stable Δt (and, for text, the n-gram baselines)."""
+    from transflow import declared_order, make_scheme
+    from transflow.control import baselines_table
+
     sections = []
     for task in tasks:
         key, label = _METRIC[task]
         what = "validation bits per character, lower is better; " if key == "bpc" else ""
         lines = [
-            f"### {task} (seeds {seeds}, {cfg.steps} steps each; "
-            f"{what}mean ± std over seeds, sample std (n − 1))\n",
+            f"**{task}** (seeds {_seeds(cfg)}, "
+            f"{cfg.steps} steps each; {what}mean ± std over seeds, sample std (n − 1))\n",
             f"| scheme | order | parameters | seeds | {label} | {label} at Δt/2 | "
             f"{label} at 2Δt | CPU ms/step | FTLE (sensitivity) | largest stable Δt |",
             "|---|---|---|---|---|---|---|---|---|---|",
@@ -828,33 +766,13 @@ def run(cfg: Config, ctx) -> dict:
         sections.append("\n".join(lines))
         if key == "bpc" and baselines is not None:  # n-gram counts on the same windows
             sections.append(baselines_table(baselines))
-    ctx.report(
-        "## Results\n\n"
-        + f"{len(runs)} (cell, seed) jobs, one record each in cells/<task>-<scheme>/seed<k>/"
-        f"record.json; {n_reused} reused from an earlier run in this folder.\n\n"
-        + "\n\n".join(sections)
-        + "\n\n## Claims over seeds (declared in task.claims)\n\n"
-        + verdicts_markdown(verdicts)
-        + _verdicts_note(verdicts)
-        + "\n\n"
-        + _orders_markdown(cfg, orders)
-        + "\n\n"
-        + _stability_markdown(stable, identity_err, imex)
-        + "".join(f"\n\nDeclared claim not checked in this run: {c}." for c in unchecked)
-    )
+    return "\n\n".join(sections)
 
-    # the figure: the schemes trained on every task (a smoke run trains each scheme on one
-    # task: then the first task's schemes)
-    fig_tasks = tasks
-    fig_schemes = [s for s in schemes if all((t, s) in rows for t in tasks)]
-    if not fig_schemes:
-        fig_tasks = [tasks[0]]
-        fig_schemes = [s for s in schemes if (tasks[0], s) in rows]
-    _figure(ctx, fig_tasks, fig_schemes, rows, stable)
-    ctx.save_arrays(
-        "schemes",
-        **{f"{t}_{s}_{k}": np.asarray(v) for (t, s), r in rows.items() for k, v in r.items()},
-    )
+
+def _summary(cfg: Config, rows, agg, orders, stable, identity_err, imex, counts, baselines):
+    """The summary fields of the task's own numbers (the study's: ``study_summary``)."""
+    import numpy as np
+
     out: dict = {
         f"{t}_{s}_{k}_mean": float(np.mean(v)) for (t, s), r in rows.items() for k, v in r.items()
     }
@@ -864,10 +782,7 @@ def run(cfg: Config, ctx) -> dict:
             for (t, s) in rows
         }
     )
-    out["seeds"] = seeds
-    out["n_jobs"] = len(runs)
-    out["n_records_reused"] = n_reused
-    out["seconds_trainings"] = seconds_trained
+    out["seeds"] = _seeds(cfg)
     for pname, per in orders.items():
         out.update({f"order_{pname}_{k}": o.observed for k, o in per.items()})
         out.update({f"local_slopes_{pname}_{k}": o.local_slopes for k, o in per.items()})
@@ -880,8 +795,6 @@ def run(cfg: Config, ctx) -> dict:
     if imex is not None:
         out["imex_cost_ratio"] = imex["cost_ratio"]
     out.update({f"n_params_{t}": {s: c[0] for s, c in v.items()} for t, v in counts.items()})
-    out["claims_verdicts"] = summarize_verdicts(verdicts)
-    out["claims_not_checked"] = unchecked
     if baselines is not None:
         out["text_ngram_bpc"] = baselines["bpc"]  # orders 1..5
         out["text_val_overlap"] = baselines["overlap"]
@@ -898,7 +811,7 @@ def _orders_markdown(cfg: Config, orders: dict) -> str:
     for pname, per in orders.items():
         pb = getattr(cfg, pname)
         parts.append(
-            f"### Orders, {pname} (d = {pb.d}, {pb.n_tokens} tokens, {pb.n_heads} heads, "
+            f"## Orders, {pname} (d = {pb.d}, {pb.n_tokens} tokens, {pb.n_heads} heads, "
             f"Legendre K = {pb.path_size}, seeds {pb.path_seed}/{pb.state_seed}; windows "
             f"declared in the config: order 1 N = {list(pb.window_order1)}, order 2 "
             f"{list(pb.window_order2)}, order 4 {list(pb.window_order4)})\n\n"
@@ -911,7 +824,7 @@ def _stability_markdown(stable: dict, identity_err: float, imex) -> str:
     from transflow.schemes import stable_dt_table
 
     text = (
-        "### Largest stable Δt of the layers as trained (random d = 8 layer)\n\n"
+        "## Largest stable Δt of the layers as trained (random d = 8 layer)\n\n"
         f"Stability-function identity: max error {identity_err:.1e}.\n\n" + stable_dt_table(stable)
     )
     if imex is not None:
