@@ -359,7 +359,7 @@ def _record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
             "version": RECORD_VERSION,
             "cell": cell_name(task, scheme),
             "seed": int(seed),
-            "training": dataclasses.asdict(_task_config(cfg, ctx, task, scheme)),
+            "training": _training_key(_task_config(cfg, ctx, task, scheme)),
             "n_sensitivity": int(cfg.n_sensitivity),
             "smoke": bool(ctx.smoke),
             "precision": str(ctx.precision),
@@ -367,6 +367,15 @@ def _record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
             **({"test_subset": int(cfg.test_subset)} if cfg.test_subset else {}),
         }
     )
+
+
+def _training_key(tcfg) -> dict:
+    """A job's training config in its record key: the text model's ``activation`` (added
+    after records were stored) only when not its default, so those records keep their keys."""
+    out = dataclasses.asdict(tcfg)
+    if out.get("activation") == "relu":
+        out.pop("activation")
+    return out
 
 
 def _records(cfg: Config, ctx, runs: list[tuple[str, str, int]]):
