@@ -722,7 +722,8 @@ def test_depth_readings_and_activation_reach_the_run_at_smoke_size(tmp_path, cap
             for s in ("prenorm", "heun"):
                 for n in (2, 4, 8):
                     assert rec[f"acc.{s}.{n}{at}"] == rec[f"acc.{s}.{n}"]
-                    assert rec[f"dist.{s}.{n}{at}"] == rec[f"dist.{s}.{n}"]
+                    # the same controls (another program: round-off of float64 only)
+                    assert abs(rec[f"dist.{s}.{n}{at}"] / rec[f"dist.{s}.{n}"] - 1) < 1e-12
             assert f"max_change{at}" in rec and f"order.heun{at}" in rec
     assert summary["readings"] == ["right", "left", "average"]
     assert summary["activation"] == "gelu"
