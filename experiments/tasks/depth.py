@@ -32,7 +32,14 @@ N_t = ``task.n_steps``), ``max_change`` (largest |acc(N) − acc.train| over the
 |acc.<s1>.N − acc.<s2>.N| over the window ``integrator``; ``…_transfer``: over
 ``transfer``, design v1's), ``ref_error_est``/``ref_error_ratio`` (first seed of a
 cell), ``dist.train``, ``beta.trained``,
-``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``.
+``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``,
+``ffn_activation`` (``task.digits.activation`` as the trained model has it). The stepped
+metrics and those derived from them are measured under every reading of ``task.readings``
+(how a depth N reads θ(t) at a jump, :data:`transflow.continuous.READINGS`): under
+"right" (the default and every earlier run's) with the names above, under another
+reading r suffixed ``@r`` (``acc.prenorm.2@left``); every declared claim is restated
+under r as ``<claim>@r``. ``task.readings`` and ``task.digits.activation`` enter the
+record key only when not their defaults, so earlier records keep their keys.
 
 Runs on the study runner (:mod:`transflow.experiments.study.runner`, :func:`spec`): one
 record per job in ``cells/<cell>/seed<k>/record.json``, reused on a rerun in the same
