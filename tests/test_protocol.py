@@ -277,6 +277,10 @@ def test_depth_text_record_keys_are_those_of_the_records_already_stored():
     assert depth_text.record_keys(cfg) == DEPTH_TEXT_KEYS
     other = depth_text.record_keys(dataclasses.replace(cfg, text_steps=10))
     assert set(other.values()).isdisjoint(DEPTH_TEXT_KEYS.values())
+    gelu = depth_text.record_keys(
+        dataclasses.replace(cfg, text=dataclasses.replace(cfg.text, activation="gelu"))
+    )
+    assert set(gelu.values()).isdisjoint(DEPTH_TEXT_KEYS.values())
     heun = depth_text.record_keys(dataclasses.replace(cfg, text_path_scheme="midpoint"))
     assert heun["text-per_layer"] == DEPTH_TEXT_KEYS["text-per_layer"]
     assert heun["text-path"] != DEPTH_TEXT_KEYS["text-path"]
@@ -307,6 +311,9 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
         dataclasses.replace(task, ref_split=False),
         dataclasses.replace(task, random_depths=[4, 8]),
         dataclasses.replace(task, test_examples=64),
+        # issue 50: another reading of θ(t), another FFN activation (new records)
+        dataclasses.replace(task, readings=["right", "left", "average"]),
+        dataclasses.replace(task, digits=dataclasses.replace(task.digits, activation="gelu")),
     ):
         assert depth.record_key(other, study, ref, False) != key
     finer = ReferenceTolerances("dopri5", 1e-9, 1e-7, 1e-6)
@@ -316,6 +323,9 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
         dataclasses.replace(task, ref_check_max=0.5, ref_refine=0, partial_design=True),
         dataclasses.replace(task, release_compiled=False),
         dataclasses.replace(task, study=dataclasses.replace(study, n_seeds=9, cells=["x"])),
+        # the defaults of the options added after the records (issue 50), set explicitly
+        dataclasses.replace(task, readings=["right"]),
+        dataclasses.replace(task, digits=dataclasses.replace(task.digits, activation="relu")),
     ):
         assert depth.record_key(same, study, ref, False) == key
     old_version = depth.RECORD_VERSION
@@ -744,3 +754,53 @@ def test_restricted_depth_run_reports_its_cross_cell_claims_not_checked(tmp_path
     assert all("per_layer-0.2-random-prenorm" in v["missing"] for v in unchecked), unchecked
     assert json.loads((tmp_path / "status.json").read_text())["claims"] == "INCOMPLETE"
     assert "| not checked |" in (tmp_path / "report.md").read_text().split("## Claim checks")[0]
+
+
+@pytest.mark.slow  # trains 2 tiny models: ~1-2 min on 2 shared cores
+def test_depth_readings_and_activation_reach_the_run_at_smoke_size(tmp_path, capsys):
+    """Issue 50: task.readings and task.digits.activation reach the smoke run. The
+    per-layer cell (L = 2 layers at smoke size) is evaluated under every declared reading:
+    at N = 1 the step midpoint is the layer boundary and the readings run other controls
+    (other logits), at N >= 2 they agree exactly; every claim is restated per reading;
+    the trained model's FFN is GELU; the report and summary name the readings."""
+    import json
+
+    from transflow.experiments.run import run_in_process
+
+    cell = "per_layer-0.2-random-prenorm"
+    summary, _ = run_in_process(
+        [
+            "experiment=depth",
+            "debug=smoke",
+            f"task.study.cells=[{cell}]",
+            "task.readings=[right,left,average]",
+            "task.digits.activation=gelu",
+        ],
+        tmp_path,
+    )
+    capsys.readouterr()
+    recs = [
+        json.loads(p.read_text()) for p in sorted((tmp_path / "cells" / cell).glob("*/record.json"))
+    ]
+    assert len(recs) == 2
+    for rec in recs:
+        assert rec["ffn_activation"] == "gelu"
+        for at in ("@left", "@average"):
+            assert rec[f"dist.prenorm.1{at}"] != rec["dist.prenorm.1"]
+            for s in ("prenorm", "heun"):
+                for n in (2, 4, 8):
+                    assert rec[f"acc.{s}.{n}{at}"] == rec[f"acc.{s}.{n}"]
+                    # the same controls (another program: round-off of float64 only)
+                    assert abs(rec[f"dist.{s}.{n}{at}"] / rec[f"dist.{s}.{n}"] - 1) < 1e-12
+            assert f"max_change{at}" in rec and f"order.heun{at}" in rec
+    assert summary["readings"] == ["right", "left", "average"]
+    assert summary["activation"] == "gelu"
+    names = [v["name"] for v in summary["claims_verdicts"]]  # every declared claim
+    base = [n for n in names if "@" not in n]
+    assert base
+    for r in ("left", "average"):  # ... restated under every other reading
+        assert sorted(n.replace(f"@{r}", "") for n in names if f"@{r}" in n) == sorted(base)
+    report = (tmp_path / "report.md").read_text()
+    assert "Test accuracy, own scheme (the training scheme), reading left" in report
+    assert "FFN activation gelu" in report and "@left: reading left" in report
+    assert "## Path − per-layer model trained alike, per reading" in report

@@ -4,6 +4,8 @@ The depth study evaluates per-layer models at depths below their layer count, wh
 midpoints fall on layer boundaries; each reading is checked here against a hand-built
 stack of the layers it must run (float64, exact equality or <= 1e-13)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -102,3 +104,45 @@ def test_unknown_reading_is_refused_before_work():
         depth_accuracy(
             m, np.zeros((1, 8, 8)), np.zeros(1, int), (2,), adaptive=None, reading="middle"
         )
+
+
+def test_readings_give_different_accuracies_below_the_layer_count():
+    """A per-layer model of L = 4 layers read at N = L/2 = 2: labelled by its own "right"
+    reading, it scores 100 % under "right" and less under "left" and "average" (which run
+    other controls); at N = L and 2L the three readings give the same accuracy."""
+    m, _ = _per_layer_model()
+    x = np.asarray(jax.random.normal(jax.random.key(7), (64, 8, 8), jnp.float64))
+    y = np.argmax(np.asarray(jax.vmap(at_depth(m, 2, "right"))(jnp.asarray(x))), -1)
+    acc = {
+        r: depth_accuracy(m, x, y, (2, 4, 8), adaptive=None, reading=r)["accuracy"]
+        for r in READINGS
+    }
+    assert acc["right"][0] == 1.0
+    assert acc["left"][0] < 1.0 and acc["average"][0] < 1.0, acc
+    for r in READINGS:
+        assert acc[r][1:] == acc["right"][1:], acc
+
+
+def test_activation_option_builds_the_same_draws_with_another_ffn():
+    """DepthDigitsConfig.activation (the depth study's task.digits.activation): "gelu"
+    gives the model of the same seed with every weight equal and the FFN's activation
+    changed; a name outside DEPTH_ACTIVATIONS is refused naming `activation`."""
+    import equinox as eqx
+
+    from transflow.control import DEPTH_ACTIVATIONS, DEPTH_DIGITS, DepthDigitsConfig
+
+    assert DepthDigitsConfig().activation == "relu" and "gelu" in DEPTH_ACTIVATIONS
+    for path in ("none", "legendre"):
+        cfg = DepthDigitsConfig(d=8, n_heads=1, n_steps=2, path=path)
+        relu = DEPTH_DIGITS.setup(cfg, 0, jax.random.key(0)).model
+        gelu = DEPTH_DIGITS.setup(
+            dataclasses.replace(cfg, activation="gelu"), 0, jax.random.key(0)
+        ).model
+        assert at_depth(relu, 2).layer_controls()[0].ffn.activation == "relu"
+        assert at_depth(gelu, 2).layer_controls()[0].ffn.activation == "gelu"
+        a, b = (jax.tree.leaves(eqx.filter(m, eqx.is_array)) for m in (relu, gelu))
+        assert all(np.array_equal(u, v) for u, v in zip(a, b))
+        x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8)), jnp.float32)
+        assert not np.allclose(relu(x), gelu(x))
+    with pytest.raises(ValueError, match="`activation` must be one of"):
+        DEPTH_DIGITS.setup(DepthDigitsConfig(d=8, activation="swish"), 0, jax.random.key(0))

@@ -32,7 +32,14 @@ N_t = ``task.n_steps``), ``max_change`` (largest |acc(N) − acc.train| over the
 |acc.<s1>.N − acc.<s2>.N| over the window ``integrator``; ``…_transfer``: over
 ``transfer``, design v1's), ``ref_error_est``/``ref_error_ratio`` (first seed of a
 cell), ``dist.train``, ``beta.trained``,
-``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``.
+``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``,
+``ffn_activation`` (``task.digits.activation`` as the trained model has it). The stepped
+metrics and those derived from them are measured under every reading of ``task.readings``
+(how a depth N reads θ(t) at a jump, :data:`transflow.continuous.READINGS`): under
+"right" (the default and every earlier run's) with the names above, under another
+reading r suffixed ``@r`` (``acc.prenorm.2@left``); every declared claim is restated
+under r as ``<claim>@r``. ``task.readings`` and ``task.digits.activation`` enter the
+record key only when not their defaults, so earlier records keep their keys.
 
 Runs on the study runner (:mod:`transflow.experiments.study.runner`, :func:`spec`): one
 record per job in ``cells/<cell>/seed<k>/record.json``, reused on a rerun in the same
@@ -132,12 +139,30 @@ def _gradients():
     return tuple(GRADIENTS)
 
 
+def _readings():
+    from transflow.continuous import READINGS
+
+    return tuple(READINGS)
+
+
+def _activations():
+    from transflow.control import DEPTH_ACTIVATIONS
+
+    return tuple(DEPTH_ACTIVATIONS)
+
+
 #: Names checked before any work, smoke runs included (transflow-run help depth).
 CHOICES = {
     "eval_schemes": _scheme_names,
     "ref_solver": ("dopri5", "dopri8", "tsit5"),
     "digits.gradient": _gradients,
+    "digits.activation": _activations,
+    "readings": _readings,
 }
+
+#: The reading of θ(t) whose metrics keep their unsuffixed names (``acc.prenorm.2``): the
+#: one every run before the option existed used, and the one the declared claims name.
+DEFAULT_READING = "right"
 
 
 @dataclass
@@ -155,6 +180,12 @@ class Config:
     d: int = 32
     # every model is evaluated with each of these schemes (its own and a second integrator)
     eval_schemes: list[str] = field(default_factory=lambda: ["prenorm", "heun"])
+    # how a depth N reads θ(t) where a step midpoint falls on a jump (a per-layer model of
+    # L layers at N = L/2, L/4, ...; transflow.continuous.READINGS): "right" the layer
+    # after it (every run before this option), "left" the layer before, "average" the
+    # step's mean of θ. Every declared reading evaluates every stepped depth and every
+    # claim; "right" keeps the unsuffixed metric names, another r suffixes them "@r"
+    readings: list[str] = field(default_factory=lambda: [DEFAULT_READING])
     rtol: float = 1e-5  # adaptive solve (Tsit5 + PID; atol = rtol)
     ref_solver: str = "dopri5"  # the continuous limit: a fine adaptive solve, float64
     ref_rtol: float = 1e-8  # its tolerance (atol = rtol)
@@ -240,10 +271,24 @@ def check(cfg: Config) -> None:
                 f"task.study.fit_windows.{name}=[lo,hi]."
             )
     _check_ref_tolerances(cfg.ref_rtol, cfg.ref_check_rtol, cfg.ref_check_coarse_rtol)
+    _check_readings(cfg.readings)
     if cfg.n_steps not in [int(n) for n in study.eval_grid]:
         raise ValueError(
             f"task.n_steps = {cfg.n_steps} must be in task.study.eval_grid = "
             f"{list(study.eval_grid)} (acc.train is read there)."
+        )
+
+
+def _check_readings(readings) -> None:
+    from transflow.continuous import READINGS
+
+    got = list(readings)
+    bad = [r for r in got if r not in READINGS]
+    if bad or not got or len(set(got)) != len(got) or DEFAULT_READING not in got:
+        raise ValueError(
+            f"task.readings = {got} must list distinct readings of {list(READINGS)} including "
+            f"'{DEFAULT_READING}' (the reading of the unsuffixed metrics and of the runs "
+            "before the option); e.g. task.readings=[right,left,average]."
         )
 
 
@@ -304,6 +349,12 @@ def record_key(cfg: Config, study: StudyConfig, ref: ReferenceTolerances, smoke:
         opts.pop(k)
     if not opts["test_examples"]:  # 0: the whole test split, as before the option existed
         opts.pop("test_examples")
+    # options added after records were stored enter the key only when not their default
+    # (the records of the default options keep their digests: tests/test_protocol.py)
+    if list(opts["readings"]) == [DEFAULT_READING]:
+        opts.pop("readings")
+    if opts["digits"]["activation"] == "relu":
+        opts["digits"].pop("activation")
     design = {
         "eval_grid": [int(n) for n in study.eval_grid],
         "fit_windows": {k: list(v) for k, v in study.fit_windows.items()},
@@ -451,14 +502,16 @@ def _evaluate(
         rec["acc.adaptive"] = ad["adaptive_accuracy"]
         rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
         rec["dist.adaptive"] = dist(ad["adaptive_outputs"])
-        for s in cfg.eval_schemes:
-            ms = m if s == own else dataclasses.replace(m, scheme=make_scheme(s))
-            r = timed(s, ms, x, yte, grid, adaptive=None)
-            for n, a, z in zip(grid, r["accuracy"], r["outputs"]):
-                rec[f"acc.{s}.{n}"] = a
-                rec[f"dist.{s}.{n}"] = dist(z)
-            win = window(study, s)
-            rec[f"order.{s}"] = fit_order(win, [rec[f"dist.{s}.{n}"] for n in win])
+        for reading in cfg.readings:  # the stepped depths, under every declared reading
+            at = _suffix(reading)
+            for s in cfg.eval_schemes:
+                ms = m if s == own else dataclasses.replace(m, scheme=make_scheme(s))
+                r = timed(s + at, ms, x, yte, grid, adaptive=None, reading=reading)
+                for n, a, z in zip(grid, r["accuracy"], r["outputs"]):
+                    rec[f"acc.{s}.{n}{at}"] = a
+                    rec[f"dist.{s}.{n}{at}"] = dist(z)
+                win = window(study, s)
+                rec[f"order.{s}{at}"] = fit_order(win, [rec[f"dist.{s}.{n}{at}"] for n in win])
         fine = int(cfg.beta_depth)
         th, th0 = _controls_at(m, fine), _controls_at(_f64(init), fine)
         upd = jax.tree.map(lambda a, b: a - b, th, th0)
@@ -470,25 +523,38 @@ def _evaluate(
     if "dist.ref_check" in rec:  # over the smallest distance any order fit uses
         smallest = min(rec[f"dist.{s}.{n}"] for s in cfg.eval_schemes for n in window(study, s))
         rec["ref_error_ratio"] = rec["ref_error_est"] / smallest
-    rec["acc.train"] = rec[f"acc.{own}.{cfg.n_steps}"]
-    rec["dist.train"] = rec[f"dist.{own}.{cfg.n_steps}"]
+    for reading in cfg.readings:
+        _derived(cfg, study, rec, own, _suffix(reading))
+    rec["n_test"] = len(yte)
+    return rec
+
+
+def _suffix(reading: str) -> str:
+    """How a metric names its reading: ``""`` for :data:`DEFAULT_READING` (the names every
+    earlier record used), ``"@left"``, ``"@average"`` for the others."""
+    return "" if reading == DEFAULT_READING else f"@{reading}"
+
+
+def _derived(cfg: Config, study: StudyConfig, rec: dict, own: str, at: str) -> None:
+    """The metrics of one reading (suffix ``at``) derived from its stepped accuracies:
+    ``acc.train``, ``dist.train``, ``max_change`` (with the adaptive solve, which does not
+    depend on the reading) and ``max_integrator_change`` (``…_transfer``: v1's window)."""
+    rec[f"acc.train{at}"] = train = rec[f"acc.{own}.{cfg.n_steps}{at}"]
+    rec[f"dist.train{at}"] = rec[f"dist.{own}.{cfg.n_steps}{at}"]
     tw = window(study, "transfer")
-    rec["max_change"] = max(
-        [abs(rec[f"acc.{own}.{n}"] - rec["acc.train"]) for n in tw]
-        + [abs(rec["acc.adaptive"] - rec["acc.train"])]
+    rec[f"max_change{at}"] = max(
+        [abs(rec[f"acc.{own}.{n}{at}"] - train) for n in tw] + [abs(rec["acc.adaptive"] - train)]
     )
     s0, *others = cfg.eval_schemes
 
     def integrator_change(win):
         return max(
-            (abs(rec[f"acc.{s}.{n}"] - rec[f"acc.{s0}.{n}"]) for s in others for n in win),
+            (abs(rec[f"acc.{s}.{n}{at}"] - rec[f"acc.{s0}.{n}{at}"]) for s in others for n in win),
             default=0.0,
         )
 
-    rec["max_integrator_change"] = integrator_change(window(study, "integrator"))
-    rec["max_integrator_change_transfer"] = integrator_change(tw)  # v1's window
-    rec["n_test"] = len(yte)
-    return rec
+    rec[f"max_integrator_change{at}"] = integrator_change(window(study, "integrator"))
+    rec[f"max_integrator_change_transfer{at}"] = integrator_change(tw)  # v1's window
 
 
 def _measure(cfg: Config, ctx, study: StudyConfig, ref: ReferenceTolerances, job) -> dict:
@@ -506,6 +572,7 @@ def _measure(cfg: Config, ctx, study: StudyConfig, ref: ReferenceTolerances, job
     own = job.cell.levels["scheme"]
     rec = _evaluate(cfg, study, model, init, own, xte, yte, ref, job.first)
     rec.update(
+        ffn_activation=_controls_at(model, 1).ffn.activation,  # the trained model's own
         cpu_train=summary["cpu_seconds"],
         n_params=summary.get("n_params"),
         seconds_train=t1 - t0,
@@ -556,6 +623,7 @@ def run(cfg: Config, ctx) -> dict:
         "jobs; factors "
         + ", ".join(f"{k}={list(v)}" for k, v in study.factors.items())
         + f"; crossed {list(study.crossed)}; seeds from {ctx.seed + study.seed_offset}"
+        + f"; readings {list(cfg.readings)} ({_readings_line(cfg)})"
     )
     design = {"n_steps": cfg.n_steps, "random_depths": [int(n) for n in cfg.random_depths]}
     ctx.log({"kind": "design", "cells": [dataclasses.asdict(c) for c in cells], **design})
@@ -563,6 +631,9 @@ def run(cfg: Config, ctx) -> dict:
     records, agg = result.records, aggregate(result.records)
     n_test = int(np.mean([r["n_test"] for r in result.values()]))
     verdicts = evaluate_claims(study, records, n_examples=n_test)
+    for reading in cfg.readings:  # every declared claim again under every other reading
+        if reading != DEFAULT_READING:
+            verdicts += evaluate_claims(_read_claims(study, reading), records, n_examples=n_test)
     table = _factorial(cfg, study, cells, agg)
     data = records_json(study, cells, agg, result, n_steps=cfg.n_steps)
     write_tables(ctx, "factorial", markdown=table["markdown"], csv=table["csv"], data=data)
@@ -581,28 +652,116 @@ def run(cfg: Config, ctx) -> dict:
         f"Training depth: fixed N_t = {cfg.n_steps} or random from {design['random_depths']}; "
         f"evaluation grid {list(study.eval_grid)}; windows "
         + ", ".join(f"{k} = {list(v)}" for k, v in study.fit_windows.items())
-        + "."
+        + f"; FFN activation {cfg.digits.activation}. Readings of θ(t) at the stepped "
+        f"depths: {list(cfg.readings)} ({_readings_line(cfg)})."
     )
     ctx.report(
         "## Design (declared before the run)\n\n"
         + design_markdown(study, cells, training)
         + "\n\n## Factorial table\n\n"
         + table["markdown"]
+        + "\n\n## Path − per-layer model trained alike, per reading\n\n"
+        + _path_minus_per_layer(cfg, study, cells, records)
         + "\n\n## Claims over seeds (declared in task.study.claims)\n\n"
+        + (
+            "Every claim is stated under the reading right (its declared metric); "
+            + ", ".join(f"`<claim>@{r}`: the same claim under the reading {r}" for r in extra)
+            + ".\n\n"
+            if (extra := [r for r in cfg.readings if r != DEFAULT_READING])
+            else f"Every claim is stated under the reading {DEFAULT_READING}.\n\n"
+        )
         + claims_markdown(verdicts)
         + _reference_line(cfg, reference(cfg), ratios, result.levels)
         + f"\n\nThe test split holds {n_test} images per seed."
     )
     head = ("acc.train", "max_change", "dist.train", "acc.adaptive", "max_integrator_change")
+    read = tuple(f"{k}{_suffix(r)}" for r in cfg.readings if r != DEFAULT_READING for k in head)
     ha = agg.get(cells[0].name, {})
     return {
-        **study_summary(cells, result, verdicts, agg, (*head, "beta.update")),
+        **study_summary(cells, result, verdicts, agg, (*head, "beta.update", *read)),
+        "readings": list(cfg.readings),
+        "metric_reading": _readings_line(cfg),
+        "activation": cfg.digits.activation,
         "seconds_per_job_mean": float(
             np.mean([r["seconds_train"] + r["seconds_eval"] for r in result.values()])
         ),
         **{f"headline_{k}_std": ha[k]["std"] for k in ("acc.train", "max_change") if k in ha},
         "jax_devices": str(jax.devices()),
     }
+
+
+def _readings_line(cfg: Config) -> str:
+    """Which reading each metric name carries (console, report, summary)."""
+    extra = [r for r in cfg.readings if r != DEFAULT_READING]
+    return f"unsuffixed metrics: reading {DEFAULT_READING}" + "".join(
+        f"; @{r}: reading {r}" for r in extra
+    )
+
+
+def _read_claims(study: StudyConfig, reading: str) -> StudyConfig:
+    """``study`` with every declared claim restated under ``reading``: its metric
+    suffixed (``acc.prenorm.2@left``), its name ``<claim>@<reading>``, nothing else moved."""
+    at = _suffix(reading)
+    return dataclasses.replace(
+        study,
+        claims=[
+            dataclasses.replace(c, name=f"{c.name}{at}", metric=f"{c.metric}{at}")
+            for c in study.claims
+        ],
+    )
+
+
+def _path_minus_per_layer(cfg: Config, study: StudyConfig, cells, records) -> str:
+    """Test accuracy of every path cell minus the per-layer cell trained alike (same T,
+    training depth and scheme), paired by seed, at every evaluation depth (own scheme)
+    and adaptively, per declared reading: mean ± std, then the per-seed values."""
+    grid = [int(n) for n in study.eval_grid]
+    by = {tuple(c.levels[f] for f in FACTORS if f != "path"): c for c in cells
+          if c.levels["path"] == "per_layer"}  # fmt: skip
+    head = "| cell − per-layer | reading | seeds |" + "".join(f" N={n} |" for n in grid)
+    md = [
+        "Test accuracy of the path model minus the per-layer model trained alike (own "
+        "scheme; paired seeds; mean ± std, per-seed values below each). The readings "
+        "differ only where a step midpoint falls on a jump of θ (the per-layer model below "
+        "its layer count); the adaptive solve does not depend on the reading.",
+        "",
+        head + " adaptive |",
+        "|---|---|---|" + "---|" * (len(grid) + 1),
+    ]
+    rows = 0
+    for c in cells:
+        base = by.get(tuple(c.levels[f] for f in FACTORS if f != "path"))
+        if c.levels["path"] == "per_layer" or base is None:
+            continue
+        a, b = records.get(c.name, {}), records.get(base.name, {})
+        seeds = sorted(set(a) & set(b))
+        if not seeds:
+            continue
+        own = c.levels["scheme"]
+        for reading in cfg.readings:
+            at = _suffix(reading)
+            keys = [f"acc.{own}.{n}{at}" for n in grid] + ["acc.adaptive"]
+            vals = []
+            for k in keys:
+                d = [a[s][k] - b[s][k] for s in seeds if k in a[s] and k in b[s]]
+                one = {"mean": sum(d) / len(d), "std": _std(d), "n": len(d)} if d else None
+                vals.append(
+                    _pm(one) + " [" + " ".join(f"{v:+.3f}" for v in d) + "]" if d else "n/a"
+                )
+            md.append(
+                f"| {c.name} − {base.name} | {reading} | {len(seeds)} | " + " | ".join(vals) + " |"
+            )
+            rows += 1
+    if not rows:
+        return "No path cell has a per-layer cell trained alike in this run."
+    return "\n".join(md)
+
+
+def _std(d: list[float]) -> float:
+    if len(d) < 2:
+        return math.nan
+    m = sum(d) / len(d)
+    return math.sqrt(sum((v - m) ** 2 for v in d) / (len(d) - 1))
 
 
 def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -> str:
@@ -645,39 +804,43 @@ def _pm(a: dict | None, digits: int = 3, sci: bool = False) -> str:
     return mean_std_text(a, ".2e" if sci else f".{digits}f")
 
 
+def _factorial_tables(cfg: Config, study: StudyConfig):
+    """(title, metric pattern, scientific, extra columns) of every table of the factorial
+    section, per declared reading (each title names its reading)."""
+    for reading in cfg.readings:
+        at, r = _suffix(reading), f", reading {reading}"
+        first = reading == cfg.readings[0]
+        yield (
+            f"Test accuracy, own scheme (the training scheme){r}",
+            "acc.{own}.{n}" + at,
+            False,
+            [("adaptive", "acc.adaptive"), ("reference", "acc.reference")] if first else [],
+        )
+        for s in cfg.eval_schemes:
+            yield (f"Test accuracy, stepped by {s}{r}", f"acc.{s}.{{n}}{at}", False, [])
+        yield (
+            f"Distance of the logits to the continuous limit ‖z_N − z_ref‖/‖z_ref‖, own scheme{r}",
+            "dist.{own}.{n}" + at,
+            True,
+            [("adaptive", "dist.adaptive")] if first else [],
+        )
+        for s in cfg.eval_schemes:
+            fit = "–".join(map(str, study.fit_windows[s]))
+            yield (
+                f"Distance to the limit, stepped by {s}{r}",
+                f"dist.{s}.{{n}}{at}",
+                True,
+                [(f"order ({fit})", f"order.{s}{at}")],
+            )
+
+
 def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
     """The factorial table: one row per cell, mean ± std over its seeds at every
     evaluation depth, per evaluation mode (markdown and CSV)."""
     grid = [int(n) for n in study.eval_grid]
     md: list[str] = []
     lead = "| cell | role | seeds |"
-    for title, key, sci, extra in (
-        (
-            "Test accuracy, own scheme (the training scheme)",
-            "acc.{own}.{n}",
-            False,
-            [("adaptive", "acc.adaptive"), ("reference", "acc.reference")],
-        ),
-        *(
-            (f"Test accuracy, stepped by {s}", f"acc.{s}.{{n}}", False, [])
-            for s in cfg.eval_schemes
-        ),
-        (
-            "Distance of the logits to the continuous limit ‖z_N − z_ref‖/‖z_ref‖, own scheme",
-            "dist.{own}.{n}",
-            True,
-            [("adaptive", "dist.adaptive")],
-        ),
-        *(
-            (
-                f"Distance to the limit, stepped by {s}",
-                f"dist.{s}.{{n}}",
-                True,
-                [(f"order ({'–'.join(map(str, study.fit_windows[s]))})", f"order.{s}")],
-            )
-            for s in cfg.eval_schemes
-        ),
-    ):
+    for title, key, sci, extra in _factorial_tables(cfg, study):
         md += [
             f"**{title}** (mean ± std over seeds)",
             "",
@@ -703,9 +866,17 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
         ("update_rel", False),
         ("cpu_train", False),
         ("n_params", False),
+        *(
+            (f"{k}{_suffix(r)}", k == "dist.train")
+            for r in cfg.readings
+            if r != DEFAULT_READING
+            for k in ("acc.train", "max_change", "max_integrator_change", "dist.train")
+        ),
     ]
     md += [
-        "**Per cell** (mean ± std over seeds; β: increment scaling at "
+        "**Per cell** (mean ± std over seeds; acc.train, max_change, "
+        f"max_integrator_change, dist.train under the reading {DEFAULT_READING}, "
+        "`…@<reading>` under another; β: increment scaling at "
         f"{cfg.beta_depth} steps, of the trained controls, of their initialisation and "
         "of the learned update θ − θ₀)",
         "",

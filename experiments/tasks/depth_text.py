@@ -72,7 +72,13 @@ def _paths():
 
 
 #: Names checked before any work (transflow-run help depth_text).
-CHOICES = {"text_path_scheme": _scheme_names, "path": _paths}
+def _activations():
+    from transflow.control import DEPTH_ACTIVATIONS
+
+    return tuple(DEPTH_ACTIVATIONS)
+
+
+CHOICES = {"text_path_scheme": _scheme_names, "path": _paths, "text.activation": _activations}
 
 #: The version of a (model, seed) record: part of its digest (as in experiment=depth).
 RECORD_VERSION = 2
@@ -129,10 +135,19 @@ def record_keys(cfg: Config) -> dict[str, str]:
     depths, models = _depths(cfg), _models(cfg)
     return {
         f"text-{m}": digest(
-            {"version": RECORD_VERSION, "config": dataclasses.asdict(models[m]), "depths": depths}
+            {"version": RECORD_VERSION, "config": _keyed(models[m]), "depths": depths}
         )
         for m in ("path", "per_layer")
     }
+
+
+def _keyed(tcfg: DepthTextConfig) -> dict:
+    """The fields of a model's config in its record key: ``activation`` (added after the
+    records were stored) only when not its default, so earlier records keep their keys."""
+    out = dataclasses.asdict(tcfg)
+    if out["activation"] == "relu":
+        out.pop("activation")
+    return out
 
 
 def _measure(ctx, tcfg: DepthTextConfig, depths: list[int], job) -> dict:

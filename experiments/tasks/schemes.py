@@ -361,7 +361,7 @@ def record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
             "version": RECORD_VERSION,
             "cell": cell_name(task, scheme),
             "seed": int(seed),
-            "training": dataclasses.asdict(_task_config(cfg, task, scheme)),
+            "training": _training_key(_task_config(cfg, task, scheme)),
             "n_sensitivity": int(cfg.n_sensitivity),
             "smoke": bool(ctx.smoke),
             "precision": str(ctx.precision),
@@ -369,6 +369,15 @@ def record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
             **({"test_subset": int(cfg.test_subset)} if cfg.test_subset else {}),
         }
     )
+
+
+def _training_key(tcfg) -> dict:
+    """A job's training config in its record key: the text model's ``activation`` (added
+    after records were stored) only when not its default, so those records keep their keys."""
+    out = dataclasses.asdict(tcfg)
+    if out.get("activation") == "relu":
+        out.pop("activation")
+    return out
 
 
 def _seeds(cfg: Config) -> list[int]:

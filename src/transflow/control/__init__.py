@@ -76,6 +76,7 @@ from ._ngram import (
     window_overlap as window_overlap,
 )
 from ._tasks import (
+    DEPTH_ACTIVATIONS as DEPTH_ACTIVATIONS,
     DEPTH_DIGITS as DEPTH_DIGITS,
     DIGITS as DIGITS,
     SEQUENCE as SEQUENCE,

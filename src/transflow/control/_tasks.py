@@ -30,6 +30,7 @@ from typing import Any
 from ._checkpoint import _say
 
 __all__ = [
+    "DEPTH_ACTIVATIONS",
     "DEPTH_DIGITS",
     "DepthDigitsConfig",
     "DIGITS",
@@ -97,7 +98,10 @@ class DepthDigitsConfig(DigitsConfig):
     ``gradient``: how the training gradient goes through the steps
     (:data:`transflow.control.GRADIENTS`: ``"backprop"``, ``"checkpointed"`` with
     ``checkpoints`` stored states, or the continuous ``"adjoint"`` solved backwards with
-    ``adjoint_solver``; the last two use memory independent of the depth).
+    ``adjoint_solver``; the last two use memory independent of the depth);
+    ``activation``: the FFN's activation, one of :data:`DEPTH_ACTIVATIONS` (``"relu"``,
+    the paper's projection onto S2, whose field is Lipschitz but not C¹; a smooth one
+    such as ``"gelu"`` for a control where only the activation differs).
     """
 
     scheme: str = "prenorm"
@@ -111,6 +115,12 @@ class DepthDigitsConfig(DigitsConfig):
     gradient: str = "backprop"  # "backprop" | "checkpointed" | "adjoint"
     checkpoints: int = 4  # states stored by gradient="checkpointed"
     adjoint_solver: str = "euler"  # the backward solve of gradient="adjoint"
+    activation: str = "relu"  # the FFN's activation (DEPTH_ACTIVATIONS)
+
+
+#: The FFN activations :class:`DepthDigitsConfig` trains with: ReLU (the paper's
+#: projection onto S2, a kink at 0) and smooth ones (a control with a C¹ field).
+DEPTH_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "tanh")
 
 
 @dataclass
@@ -362,12 +372,19 @@ def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
 
     if cfg.path != "none" and cfg.path not in PATH_KINDS:
         raise ValueError(f"`path` must be 'none' or one of {PATH_KINDS}, got {cfg.path!r}.")
+    if cfg.activation not in DEPTH_ACTIVATIONS:
+        raise ValueError(
+            f"`activation` must be one of {DEPTH_ACTIVATIONS}, got {cfg.activation!r}; "
+            "relu is the default (the paper's FFN), a smooth one gives a C¹ field."
+        )
     scheme = _scheme(cfg.scheme, cfg.ffn_branch_dt, cfg.relax_tau)
     path_kw = (
         {}
         if cfg.path == "none"
         else {"path": cfg.path, "path_size": cfg.path_size, "smooth_init": cfg.smooth_init}
     )
+    if cfg.activation != "relu":  # the default model is built exactly as before
+        path_kw["activation"] = cfg.activation
     base = _setup_digits(cfg, seed, key, scheme=scheme, dt=cfg.dt, **path_kw)
     model = base.model
     depths = list(cfg.train_depths) or [cfg.n_steps]

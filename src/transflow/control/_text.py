@@ -254,14 +254,15 @@ def make_char_lm(
     path_size: int | None = None,
     smooth_init: bool = True,
     remat: str = "step",
+    activation: str = "relu",
     dtype=None,
     key,
 ):
     """A causal character-level continuous decoder (a :class:`~transflow.control.FlowModel`).
 
     ``scheme`` (default :class:`~transflow.PreNormScheme`) is wrapped in
-    :class:`~transflow.CausalScheme`; ``path``/``path_size``/``smooth_init`` as in
-    :func:`~transflow.control.make_vit` (``None``: one set of controls per layer).
+    :class:`~transflow.CausalScheme`; ``path``/``path_size``/``smooth_init``/``activation``
+    as in :func:`~transflow.control.make_vit` (``None``: one set of controls per layer).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -276,6 +277,7 @@ def make_char_lm(
     import jax.numpy as jnp
 
     from .. import CausalScheme, PreNormScheme
+    from .._activations import activation_fn
     from ..models._flow import FlowModel, TokenEmbedding, _ffn_copies, _layer_or_path_controls
     from ..schemes._base import AbstractCausal, has
 
@@ -289,6 +291,7 @@ def make_char_lm(
         path_size=path_size,
     )
     check_step("dt", dt, "make_char_lm")
+    activation_fn(activation)  # refuses an unknown name, naming `activation`
     dtype = jnp.float32 if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)
     embed = TokenEmbedding(
@@ -296,7 +299,18 @@ def make_char_lm(
     )
     scheme = PreNormScheme() if scheme is None else scheme
     controls = _layer_or_path_controls(
-        d, n_steps, n_heads, None, dtype, k3, path, path_size, dt, smooth_init, _ffn_copies(scheme)
+        d,
+        n_steps,
+        n_heads,
+        None,
+        dtype,
+        k3,
+        path,
+        path_size,
+        dt,
+        smooth_init,
+        _ffn_copies(scheme),
+        activation,
     )
     return FlowModel(
         embed,
@@ -351,11 +365,15 @@ def _setup_depth_text(cfg: DepthTextConfig, seed: int, key):
 
     from ..continuous import PATH_KINDS
     from ._at_depth import depth_loss
-    from ._tasks import Problem, _scheme
+    from ._tasks import DEPTH_ACTIVATIONS, Problem, _scheme
     from ._train import evaluate
 
     if cfg.path != "none" and cfg.path not in PATH_KINDS:
         raise ValueError(f"`path` must be 'none' or one of {PATH_KINDS}, got {cfg.path!r}.")
+    if cfg.activation not in DEPTH_ACTIVATIONS:
+        raise ValueError(
+            f"`activation` must be one of {DEPTH_ACTIVATIONS}, got {cfg.activation!r}."
+        )
     split = load_text_split(cfg.val_fraction, cfg.corpus, cfg.max_chars)
     model = make_char_lm(
         vocab=len(split.vocab),
@@ -369,6 +387,7 @@ def _setup_depth_text(cfg: DepthTextConfig, seed: int, key):
         path_size=cfg.path_size,
         smooth_init=cfg.smooth_init,
         remat=cfg.remat,
+        activation=cfg.activation,
         key=key,
     )
     xv, yv = validation_windows(cfg, split)

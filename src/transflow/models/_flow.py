@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._activations import activation_fn
 from .._controls import LayerControls, stack_controls
 from .._errors import as_input, check_array, check_number, check_sizes, check_step, check_values
 from .._evolve import evolve
@@ -241,9 +242,10 @@ class FlowModel(eqx.Module):
         return self.readout(self.features(x))
 
 
-def _controls(d, n_steps, n_heads, d_ff, dtype, key, ffn_copies=1):
+def _controls(d, n_steps, n_heads, d_ff, dtype, key, ffn_copies=1, activation="relu"):
     keys = jax.random.split(key, n_steps)
     kw = dict(n_heads=n_heads, d_ff=d_ff, dtype=dtype, ffn_copies=ffn_copies)
+    kw["activation"] = activation  # a static field of the FFN: the draws do not depend on it
     stacked = stack_controls([LayerControls.random(d, **kw, key=k) for k in keys])
     # LayerControls.random scales by a NumPy float64 scalar, which promotes float32 kernels
     # to float64 when x64 is on; cast back so the model has the dtype that was asked for.
@@ -266,6 +268,7 @@ def make_vit(
     path: str | None = None,
     path_size: int | None = None,
     smooth_init: bool = True,
+    activation: str = "relu",
     dtype=jnp.float32,
     key: PRNGKeyArray,
 ) -> FlowModel:
@@ -280,7 +283,9 @@ def make_vit(
     :class:`~transflow.continuous.ControlPath` on ``[0, n_steps·dt]`` with ``path_size``
     = K pieces/knots/basis functions/frequencies (default ``n_steps``), evaluated with
     ``n_steps`` steps; ``smooth_init`` starts it constant in t (see
-    :func:`~transflow.continuous.init_path`).
+    :func:`~transflow.continuous.init_path`). ``activation``: the FFN's activation
+    (:class:`~transflow.FFNParams`; ``"relu"``, the paper's projection onto S2, or a smooth
+    one such as ``"gelu"``); the random draws do not depend on it.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -318,8 +323,20 @@ def make_vit(
         image_shape=(h, w),
         patch=patch,
     )
+    activation_fn(activation)  # refuses an unknown name, naming `activation`
     controls = _layer_or_path_controls(
-        d, n_steps, n_heads, d_ff, dtype, k4, path, path_size, dt, smooth_init, _ffn_copies(scheme)
+        d,
+        n_steps,
+        n_heads,
+        d_ff,
+        dtype,
+        k4,
+        path,
+        path_size,
+        dt,
+        smooth_init,
+        _ffn_copies(scheme),
+        activation,
     )
     head_w = jax.random.normal(k5, (d, n_classes), dtype) / float(np.sqrt(d))
     return FlowModel(
@@ -335,9 +352,10 @@ def make_vit(
     )
 
 
-def _one_layer(d, n_heads, d_ff, dtype, key, ffn_copies=1):
+def _one_layer(d, n_heads, d_ff, dtype, key, ffn_copies=1, activation="relu"):
     """One layer's controls (as ``_controls`` draws them, without the layer axis)."""
-    return jax.tree.map(lambda a: a[0], _controls(d, 1, n_heads, d_ff, dtype, key, ffn_copies))
+    one = _controls(d, 1, n_heads, d_ff, dtype, key, ffn_copies, activation)
+    return jax.tree.map(lambda a: a[0], one)
 
 
 def _ffn_copies(scheme) -> int:
@@ -346,16 +364,27 @@ def _ffn_copies(scheme) -> int:
 
 
 def _layer_or_path_controls(
-    d, n_steps, n_heads, d_ff, dtype, key, path, path_size, dt, smooth, ffn_copies=1
+    d,
+    n_steps,
+    n_heads,
+    d_ff,
+    dtype,
+    key,
+    path,
+    path_size,
+    dt,
+    smooth,
+    ffn_copies=1,
+    activation="relu",
 ):
     """Per-layer controls (``path=None``) or a control path of kind ``path`` on [0, n_steps·dt]
     with ``path_size`` (default ``n_steps``) knots/basis functions, drawn layer-like
     (``ffn_copies`` FFNs per layer: the scheme's, :func:`_ffn_copies`)."""
     if path is None:
-        return _controls(d, n_steps, n_heads, d_ff, dtype, key, ffn_copies)
+        return _controls(d, n_steps, n_heads, d_ff, dtype, key, ffn_copies, activation)
     return init_path(
         path,
-        lambda k: _one_layer(d, n_heads, d_ff, dtype, k, ffn_copies),
+        lambda k: _one_layer(d, n_heads, d_ff, dtype, k, ffn_copies, activation),
         n_steps if path_size is None else path_size,
         key=key,
         t0=0.0,
