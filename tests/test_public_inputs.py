@@ -1725,6 +1725,80 @@ CASES += [
 ]
 
 
+# ------------------------------------------------------------------ continuous, analysis
+def _pc_path():
+    from transflow.continuous import PiecewiseConstant
+
+    return PiecewiseConstant(_theta())
+
+
+def _vf(**kw):
+    from transflow.continuous import vector_field
+
+    return vector_field(**kw)(0.5, _u())
+
+
+def _split_model(n=2):
+    return SplitTransformer(_theta(n=n))
+
+
+CASES += [
+    Case(
+        "transflow.continuous.vector_field",
+        _vf,
+        lambda: dict(scheme=transflow.PreNormScheme(), path=_pc_path()),
+        {
+            "scheme": [None, "prenorm"],
+            "path": [None, _theta()],
+            "grid": ["index", 3],
+        },
+    ),
+    Case(
+        "transflow.continuous.compare_adjoints",
+        _mod("continuous", "compare_adjoints"),
+        lambda: dict(
+            u0=_u(),
+            path=_pc_path(),
+            scheme=transflow.PreNormScheme(),
+            stepsize_controller=transflow.Adaptive(rtol=1e-4, atol=1e-4),
+        ),
+        {
+            # a wrong feature size (d = 7 for a path of d = 8) is not yet refused in one line
+            "u0": [_with(_u()), _with(_u(), INF), _u().astype(jnp.int32), _u()[0]],
+            "path": [None, _theta()],
+            "scheme": [None, "prenorm"],
+            "stepsize_controller": ["adaptive", 1e-4],
+            "target": [_with(_u()), _u()[:, :-1]],
+        },
+    ),
+    Case(
+        "transflow.analysis.trajectory",
+        _mod("analysis", "trajectory"),
+        lambda: dict(model=_split_model(), x=_u()),
+        {
+            "x": _bad_arrays(_u()) + [jnp.ones((4, 8), bool)],
+            "substeps": ["yes", 1],
+            "grid": ["index"],
+            "causal": ["yes"],
+        },
+        needle={"x": "`x`|`u`"},  # a SplitTransformer names its input `u`
+    ),
+    Case(
+        "transflow.analysis.as_flow",
+        _mod("analysis", "as_flow"),
+        lambda: dict(model=_split_model(), x=_u()),
+        {"x": _bad_arrays(_u()), "grid": ["index"], "causal": ["yes", 1]},
+        needle={"x": "`x`|`u`"},  # a SplitTransformer names its input `u`
+    ),
+    Case(
+        "transflow.analysis.depth_scaling",
+        _mod("analysis", "depth_scaling"),
+        lambda: dict(models=[_split_model(2), _split_model(4)]),
+        {"models": [[], [_split_model(2)], None, lambda: _split_model(2)]},
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():
