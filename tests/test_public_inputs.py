@@ -1494,6 +1494,311 @@ CASES += [
 ]
 
 
+# ------------------------------------------------------------------ transflow.control
+def _vit(**kw):
+    from transflow.control import make_vit
+
+    opts = dict(d=8, n_steps=2, n_heads=1, patch=2, image_shape=(4, 4), n_classes=3)
+    return make_vit(**{**opts, **kw}, key=jax.random.key(0))
+
+
+def _vit_prenorm():
+    return _vit(path="linear", scheme=transflow.PreNormScheme())
+
+
+def _images(n=3):
+    return jax.random.uniform(jax.random.key(1), (n, 4, 4), jnp.float32)
+
+
+def _labels(n=3):
+    return jnp.arange(n) % 3
+
+
+_BAD_MODEL = [None, "model"]
+_BAD_IMAGES = [_with(_images()), jnp.zeros((0, 4, 4)), jnp.ones((3, 4, 4), bool)]
+_BAD_LABELS = [jnp.zeros(2, jnp.int32), jnp.zeros(3)]
+_BAD_DEPTHS = [[], [0], [2, -1], [2.5], "4", NAN]
+
+
+def _ctl(name):
+    return lambda **kw: _mod("control", name)(**kw)
+
+
+def _opt():
+    from transflow.control import make_optimizer
+
+    return make_optimizer(1e-2, num_steps=2)
+
+
+def _batch_fn(step):
+    return _images(2), _labels(2)
+
+
+def _seq_cfg(**kw):
+    from transflow.control import SequenceConfig
+
+    opts = dict(d=8, n_steps=1, n_heads=1, steps=2, batch_size=4, n_test=8, log_every=1)
+    opts.update(eval_every=2, checkpoint_every=2, checkpoint_dir="run", warmup_steps=0)
+    return SequenceConfig(**{**opts, **kw})
+
+
+_TRAINED: dict[str, str] = {}
+
+
+def _trained_dir():
+    """A run directory holding the checkpoints of a 2-step sequence run (made once)."""
+    if "dir" not in _TRAINED:
+        import tempfile
+
+        from transflow.control import run_training
+
+        run_dir = tempfile.mkdtemp()
+        run_training("sequence", _seq_cfg(), run_dir=run_dir, progress=lambda it, **k: it)
+        _TRAINED["dir"] = str(Path(run_dir) / "checkpoints")
+    return _TRAINED["dir"]
+
+
+def _ckpt_dir():
+    import tempfile
+
+    from transflow.control import save_checkpoint
+
+    d = tempfile.mkdtemp()
+    save_checkpoint(d, 1, {"w": jnp.ones(2)})
+    return d
+
+
+CASES += [
+    Case(
+        "transflow.control.at_depth",
+        _ctl("at_depth"),
+        lambda: dict(model=_vit(), n_steps=4),
+        {"model": _BAD_MODEL, "n_steps": BAD_SIZE, "reading": ["middle", None]},
+    ),
+    Case(
+        "transflow.control.depth_accuracy",
+        _ctl("depth_accuracy"),
+        lambda: dict(model=_vit(), x=_images(), y=_labels(), depths=(2,), adaptive=None),
+        {
+            "model": _BAD_MODEL,
+            "x": _BAD_IMAGES,
+            "y": _BAD_LABELS,
+            "depths": _BAD_DEPTHS,
+            "batch_size": BAD_SIZE,
+            "split": ["yes"],
+            "reading": ["middle"],
+            "adaptive": ["adaptive", 1e-5],
+        },
+    ),
+    Case(
+        "transflow.control.depth_loss",
+        lambda **kw: _mod("control", "depth_loss")(**kw)(_vit(), _images(), _labels()),
+        lambda: dict(depths=[2, 4]),
+        {
+            "depths": _BAD_DEPTHS,
+            "smoothness": [-1.0, NAN, INF, "0"],
+            "loss_fn": [None, 3],
+            "gradient": ["exact", None],
+            "checkpoints": BAD_SIZE,
+            "adjoint_solver": ["rk4"],
+        },
+    ),
+    Case(
+        "transflow.control.adaptive_logits",
+        _ctl("adaptive_logits"),
+        lambda: dict(model=_vit_prenorm(), x=_images()[0]),
+        {
+            "model": _BAD_MODEL,
+            "x": [_with(_images()[0]), _with(_images()[0], INF), jnp.ones((4, 4), bool)],
+            "stepsize_controller": ["adaptive", 1e-5],
+            "split": ["yes", 1],
+        },
+    ),
+    Case(
+        "transflow.control.flow_logits",
+        _ctl("flow_logits"),
+        lambda: dict(model=_vit_prenorm(), x=_images()),
+        {
+            "model": _BAD_MODEL,
+            "x": _BAD_IMAGES,
+            "gradient": ["exact"],
+            "checkpoints": BAD_SIZE,
+            "adjoint_solver": ["rk4"],
+        },
+    ),
+    Case(
+        "transflow.control.cross_entropy_loss",
+        _ctl("cross_entropy_loss"),
+        lambda: dict(model=_vit(), x=_images(), y=_labels()),
+        {"model": _BAD_MODEL, "x": [None, 3.0], "y": _BAD_LABELS + [None]},
+    ),
+    Case(
+        "transflow.control.evaluate",
+        _ctl("evaluate"),
+        lambda: dict(model=_vit(), x=_images(), y=_labels(), batch_size=2),
+        {
+            "model": _BAD_MODEL,
+            "x": _BAD_IMAGES,
+            "y": [jnp.zeros(2, jnp.int32), jnp.zeros(())],
+            "batch_size": BAD_SIZE,
+            "loss_fn": [None],
+        },
+    ),
+    Case(
+        "transflow.control.make_step",
+        _ctl("make_step"),
+        lambda: dict(optimizer=_opt()),
+        {"optimizer": [None, "adam", 1e-3], "loss_fn": [None, 3]},
+    ),
+    Case(
+        "transflow.control.train",
+        _ctl("train"),
+        lambda: dict(
+            model=_vit(),
+            optimizer=_opt(),
+            batch_fn=_batch_fn,
+            num_steps=2,
+            key=jax.random.key(0),
+            progress=None,
+        ),
+        {
+            "optimizer": [None, "adam"],
+            "batch_fn": [None, (1, 2)],
+            "num_steps": BAD_SIZE,
+            "key": [None, 0, jnp.zeros(3)],
+            "loss_fn": [None],
+            "checkpoint_dir": [3, ""],
+            "checkpoint_every": BAD_SIZE,
+            "keep": BAD_SIZE,
+            "log_every": BAD_SIZE,
+            "eval_every": BAD_SIZE,
+            "throttle": [-1.0, NAN, INF],
+            "eval_fn": [3],
+        },
+    ),
+    Case(
+        "transflow.control.save_checkpoint",
+        lambda **kw: _mod("control", "save_checkpoint")(**kw, state={"w": jnp.ones(2)}),
+        lambda: dict(directory=_ckpt_dir(), step=2),
+        {
+            "directory": [None, 3, ""],
+            "step": [-1, 2.5, NAN, True, "2"],
+            "keep": BAD_SIZE,
+            "meta": [[1], "x"],
+        },
+    ),
+    Case(
+        "transflow.control.load_latest_checkpoint",
+        lambda **kw: _mod("control", "load_latest_checkpoint")(**kw, like={"w": jnp.zeros(2)}),
+        lambda: dict(directory=_ckpt_dir()),
+        {"directory": [None, 3], "log": [None, "stderr"]},
+    ),
+    Case(
+        "transflow.control.list_checkpoints",
+        _ctl("list_checkpoints"),
+        lambda: dict(directory=_ckpt_dir()),
+        {"directory": [None, 3, ""]},
+    ),
+    Case(
+        "transflow.control.run_training",
+        lambda **kw: _mod("control", "run_training")(**kw, progress=lambda it, **k: it),
+        lambda: dict(task="sequence", cfg=_seq_cfg(steps=1), run_dir=_ckpt_dir()),
+        {
+            "task": ["sequences", None, 3],
+            "cfg": [{"d": 8}, None],
+            "run_dir": [None, 3],
+            "seed": [-1, 2.5, NAN, "0"],
+            "smoke": ["yes", 1],
+        },
+    ),
+    Case(
+        "transflow.control.load_trained",
+        _ctl("load_trained"),
+        lambda: dict(task="sequence", path=_trained_dir(), cfg=_seq_cfg()),
+        {
+            "task": ["sequences", None],
+            "path": [None, 3],
+            "seed": [-1, 2.5, "0"],
+            "cfg": [{"d": 8}, 3],
+        },
+    ),
+]
+
+
+# ------------------------------------------------------------------ continuous, analysis
+def _pc_path():
+    from transflow.continuous import PiecewiseConstant
+
+    return PiecewiseConstant(_theta())
+
+
+def _vf(**kw):
+    from transflow.continuous import vector_field
+
+    return vector_field(**kw)(0.5, _u())
+
+
+def _split_model(n=2):
+    return SplitTransformer(_theta(n=n))
+
+
+CASES += [
+    Case(
+        "transflow.continuous.vector_field",
+        _vf,
+        lambda: dict(scheme=transflow.PreNormScheme(), path=_pc_path()),
+        {
+            "scheme": [None, "prenorm"],
+            "path": [None, _theta()],
+            "grid": ["index", 3],
+        },
+    ),
+    Case(
+        "transflow.continuous.compare_adjoints",
+        _mod("continuous", "compare_adjoints"),
+        lambda: dict(
+            u0=_u(),
+            path=_pc_path(),
+            scheme=transflow.PreNormScheme(),
+            stepsize_controller=transflow.Adaptive(rtol=1e-4, atol=1e-4),
+        ),
+        {
+            # a wrong feature size (d = 7 for a path of d = 8) is not yet refused in one line
+            "u0": [_with(_u()), _with(_u(), INF), _u().astype(jnp.int32), _u()[0]],
+            "path": [None, _theta()],
+            "scheme": [None, "prenorm"],
+            "stepsize_controller": ["adaptive", 1e-4],
+            "target": [_with(_u()), _u()[:, :-1]],
+        },
+    ),
+    Case(
+        "transflow.analysis.trajectory",
+        _mod("analysis", "trajectory"),
+        lambda: dict(model=_split_model(), x=_u()),
+        {
+            "x": _bad_arrays(_u()) + [jnp.ones((4, 8), bool)],
+            "substeps": ["yes", 1],
+            "grid": ["index"],
+            "causal": ["yes"],
+        },
+        needle={"x": "`x`|`u`"},  # a SplitTransformer names its input `u`
+    ),
+    Case(
+        "transflow.analysis.as_flow",
+        _mod("analysis", "as_flow"),
+        lambda: dict(model=_split_model(), x=_u()),
+        {"x": _bad_arrays(_u()), "grid": ["index"], "causal": ["yes", 1]},
+        needle={"x": "`x`|`u`"},  # a SplitTransformer names its input `u`
+    ),
+    Case(
+        "transflow.analysis.depth_scaling",
+        _mod("analysis", "depth_scaling"),
+        lambda: dict(models=[_split_model(2), _split_model(4)]),
+        {"models": [[], [_split_model(2)], None, lambda: _split_model(2)]},
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():

@@ -466,3 +466,63 @@ def check_same_shape(names: tuple[str, str], a: Any, b: Any, owner: str | None =
             f"{where}`{names[1]}` must have the shape of `{names[0]}`, {tuple(a.shape)}, "
             f"got {tuple(b.shape)}."
         )
+
+
+def check_key(name: str, key: Any, owner: str | None = None) -> None:
+    """Raise unless ``key`` is a JAX PRNG key: a typed key (``jax.random.key``) or a raw
+    uint32 key of shape (2,) (``jax.random.PRNGKey``)."""
+    ok = hasattr(key, "dtype") and hasattr(key, "shape")
+    if ok and not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        ok = key.dtype == jnp.uint32 and tuple(key.shape) == (2,)
+    if not ok:
+        where = f"{owner}: " if owner else ""
+        got = f"{type(key).__name__} {key!r:.40}"
+        raise TypeError(
+            f"{where}`{name}` must be a JAX PRNG key, got {got}; pass e.g. "
+            f"{name}=jax.random.key(0)."
+        )
+
+
+def check_path(name: str, value: Any, owner: str | None = None) -> None:
+    """Raise unless ``value`` is a file-system path (a ``str`` or an ``os.PathLike``)."""
+    import os
+
+    if not isinstance(value, str | os.PathLike) or value == "":
+        where = f"{owner}: " if owner else ""
+        raise TypeError(
+            f"{where}`{name}` must be a path (str or pathlib.Path), got "
+            f"{type(value).__name__} {value!r:.40}; pass e.g. {name}='runs/ckpt'."
+        )
+
+
+def check_sequence(
+    name: str,
+    values: Any,
+    owner: str | None = None,
+    *,
+    integer: bool = True,
+    lower: float | None = 0,
+    strict: bool = True,
+    example: str = "[4, 8]",
+    nonempty: bool = True,
+) -> list:
+    """Return ``list(values)``, raising unless it is a (non-empty) sequence of numbers
+    each passing :func:`check_number` with the given bounds (e.g. a list of depths)."""
+    where = f"{owner}: " if owner else ""
+    kind = "integers" if integer else "finite numbers"
+    bound = "" if lower is None else f" {'>' if strict else '>='} {lower}"
+    want = f"{where}`{name}` must be a {'non-empty ' if nonempty else ''}sequence of {kind}{bound}"
+    is_seq = isinstance(values, list | tuple | range) or (
+        isinstance(values, np.ndarray | jax.Array) and values.ndim == 1
+    )
+    if not is_seq:
+        raise TypeError(f"{want}, got {type(values).__name__} {values!r:.40}; pass e.g. {example}.")
+    out = list(values)
+    if nonempty and not out:
+        raise ValueError(f"{want}, got {values!r}; pass e.g. {example}.")
+    for v in out:
+        try:
+            check_number(name, v, lower=lower, strict=strict, integer=integer)
+        except (TypeError, ValueError):
+            raise ValueError(f"{want}, got {values!r:.60}; pass e.g. {example}.") from None
+    return out

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._errors import check_values
+from ._errors import check_kind, check_same_shape, check_values
 from ._grid import Grid
 from ._integrate import Adaptive, AdaptiveResult, check_option, solve_ode
 from ._paths import ControlPath
@@ -80,6 +80,9 @@ def vector_field(scheme: AbstractScheme, path: ControlPath, *, grid: Grid | None
         >>> bool(jnp.allclose(f(0.5, u), fd, atol=1e-2))
         True
     """
+    check_kind("scheme", scheme, AbstractScheme, "vector_field", "pass e.g. PreNormScheme()")
+    if grid is not None:
+        check_kind("grid", grid, Grid, "vector_field", "pass e.g. Grid.index(n, d) or None")
     field = ode_field(scheme, grid=grid)
     if not isinstance(path, ControlPath):
         raise TypeError(f"`path` must be a ControlPath, got {type(path).__name__}.")
@@ -205,8 +208,16 @@ def compare_adjoints(
     controller = check_option(
         "stepsize_controller", controller, Adaptive, "Adaptive(rtol=1e-10, atol=1e-10)"
     )
+    owner = "compare_adjoints"
+    u0 = check_values("u0", u0, owner, ndim=2)
+    check_kind("path", path, ControlPath, owner, "pass e.g. PiecewiseConstant(theta)")
+    check_kind("scheme", scheme, AbstractScheme, owner, "pass e.g. PreNormScheme()")
     check_consistent(scheme)
-    target = jnp.ones_like(u0) if target is None else target
+    if target is None:
+        target = jnp.ones_like(u0)
+    else:
+        target = check_values("target", target, owner)
+        check_same_shape(("u0", "target"), u0, target, owner)
 
     def loss(pu, adjoint):
         options = dataclasses.replace(controller, adjoint=adjoint)

@@ -210,6 +210,12 @@ def depth_scaling(models: Sequence[Any]) -> dict[str, Any]:
         >>> round(depth_scaling([model(4), model(8), model(16)])["beta"], 1)
         1.0
     """
+    if not isinstance(models, list | tuple) or len(models) < 2:
+        raise ValueError(
+            f"depth_scaling: `models` must be a list of >= 2 models of different depths (the "
+            f"exponent is a fit), got {type(models).__name__} of length "
+            f"{len(models) if isinstance(models, list | tuple) else '-'}."
+        )
     depths, mx = [], []
     for m in models:
         blocks = control_blocks(m)

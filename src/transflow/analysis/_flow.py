@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._controls import NormParams, num_steps
+from .._errors import check_flag, check_kind, check_values
 from .._grid import Grid
 from ..models._encoder import SplitTransformer
 from ..schemes._base import AbstractScheme, _project
@@ -110,6 +111,22 @@ def _check_window(model, n: int) -> None:
         )
 
 
+def _check_input(x, grid, causal, owner: str) -> None:
+    """``x`` (an array of numbers, finite if floats), ``grid`` (a Grid or None), ``causal``."""
+    if grid is not None:
+        check_kind("grid", grid, Grid, owner, "pass e.g. Grid.index(n, d) or None")
+    check_flag("causal", causal, owner)
+    if not hasattr(x, "dtype"):
+        x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        check_values("x", x, owner)
+    elif not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(
+            f"{owner}: `x` must be features or images (floats) or token ids (integers), got "
+            f"dtype {x.dtype}."
+        )
+
+
 def as_flow(model, x, *, grid: Grid | None = None, causal: bool = False) -> Flow:
     """Read ``model`` applied to one input ``x`` as a :class:`Flow`.
 
@@ -122,6 +139,7 @@ def as_flow(model, x, *, grid: Grid | None = None, causal: bool = False) -> Flow
     Raises:
         TypeError: ``model`` is not a model transflow builds (the message lists them).
     """
+    _check_input(x, grid, causal, "as_flow")
     FlowModel, VisionTransformer, CausalDecoder, CvtStageModel = _kinds()
     if isinstance(model, SplitTransformer):
         u0 = model._check(jnp.asarray(x), grid)
@@ -292,6 +310,7 @@ def trajectory(model, x, *, substeps: bool = False, grid: Grid | None = None, ca
         >>> list(trajectory(model, u, substeps=True))[:3]
         ['input', '1/attention', '1/ln1']
     """
+    check_flag("substeps", substeps, "trajectory")
     flow = as_flow(model, x, grid=grid, causal=causal)
     if not substeps:
         states = [flow.u0]

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._errors import check_callable, check_flag, check_number, check_sequence, check_values
 from .._integrate import Adaptive, check_option, solve_steps
 from .._paths import READINGS, PiecewiseConstant, Reading
 from .._solve import solve_adaptive, vector_field
@@ -61,6 +62,33 @@ def _check_model(model) -> FlowModel:
     if not isinstance(model, FlowModel):
         raise TypeError(f"`model` must be a transflow.control.FlowModel, got {type(model)}.")
     return model
+
+
+def _check_x(x, owner: str):
+    """A batch or an example: images (floats, finite) or token ids (integers)."""
+    if not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    if x.ndim < 1 or x.shape[0] == 0:
+        raise ValueError(f"{owner}: `x` must hold at least one entry, got shape {x.shape}.")
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        # a traced x (a training step's batch, the vmapped solve of depth_accuracy) was
+        # checked where it entered: only its type is checked here, for free
+        return x if isinstance(x, jax.core.Tracer) else check_values("x", x, owner)
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(
+            f"{owner}: `x` must be images (floats) or token ids (integers), got dtype {x.dtype}."
+        )
+    return x
+
+
+_SOLVERS = ("euler", "heun", "tsit5")
+
+
+def _check_adjoint_solver(adjoint_solver, owner: str) -> None:
+    if adjoint_solver not in _SOLVERS:
+        raise ValueError(
+            f"{owner}: `adjoint_solver` must be one of {_SOLVERS}, got {adjoint_solver!r}."
+        )
 
 
 def at_depth(model: FlowModel, n_steps: int, reading: Reading = "right") -> FlowModel:
@@ -130,8 +158,11 @@ def adaptive_logits(
     """
     model = _check_model(model)
     controller = check_option("stepsize_controller", stepsize_controller, Adaptive, "Adaptive()")
+    check_flag("split", split, "adaptive_logits")
     check_consistent(model.scheme, "adaptive_logits")
-    x = jnp.asarray(x)  # images in the model's dtype; token ids stay integers
+    x = jnp.asarray(
+        _check_x(x, "adaptive_logits")
+    )  # images in the model's dtype; token ids stay integers
     u0 = model.embed(x.astype(model.head_w.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x)
     res = solve_adaptive(
         u0, _path_of(model), model.scheme, controller, grid=model.embed.grid(), split=split
@@ -180,12 +211,22 @@ def depth_accuracy(
         >>> r["depths"], len(r["accuracy"])
         ([2, 4], 2)
     """
+    owner = "depth_accuracy"
     model = _check_model(model)
     if reading not in READINGS:
         raise ValueError(f"`reading` must be one of {READINGS}, got {reading!r}.")
     if adaptive is not None:
         adaptive = check_option("adaptive", adaptive, Adaptive, "Adaptive(rtol=1e-5, atol=1e-5)")
+    depths = check_sequence("depths", depths, owner, example="(4, 8, 16)")
+    check_number("batch_size", batch_size, owner, lower=0, integer=True, example="128")
+    check_flag("split", split, owner)
+    x = _check_x(x, owner)
     y = np.asarray(y)
+    if y.ndim < 1 or y.shape[0] != x.shape[0] or not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(
+            f"{owner}: `y` must hold integer labels, one per example of `x` ({x.shape[0]}), "
+            f"got {y.dtype} of shape {y.shape}."
+        )
 
     def batched(fn):
         outs = [fn(jnp.asarray(x[i : i + batch_size])) for i in range(0, len(x), batch_size)]
@@ -250,12 +291,12 @@ def depth_loss(
         >>> loss.shape
         ()
     """
-    depths = [int(n) for n in depths]
-    if not depths or min(depths) < 1:
-        raise ValueError(f"`depths` must be a non-empty list of integers >= 1, got {depths}.")
-    if not smoothness >= 0:
-        raise ValueError(f"`smoothness` (λ) must be >= 0, got {smoothness!r}.")
+    owner = "depth_loss"
+    depths = [int(n) for n in check_sequence("depths", depths, owner, example="[4, 8, 16]")]
+    check_number("smoothness", smoothness, owner, lower=0, strict=False, example="0.0")
+    check_callable("loss_fn", loss_fn, owner, "cross_entropy_loss")
     _check_gradient(gradient, checkpoints)
+    _check_adjoint_solver(adjoint_solver, owner)
     if gradient != "backprop":
         loss_fn = _flow_loss(gradient, checkpoints, adjoint_solver)
 
@@ -345,10 +386,8 @@ def flow_logits(
     model = _check_model(model)
     _check_gradient(gradient, checkpoints)
     solvers = {"euler": diffrax.Euler, "heun": diffrax.Heun, "tsit5": diffrax.Tsit5}
-    if adjoint_solver not in solvers:
-        raise ValueError(
-            f"`adjoint_solver` must be one of {sorted(solvers)}, got {adjoint_solver!r}."
-        )
+    _check_adjoint_solver(adjoint_solver, "flow_logits")
+    x = _check_x(x, "flow_logits")
     if gradient == "backprop":
         return _logits_batch_plain(model, x)
     path = _path_of(model)

@@ -30,7 +30,7 @@ from typing import Any
 
 import equinox as eqx
 
-from .._errors import CheckpointError  # one error type for every checkpoint reader
+from .._errors import CheckpointError, check_callable, check_number, check_path  # noqa: E501 (one error type for every checkpoint reader)
 
 __all__ = [
     "save_checkpoint",
@@ -49,6 +49,7 @@ def _say(msg: str) -> None:
 
 def list_checkpoints(directory: str | os.PathLike) -> list[tuple[int, pathlib.Path]]:
     """``(step, path)`` of the checkpoint files in ``directory``, oldest first."""
+    check_path("directory", directory, "list_checkpoints")
     d = pathlib.Path(directory)
     if not d.is_dir():
         return []
@@ -100,10 +101,14 @@ def save_checkpoint(
         >>> step, state["w"].tolist()
         (3, [1.0, 1.0])
     """
-    if not isinstance(step, int) or step < 0:
-        raise ValueError(f"`step` must be an int >= 0, got {step!r}.")
-    if keep is not None and (not isinstance(keep, int) or keep < 1):
-        raise ValueError(f"`keep` must be a positive int or None, got {keep!r}.")
+    owner = "save_checkpoint"
+    check_path("directory", directory, owner)
+    check_number("step", step, owner, lower=0, strict=False, integer=True, example="0")
+    if keep is not None:
+        check_number("keep", keep, owner, lower=0, integer=True, example="3 (or None)")
+    if meta is not None and not isinstance(meta, dict):
+        raise TypeError(f"{owner}: `meta` must be a dict or None, got {type(meta).__name__}.")
+    step = int(step)
     d = pathlib.Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
@@ -192,6 +197,8 @@ def load_latest_checkpoint(
         ValueError: a checkpoint passes its checksum but does not fit ``like`` (it was
             written by a different configuration).
     """
+    check_path("directory", directory, "load_latest_checkpoint")
+    check_callable("log", log, "load_latest_checkpoint", "print")
     d = pathlib.Path(directory)
     if not d.is_dir():
         return None

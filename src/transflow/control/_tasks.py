@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._errors import check_flag, check_number, check_path
 from ._checkpoint import _say
 
 __all__ = [
@@ -176,7 +177,10 @@ def _as_config(cls, cfg) -> Any:
         else [n for n in names if n not in cfg]
     )
     if missing:
-        raise ValueError(f"the task config lacks the fields {missing} of {cls.__name__}.")
+        raise ValueError(
+            f"`cfg` lacks the fields {missing} of {cls.__name__}; pass a {cls.__name__} "
+            "(or a mapping with its fields)."
+        )
     get = (lambda n: cfg[n]) if isinstance(cfg, dict) else (lambda n: getattr(cfg, n))
     return cls(**{n: get(n) for n in names})
 
@@ -500,12 +504,11 @@ def run_training(
 
     from ._train import _default_progress, make_optimizer, train
 
-    if isinstance(task, str):
-        if task not in TRAINING_TASKS:
-            raise ValueError(
-                f"`task` must be one of {sorted(TRAINING_TASKS)} or a TrainingTask, got {task!r}."
-            )
-        task = TRAINING_TASKS[task]
+    owner = "run_training"
+    task = _resolve_task(task, owner)
+    check_path("run_dir", run_dir, owner)
+    check_number("seed", seed, owner, lower=0, strict=False, integer=True, example="0")
+    check_flag("smoke", smoke, owner)
     cfg = _as_config(task.config, cfg)
     if smoke:
         cfg = dataclasses.replace(
@@ -544,6 +547,18 @@ def run_training(
     return summary, result
 
 
+def _resolve_task(task, owner: str) -> TrainingTask:
+    """A :class:`TrainingTask` from itself or its name in :data:`TRAINING_TASKS`."""
+    if isinstance(task, TrainingTask):
+        return task
+    if not isinstance(task, str) or task not in TRAINING_TASKS:
+        raise ValueError(
+            f"{owner}: `task` must be one of {sorted(TRAINING_TASKS)} or a TrainingTask, got "
+            f"{task!r:.40}."
+        )
+    return TRAINING_TASKS[task]
+
+
 def _checkpoint_template(task: TrainingTask, cfg, seed: int) -> dict:
     """The state :func:`run_training` checkpoints, at step 0 (the pytree to load into)."""
     import equinox as eqx
@@ -577,8 +592,11 @@ def load_trained(task: TrainingTask | str, path, cfg=None, seed: int = 0) -> tup
     """
     from ._checkpoint import load_latest_checkpoint
 
-    task = TRAINING_TASKS[task] if isinstance(task, str) else task
-    cfg = task.config() if cfg is None else cfg
+    owner = "load_trained"
+    task = _resolve_task(task, owner)
+    check_path("path", path, owner)
+    check_number("seed", seed, owner, lower=0, strict=False, integer=True, example="0")
+    cfg = task.config() if cfg is None else _as_config(task.config, cfg)
     found = load_latest_checkpoint(path, _checkpoint_template(task, cfg, seed))
     if found is None:
         raise ValueError(f"{str(path)!r}: no valid ckpt-*.eqx checkpoint of task {task.name!r}.")

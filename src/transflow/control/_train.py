@@ -20,7 +20,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .._errors import check_number, check_step
+from .._errors import (
+    check_callable,
+    check_key,
+    check_kind,
+    check_number,
+    check_path,
+    check_step,
+    check_values,
+)
 from ._checkpoint import _say, load_latest_checkpoint, save_checkpoint
 
 __all__ = [
@@ -41,10 +49,42 @@ def cross_entropy_loss(model, x, y, key=None):
     kept so that losses with randomness fit the same signature.
     """
     del key
+    _check_labels(model, x, y, "cross_entropy_loss")
     logits = jax.vmap(model)(x)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
     acc = jnp.mean(jnp.argmax(logits, axis=-1).astype(y.dtype) == y)
     return loss, acc
+
+
+def _check_labels(model, x, y, owner: str) -> None:
+    """Static checks of a loss's ``(model, x, y)`` (free under ``jit``: types and shapes)."""
+    check_callable("model", model, owner, "a FlowModel")
+    for name, v in (("x", x), ("y", y)):
+        if not hasattr(v, "shape") or not hasattr(v, "dtype") or len(v.shape) < 1:
+            raise TypeError(
+                f"{owner}: `{name}` must be a batch (an array with a leading batch axis), got "
+                f"{type(v).__name__} {v!r:.40}."
+            )
+    if not jnp.issubdtype(y.dtype, jnp.integer):
+        raise TypeError(
+            f"{owner}: `y` must hold integer class labels, got dtype {y.dtype}; cast them, "
+            "e.g. `y.astype(jnp.int32)`."
+        )
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"{owner}: `y` must have one label per example of `x` ({x.shape[0]}), got shape "
+            f"{tuple(y.shape)}."
+        )
+
+
+def _check_optimizer(optimizer, owner: str) -> None:
+    check_kind(
+        "optimizer",
+        optimizer,
+        optax.GradientTransformation,
+        owner,
+        "pass an optax transformation, e.g. make_optimizer(1e-3, num_steps=100)",
+    )
 
 
 def make_optimizer(
@@ -94,6 +134,8 @@ def make_step(optimizer: optax.GradientTransformation, loss_fn: Callable = cross
         >>> loss.shape
         ()
     """
+    _check_optimizer(optimizer, "make_step")
+    check_callable("loss_fn", loss_fn, "make_step", "cross_entropy_loss")
 
     @eqx.filter_jit
     def step(model, opt_state, x, y, key):
@@ -111,6 +153,11 @@ def make_step(optimizer: optax.GradientTransformation, loss_fn: Callable = cross
 
 def evaluate(model, x, y, *, batch_size: int = 512, loss_fn: Callable = cross_entropy_loss):
     """Mean loss and accuracy of ``model`` on ``(x, y)``, in batches (jitted)."""
+    owner = "evaluate"
+    check_number("batch_size", batch_size, owner, lower=0, integer=True, example="512")
+    check_callable("loss_fn", loss_fn, owner, "cross_entropy_loss")
+    check_callable("model", model, owner, "a FlowModel")
+    x, y = _check_data(x, y, owner)
     fn = eqx.filter_jit(loss_fn)
     n = len(x)
     tot_loss = tot_acc = 0.0
@@ -120,6 +167,28 @@ def evaluate(model, x, y, *, batch_size: int = 512, loss_fn: Callable = cross_en
         tot_loss += float(loss) * len(xb)
         tot_acc += float(acc) * len(xb)
     return {"loss": tot_loss / n, "accuracy": tot_acc / n}
+
+
+def _check_data(x, y, owner: str):
+    """``(x, y)`` as arrays: ``x`` finite (images) or integer (token ids), not empty."""
+    if not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    if not hasattr(y, "dtype"):
+        y = np.asarray(y)
+    if x.ndim < 1 or x.shape[0] == 0:
+        raise ValueError(f"{owner}: `x` must hold at least one example, got shape {x.shape}.")
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        x = check_values("x", x, owner)
+    elif not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(
+            f"{owner}: `x` must be images (floats) or token ids (integers), got dtype {x.dtype}."
+        )
+    if y.ndim < 1 or y.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"{owner}: `y` must have one target per example of `x` ({x.shape[0]}), got shape "
+            f"{tuple(y.shape)}."
+        )
+    return x, y
 
 
 def _default_progress(iterable: Iterable, total: int | None = None, desc: str = ""):
@@ -207,10 +276,24 @@ def train(
     Returns:
         A :class:`TrainResult`.
     """
-    if not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(f"`num_steps` must be a positive int, got {num_steps!r}.")
-    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-        raise ValueError(f"`checkpoint_every` must be a positive int, got {checkpoint_every!r}.")
+    owner = "train"
+    _check_optimizer(optimizer, owner)
+    check_callable("batch_fn", batch_fn, owner, "lambda step: (x, y)")
+    check_number("num_steps", num_steps, owner, lower=0, integer=True, example="100")
+    check_key("key", key, owner)
+    check_callable("loss_fn", loss_fn, owner, "cross_entropy_loss")
+    if checkpoint_dir is not None:
+        check_path("checkpoint_dir", checkpoint_dir, owner)
+    check_number("checkpoint_every", checkpoint_every, owner, lower=0, integer=True, example="100")
+    if keep is not None:
+        check_number("keep", keep, owner, lower=0, integer=True, example="3 (or None)")
+    check_number("log_every", log_every, owner, lower=0, integer=True, example="10")
+    if eval_every is not None:
+        check_number("eval_every", eval_every, owner, lower=0, integer=True, example="100")
+    check_number("throttle", throttle, owner, lower=0, strict=False, example="0.0")
+    for name, fn in (("data_state", data_state), ("eval_fn", eval_fn), ("on_log", on_log)):
+        if fn is not None:
+            check_callable(name, fn, owner)
     step_fn = make_step(optimizer, loss_fn)
     opt_state = optimizer.init(eqx.filter(model, eqx.is_inexact_array))
     ds = (lambda s: (0, s)) if data_state is None else data_state
