@@ -78,6 +78,7 @@ def _activations():
     return tuple(DEPTH_ACTIVATIONS)
 
 
+#: Names checked before any work, smoke runs included (transflow-run help depth_text).
 CHOICES = {"text_path_scheme": _scheme_names, "path": _paths, "text.activation": _activations}
 
 #: The version of a (model, seed) record: part of its digest (as in experiment=depth).
