@@ -417,26 +417,17 @@ def _claims(ctx, model, x, res, studies, dtype) -> None:
         )
 
 
-_DIAGNOSTICS = (
-    "mean_cosine",
-    "min_cosine",
-    "n_clusters",
-    "effective_rank",
-    "distance_s1",
-    "state_norm",
-)
-
-
 def _save(ctx, res, studies, title: str) -> None:
     """``analysis.npz`` and the six figures."""
     from transflow import plotting
+    from transflow.analysis import STEP_QUANTITIES
 
     diag = res["diagnostics"]
     arrays = {
         "states": diag["states"],
         "projection": res["projection"],
         "cosine": diag["cosine"],
-        **{q: diag[q] for q in _DIAGNOSTICS},
+        **{q: diag[q] for q in STEP_QUANTITIES},
         **{f"increment/{k}": v for k, v in diag["increments"].items()},
         **{f"control/{k}": v for k, v in res["increments"].items()},
     }
