@@ -597,6 +597,23 @@ def reusable_record(path, key: str, cell: str, seed: int) -> dict | None:
     return {k: v for k, v in rec.items() if k not in RECORD_META}
 
 
+#: Fields added to the training configs after records were stored, with the value every
+#: stored record was made with: at that value a field stays out of a record key
+#: (:func:`keyed_fields`), so the earlier records keep their digests.
+ADDED_FIELDS: dict[str, Any] = {"activation": "relu", "theta_at": "midpoint"}
+
+
+def keyed_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A training config's fields (``dataclasses.asdict``) as they enter a record key:
+    those of :data:`ADDED_FIELDS` only when they differ from the stored records' value.
+
+    Example:
+        >>> keyed_fields({"d": 8, "activation": "relu", "theta_at": "nodes"})
+        {'d': 8, 'theta_at': 'nodes'}
+    """
+    return {k: v for k, v in fields.items() if not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])}
+
+
 def digest(content: Any) -> str:
     """A short, stable digest of ``content`` (JSON with sorted keys; what is not JSON is
     written with ``str``): the ``key`` of a job record, compared by :func:`reusable_record`.

@@ -70,6 +70,7 @@ from ..study.protocol import (
     design_cells,
     digest,
     evaluate_claims,
+    keyed_fields,
     mean_std_text,
     window,
 )
@@ -151,12 +152,19 @@ def _activations():
     return tuple(DEPTH_ACTIVATIONS)
 
 
+def _theta_at():
+    from transflow.models import THETA_AT
+
+    return tuple(THETA_AT)
+
+
 #: Names checked before any work, smoke runs included (transflow-run help depth).
 CHOICES = {
     "eval_schemes": _scheme_names,
     "ref_solver": ("dopri5", "dopri8", "tsit5"),
     "digits.gradient": _gradients,
     "digits.activation": _activations,
+    "digits.theta_at": _theta_at,
     "readings": _readings,
 }
 
@@ -353,8 +361,7 @@ def record_key(cfg: Config, study: StudyConfig, ref: ReferenceTolerances, smoke:
     # (the records of the default options keep their digests: tests/test_protocol.py)
     if list(opts["readings"]) == [DEFAULT_READING]:
         opts.pop("readings")
-    if opts["digits"]["activation"] == "relu":
-        opts["digits"].pop("activation")
+    opts["digits"] = keyed_fields(opts["digits"])
     design = {
         "eval_grid": [int(n) for n in study.eval_grid],
         "fit_windows": {k: list(v) for k, v in study.fit_windows.items()},

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from transflow.control import DepthTextConfig
 
 from ..config import complete, options_without
-from ..study.protocol import Cell, digest
+from ..study.protocol import Cell, digest, keyed_fields
 from ..study.runner import StudySpec, job_dir, run_jobs
 
 __all__ = [
@@ -71,15 +71,25 @@ def _paths():
     return tuple(k for k in PATH_KINDS if k != "per_layer")
 
 
-#: Names checked before any work (transflow-run help depth_text).
 def _activations():
     from transflow.control import DEPTH_ACTIVATIONS
 
     return tuple(DEPTH_ACTIVATIONS)
 
 
+def _theta_at():
+    from transflow.models import THETA_AT
+
+    return tuple(THETA_AT)
+
+
 #: Names checked before any work, smoke runs included (transflow-run help depth_text).
-CHOICES = {"text_path_scheme": _scheme_names, "path": _paths, "text.activation": _activations}
+CHOICES = {
+    "text_path_scheme": _scheme_names,
+    "path": _paths,
+    "text.activation": _activations,
+    "text.theta_at": _theta_at,
+}
 
 #: The version of a (model, seed) record: part of its digest (as in experiment=depth).
 RECORD_VERSION = 2
@@ -143,12 +153,8 @@ def record_keys(cfg: Config) -> dict[str, str]:
 
 
 def _keyed(tcfg: DepthTextConfig) -> dict:
-    """The fields of a model's config in its record key: ``activation`` (added after the
-    records were stored) only when not its default, so earlier records keep their keys."""
-    out = dataclasses.asdict(tcfg)
-    if out["activation"] == "relu":
-        out.pop("activation")
-    return out
+    """The fields of a model's config in its record key (:func:`keyed_fields`)."""
+    return keyed_fields(dataclasses.asdict(tcfg))
 
 
 def _measure(ctx, tcfg: DepthTextConfig, depths: list[int], job) -> dict:

@@ -79,6 +79,7 @@ from ..study.protocol import (
     check_claims,
     digest,
     evaluate_claims,
+    keyed_fields,
     mean_std_text,
 )
 from ..study.report import claims_markdown, study_summary
@@ -372,12 +373,8 @@ def record_key(cfg: Config, ctx, task: str, scheme: str, seed: int) -> str:
 
 
 def _training_key(tcfg) -> dict:
-    """A job's training config in its record key: the text model's ``activation`` (added
-    after records were stored) only when not its default, so those records keep their keys."""
-    out = dataclasses.asdict(tcfg)
-    if out.get("activation") == "relu":
-        out.pop("activation")
-    return out
+    """A job's training config in its record key (:func:`keyed_fields`)."""
+    return keyed_fields(dataclasses.asdict(tcfg))
 
 
 def _seeds(cfg: Config) -> list[int]:

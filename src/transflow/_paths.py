@@ -160,9 +160,7 @@ class ControlPath(eqx.Module):
         a smooth θ) or its left end. Run them with ``transflow.evolve(u0, path.sample(N),
         scheme, dt=path.step_size(N))``.
         """
-        ts = self.times(n_steps, where)
-        dtype = _float_dtype(self)
-        return jax.vmap(self.__call__)(jnp.asarray(ts, dtype))
+        return self._right_values(self.times(n_steps, where))
 
     def read(self, n_steps: int, reading: Reading = "right"):
         """The controls of N = ``n_steps`` uniform steps under a ``reading`` of θ(t).
@@ -191,10 +189,53 @@ class ControlPath(eqx.Module):
             return self._averages(n)
         raise ValueError(f"`reading` must be one of {READINGS}, got {reading!r}.")
 
-    def _left_limits(self, ts: np.ndarray):
-        """θ(t⁻) at the times ``ts``: θ itself for a path continuous in t (every path but
-        :class:`PiecewiseConstant`, which overrides this)."""
+    def at_nodes(self, n_steps: int, nodes, reading: Reading = "right"):
+        """θ at the stage times ``t0 + (n + c)Δt`` of N = ``n_steps`` uniform steps, one
+        set per node c of ``nodes`` (a scheme's ``nodes``), stacked ``(N, len(nodes), …)``.
+
+        θ is read from inside each step: a node at the step's start (c = 0) takes θ's
+        right limit there, a node at its end (c = 1) its left limit, as a solver stepping
+        between the jumps of θ sees it. At an interior node where θ jumps, ``reading``
+        says which side (``"right"`` or ``"left"``; ``"average"`` has no meaning at a node:
+        use :meth:`read`, one set per step). For a path continuous in t the readings agree.
+
+        Example:
+            >>> import jax.numpy as jnp
+            >>> from transflow.continuous import PiecewiseConstant
+            >>> p = PiecewiseConstant(jnp.array([0.0, 1.0]))  # 2 layers on [0, 2]
+            >>> p.at_nodes(2, (0.0, 1.0)).tolist()  # Heun's nodes: each layer at both ends
+            [[0.0, 0.0], [1.0, 1.0]]
+        """
+        n = _check_steps(n_steps)
+        if reading not in ("right", "left"):
+            raise ValueError(
+                f"`reading` at stage nodes must be 'right' or 'left', got {reading!r}; the "
+                "'average' reading is one set per step: use path.read(n_steps, 'average')."
+            )
+        cs = [float(c) for c in nodes]
+        if not cs or any(not 0.0 <= c <= 1.0 for c in cs):
+            raise ValueError(f"`nodes` must be stage times c in [0, 1], got {tuple(nodes)}.")
+        t0, _ = self.interval
+        h = self.step_size(n)
+        cols = []
+        for c in cs:
+            ts = t0 + (np.arange(n) + c) * h
+            left = c == 1.0 or (0.0 < c < 1.0 and reading == "left")
+            cols.append(self._left_limits(ts) if left else self._right_values(ts))
+        return jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *cols)
+
+    def _right_values(self, ts: np.ndarray):
+        """θ(t⁺) = θ(t) at the times ``ts`` (every path is right-continuous)."""
         return jax.vmap(self.__call__)(jnp.asarray(ts, _float_dtype(self)))
+
+    def left_limit(self, t):
+        """θ(t⁻), the left limit at a time ``t`` (traceable): θ(t) itself for a path
+        continuous in t (every path but :class:`PiecewiseConstant`, which overrides this)."""
+        return self(t)
+
+    def _left_limits(self, ts: np.ndarray):
+        """θ(t⁻) at the times ``ts`` (NumPy), stacked."""
+        return jax.vmap(self.left_limit)(jnp.asarray(ts, _float_dtype(self)))
 
     def _averages(self, n: int):
         t0, _ = self.interval
@@ -316,6 +357,13 @@ class PiecewiseConstant(ControlPath):
         i = self.index(t)
         return jax.tree.map(lambda x: x[i], self.stacked)
 
+    def left_limit(self, t):
+        """The layer ending at (or containing) ``t``: at a boundary, the one before."""
+        s = (jnp.asarray(t) - self.t_start) / self.tau
+        n = jnp.ceil(s - 1e-9 * jnp.maximum(1.0, jnp.abs(s))).astype(jnp.int32) - 1
+        i = jnp.clip(n, 0, self.n_pieces - 1)
+        return jax.tree.map(lambda x: x[i], self.stacked)
+
     @property
     def interval(self) -> tuple[float, float]:
         return float(self.t_start), float(self.t_start + self.n_pieces * self.tau)
@@ -330,9 +378,10 @@ class PiecewiseConstant(ControlPath):
             out.append((a, a + float(self.tau), PiecewiseConstant(layer, self.tau, a)))
         return out
 
-    def sample(self, n_steps: int, where: Where = "midpoint"):
-        """The layer of every sample time, found in NumPy (static indices; a gather)."""
-        s = (self.times(n_steps, where) - self.t_start) / self.tau
+    def _right_values(self, ts: np.ndarray):
+        """The layer starting at (or containing) each time: at a boundary, the one after
+        (found in NumPy: static indices, a gather)."""
+        s = (np.asarray(ts, np.float64) - self.t_start) / self.tau
         idx = np.floor(s + 1e-9 * np.maximum(1.0, np.abs(s))).astype(int)
         idx = np.clip(idx, 0, self.n_pieces - 1)
         return jax.tree.map(lambda x: x[idx], self.stacked)

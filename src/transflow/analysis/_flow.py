@@ -154,7 +154,7 @@ def as_flow(model, x, *, grid: Grid | None = None, causal: bool = False) -> Flow
         return Flow(u0, dec.controls, dec.scheme, dec.dt, None, True, dec.final_norm)
     if isinstance(model, FlowModel):
         u0 = model.embed(jnp.asarray(x))
-        controls, dt = model.layer_controls()  # a ControlPath: sampled at its n_steps
+        controls, dt = model.step_controls()  # a ControlPath: read at its n_steps
         return Flow(u0, controls, model.scheme, dt, model.embed.grid(), False, None)
     if isinstance(model, CvtStageModel):
         u0, hw = model.initial_condition(jnp.asarray(x))

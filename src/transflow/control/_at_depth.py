@@ -36,6 +36,7 @@ from .._paths import READINGS, PiecewiseConstant, Reading
 from .._solve import solve_adaptive, vector_field
 from ..models._flow import FlowModel
 from ..schemes._base import check_consistent
+from ..schemes._registry import stage_controls
 from ._train import cross_entropy_loss
 
 __all__ = [
@@ -117,10 +118,12 @@ def at_depth(model: FlowModel, n_steps: int, reading: Reading = "right") -> Flow
         raise ValueError(f"`reading` must be one of {READINGS}, got {reading!r}.")
     if reading != "right":
         path = _path_of(model)
-        controls = path.read(int(n_steps), reading)
-        return dataclasses.replace(
-            model, controls=controls, dt=path.step_size(int(n_steps)), n_steps=None
+        n = int(n_steps)
+        nodes = model.theta_at == "nodes"
+        controls = (
+            stage_controls(path, model.scheme, n, reading) if nodes else path.read(n, reading)
         )
+        return dataclasses.replace(model, controls=controls, dt=path.step_size(n), n_steps=None)
     if model.is_path:
         return dataclasses.replace(model, n_steps=int(n_steps))
     path = PiecewiseConstant(model.controls, tau=float(model.dt))
@@ -326,16 +329,31 @@ def depth_loss(
 
 class _SchemeStep(eqx.Module):
     """One step of ``scheme`` on a batch of states from t0 to t1, with θ the path at the
-    step's midpoint: the one-step map of :func:`~transflow._integrate.solve_steps`, whose
-    ``args`` are ``(path, grid)`` (arrays travel as arguments, never closed over, as
-    ``BacksolveAdjoint`` needs)."""
+    step's midpoint (``nodes=None``) or at each stage node t0 + c(t1 − t0), read from
+    inside the step (:meth:`~transflow.continuous.ControlPath.at_nodes`): the one-step map
+    of :func:`~transflow._integrate.solve_steps`, whose ``args`` are ``(path, grid)``
+    (arrays travel as arguments, never closed over, as ``BacksolveAdjoint`` needs)."""
 
     scheme: Any
+    nodes: tuple[float, ...] | None = eqx.field(static=True, default=None)
 
     def __call__(self, t0, t1, y0, args):
         path, grid = args
-        theta = path(t0 + 0.5 * (t1 - t0))
+        if self.nodes is None:
+            theta = path(t0 + 0.5 * (t1 - t0))
+        else:
+            sets = [
+                path.left_limit(t1) if c == 1.0 else path(t0 + c * (t1 - t0)) for c in self.nodes
+            ]
+            theta = jax.tree.map(lambda *xs: jnp.stack(xs), *sets)
         return jax.vmap(lambda u: self.scheme.step(u, theta, t1 - t0, grid=grid))(y0)
+
+
+def _step_nodes(model: FlowModel) -> tuple[float, ...] | None:
+    """The stage nodes at which :func:`flow_logits` reads a path model's θ (as its
+    ``step_controls`` do), or ``None`` for the step midpoint."""
+    nodes = tuple(float(c) for c in model.scheme.nodes)
+    return nodes if model.is_path and model.theta_at == "nodes" and nodes != (0.5,) else None
 
 
 def _check_gradient(gradient, checkpoints=1) -> None:
@@ -361,10 +379,10 @@ def flow_logits(
 ):
     """Logits of a batch ``x`` with the model's N steps run inside ``diffrax.diffeqsolve``.
 
-    The forward value is the model's (``jax.vmap(model)(x)``: N steps of its scheme, θ at
-    the step midpoints, up to round-off); ``gradient`` chooses how reverse mode goes
-    through the steps (:data:`GRADIENTS`): ``"checkpointed"`` stores ``checkpoints``
-    states and recomputes the others (the exact gradient of the N steps),
+    The forward value is the model's (``jax.vmap(model)(x)``: N steps of its scheme, θ
+    read as the model reads it (``theta_at``), up to round-off); ``gradient`` chooses how
+    reverse mode goes through the steps (:data:`GRADIENTS`): ``"checkpointed"`` stores
+    ``checkpoints`` states and recomputes the others (the exact gradient of the N steps),
     ``"adjoint"`` solves the continuous adjoint backwards with N steps of
     ``adjoint_solver`` (``"euler"``, ``"heun"`` or ``"tsit5"``, fixed steps; the adjoint
     needs a consistent scheme, as :func:`~transflow.continuous.vector_field`), and
@@ -411,7 +429,13 @@ def flow_logits(
         return jax.vmap(lambda ui: f(t, ui))(u)
 
     u_T = solve_steps(
-        _SchemeStep(model.scheme), rhs, u0, (t0, t1), n, (path, grid), adjoint=adjoint
+        _SchemeStep(model.scheme, _step_nodes(model)),
+        rhs,
+        u0,
+        (t0, t1),
+        n,
+        (path, grid),
+        adjoint=adjoint,
     )
     return jax.vmap(model.readout)(u_T)
 

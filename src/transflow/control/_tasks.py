@@ -102,7 +102,9 @@ class DepthDigitsConfig(DigitsConfig):
     ``adjoint_solver``; the last two use memory independent of the depth);
     ``activation``: the FFN's activation, one of :data:`DEPTH_ACTIVATIONS` (``"relu"``,
     the paper's projection onto S2, whose field is Lipschitz but not C¹; a smooth one
-    such as ``"gelu"`` for a control where only the activation differs).
+    such as ``"gelu"`` for a control where only the activation differs); ``theta_at``:
+    where a path model's step reads θ(t) (:class:`~transflow.models.FlowModel`'s
+    ``theta_at``: ``"midpoint"``, every depth-study run so far, or ``"nodes"``).
     """
 
     scheme: str = "prenorm"
@@ -117,6 +119,9 @@ class DepthDigitsConfig(DigitsConfig):
     checkpoints: int = 4  # states stored by gradient="checkpointed"
     adjoint_solver: str = "euler"  # the backward solve of gradient="adjoint"
     activation: str = "relu"  # the FFN's activation (DEPTH_ACTIVATIONS)
+    # where a path model's step reads θ(t) (FlowModel.theta_at): "midpoint" for every
+    # stage, as every depth-study run so far; "nodes" at the scheme's stage nodes
+    theta_at: str = "midpoint"
 
 
 #: The FFN activations :class:`DepthDigitsConfig` trains with: ReLU (the paper's
@@ -372,6 +377,7 @@ def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
     import jax
 
     from ..continuous import PATH_KINDS
+    from ..models._flow import THETA_AT
     from ._at_depth import depth_loss
 
     if cfg.path != "none" and cfg.path not in PATH_KINDS:
@@ -389,6 +395,12 @@ def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
     )
     if cfg.activation != "relu":  # the default model is built exactly as before
         path_kw["activation"] = cfg.activation
+    if cfg.theta_at not in THETA_AT:
+        raise ValueError(
+            f"`theta_at` must be one of {THETA_AT}, got {cfg.theta_at!r}; 'midpoint' freezes "
+            "θ over a step (the depth study's reading), 'nodes' reads it at the stage nodes."
+        )
+    path_kw["theta_at"] = cfg.theta_at
     base = _setup_digits(cfg, seed, key, scheme=scheme, dt=cfg.dt, **path_kw)
     model = base.model
     depths = list(cfg.train_depths) or [cfg.n_steps]

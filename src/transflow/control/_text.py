@@ -255,14 +255,16 @@ def make_char_lm(
     smooth_init: bool = True,
     remat: str = "step",
     activation: str = "relu",
+    theta_at: str = "nodes",
     dtype=None,
     key,
 ):
     """A causal character-level continuous decoder (a :class:`~transflow.control.FlowModel`).
 
     ``scheme`` (default :class:`~transflow.PreNormScheme`) is wrapped in
-    :class:`~transflow.CausalScheme`; ``path``/``path_size``/``smooth_init``/``activation``
-    as in :func:`~transflow.control.make_vit` (``None``: one set of controls per layer).
+    :class:`~transflow.CausalScheme`; ``path``/``path_size``/``smooth_init``/``activation``/
+    ``theta_at`` as in :func:`~transflow.control.make_vit` (``None``: one set of controls
+    per layer).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -322,6 +324,7 @@ def make_char_lm(
         "tokens",
         remat,
         None if path is None else n_steps,
+        theta_at=theta_at,
     )
 
 
@@ -388,6 +391,7 @@ def _setup_depth_text(cfg: DepthTextConfig, seed: int, key):
         smooth_init=cfg.smooth_init,
         remat=cfg.remat,
         activation=cfg.activation,
+        theta_at=cfg.theta_at,
         key=key,
     )
     xv, yv = validation_windows(cfg, split)

@@ -41,7 +41,12 @@ from ._decoder import (
     SplitEncoderDecoder as SplitEncoderDecoder,
 )
 from ._encoder import SplitTransformer as SplitTransformer
-from ._flow import FlowModel as FlowModel, make_seq as make_seq, make_vit as make_vit
+from ._flow import (
+    THETA_AT as THETA_AT,
+    FlowModel as FlowModel,
+    make_seq as make_seq,
+    make_vit as make_vit,
+)
 from ._heads import DenseHead as DenseHead, HeadModel as HeadModel
 from ._rms import RMSDecoder as RMSDecoder
 from ._t5 import (
@@ -81,6 +86,7 @@ __all__ = [
     "T5Stack",
     "TextEmbedding",
     "TextEncoder",
+    "THETA_AT",
     "TokenEmbedding",
     "VisionTransformer",
     "make_seq",

@@ -30,7 +30,12 @@ from .._integrate import ConstantSteps, Remat, RematMode
 from .._paths import ControlPath, init_path
 from ..schemes._base import AbstractScheme
 from ..schemes._lie import LieScheme
+from ..schemes._registry import stage_controls
 from ._vit import patchify as vision_patchify
+
+ThetaAt = Literal["nodes", "midpoint"]
+THETA_AT: tuple[str, ...] = ("nodes", "midpoint")
+"""Where a path model's step reads θ(t) (:class:`FlowModel`'s ``theta_at``)."""
 
 __all__ = ["PatchEmbedding", "TokenEmbedding", "FlowModel", "patchify", "make_vit", "make_seq"]
 
@@ -149,9 +154,15 @@ class FlowModel(eqx.Module):
 
     ``controls`` is either the stacked per-layer :class:`~transflow.LayerControls` (N_t =
     their number, step ``dt``) or a :class:`~transflow.continuous.ControlPath` θ(t),
-    sampled at the midpoints of ``n_steps`` uniform steps of its interval (``dt`` is then
-    the path's ``step_size(n_steps)``); :func:`transflow.control.at_depth` evaluates either
-    kind with any number of steps.
+    read on ``n_steps`` uniform steps of its interval (``dt`` is then the path's
+    ``step_size(n_steps)``); :func:`transflow.control.at_depth` evaluates either kind with
+    any number of steps. ``theta_at`` says where a step reads θ(t): ``"nodes"`` (default)
+    at the scheme's stage nodes (:func:`transflow.stage_controls`: θ at the midpoint for a
+    one-node scheme, at t_n and t_n + Δt for Heun, …; keeps a Runge–Kutta scheme's order
+    for a smooth θ), ``"midpoint"`` θ at the step midpoint for every stage (θ frozen over
+    the step: second order at most, so RK4 falls to order 2 on a time-varying θ; the
+    reading of transflow ≤ 0.x's path models and of the depth study, which declares it).
+    The two agree for one-node schemes and for stacked per-layer controls.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -171,9 +182,14 @@ class FlowModel(eqx.Module):
     remat: RematMode = eqx.field(static=True, default="step")
     n_steps: int | None = eqx.field(static=True, default=None)
     unroll: bool | int | str = eqx.field(static=True, default="auto")
+    theta_at: ThetaAt = eqx.field(static=True, default="nodes")
 
     def __check_init__(self):
         check_step("dt", self.dt, "FlowModel")
+        if self.theta_at not in THETA_AT:
+            raise ValueError(
+                f"FlowModel: `theta_at` must be one of {THETA_AT}, got {self.theta_at!r}."
+            )
         if isinstance(self.controls, ControlPath):
             n = self.n_steps
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -206,17 +222,27 @@ class FlowModel(eqx.Module):
             return self.controls.sample(self.n_steps), self.controls.step_size(self.n_steps)
         return self.controls, self.dt
 
+    def step_controls(self) -> tuple[LayerControls, float]:
+        """``(controls, Δt)`` that the evolution runs: :meth:`layer_controls`, except that
+        a path model with ``theta_at="nodes"`` reads θ at its scheme's stage nodes
+        (:func:`transflow.stage_controls`; stacked ``(N, n_nodes, …)`` for a Runge–Kutta
+        scheme)."""
+        if self.is_path and self.theta_at == "nodes":
+            path = self.controls
+            return stage_controls(path, self.scheme, self.n_steps), path.step_size(self.n_steps)
+        return self.layer_controls()
+
     def discretized(self) -> FlowModel:
         """The same model with stacked controls (a path sampled at its ``n_steps``)."""
         if not self.is_path:
             return self
-        controls, dt = self.layer_controls()
+        controls, dt = self.step_controls()
         return dataclasses.replace(self, controls=controls, dt=dt, n_steps=None)
 
     def features(self, x) -> Float[Array, "n d"]:
         """The final state u(·, ·, T) for one example."""
         u0 = self.embed(x)
-        controls, dt = self.layer_controls()
+        controls, dt = self.step_controls()
         return evolve(
             u0,
             controls,
@@ -269,6 +295,7 @@ def make_vit(
     path_size: int | None = None,
     smooth_init: bool = True,
     activation: str = "relu",
+    theta_at: ThetaAt = "nodes",
     dtype=jnp.float32,
     key: PRNGKeyArray,
 ) -> FlowModel:
@@ -285,7 +312,8 @@ def make_vit(
     ``n_steps`` steps; ``smooth_init`` starts it constant in t (see
     :func:`~transflow.continuous.init_path`). ``activation``: the FFN's activation
     (:class:`~transflow.FFNParams`; ``"relu"``, the paper's projection onto S2, or a smooth
-    one such as ``"gelu"``); the random draws do not depend on it.
+    one such as ``"gelu"``); the random draws do not depend on it. ``theta_at``: where a
+    path model's step reads θ(t) (:class:`FlowModel`).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -349,6 +377,7 @@ def make_vit(
         pool,
         remat,
         None if path is None else n_steps,
+        theta_at=theta_at,
     )
 
 

@@ -5,11 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import equinox as eqx
-import jax
-import jax.numpy as jnp
-import numpy as np
-
 from ._base import AbstractODEScheme, AbstractScheme, has
 from ._imex import IMEXScheme
 from ._lie import LieScheme, RelaxedLieScheme
@@ -150,13 +145,17 @@ def declared_order(scheme: AbstractScheme) -> int | None:
     return int(scheme.order) if has(scheme, AbstractODEScheme) else None
 
 
-def stage_controls(path, scheme: AbstractScheme, n_steps: int):
+def stage_controls(path, scheme: AbstractScheme, n_steps: int, reading: str = "right"):
     """The controls of ``n_steps`` uniform steps of ``path`` for ``scheme``.
 
     A scheme with one node at the midpoint (``scheme.nodes == (0.5,)``: every scheme but
-    the Runge–Kutta ones) gets θ at the step
-    midpoints, ``path.sample(n_steps)``; a Runge–Kutta scheme gets θ at every node
-    ``t_n + c Δt`` stacked as ``(n_steps, len(nodes), ...)``. Run them with
+    the Runge–Kutta ones) gets one set per step, ``path.read(n_steps, reading)`` (θ at
+    the step midpoints for the default ``"right"``); a Runge–Kutta scheme gets θ at every
+    node ``t_n + c Δt`` stacked as ``(n_steps, len(nodes), ...)``
+    (:meth:`~transflow.continuous.ControlPath.at_nodes`: read from inside each step, so
+    a per-layer path's jumps at the step ends are not crossed), which keeps the method's
+    order for a smooth θ(t). ``reading="average"`` gives every scheme one set per step
+    (θ's mean over the step, used by all stages). Run them with
     ``evolve(u0, stage_controls(path, s, n), s, dt=path.step_size(n))``.
 
     Example:
@@ -170,12 +169,7 @@ def stage_controls(path, scheme: AbstractScheme, n_steps: int):
     """
     if not isinstance(scheme, AbstractScheme):
         raise TypeError(f"`scheme` must be an AbstractScheme, got {type(scheme).__name__}.")
-    nodes = scheme.nodes
-    if tuple(nodes) == (0.5,):
-        return path.sample(n_steps)
-    t0, _ = path.interval
-    h = path.step_size(n_steps)
-    ts = t0 + (np.arange(n_steps)[:, None] + np.asarray(nodes)[None, :]) * h
-    leaf = next(x for x in jax.tree.leaves(path) if eqx.is_inexact_array(x))
-    tt = jnp.asarray(ts, leaf.dtype)
-    return jax.vmap(jax.vmap(path.__call__))(tt)
+    nodes = tuple(scheme.nodes)
+    if nodes == (0.5,) or reading == "average":
+        return path.read(n_steps, reading)
+    return path.at_nodes(n_steps, nodes, reading)
