@@ -17,7 +17,8 @@ smoothness and depth refinement of any model transflow builds or converts.
 - The models and records of ``experiment=analyze`` (importable here, not in ``__all__``):
   :func:`model_source`, :func:`load_hf_flow`, :func:`model_from_module`,
   :func:`random_module`, :func:`flow_inputs`, :func:`refinement_identities`,
-  :func:`analysis_records`, :func:`analysis_arrays`, :func:`analysis_summary`.
+  :func:`analysis_records`, :func:`analysis_arrays`, :func:`analysis_summary`; of
+  ``experiment=depth``: :func:`depth_evaluation` (:func:`reading_suffix`).
 
 Supported models (:data:`SUPPORTED_MODELS`): :class:`~transflow.SplitTransformer` (and
 every ``from_torch``/``from_hf`` layer or stack), :class:`~transflow.vision.VisionTransformer`,
@@ -36,6 +37,10 @@ from ._across_depth import (
     refine as refine,
     refine_controls as refine_controls,
     refinement_study as refinement_study,
+)
+from ._depth_evaluation import (
+    depth_evaluation as depth_evaluation,
+    reading_suffix as reading_suffix,
 )
 from ._flow import (
     SUPPORTED_MODELS as SUPPORTED_MODELS,
