@@ -53,9 +53,9 @@ from .context import (
 from .tasks import discover, register_tasks
 from .validate import (
     ConfigValueError,
-    OneOf,
     Rule,
     check_constraints,
+    option_check,
     rule_for,
     validate,
     writable_dir_problem,
@@ -400,16 +400,6 @@ def prune(cfg: DictConfig, task_name: str) -> DictConfig:
     return out
 
 
-def _choices(spec: Any) -> tuple:
-    return tuple(spec() if callable(spec) else spec)
-
-
-def _get_path(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def check_config(cfg: DictConfig, task_name: str):
     """Validate a composed config before any compute; returns ``(module, task object)``.
 
@@ -433,13 +423,8 @@ def check_config(cfg: DictConfig, task_name: str):
         )
     task_cfg = OmegaConf.merge(OmegaConf.structured(module.Config), cfg.task)
     task_obj = OmegaConf.to_object(task_cfg)
-    choices = getattr(module, "CHOICES", {})
     pruned = prune(cfg, task_name)
-    validate(pruned, task_name, task_obj, named=choices)
-    for path, spec in choices.items():
-        problem = OneOf(spec).problem(f"task.{path}", _get_path(task_obj, path))
-        if problem is not None:
-            raise ConfigValueError(problem)
+    validate(pruned, task_name, task_obj, choices=getattr(module, "CHOICES", {}))
     check_constraints(getattr(module, "CONSTRAINTS", ()), pruned, task_obj)
     check = getattr(module, "check", None)
     if check is not None:
@@ -850,6 +835,8 @@ def _type_name(tp: Any) -> str:
 
 
 def _option_lines(cls: type, obj: Any, task_name: str, choices: dict, prefix: str) -> list[str]:
+    """One line per field of ``cls`` (its value ``obj``): default, type and what is
+    allowed, from the check :func:`~transflow.experiments.validate.option_check` applies."""
     import typing
 
     comments = _field_comments(cls)
@@ -863,30 +850,20 @@ def _option_lines(cls: type, obj: Any, task_name: str, choices: dict, prefix: st
         key = f"{prefix}{f.name}"
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             lines.append(f"  {key}.*  ({type(value).__name__}: its fields below)")
-            sub = {k.split(".", 1)[1]: v for k, v in choices.items() if k.startswith(f.name + ".")}
-            lines += _option_lines(type(value), value, task_name, sub, key + ".")
+            lines += _option_lines(type(value), value, task_name, choices, key + ".")
             continue
-        shown = _plain(value)
-        allowed = ""
-        if f.name in choices:
-            allowed = "one of " + ", ".join(map(str, _choices(choices[f.name])))
-            if isinstance(value, list | tuple):
-                allowed = "each " + allowed
-        elif isinstance(value, bool):
+        rule = option_check(task_name, key, f.name, value, choices)
+        if isinstance(value, bool):
             allowed = "true | false"
         elif isinstance(value, enum.Enum):
             allowed = " | ".join(m.value for m in type(value))
+        elif rule is None or (isinstance(rule, Rule) and isinstance(value, str)):
+            allowed = ""
         else:
-            rule = rule_for(task_name, f.name)
-            if isinstance(rule, Rule) and (
-                isinstance(value, int | float)
-                or (isinstance(value, list | tuple) and value and not isinstance(value[0], str))
-            ):
-                allowed = ("each " if isinstance(value, list | tuple) else "") + rule.describe()
-            elif rule is not None and not isinstance(rule, Rule) and isinstance(value, str):
-                allowed = rule.describe()
+            each = "each " if isinstance(value, list | tuple) and value else ""
+            allowed = each + rule.describe()
         tp = _type_name(hints.get(f.name, f.type))
-        lines.append(f"  {key}={shown}  [{tp}{'; ' + allowed if allowed else ''}]")
+        lines.append(f"  {key}={_plain(value)}  [{tp}{'; ' + allowed if allowed else ''}]")
         if f.name in comments:
             lines.append(f"      {comments[f.name]}")
     return lines

@@ -454,18 +454,45 @@ def rule_for(task: str, name: str) -> Rule | OneOf | WritableDir | None:
     return TASK_RULES.get((task, name), RULES.get(name))
 
 
+def option_check(
+    task: str, key: str, name: str, value: Any, choices: Mapping[str, Any] = {}
+) -> Rule | OneOf | WritableDir | None:
+    """The one check of option ``key`` (field ``name``, current ``value``), used alike by
+    :func:`validate` and by the help (``transflow-run help <experiment>``): the task's
+    declared names (``choices``: its ``CHOICES``, by path below ``task``) first, else the
+    rule of :func:`rule_for` (a name rule only for a name or a list of names: an enum or a
+    number under a name another task uses for names has none); ``None``: unchecked.
+
+    Example:
+        >>> option_check("", "grid.n_tokens", "n_tokens", 8).describe()
+        '> 0'
+        >>> option_check("x", "task.f", "f", "a", {"f": ("a", "b")}).describe()
+        'one of a, b'
+    """
+    path = key.split(".", 1)[1] if key.startswith("task.") else None
+    if path is not None and path in choices:
+        return OneOf(choices[path])
+    rule = rule_for(task if key.startswith("task.") else "", name)
+    names = isinstance(value, str) or (
+        isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+    )
+    return None if isinstance(rule, OneOf) and not names else rule
+
+
 def _get(cfg: Any, key: str) -> Any:
     return cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
 
 
-def validate(cfg: Any, task_name: str, task_obj: Any = None, *, named: Iterable[str] = ()) -> None:
+def validate(
+    cfg: Any, task_name: str, task_obj: Any = None, *, choices: Mapping[str, Any] = {}
+) -> None:
     """Check every value of ``cfg`` (and of the task's dataclass ``task_obj``) against its
+    :func:`option_check`: the task's declared names (``choices``, its ``CHOICES``) or its
     rule in :data:`RULES` / :data:`TASK_RULES`.
 
-    ``named``: the option paths below ``task`` whose names the task declares itself
-    (its ``CHOICES``), skipped here. Raises :class:`ConfigValueError` naming the first key
-    out of range. Fields without a rule are not checked (``tests/test_cli.py`` checks that
-    every numeric field of every task has one).
+    Raises :class:`ConfigValueError` naming the first key out of range. Fields without a
+    rule are not checked (``tests/test_cli.py`` checks that every numeric field of every
+    task has one).
 
     Example:
         >>> from omegaconf import OmegaConf
@@ -475,7 +502,6 @@ def validate(cfg: Any, task_name: str, task_obj: Any = None, *, named: Iterable[
         ...
         transflow.experiments.validate.ConfigValueError: grid.n_tokens = -3 is out of range: ...
     """
-    skip = {f"task.{p}" for p in named}
     checks: list[tuple[str, str, Any]] = []
     seed = _get(cfg, "seed")
     if _is_number(seed):
@@ -488,17 +514,8 @@ def validate(cfg: Any, task_name: str, task_obj: Any = None, *, named: Iterable[
     if task_node is not None:
         checks.extend(option_values(task_node, "task"))
     for key, name, value in checks:
-        if key in skip:
-            continue
-        rule = rule_for(task_name if key.startswith("task.") else "", name)
-        if rule is None:
-            continue
-        if isinstance(rule, OneOf) and not (
-            isinstance(value, str)
-            or (isinstance(value, list) and all(isinstance(v, str) for v in value))
-        ):
-            continue  # an enum or a number under a name another task uses for names
-        problem = rule.problem(key, value)
+        rule = option_check(task_name, key, name, value, choices)
+        problem = None if rule is None else rule.problem(key, value)
         if problem is not None:
             raise ConfigValueError(problem)
 

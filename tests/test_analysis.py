@@ -581,3 +581,52 @@ def test_refinement_legend_and_report_say_when_an_order_is_missing(tmp_path):
     assert "refinement orders constant: n/a (2 refinement factors, 3 needed" in report
     assert "| refine_constant_order | n/a |" in report
     _check_run(tmp_path, summary)
+
+
+# ----------------------------------------------------------------------------- analyze sources
+def test_model_source_names_the_kind_or_refuses_naming_the_key(tmp_path):
+    from transflow.analysis import model_source
+
+    with pytest.raises(FileNotFoundError, match=r"task\.model_path="):
+        model_source(tmp_path / "missing")
+    with pytest.raises(ValueError, match=r"model=.*no recognised checkpoint"):
+        model_source(tmp_path, key="model")
+    (tmp_path / "enc.pt").write_bytes(b"")
+    assert model_source(tmp_path) == ("torch", tmp_path / "enc.pt")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    assert model_source(tmp_path / "hf")[0] == "hf"
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "ckpt-10.eqx").write_bytes(b"")
+    assert model_source(tmp_path / "ck")[0] == "transflow"
+
+
+@pytest.mark.parametrize("arch", ["torch_encoder", "gpt2"])
+def test_a_random_module_its_inputs_and_its_study_records(arch):
+    """experiment=analyze's random source in the library: the module converts, its inputs
+    have the model's domain, refine(model, 1) is the model, and the study's records,
+    arrays and summary are consistent."""
+    from transflow import analysis as an
+
+    sizes = dict(n_layers=2, d_model=8, n_heads=2, d_ff=16, seq_len=5)
+    module = an.random_module(arch, seed=0, **sizes)
+    model = an.cast_floats(an.model_from_module(module, jnp.float64), jnp.float64)
+    xs, labels, what = an.flow_inputs(model, seed=0, n=3, seq_len=5, dtype=jnp.float64)
+    assert labels is None and len(xs) == 3
+    assert ("token ids" in what) == (arch == "gpt2")
+    ident = an.refinement_identities(model, xs[0])
+    assert ident["refine1_minus_model_max_abs"] <= 1e-12
+    assert ident["linear_interpolation_at_factor1_max_abs"] == 0.0
+    res = an.analyze(model, xs[0], refine_inputs=xs, factors=[1, 2])
+    studies = {"constant": res["refinement"]}
+    summary = an.analysis_summary(res, studies)
+    assert summary["n_steps"] == 2 and summary["n_tokens"] == 5
+    assert summary["refine_constant_order"] is None  # two factors: no fitted order
+    assert an.no_order_reason(res["refinement"]).startswith("2 refinement factors")
+    records = an.analysis_records(res, studies)
+    assert [r["step"] for r in records if r["kind"] == "step"] == [0, 1, 2]
+    assert [r["factor"] for r in records if r["kind"] == "refine"] == [1, 2]
+    arrays = an.analysis_arrays(res, studies)
+    assert arrays["states"].shape[0] == 3 and list(arrays["refine/constant/factors"]) == [1, 2]
+    with pytest.raises(ValueError, match="`arch`"):
+        an.random_module("cnn", seed=0)

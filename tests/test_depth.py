@@ -498,3 +498,37 @@ def test_text_task_splits_by_position_and_matches_parameter_counts():
         load_text_split(1.0)
     with pytest.raises(ValueError, match="`path` must be 'none' or one of"):
         DEPTH_TEXT.setup(dataclasses.replace(cfg, path="spline"), 0, jax.random.key(0))
+
+
+def test_depth_evaluation_names_every_metric_and_matches_depth_accuracy():
+    """transflow.analysis.depth_evaluation (the evaluation of experiment=depth): its
+    accuracies are depth_accuracy's at each depth and reading, its distances are relative
+    to the reference solve's outputs, the reference check gives its error ratio, and a
+    scheme without a fit window is refused before any work."""
+    from transflow import ReferenceTolerances
+    from transflow.analysis import depth_evaluation
+
+    m, init = _flow_model(), make_vit(d=4, n_steps=3, n_heads=1, path="linear", path_size=2,
+                                      scheme=PreNormScheme(), dt=0.2, dtype=jnp.float64,
+                                      key=jax.random.key(1))  # fmt: skip
+    x = np.random.default_rng(0).uniform(size=(4, 8, 8))
+    y = np.array([0, 1, 2, 3], np.int32)
+    ref = ReferenceTolerances("tsit5", 1e-8, 1e-6, 1e-5)
+    kw = dict(schemes=["prenorm", "heun"], own="prenorm", grid=[2, 4, 8], reference=ref,
+              windows={"prenorm": [2, 8], "heun": [2, 8]}, readings=["right", "left"],
+              adaptive=Adaptive(rtol=1e-5, atol=1e-5), beta_depth=16,
+              check_reference=True)  # fmt: skip
+    rec = depth_evaluation(m, init, x, y, **kw)
+    direct = depth_accuracy(m, x, y, [2, 4, 8], adaptive=None, reading="left")
+    assert [rec[f"acc.prenorm.{n}@left"] for n in (2, 4, 8)] == direct["accuracy"]
+    for at in ("", "@left"):
+        assert all(rec[f"dist.heun.{n}{at}"] >= 0 for n in (2, 4, 8))
+        assert np.isfinite(rec[f"order.prenorm{at}"])
+    assert rec["dist.adaptive"] < rec["dist.prenorm.2"]  # the adaptive solve is nearer
+    assert rec["ref_error_ratio"] == pytest.approx(
+        rec["ref_error_est"]
+        / min(rec[f"dist.{s}.{n}"] for s in ("prenorm", "heun") for n in (2, 8))
+    )
+    assert {"beta.trained", "beta.init", "beta.update", "update_rel"} <= set(rec)
+    with pytest.raises(ValueError, match="`windows` has no fit window for scheme 'heun'"):
+        depth_evaluation(m, init, x, y, **{**kw, "windows": {"prenorm": [2, 8]}})

@@ -274,7 +274,6 @@ def test_styles_wrap_code_blocks_and_table_cells():
 _KNOWN_WITHOUT_SUMMARY = {
     "transflow.experiments.run.CONFIG_DIR",
     "transflow.experiments.tasks.TASKS_DIR",
-    "transflow.experiments.tasks.hf_equivalence.FAMILIES",
 }
 
 

@@ -237,6 +237,18 @@ def _save_model(**kw):
     return save_model(**kw)
 
 
+def _tmp_dir():
+    import tempfile
+
+    return tempfile.mkdtemp()
+
+
+def _train_cell(**kw):
+    from transflow.expressivity import make_target, train_cell
+
+    return train_cell(make_target("sawtooth", teeth_log2=1), **kw)
+
+
 def _load_model(**kw):
     from transflow.expressivity import load_model
 
@@ -446,6 +458,32 @@ CASES: list[Case] = [
             "depth": BAD_SIZE + [-INF],
             "kind": ["cnn"],
             "seed": [-1, 2.5, NAN, True],
+        },
+    ),
+    Case(
+        "transflow.expressivity.train_cell",
+        _train_cell,
+        lambda: dict(
+            depth=1,
+            seed=0,
+            model_dir=_tmp_dir(),
+            width=2,
+            n_heads=1,
+            ffn_width=2,
+            steps=2,
+            batch=8,
+            grid=8,
+        ),  # fmt: skip
+        {
+            "depth": BAD_SIZE,
+            "seed": [-1, 2.5, NAN, True],
+            "steps": [1, 2.5, NAN],
+            "batch": BAD_SIZE,
+            "lr": BAD_NUMBER + [0.0, -1.0],
+            "lam_start": BAD_NUMBER + [0.0],
+            "lam_end": BAD_NUMBER + [0.0, 0.5],
+            "grid": [0, 4, 2.5],
+            "time_budget": [NAN, 0.0, -1.0],
         },
     ),
     Case(

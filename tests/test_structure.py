@@ -464,3 +464,86 @@ def test_diffeqsolve_is_called_by_the_integrator_and_the_reference_only():
             if getattr(func, "attr", getattr(func, "id", None)) == "diffeqsolve":
                 callers.add(_module_name(path, SRC))
     assert callers == {"transflow._integrate", "transflow.continuous._reference"}, callers
+
+
+# ----------------------------------------------------------------------------- experiments/
+# Issue 48: the experiments layer is configuration wiring and reports; the library work
+# lives in src/transflow. Its size and every task's ``run`` are measured here; the numbers
+# below are the ones reached so far and may only fall (lower them when code moves out).
+EXPERIMENTS = ROOT / "experiments"
+#: Lines of experiments/**/*.py reached so far (issue 48's target: 6,000).
+EXPERIMENTS_LINES = 8590
+#: The longest a task's ``run`` may be (issue 48).
+RUN_MAX_LINES = 80
+#: The length of every task's ``run`` reached so far (a new task: at most RUN_MAX_LINES).
+RUN_LINES = {
+    "analyze": 30, "clustering": 41, "convergence": 67, "depth": 78, "depth_adjoint": 22,
+    "depth_memory": 23, "depth_text": 39, "equivalence": 77, "expressivity": 23,
+    "grid_refinement": 31, "hf_equivalence": 49, "nonconvergence": 74, "schemes": 75,
+    "sharded": 67, "train_digits": 13, "train_sequence": 15, "trained_regions": 41,
+    "vit_equivalence": 49,
+}  # fmt: skip
+
+
+def _run_lengths() -> dict[str, int]:
+    out = {}
+    for path in sorted((EXPERIMENTS / "tasks").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name == "run":
+                out[path.stem] = node.end_lineno - node.lineno + 1
+    return out
+
+
+def test_every_task_run_is_at_most_80_lines_and_none_grows():
+    lengths = _run_lengths()
+    assert lengths, "no task module with a `run` found under experiments/tasks"
+    too_long = {t: n for t, n in lengths.items() if n > min(RUN_MAX_LINES, RUN_LINES.get(t, 80))}
+    assert not too_long, (
+        f"task `run` functions longer than allowed (≤ {RUN_MAX_LINES} lines, and no longer "
+        f"than RUN_LINES records): {too_long}; move the work into named functions or the library"
+    )
+
+
+def test_the_experiments_layer_does_not_grow():
+    total = sum(len(p.read_text().splitlines()) for p in EXPERIMENTS.rglob("*.py"))
+    assert total <= EXPERIMENTS_LINES, (
+        f"experiments/ holds {total} lines of Python, more than the {EXPERIMENTS_LINES} reached "
+        "(issue 48): library work belongs in src/transflow with its own tests"
+    )
+
+
+def _task_module_names() -> set[str]:
+    return {p.stem for p in (EXPERIMENTS / "tasks").glob("*.py") if p.stem != "__init__"}
+
+
+def test_no_test_imports_a_task_private_name():
+    """Tests use a task's public names only (``from ...tasks.X import _y`` or ``X._y`` after
+    importing the task module X are refused)."""
+    tasks = _task_module_names()
+    found = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        aliases: set[str] = set()  # names bound to a task module in this file
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mod = node.module.split(".")
+                if "tasks" in mod and "experiments" in mod:
+                    for a in node.names:
+                        if mod[-1] == "tasks" and a.name in tasks:
+                            aliases.add(a.asname or a.name)
+                        elif mod[-1] in tasks and a.name.startswith("_"):
+                            found.append(f"{path.name}:{node.lineno} imports {a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    mod = a.name.split(".")
+                    if "experiments" in mod and mod[-1] in tasks and a.asname:
+                        aliases.add(a.asname)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+            ):
+                found.append(f"{path.name}:{node.lineno} uses {node.value.id}.{node.attr}")
+    assert not found, f"tests reach into task internals (use public names): {found}"

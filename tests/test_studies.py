@@ -12,6 +12,8 @@ from transflow.interop import (
     equivalence_configurations,
     hf_configurations,
     hf_equivalence_rows,
+    hf_zoo_configurations,
+    hf_zoo_rows,
 )
 
 
@@ -66,11 +68,12 @@ def test_build_torch_reference_names_missing_and_unknown_fields():
 
 @pytest.mark.slow  # ~12 s of CPU per row; the slow tier also runs the whole experiment
 @pytest.mark.parametrize("family", ["vit", "cvt"])
-def test_hf_equivalence_task_vit_and_cvt_rows_run(family):
+def test_hf_zoo_vit_and_cvt_rows_run(family):
     """The full ``experiment=hf_equivalence`` builds its ViT/CvT rows through the interop
     study (its smoke run has none); one row of each agrees in float64 and float32."""
     import jax
-    from transflow.experiments.tasks.hf_equivalence import vit_row
+
+    from transflow.interop import hf_zoo_vit_row as vit_row
 
     old = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
@@ -79,3 +82,33 @@ def test_hf_equivalence_task_vit_and_cvt_rows_run(family):
     finally:
         jax.config.update("jax_enable_x64", old)
     assert row["err_fp64"] <= 1e-10 and row["err_fp32"] <= 1e-5, row
+
+
+def test_hf_zoo_configurations_are_seeded_and_checked():
+    for fam in ("bert", "llama", "rope", "heads", "activations", "t5"):
+        a, b = hf_zoo_configurations(fam, 2, seed=1), hf_zoo_configurations(fam, 2, seed=1)
+        assert a == b and a and all(c["d"] % c["heads"] == 0 for c in a)
+    assert hf_zoo_configurations("bert", 2, seed=2) != hf_zoo_configurations("bert", 2, seed=1)
+    with pytest.raises(ValueError, match="`family`"):
+        hf_zoo_configurations("vit_layer", 1, seed=0)
+    with pytest.raises(ValueError, match="families"):
+        hf_zoo_rows(["bert", "gpt"], 1)
+
+
+def test_hf_zoo_rows_agree_with_and_without_padding():
+    """The rows of ``experiment=hf_equivalence`` for one maskable family: the unpadded and
+    the padded batch, each agreeing in float64 and float32."""
+    import jax
+
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        rows = hf_zoo_rows(["distilbert"], 1, seed=0)
+        padded_only = hf_zoo_rows(["distilbert"], 1, seed=0, unmasked=False)
+    finally:
+        jax.config.update("jax_enable_x64", old)
+    assert [r["mask"] for r in rows] == ["none", "padded"]
+    assert [r["mask"] for r in padded_only] == ["padded"]
+    for r in rows:
+        assert r["family"] == "distilbert" and r["err_fp64"] <= 1e-10, r
+        assert r["err_fp32"] <= 1e-5, r

@@ -158,16 +158,14 @@ def test_load_model_names_what_is_missing(tmp_path):
         ex.save_model(tmp_path, "mlp", p, target="../up", seed=0)
 
 
-def test_the_partition_model_of_a_run_reloads_with_the_same_certified_count(tmp_path):
-    """The trained_regions task at smoke size (narrowed to the one 2-D cell that the
-    partition figure draws) saves its models; the documented call reloads the figure's
-    model, and the same certified counter gives the recorded count."""
+def _run_task(run_dir):
+    """The trained_regions task at smoke size, narrowed to the one 2-D cell that the
+    partition figure draws (depth 1, seeds 0 and 1), in ``run_dir``; its summary."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
-    run_dir = tmp_path / "run"
     exe = Path(sys.executable).parent / "transflow-run"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "transflow.experiments.run"]
     args = ["experiment=trained_regions", "debug=smoke", "task.targets=[zigzag2d]"]
@@ -177,10 +175,27 @@ def test_the_partition_model_of_a_run_reloads_with_the_same_certified_count(tmp_
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=tmp_path,
+        cwd=run_dir.parent,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    shown = json.loads((run_dir / "summary.json").read_text())["partition_model"]
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def task_run(tmp_path_factory):
+    """One smoke run of the task (see :func:`_run_task`): its run directory and summary."""
+    run_dir = tmp_path_factory.mktemp("trained_regions") / "run"
+    run_dir.mkdir()
+    return run_dir, _run_task(run_dir)
+
+
+def test_the_partition_model_of_a_run_reloads_with_the_same_certified_count(task_run):
+    """The task saves its models; the documented call reloads the figure's model, and the
+    same certified counter gives the recorded count."""
+    import json
+
+    run_dir, summary = task_run
+    shown = summary["partition_model"]
     assert (shown["target"], shown["depth"], shown["seed"]) == ("zigzag2d", 1, 0)
     assert (run_dir / "partition_2d.png").is_file()
     m = ex.load_model(
@@ -204,3 +219,53 @@ def test_the_partition_model_of_a_run_reloads_with_the_same_certified_count(tmp_
         for s in (0, 1)
         for e in ("eqx", "json")
     ]
+    assert (summary["n_jobs"], summary["n_records_reused"]) == (2, 0)
+    for seed in (0, 1):  # one record per (cell, seed) job
+        assert (run_dir / "cells" / "zigzag2d-D1" / f"seed{seed}" / "record.json").is_file()
+
+
+def test_a_rerun_in_the_same_directory_reuses_every_record(task_run):
+    """A second run in the same directory trains nothing (every job's record reused, no
+    model file rewritten) and states the same claims with the same values and verdicts;
+    the partition figure's model is then reloaded and recounted to the recorded count."""
+    run_dir, first = task_run
+    models = {p.name: p.stat().st_mtime_ns for p in (run_dir / "models").iterdir()}
+    second = _run_task(run_dir)
+    assert (second["n_jobs"], second["n_records_reused"]) == (2, 2)
+    assert {p.name: p.stat().st_mtime_ns for p in (run_dir / "models").iterdir()} == models
+    assert second["claims"] == first["claims"] and second["claims"]
+    assert second["claims_verdicts"] == first["claims_verdicts"]
+    assert second["partition_model"] == first["partition_model"]
+    for key in ("models", "uncertified", "init_below_lower_bound", "init_outside_error"):
+        assert second[key] == first[key], key
+
+
+def test_train_cell_trains_counts_and_saves_both_models(tmp_path):
+    """One job of the study in the library: a transformer and the MLP of the closest
+    parameter count, from the same key, saved where the records say, each reloading to
+    the recorded certified count."""
+    t = ex.make_target("sawtooth", teeth_log2=1)
+    opts = dict(width=4, n_heads=1, ffn_width=4, steps=20, batch=32, lam_end=10.0, grid=64)
+    rows, counts = ex.train_cell(t, depth=2, seed=3, model_dir=tmp_path / "models", **opts)
+    assert [r["kind"] for r in rows] == ["transformer", "mlp"]
+    assert abs(rows[1]["params"] - rows[0]["params"]) <= rows[0]["params"] // 2
+    for r in rows:
+        assert (r["target"], r["depth"], r["seed"], r["dim"]) == ("sawtooth", 2, 3, 1)
+        assert r["init_lower_bound_ok"] == (r["init_estimate"] <= r["activation_init"])
+        m = ex.load_model(tmp_path / "models", target="sawtooth", depth=2, kind=r["kind"], seed=3)
+        assert r["model_file"] == f"models/{m.path.name}"
+        again = ex.certified_regions(m.kind, m.params, dim=1)
+        assert again.certified == r["certified"] and again.linear == r["regions"]
+        assert counts[r["kind"]].linear == r["regions"]
+    assert "gap_max" in rows[0] and "gap_max" not in rows[1]
+
+
+@pytest.mark.parametrize(
+    "option, value", [("depth", 0), ("seed", -1), ("steps", 1), ("lr", float("nan")),
+                      ("lam_end", 0.5), ("grid", 4), ("time_budget", -1.0)]
+)  # fmt: skip
+def test_train_cell_refuses_a_bad_option_naming_it(option, value, tmp_path):
+    kw = dict(depth=1, seed=0, model_dir=tmp_path, steps=20, grid=64)
+    with pytest.raises(ValueError, match=f"`{option}`"):
+        ex.train_cell(ex.make_target("sawtooth"), **{**kw, option: value})
+    assert not any(tmp_path.iterdir())  # refused before any work

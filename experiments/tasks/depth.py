@@ -429,32 +429,6 @@ def _train_cell(cfg: Config, ctx, cell, seed: int):
     return summary, result.model, init
 
 
-def _is_float(a) -> bool:
-    import jax.numpy as jnp
-
-    return hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating)
-
-
-def _f64(model):
-    import jax
-    import jax.numpy as jnp
-
-    return jax.tree.map(lambda a: a.astype(jnp.float64) if _is_float(a) else a, model)
-
-
-def _controls_at(model, n: int):
-    from transflow.control import at_depth
-
-    return at_depth(model, n).layer_controls()[0]
-
-
-def _beta(controls) -> float:
-    from transflow import SplitTransformer
-    from transflow.analysis import increment_scaling
-
-    return float(increment_scaling(SplitTransformer(controls), [1, 2, 4, 8])["beta"])
-
-
 def _evaluate(
     cfg: Config,
     study: StudyConfig,
@@ -466,70 +440,18 @@ def _evaluate(
     ref: ReferenceTolerances,
     check_ref: bool = False,
 ) -> dict:
-    """Every evaluation of one trained model, in float64 (the metrics of a seed record)."""
-    import jax
-    import numpy as np
+    """Every evaluation of one trained model, in float64 (the metrics of a seed record):
+    :func:`transflow.analysis.depth_evaluation` and the metrics derived per reading."""
+    from transflow import Adaptive
+    from transflow.analysis import depth_evaluation
 
-    from transflow import Adaptive, make_scheme
-    from transflow.analysis import fit_order
-    from transflow.control import depth_accuracy
-
-    grid = [int(n) for n in study.eval_grid]
-    rec: dict = {}
-    with jax.enable_x64(True):
-        m = _f64(model)
-        x = np.asarray(xte, np.float64)
-
-        def timed(name, *args, **kw):  # depth_accuracy, its seconds in rec["seconds.<name>"]
-            t0 = time.perf_counter()
-            out = depth_accuracy(*args, **kw)
-            rec[f"seconds.{name}"] = time.perf_counter() - t0
-            return out
-
-        split = bool(cfg.ref_split)
-        solved = timed("reference", m, x, yte, [], adaptive=ref.reference, split=split)
-        z_ref = np.asarray(solved["adaptive_outputs"], np.float64)
-        norm = float(np.linalg.norm(z_ref))
-
-        def dist(z):
-            return float(np.linalg.norm(np.asarray(z, np.float64) - z_ref) / norm)
-
-        rec["acc.reference"] = solved["adaptive_accuracy"]
-        rec["nfev.reference"] = solved["adaptive_nfev_mean"]
-        if check_ref and ref.check:  # the reference's error: a looser solve's distance
-            loose = depth_accuracy(m, x, yte, [], adaptive=ref.check, split=split)
-            d1 = rec["dist.ref_check"] = dist(loose["adaptive_outputs"])
-            est = d1  # v1: the loose solve's distance itself
-            if ref.coarse:  # v2: the decay from the coarse to the loose solve, once more
-                coarse = depth_accuracy(m, x, yte, [], adaptive=ref.coarse, split=split)
-                d2 = rec["dist.ref_check_coarse"] = dist(coarse["adaptive_outputs"])
-                est = d1 * d1 / d2 if d2 > 0 else math.nan
-            rec["ref_error_est"] = est
-        ad = timed("adaptive", m, x, yte, [], adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol))
-        rec["acc.adaptive"] = ad["adaptive_accuracy"]
-        rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
-        rec["dist.adaptive"] = dist(ad["adaptive_outputs"])
-        for reading in cfg.readings:  # the stepped depths, under every declared reading
-            at = _suffix(reading)
-            for s in cfg.eval_schemes:
-                ms = m if s == own else dataclasses.replace(m, scheme=make_scheme(s))
-                r = timed(s + at, ms, x, yte, grid, adaptive=None, reading=reading)
-                for n, a, z in zip(grid, r["accuracy"], r["outputs"]):
-                    rec[f"acc.{s}.{n}{at}"] = a
-                    rec[f"dist.{s}.{n}{at}"] = dist(z)
-                win = window(study, s)
-                rec[f"order.{s}{at}"] = fit_order(win, [rec[f"dist.{s}.{n}{at}"] for n in win])
-        fine = int(cfg.beta_depth)
-        th, th0 = _controls_at(m, fine), _controls_at(_f64(init), fine)
-        upd = jax.tree.map(lambda a, b: a - b, th, th0)
-        rec["beta.trained"] = _beta(th)
-        rec["beta.init"] = _beta(th0)
-        rec["beta.update"] = _beta(upd)
-        sq = lambda t: sum(float(np.sum(np.asarray(v) ** 2)) for v in jax.tree.leaves(t))  # noqa: E731
-        rec["update_rel"] = math.sqrt(sq(upd) / sq(th0)) if sq(th0) > 0 else math.nan
-    if "dist.ref_check" in rec:  # over the smallest distance any order fit uses
-        smallest = min(rec[f"dist.{s}.{n}"] for s in cfg.eval_schemes for n in window(study, s))
-        rec["ref_error_ratio"] = rec["ref_error_est"] / smallest
+    rec = depth_evaluation(
+        model, init, xte, yte, schemes=list(cfg.eval_schemes), own=own,
+        grid=study.eval_grid, windows={s: window(study, s) for s in cfg.eval_schemes},
+        reference=ref, adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol),
+        readings=list(cfg.readings), split=bool(cfg.ref_split), beta_depth=int(cfg.beta_depth),
+        check_reference=check_ref,
+    )  # fmt: skip
     for reading in cfg.readings:
         _derived(cfg, study, rec, own, _suffix(reading))
     rec["n_test"] = len(yte)
@@ -537,9 +459,11 @@ def _evaluate(
 
 
 def _suffix(reading: str) -> str:
-    """How a metric names its reading: ``""`` for :data:`DEFAULT_READING` (the names every
-    earlier record used), ``"@left"``, ``"@average"`` for the others."""
-    return "" if reading == DEFAULT_READING else f"@{reading}"
+    """How a metric names its reading (:func:`transflow.analysis.reading_suffix`): ``""``
+    for :data:`DEFAULT_READING`, ``"@left"``, ``"@average"`` for the others."""
+    from transflow.analysis import reading_suffix
+
+    return reading_suffix(reading)
 
 
 def _derived(cfg: Config, study: StudyConfig, rec: dict, own: str, at: str) -> None:
@@ -568,7 +492,7 @@ def _measure(cfg: Config, ctx, study: StudyConfig, ref: ReferenceTolerances, job
     """The job function: train one (cell, seed) (or reload its final checkpoint) and
     evaluate it against ``ref`` (the job's reference level; its error estimated on the
     cell's first seed); the record's metrics with the seconds of both."""
-    from transflow.control import load_digits_split
+    from transflow.control import at_depth, load_digits_split
 
     t0 = time.perf_counter()
     summary, model, init = _train_cell(cfg, ctx, job.cell, job.seed)
@@ -579,7 +503,7 @@ def _measure(cfg: Config, ctx, study: StudyConfig, ref: ReferenceTolerances, job
     own = job.cell.levels["scheme"]
     rec = _evaluate(cfg, study, model, init, own, xte, yte, ref, job.first)
     rec.update(
-        ffn_activation=_controls_at(model, 1).ffn.activation,  # the trained model's own
+        ffn_activation=at_depth(model, 1).layer_controls()[0].ffn.activation,  # its own
         cpu_train=summary["cpu_seconds"],
         n_params=summary.get("n_params"),
         seconds_train=t1 - t0,
@@ -665,7 +589,7 @@ def run(cfg: Config, ctx) -> dict:
     ctx.report(
         "## Design (declared before the run)\n\n"
         + design_markdown(study, cells, training)
-        + "\n\n## Factorial table\n\n"
+        + "\n\n## Results\n\nThe factorial table (mean ± std over seeds).\n\n"
         + table["markdown"]
         + "\n\n## Path − per-layer model trained alike, per reading\n\n"
         + _path_minus_per_layer(cfg, study, cells, records)

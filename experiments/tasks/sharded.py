@@ -112,6 +112,57 @@ def _table(records, tol) -> str:
     return "\n".join(lines)
 
 
+def _memory(cfg: Config, ctx, opts: dict, mem_devices: list[int]) -> dict:
+    """Per-device memory with the token axis sharded over ``mem_devices``: its table, the
+    figure ``memory`` and the claim that temporaries fall like 1/P; the summary fields."""
+    from transflow.parallel._selftest import run_subprocess
+    from transflow.plotting import plot_sharded_memory
+
+    summary: dict[str, Any] = {}
+    mem = run_subprocess(
+        "memory",
+        dict(
+            opts,
+            n_tokens=cfg.memory_n_tokens,
+            grid="index",
+            dtype="float32",
+            methods=list(cfg.memory_methods),
+            token_devices=mem_devices,
+            n_heads=2,
+            d_ff=None,
+        ),
+        timeout=cfg.timeout_s,
+    )
+    base = {r["method"]: r for r in mem if r["token_devices"] == mem_devices[0]}
+    lines = ["| method | P | temp bytes | temp ratio vs P=1 | 1/P |", "|---|---|---|---|---|"]
+    for r in mem:
+        r["temp_ratio"] = r["temp"] / base[r["method"]]["temp"]
+        ctx.log({"kind": "memory", **r})
+        lines.append(
+            f"| {r['method']} | {r['token_devices']} | {r['temp']} | "
+            f"{r['temp_ratio']:.3f} | {mem_devices[0] / r['token_devices']:.3f} |"
+        )
+    ctx.report(
+        f"## Per-device memory, token axis sharded ({cfg.memory_n_tokens} tokens, "
+        "float32, compiled memory_analysis)\n\n" + "\n".join(lines)
+    )
+    ctx.save_figure(
+        plot_sharded_memory(
+            mem, title=f"token-sharded evolution, n = {cfg.memory_n_tokens}, float32"
+        ),
+        "memory",
+    )
+    pmax = max(mem_devices)
+    for m in cfg.memory_methods:
+        top = next(r for r in mem if r["method"] == m and r["token_devices"] == pmax)
+        summary[f"temp_ratio_P{pmax}_{m}"] = top["temp_ratio"]
+        if pmax > mem_devices[0]:
+            # per-device temporaries fall at least like 2/P (1/P is ideal)
+            bound = cfg.memory_ratio_factor * mem_devices[0] / pmax
+            ctx.claim(f"temp_ratio_P{pmax}_{m}", top["temp_ratio"], bound)
+    return summary
+
+
 def run(cfg: Config, ctx) -> dict:
     """Run the ``sharded`` experiment.
 
@@ -121,7 +172,6 @@ def run(cfg: Config, ctx) -> dict:
     from omegaconf import OmegaConf
 
     from transflow.parallel._selftest import run_subprocess
-    from transflow.plotting import plot_sharded_memory
 
     par = cfg.parallel
     assignments = OmegaConf.to_container(OmegaConf.create(dict(par.assignments)))
@@ -174,47 +224,7 @@ def run(cfg: Config, ctx) -> dict:
         )
 
     if mem_devices:
-        mem = run_subprocess(
-            "memory",
-            dict(
-                opts,
-                n_tokens=cfg.memory_n_tokens,
-                grid="index",
-                dtype="float32",
-                methods=list(cfg.memory_methods),
-                token_devices=mem_devices,
-                n_heads=2,
-                d_ff=None,
-            ),
-            timeout=cfg.timeout_s,
-        )
-        base = {r["method"]: r for r in mem if r["token_devices"] == mem_devices[0]}
-        lines = ["| method | P | temp bytes | temp ratio vs P=1 | 1/P |", "|---|---|---|---|---|"]
-        for r in mem:
-            r["temp_ratio"] = r["temp"] / base[r["method"]]["temp"]
-            ctx.log({"kind": "memory", **r})
-            lines.append(
-                f"| {r['method']} | {r['token_devices']} | {r['temp']} | "
-                f"{r['temp_ratio']:.3f} | {mem_devices[0] / r['token_devices']:.3f} |"
-            )
-        ctx.report(
-            f"## Per-device memory, token axis sharded ({cfg.memory_n_tokens} tokens, "
-            "float32, compiled memory_analysis)\n\n" + "\n".join(lines)
-        )
-        ctx.save_figure(
-            plot_sharded_memory(
-                mem, title=f"token-sharded evolution, n = {cfg.memory_n_tokens}, float32"
-            ),
-            "memory",
-        )
-        pmax = max(mem_devices)
-        for m in cfg.memory_methods:
-            top = next(r for r in mem if r["method"] == m and r["token_devices"] == pmax)
-            summary[f"temp_ratio_P{pmax}_{m}"] = top["temp_ratio"]
-            if pmax > mem_devices[0]:
-                # per-device temporaries fall at least like 2/P (1/P is ideal)
-                bound = cfg.memory_ratio_factor * mem_devices[0] / pmax
-                ctx.claim(f"temp_ratio_P{pmax}_{m}", top["temp_ratio"], bound)
+        summary |= _memory(cfg, ctx, opts, mem_devices)
     # Claims, at every size: each sharded run equals the single-device one to round-off.
     ctx.claim("n_failed", summary["n_checks"] - summary["n_passed"], 0, op="==")
     for dt in sorted({r["dtype"] for r in records}):

@@ -2,25 +2,23 @@
 transformers and ReLU MLPs of the same parameter count, against depth, beside the
 construction's capacity ``(2T−1)^{d(D−1)}`` and the counts at initialisation.
 
-For every target, depth D and seed: a constant-query transformer (T tokens, width m, H
-heads, one ReLU FFN per block; :func:`transflow.expressivity.init_transformer`) is trained
-with softmax attention at a geometrically annealed scale λ (``lam_start`` → ``lam_end``)
-and read with hardmax; a ReLU MLP of depth D and the width whose parameter count is
-closest is trained the same way (no λ). Every model is counted on ``[0, 1]^d`` with the
-certified exact counters (:func:`transflow.expressivity.certified_regions`), at
-initialisation and after training; the initial counts are checked against an independent
-grid estimate (:func:`transflow.expressivity.sampling_estimate`). Writes ``report.md``
-(the table, mean ± std over seeds), ``metrics.jsonl`` (one record per model),
-``regions_vs_depth.png``/``.pdf``, ``partition_2d.png``/``.pdf`` (the model drawn there:
-``summary.json``'s ``partition_model``) and ``models/``: every trained model
-(:func:`transflow.expressivity.save_model`), reloaded without retraining by
+A study on the runner (:mod:`transflow.experiments.study.runner`): one cell per (target,
+D) (:func:`cells`), one job per cell and seed, whose record
+(``cells/<target>-D<depth>/seed<k>/record.json``) a rerun in the same run directory reuses
+by digest (:func:`record_key`). A job (:func:`transflow.expressivity.train_cell`) trains
+a constant-query transformer (softmax at a λ annealed ``lam_start`` → ``lam_end``, read
+with hardmax) and the ReLU MLP of the closest parameter count, counts both with the
+certified counters at initialisation (beside an independent grid estimate) and after
+training, and saves them in ``models/``, reloaded without retraining by
 ``transflow.expressivity.load_model(<run>/models, target=..., depth=..., kind=...,
-seed=...)``.
+seed=...)``. Writes ``report.md`` (the table, mean ± std over seeds), ``metrics.jsonl``
+(one record per model), ``regions_vs_depth`` and ``partition_2d`` (its model:
+``summary.json``'s ``partition_model``).
 
-Claims (declared in configs/experiment/trained_regions.yaml before the run): every count
-certified; every initial count within the sampling estimate's error; training reduces the
-loss of every model. The transformer/MLP comparison is recorded as a finding
-(``enforce=False``), not a threshold.
+Claims (declared in configs/experiment/trained_regions.yaml; :data:`CLAIMS`, checked in
+every cell over all its seeds): every count certified; no initial count below the grid
+estimate; training reduces the loss of every model. The transformer/MLP comparison is
+recorded as a finding (``enforce=False``), not a threshold.
 """
 
 from __future__ import annotations
@@ -29,7 +27,17 @@ from dataclasses import dataclass, field
 
 from ..validate import Constraint
 
-__all__ = ["CHOICES", "CONSTRAINTS", "Config", "run"]
+__all__ = [
+    "CHOICES",
+    "CLAIMS",
+    "CONSTRAINTS",
+    "RECORD_VERSION",
+    "Config",
+    "cells",
+    "record_key",
+    "run",
+    "spec",
+]
 
 
 def _targets() -> tuple[str, ...]:
@@ -79,8 +87,6 @@ class Config:
     claim_init_lower_bound: bool = True
     claim_training_reduces_loss: bool = True
     min_seeds: int = 3  # the seeds a mean ± std needs (debug=smoke: 2)
-    # debug=smoke (configs/sizes/smoke/trained_regions.yaml) runs every code path small:
-    # depths [1, 2] (1-D and 2-D), seeds [0, 1], 100 steps, targets sawtooth and zigzag2d.
 
 
 def _ms(vals) -> str:
@@ -103,92 +109,97 @@ def _depths_of(rows, target) -> list[int]:
     return sorted({r["depth"] for r in rows if r["target"] == target})
 
 
-# ---------------------------------------------------------------------------- the job
-def _train_count(cfg, target, kind: str, init, depth: int, seed: int, model_dir):
-    """One model: count at initialisation (certified and sampled), train, save the
-    trained parameters into ``model_dir`` (:func:`transflow.expressivity.save_model`),
-    count again. Returns the record and the trained model's RegionCount."""
-    import time
+# ---------------------------------------------------------------------------- the study
+#: The version of a job record's content: part of its digest (:func:`record_key`), so that a
+#: record written before a change of the measurement is never reused. Bump it with each.
+RECORD_VERSION = 1
+#: The options a job record depends on (with the record version, its cell, seed, grid and
+#: the precision): the digest of a record reused by a rerun in the same run directory.
+ARCH = ("n_tokens", "width", "n_heads", "head_dim", "ffn_width")
+KEYED = ("teeth_log2", "zigzag_depth", *ARCH, "steps", "batch", "lr", "lam_start", "lam_end",
+         "count_time_budget")  # fmt: skip
 
-    from transflow import expressivity as ex
 
-    d = target.dim
-    t0 = time.perf_counter()
-    r_init = ex.certified_regions(kind, init, dim=d, time_budget=cfg.count_time_budget)
-    est = ex.sampling_estimate(kind, init, dim=d, n=int(cfg.grid_1d if d == 1 else cfg.grid_2d))
-    t1 = time.perf_counter()
-    params, rec = ex.train_model(
-        kind,
-        init,
-        target,
-        steps=int(cfg.steps),
-        lr=float(cfg.lr),
-        batch=int(cfg.batch),
-        lam_start=float(cfg.lam_start),
-        lam_end=float(cfg.lam_end),
-        seed=seed,
+def cells(cfg, targets) -> list:
+    """One cell per (target, D): ``<target>-D<depth>``, seeds ``task.seeds`` (1-D targets
+    at ``task.depths``, 2-D at ``task.depths_2d``), in target then depth order."""
+    from ..study.protocol import Cell
+
+    return [
+        Cell(
+            f"{name}-D{D}",
+            {"target": name, "depth": int(D)},
+            [int(s) for s in cfg.seeds],
+            "trained",
+        )
+        for name, t in targets.items()
+        for D in (cfg.depths if t.dim == 1 else cfg.depths_2d)
+    ]
+
+
+def record_key(cfg, ctx, job, dim: int) -> str:
+    """The digest of everything a (cell, seed) record depends on: the record version, the
+    cell and seed, :data:`KEYED`, the sampling grid of the target's dimension, the precision."""
+    from ..study.protocol import digest
+
+    return digest(
+        {
+            "version": RECORD_VERSION,
+            "cell": job.cell.name,
+            "seed": int(job.seed),
+            **{k: getattr(cfg, k) for k in KEYED},
+            "grid": int(cfg.grid_1d if dim == 1 else cfg.grid_2d),
+            "precision": str(ctx.precision),
+        }
     )
-    t2 = time.perf_counter()
-    path = ex.save_model(model_dir, kind, params, target=target.name, seed=seed)
-    r = ex.certified_regions(kind, params, dim=d, time_budget=cfg.count_time_budget)
-    t3 = time.perf_counter()
-    row = {
-        "target": target.name,
-        "dim": d,
-        "kind": kind,
-        "depth": depth,
-        "seed": seed,
-        "params": ex.n_params(init),
-        "mlp_width": init["layers"][0]["w"].shape[0] if kind == "mlp" else None,
-        "capacity": ex.constructed_capacity(dim=d, depth=depth, n_tokens=int(cfg.n_tokens)),
-        "target_regions": target.regions,
-        "regions": r.linear,
-        "activation": r.activation,
-        "certified": bool(r.certified),
-        "uncertified_reason": None if r.certified else (r.certificate or {}).get("failure", "?"),
-        "regions_init": r_init.linear,
-        "activation_init": r_init.activation,
-        "certified_init": bool(r_init.certified),
-        "init_estimate": est["estimate"],
-        "init_estimate_error": est["error"],
-        "init_estimate_counts": est["counts"],
-        "init_lower_bound_ok": bool(est["estimate"] <= r_init.activation),
-        "init_within_error": bool(
-            est["estimate"] <= r_init.activation <= est["estimate"] + est["error"]
-        ),
-        "loss_first": rec["loss"][0],
-        "loss_last": rec["loss"][-1],
-        "mse": rec["mse"],
-        "train_seconds": rec["seconds"],
-        "count_seconds": (t1 - t0) + (t3 - t2),
-        "model_file": f"{model_dir.name}/{path.name}",
+
+
+def job_metrics(rows: list[dict]) -> dict:
+    """A job's record: its two models' rows and the counts the claims are about."""
+    return {
+        "uncertified": sum((not r["certified"]) + (not r["certified_init"]) for r in rows),
+        "init_below_lower_bound": sum(not r["init_lower_bound_ok"] for r in rows),
+        "init_outside_error": sum(not r["init_within_error"] for r in rows),
+        "no_progress": sum(r["loss_last"] >= r["loss_first"] for r in rows),
+        "models": rows,
     }
-    if kind == "transformer":
-        row["mse_softmax"] = rec["mse_softmax"]
-        n = 2001 if d == 1 else 64**2
-        row["gap_max"] = ex.reading_gap(params, float(cfg.lam_end), dim=d, n=n)
-    return row, r
 
 
-def _train_cell(cfg, target, depth: int, seed: int, model_dir):
-    """The job of one cell (target, D, seed): the transformer and the ReLU MLP of the
-    closest parameter count, from the same key. Returns the two records and the trained
-    models' RegionCounts by kind."""
-    import jax
-
+def spec(cfg, ctx, targets, study_cells, trained: dict):
+    """The study for the runner: a job trains and counts the two models of its cell and
+    seed (:func:`transflow.expressivity.train_cell`, saved in ``models/``); the trained
+    RegionCounts of the jobs that ran are kept in ``trained`` by (cell, seed)."""
     from transflow import expressivity as ex
 
-    d = target.dim
-    key = jax.random.PRNGKey(1000 * seed + depth)
-    arch = {k: int(getattr(cfg, k)) for k in ("n_tokens", "width", "n_heads", "head_dim")}
-    p0 = ex.init_transformer(key, dim=d, depth=depth, ffn_width=int(cfg.ffn_width), **arch)
-    width = ex.mlp_width_for(ex.n_params(p0), dim=d, depth=depth)
-    q0 = ex.init_mlp(jax.random.fold_in(key, 1), dim=d, depth=depth, width=width)
-    rows, counts = [], {}
-    for kind, init in (("transformer", p0), ("mlp", q0)):
-        row, counts[kind] = _train_count(cfg, target, kind, init, depth, seed, model_dir)
-        rows.append(row)
-    return rows, counts
+    from ..context import release_compiled
+    from ..study.runner import StudySpec
+
+    last = []
+
+    def measure(job):
+        name, D = job.cell.levels["target"], job.cell.levels["depth"]
+        if last and last[-1] != name:
+            release_compiled()  # between targets: the compiled steps are not reused
+        last.append(name)
+        t = targets[name]
+        rows, counts = ex.train_cell(
+            t, depth=D, seed=job.seed, model_dir=ctx.run_dir / "models",
+            **{k: int(getattr(cfg, k)) for k in ARCH}, steps=int(cfg.steps),
+            batch=int(cfg.batch), lr=float(cfg.lr), lam_start=float(cfg.lam_start),
+            lam_end=float(cfg.lam_end), grid=int(cfg.grid_1d if t.dim == 1 else cfg.grid_2d),
+            time_budget=float(cfg.count_time_budget),
+        )  # fmt: skip
+        trained[(job.cell.name, job.seed)] = counts["transformer"]
+        return job_metrics(rows)
+
+    return StudySpec(
+        "trained_regions",
+        study_cells,
+        measure=measure,
+        key=lambda job: record_key(cfg, ctx, job, targets[job.cell.levels["target"]].dim),
+        line=lambda r: ", ".join(f"{m['kind']} {m['regions']} regions" for m in r["models"]),
+        release_compiled=False,
+    )
 
 
 def _partition_cell(cfg, targets) -> tuple[str, int, int] | None:
@@ -202,38 +213,42 @@ def _partition_cell(cfg, targets) -> tuple[str, int, int] | None:
 
 
 # ---------------------------------------------------------------------------- claims
-def _claims(cfg, ctx, rows) -> dict:
-    """The declared claims over every model; returns their counts for the summary."""
-    n = {
-        "uncertified": sum((not r["certified"]) + (not r["certified_init"]) for r in rows),
-        "init_outside_error": sum(not r["init_within_error"] for r in rows),
-        "init_below_lower_bound": sum(not r["init_lower_bound_ok"] for r in rows),
-    }
-    no_progress = sum(r["loss_last"] >= r["loss_first"] for r in rows)
-    # every pattern the grid sees is a region: a grid count above the exact count would
-    # mean the exact counter lost regions (enforced). The two-sided heuristic [c(n), c(n) +
-    # c(n) - c(n/4)] was enforced in the first full run and failed for 3 of 96 models
-    # (regions thinner than the 2-D grid spacing): it is now recorded (docs/trained-regions.md).
-    for name, value, enforce in (
-        ("uncertified counts (trained + init)", n["uncertified"], cfg.claim_all_certified),
-        (
-            "init counts below the sampling estimate (the grid's lower bound)",
-            n["init_below_lower_bound"],
-            cfg.claim_init_lower_bound,
-        ),
-        (
-            "init counts outside the sampling estimate's heuristic error [c(n), 2c(n) - c(n/4)]",
-            n["init_outside_error"],
-            False,
-        ),
-        (
-            "models whose training loss did not decrease",
-            no_progress,
-            cfg.claim_training_reduces_loss,
-        ),
-    ):
-        ctx.claim(name, value, 0, op="==", enforce=bool(enforce))
-    return n
+#: The declared claims over every job (metric of :func:`job_metrics`, name, the option that
+#: enforces it; None: recorded). Every pattern the grid sees is a region: a grid count above
+#: the exact count would mean the exact counter lost regions (enforced). The two-sided
+#: heuristic [c(n), c(n) + c(n) - c(n/4)] was enforced in the first full run and failed for
+#: 3 of 96 models (regions thinner than the 2-D grid spacing): it is now recorded
+#: (docs/trained-regions.md).
+CLAIMS = (
+    ("uncertified", "uncertified counts (trained + init)", "claim_all_certified"),
+    (
+        "init_below_lower_bound",
+        "init counts below the sampling estimate (the grid's lower bound)",
+        "claim_init_lower_bound",
+    ),
+    (
+        "init_outside_error",
+        "init counts outside the sampling estimate's heuristic error [c(n), 2c(n) - c(n/4)]",
+        None,
+    ),
+    ("no_progress", "models whose training loss did not decrease", "claim_training_reduces_loss"),
+)
+
+
+def _claims(cfg, ctx, result) -> tuple[dict, list[dict]]:
+    """The declared claims (:data:`CLAIMS`), each checked in every cell over all its seeds
+    (the protocol's ``over: all``: none of a cell's jobs has one); returns their totals for
+    the summary and the verdicts."""
+    from ..study.protocol import ClaimSpec, evaluate_claim
+
+    verdicts = []
+    for metric, name, flag in CLAIMS:
+        claim = ClaimSpec(name=name, metric=metric, cells=list(result.records), op="<=")
+        found = evaluate_claim(claim, result.records)
+        ctx.record_verdicts(found, enforce=bool(flag and getattr(cfg, flag)))
+        verdicts += found
+    totals = {m: sum(r[m] for r in result.values()) for m, _, _ in CLAIMS[:3]}
+    return totals, verdicts
 
 
 def _findings(ctx, targets, rows) -> dict:
@@ -285,15 +300,17 @@ def _table(targets, rows) -> list[str]:
     return lines
 
 
-def _report(cfg, ctx, targets, rows, wall: float) -> None:
+def _report(cfg, ctx, targets, rows, wall: float, result) -> None:
     desc = ", ".join(f"{n} ({t.regions} regions)" if t.regions else n for n, t in targets.items())
     ctx.report(
-        f"## Trained regions (mean ± std over {len(cfg.seeds)} seeds; regions: certified "
-        f"linear regions on [0, 1]^d; targets: {desc})\n\n"
+        f"## Results\n\nTrained regions, mean ± std over {len(cfg.seeds)} seeds (regions: "
+        f"certified linear regions on [0, 1]^d; targets: {desc}).\n\n"
         + "\n".join(_table(targets, rows))
         + f"\n\nTraining: {cfg.steps} Adam steps, batch {cfg.batch}, lr {cfg.lr} (cosine), "
         f"softmax λ annealed {cfg.lam_start} → {cfg.lam_end} geometrically; wall time of the "
-        f"task {wall:.0f} s. Every trained model is saved in `models/` "
+        f"task {wall:.0f} s. {result.n_jobs} (target, D, seed) jobs, one record each in "
+        f"cells/<target>-D<depth>/seed<k>/record.json; {result.n_reused} reused from an "
+        "earlier run in this folder. Every trained model is saved in `models/` "
         "(`<target>_D<depth>_<kind>_seed<seed>.eqx` + `.json`); reload one with "
         "`transflow.expressivity.load_model(<run>/models, target=..., depth=..., kind=..., "
         "seed=...)` (docs/trained-regions.md)."
@@ -333,46 +350,48 @@ def _partition_figure(ctx, targets, cell, count) -> dict:
     }
 
 
+def _shown_count(cfg, ctx, cell, trained: dict):
+    """The trained transformer of ``cell`` (target, D, seed) as counted by its job, or, for
+    a reused record, reloaded from ``models/`` by the documented call and counted again."""
+    from transflow import expressivity as ex
+
+    name, D, seed = cell
+    if (f"{name}-D{D}", seed) in trained:
+        return trained[(f"{name}-D{D}", seed)]
+    m = ex.load_model(ctx.run_dir / "models", target=name, depth=D, kind="transformer", seed=seed)
+    return ex.certified_regions(m.kind, m.params, dim=m.dim, time_budget=cfg.count_time_budget)
+
+
 def run(cfg, ctx) -> dict:
-    """Train, count and compare (every trained model saved in ``models/``)."""
+    """Train, count and compare on the study runner: one job per (target, D, seed), its
+    record reused by digest by a rerun in the same run directory (every trained model
+    saved in ``models/``)."""
     import time
 
-    from transflow.experiments.context import release_compiled
-
     from transflow import expressivity as ex, plotting
+
+    from ..study.report import study_summary
+    from ..study.runner import run_jobs
 
     t_cpu, t_start = time.process_time(), time.perf_counter()
     targets = {
         n: ex.make_target(n, teeth_log2=int(cfg.teeth_log2), zigzag_depth=int(cfg.zigzag_depth))
         for n in cfg.targets
     }
-    cells = [
-        (name, D, seed)
-        for name, t in targets.items()
-        for D in (cfg.depths if t.dim == 1 else cfg.depths_2d)
-        for seed in cfg.seeds
-    ]
-    last = {cell[0]: cell for cell in cells}  # the last cell of every target
-    shown, partition = _partition_cell(cfg, targets), None
-    rows, model_dir = [], ctx.run_dir / "models"
-    for cell in ctx.progress(cells, total=len(cells), desc="trained_regions"):
-        name, D, seed = cell
-        cell_rows, counts = _train_cell(cfg, targets[name], D, seed, model_dir)
-        for row in cell_rows:
-            ctx.log(row)
-        rows += cell_rows
-        if cell == shown:
-            partition = counts["transformer"]
-        if cell == last[name]:
-            release_compiled()  # between targets: the compiled steps are not reused
-
-    n = _claims(cfg, ctx, rows)
+    study_cells, trained = cells(cfg, targets), {}
+    result = run_jobs(spec(cfg, ctx, targets, study_cells, trained), ctx)
+    rows = [m for rec in result.values() for m in rec["models"]]
+    for row in rows:
+        ctx.log(row)
+    n, verdicts = _claims(cfg, ctx, result)
     summary = _findings(ctx, targets, rows)
     wall = time.perf_counter() - t_start
-    _report(cfg, ctx, targets, rows, wall)
+    _report(cfg, ctx, targets, rows, wall, result)
     ctx.save_figure(plotting.plot_trained_regions(rows), "regions_vs_depth")
+    shown = _partition_cell(cfg, targets)
     if shown is not None:
-        summary["partition_model"] = _partition_figure(ctx, targets, shown, partition)
+        count = _shown_count(cfg, ctx, shown, trained)
+        summary["partition_model"] = _partition_figure(ctx, targets, shown, count)
     return {
         **summary,
         "wall_seconds": wall,
@@ -382,4 +401,5 @@ def run(cfg, ctx) -> dict:
         "init_max_shortfall_fraction": max(
             (r["activation_init"] - r["init_estimate"]) / r["activation_init"] for r in rows
         ),
+        **study_summary(study_cells, result, verdicts, {}),
     }

@@ -14,6 +14,11 @@ smoothness and depth refinement of any model transflow builds or converts.
   linear in t), :func:`refinement_study`, :func:`fit_order`.
 - Sensitivity: :func:`lyapunov_exponent` (the finite-time Lyapunov exponent of a flow).
 - Everything at once: :func:`analyze`, :func:`project_2d`.
+- The models and records of ``experiment=analyze`` (importable here, not in ``__all__``):
+  :func:`model_source`, :func:`load_hf_flow`, :func:`model_from_module`,
+  :func:`random_module`, :func:`flow_inputs`, :func:`refinement_identities`,
+  :func:`analysis_records`, :func:`analysis_arrays`, :func:`analysis_summary`; of
+  ``experiment=depth``: :func:`depth_evaluation` (:func:`reading_suffix`).
 
 Supported models (:data:`SUPPORTED_MODELS`): :class:`~transflow.SplitTransformer` (and
 every ``from_torch``/``from_hf`` layer or stack), :class:`~transflow.vision.VisionTransformer`,
@@ -32,6 +37,10 @@ from ._across_depth import (
     refine as refine,
     refine_controls as refine_controls,
     refinement_study as refinement_study,
+)
+from ._depth_evaluation import (
+    depth_evaluation as depth_evaluation,
+    reading_suffix as reading_suffix,
 )
 from ._flow import (
     SUPPORTED_MODELS as SUPPORTED_MODELS,
@@ -52,6 +61,20 @@ from ._geometry import (
     substep_parents as substep_parents,
 )
 from ._sensitivity import lyapunov_exponent as lyapunov_exponent
+from ._sources import (
+    MODEL_ARCHS as MODEL_ARCHS,
+    analysis_arrays as analysis_arrays,
+    analysis_records as analysis_records,
+    analysis_summary as analysis_summary,
+    cast_floats as cast_floats,
+    flow_inputs as flow_inputs,
+    load_hf_flow as load_hf_flow,
+    model_from_module as model_from_module,
+    model_source as model_source,
+    no_order_reason as no_order_reason,
+    random_module as random_module,
+    refinement_identities as refinement_identities,
+)
 from ._study import analyze as analyze, project_2d as project_2d
 
 __all__ = [

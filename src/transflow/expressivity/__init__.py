@@ -30,6 +30,8 @@ Public API:
   :func:`init_mlp`, :func:`train_model` (softmax with annealed λ, read with hardmax),
   :func:`hardmax_reading` (:class:`ConstantQueryTransformer`), :func:`certified_regions`,
   :func:`sampling_estimate`, :func:`make_target`, :func:`constructed_capacity`, …;
+  :func:`train_cell` (one (target, depth, seed) job of the study: both models trained,
+  counted and saved);
   :func:`save_model` / :func:`load_model` (:class:`SavedModel`): a trained model kept on
   disk and reloaded without retraining.
 """
@@ -119,3 +121,4 @@ from ._trained import (
     sampling_estimate as sampling_estimate,
     train_model as train_model,
 )
+from ._trained_cell import train_cell as train_cell

@@ -10,7 +10,9 @@ in :mod:`transflow.models`).
   :func:`equivalence_configurations`, :func:`agreement_rows`, :func:`substep_rows`,
   :func:`build_torch_reference`, :func:`torch_slow_path`, :func:`fast_eager`;
   :func:`hf_configurations`, :func:`hf_compare`, :func:`hf_equivalence_rows`,
-  :func:`randomize_`, :func:`fp64_vit_softmax`.
+  :func:`randomize_`, :func:`fp64_vit_softmax`; the model zoo of ``hf_equivalence``:
+  :func:`hf_zoo_rows` (:data:`HF_ZOO_FAMILIES`, :func:`hf_zoo_configurations`,
+  :func:`hf_zoo_compare`, :func:`hf_zoo_vit_row`).
 
 torch and transformers are imported inside these functions only.
 """
@@ -48,6 +50,13 @@ from ._hf_studies import (
     hf_configurations as hf_configurations,
     hf_equivalence_rows as hf_equivalence_rows,
     randomize_ as randomize_,
+)
+from ._hf_zoo import (
+    HF_ZOO_FAMILIES as HF_ZOO_FAMILIES,
+    hf_zoo_compare as hf_zoo_compare,
+    hf_zoo_configurations as hf_zoo_configurations,
+    hf_zoo_rows as hf_zoo_rows,
+    hf_zoo_vit_row as hf_zoo_vit_row,
 )
 from ._studies import (
     EQUIVALENCE_AXES as EQUIVALENCE_AXES,
