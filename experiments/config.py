@@ -149,6 +149,26 @@ class RunConfig:
     task: Any = MISSING
 
 
+def library_names(module: str, name: str) -> Any:
+    """A ``CHOICES`` entry: the names in ``transflow[.<module>].<name>`` as a tuple, imported
+    only when a check asks for them (importing a task imports no JAX).
+
+    Example:
+        >>> library_names("continuous", "READINGS")()
+        ('right', 'left', 'average')
+    """
+
+    path = f"transflow.{module}" if module else "transflow"
+
+    def names() -> tuple:
+        import importlib
+
+        return tuple(vars(importlib.import_module(path))[name])
+
+    names.__qualname__ = f"{path}.{name}"
+    return names
+
+
 def register_schemas() -> None:
     """Store :class:`RunConfig` in Hydra's ConfigStore as ``base_config``.
 

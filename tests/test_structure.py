@@ -472,7 +472,7 @@ def test_diffeqsolve_is_called_by_the_integrator_and_the_reference_only():
 # below are the ones reached so far and may only fall (lower them when code moves out).
 EXPERIMENTS = ROOT / "experiments"
 #: Lines of experiments/**/*.py reached so far (issue 48's target: 6,000).
-EXPERIMENTS_LINES = 8590
+EXPERIMENTS_LINES = 8579
 #: The longest a task's ``run`` may be (issue 48).
 RUN_MAX_LINES = 80
 #: The length of every task's ``run`` reached so far (a new task: at most RUN_MAX_LINES).

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 
 from transflow.control import DepthDigitsConfig, ReferenceTolerances
 
-from ..config import complete, options_without
+from ..config import complete, library_names, options_without
 from ..study.protocol import (
     StudyConfig,
     aggregate,
@@ -128,44 +128,14 @@ DigitsOptions = options_without(
 )
 
 
-def _scheme_names():
-    from transflow import SCHEME_NAMES
-
-    return SCHEME_NAMES
-
-
-def _gradients():
-    from transflow.control import GRADIENTS
-
-    return tuple(GRADIENTS)
-
-
-def _readings():
-    from transflow.continuous import READINGS
-
-    return tuple(READINGS)
-
-
-def _activations():
-    from transflow.control import DEPTH_ACTIVATIONS
-
-    return tuple(DEPTH_ACTIVATIONS)
-
-
-def _theta_at():
-    from transflow.models import THETA_AT
-
-    return tuple(THETA_AT)
-
-
 #: Names checked before any work, smoke runs included (transflow-run help depth).
 CHOICES = {
-    "eval_schemes": _scheme_names,
+    "eval_schemes": library_names("", "SCHEME_NAMES"),
     "ref_solver": ("dopri5", "dopri8", "tsit5"),
-    "digits.gradient": _gradients,
-    "digits.activation": _activations,
-    "digits.theta_at": _theta_at,
-    "readings": _readings,
+    "digits.gradient": library_names("control", "GRADIENTS"),
+    "digits.activation": library_names("control", "DEPTH_ACTIVATIONS"),
+    "digits.theta_at": library_names("models", "THETA_AT"),
+    "readings": library_names("continuous", "READINGS"),
 }
 
 #: The reading of θ(t) whose metrics keep their unsuffixed names (``acc.prenorm.2``): the
@@ -252,7 +222,7 @@ def check(cfg: Config) -> None:
         if t not in ("fixed", "random"):
             raise ValueError(f"task.study.factors.train: {t!r}; choose fixed or random.")
     for s in [*study.factors["scheme"], *cfg.eval_schemes]:
-        if s not in _scheme_names() or s in ("lie", "relaxed"):
+        if s not in library_names("", "SCHEME_NAMES")() or s in ("lie", "relaxed"):
             raise ValueError(
                 f"task.study.factors.scheme / task.eval_schemes: {s!r} is not a consistent "
                 "scheme of the pre-LN field; choose e.g. prenorm (Euler), heun, midpoint."

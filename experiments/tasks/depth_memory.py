@@ -13,17 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..config import library_names
+
 __all__ = ["CHOICES", "Config", "memory_table", "run"]
 
 
-def _gradients():
-    from transflow.control import GRADIENTS
-
-    return tuple(GRADIENTS)
-
-
 #: Names checked before any work (transflow-run help depth_memory).
-CHOICES = {"memory_gradients": _gradients}
+CHOICES = {"memory_gradients": library_names("control", "GRADIENTS")}
 
 
 @dataclass

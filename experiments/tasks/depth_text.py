@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from transflow.control import DepthTextConfig
 
-from ..config import complete, options_without
+from ..config import complete, library_names, options_without
 from ..study.protocol import Cell, digest, keyed_fields
 from ..study.runner import StudySpec, job_dir, run_jobs
 
@@ -59,36 +59,18 @@ TextOptions = options_without(
 )
 
 
-def _scheme_names():
-    from transflow import SCHEME_NAMES
-
-    return SCHEME_NAMES
-
-
 def _paths():
     from transflow.continuous import PATH_KINDS
 
     return tuple(k for k in PATH_KINDS if k != "per_layer")
 
 
-def _activations():
-    from transflow.control import DEPTH_ACTIVATIONS
-
-    return tuple(DEPTH_ACTIVATIONS)
-
-
-def _theta_at():
-    from transflow.models import THETA_AT
-
-    return tuple(THETA_AT)
-
-
 #: Names checked before any work, smoke runs included (transflow-run help depth_text).
 CHOICES = {
-    "text_path_scheme": _scheme_names,
+    "text_path_scheme": library_names("", "SCHEME_NAMES"),
     "path": _paths,
-    "text.activation": _activations,
-    "text.theta_at": _theta_at,
+    "text.activation": library_names("control", "DEPTH_ACTIVATIONS"),
+    "text.theta_at": library_names("models", "THETA_AT"),
 }
 
 #: The version of a (model, seed) record: part of its digest (as in experiment=depth).

@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 
 from transflow.control import DepthTextConfig, DigitsConfig, SequenceConfig
 
-from ..config import complete, options_without
+from ..config import complete, library_names, options_without
 from ..study.protocol import (
     Cell,
     ClaimSpec,
@@ -147,18 +147,12 @@ _DEFAULT_SCHEMES = [
 ]
 
 
-def _scheme_names():
-    from transflow import SCHEME_NAMES
-
-    return SCHEME_NAMES
-
-
 #: Names checked before any work, smoke runs included (transflow-run help schemes).
 CHOICES = {
-    "schemes": _scheme_names,
+    "schemes": library_names("", "SCHEME_NAMES"),
     "tasks": TASKS,
     "jobs": ("all", "spread"),
-    "stable_dt_schemes": lambda: ("all", *_scheme_names()),
+    "stable_dt_schemes": lambda: ("all", *library_names("", "SCHEME_NAMES")()),
 }
 #: Schemes whose order is measured on each problem (every consistent trained layer).
 _ORDER_SCHEMES = [
