@@ -83,7 +83,7 @@ MOVED_TO_SLOW: dict[str, str] = {
     "tests/test_public_inputs.py::test_valid_arguments_are_accepted[transflow.analysis.lyapunov_exponent]": "accepting valid arguments runs a Lyapunov measurement (6 s CPU); the refusal of each bad argument stays fast",
     "tests/test_public_inputs.py::test_bad_argument_is_refused_naming_it[transflow.control.load_trained-task-0]": "trains a model to have something to load (7 s CPU); load_trained's other bad arguments stay fast",
     "tests/test_experiments.py::test_smoke_run_every_experiment[depth_adjoint]": "a smoke run in a subprocess (19 s CPU); equivalence and clustering smoke runs stay fast",
-    "tests/test_layer_schemes.py::test_stable_dt_of_the_imex_layer_as_trained[imex]": "one of two IMEX variants (18 s CPU); imex_dissipative stays fast",
+    "tests/test_layer_schemes.py::test_stable_dt_of_the_imex_layer_as_trained[imex]": "the IMEX layer's stable Δt as trained (18 s CPU); the IMEX layer's stable Δt is confirmed by runs below and above it in the fast test_largest_stable_dt_is_confirmed_by_runs_below_and_above[imex]",
     "tests/test_scheme_analysis.py::test_lyapunov_exponent_is_log_of_the_largest_singular_value_over_t": "a stability measurement over many steps (17 s CPU)",
     "tests/test_analysis.py::test_refinement_legend_and_report_say_when_an_order_is_missing": "runs refinement studies to check a report's wording (19 s CPU); the refinement's records have the fast test_refinement_study_records_evaluate",
     "tests/test_readings.py::test_average_reading_runs_the_layer_means": "runs a model under the average reading (11 s CPU); the reading's values are checked in the fast test_average_reading_is_the_exact_cell_mean",
@@ -123,4 +123,5 @@ MOVED_TO_SLOW: dict[str, str] = {
     "tests/test_options.py::test_every_bad_value_of_every_option_is_one_line_naming_it[schemes]": "the schemes task's options (8 s CPU); the other seventeen experiments stay fast, and test_cli.py's test_bad_task_value_is_rejected_naming_the_key[schemes] refuses a bad schemes value fast",
     "tests/test_scheme_analysis.py::test_measured_order_is_the_declared_one[prenorm-1]": "one scheme of four (6 s CPU); the others stay fast",
     "tests/test_interop_torch_masks.py::test_encoder_with_padding_and_masks[False-dtype1]": "one dtype of two (4 s CPU); False-dtype0 and both norm_first=True cases stay fast",
+    "tests/test_layer_schemes.py::test_stable_dt_of_the_imex_layer_as_trained[imex_dissipative]": "the dissipative IMEX layer's stable Δt as trained (15 s CPU); the IMEX layer's stable Δt is confirmed by runs below and above it in the fast test_largest_stable_dt_is_confirmed_by_runs_below_and_above[imex]",
 }
