@@ -26,7 +26,9 @@ of the learned update θ_trained − θ_init, all sampled at ``task.beta_depth``
 
 Metrics of a seed record (the names claims use): ``acc.<scheme>.<N>``,
 ``dist.<scheme>.<N>``, ``order.<scheme>``, ``acc.adaptive``, ``nfev.adaptive``,
-``dist.adaptive``, ``acc.reference``, ``nfev.reference``, ``acc.train`` (own scheme at
+``dist.adaptive`` (with ``task.adaptive_split`` the solve piece by piece between the
+jumps of θ, and ``acc/nfev/dist.adaptive.unsplit`` the solve straight across them),
+``acc.reference``, ``nfev.reference``, ``acc.train`` (own scheme at
 N_t = ``task.n_steps``), ``max_change`` (largest |acc(N) − acc.train| over the window
 ``transfer`` and adaptively, own scheme), ``max_integrator_change`` (largest
 |acc.<s1>.N − acc.<s2>.N| over the window ``integrator``; ``…_transfer``: over
@@ -192,6 +194,13 @@ class Config:
     # solved piece by piece between the jumps of θ (per-layer: every layer boundary;
     # piecewise linear: every knot), so no step crosses a jump (design v2, docs/depth.md)
     ref_split: bool = True
+    # issue 50: the adaptive solve (task.rtol) of every model piece by piece between the
+    # jumps and kinks of θ, as the reference (task.ref_split): a fair count of field
+    # evaluations. The metrics acc/nfev/dist.adaptive are then the split solve's, and the
+    # solve straight across the jumps (every run before the option) is kept beside them
+    # as acc/nfev/dist.adaptive.unsplit. false (default): the unsplit solve only, the
+    # records of v1-v3
+    adaptive_split: bool = False
     # the reference's own error, estimated on the first seed of every cell from solves at
     # two looser tolerances: d1, d2 their distances to the reference at ref_check_rtol and
     # ref_check_coarse_rtol; error ≈ d1²/d2 (the decay per decade of tolerance carried one
@@ -355,6 +364,8 @@ def record_key(cfg: Config, study: StudyConfig, ref: ReferenceTolerances, smoke:
         opts.pop("readings")
     if opts["digits"]["activation"] == "relu":
         opts["digits"].pop("activation")
+    if not opts["adaptive_split"]:
+        opts.pop("adaptive_split")
     design = {
         "eval_grid": [int(n) for n in study.eval_grid],
         "fit_windows": {k: list(v) for k, v in study.fit_windows.items()},
@@ -463,7 +474,7 @@ def _evaluate(
     import jax
     import numpy as np
 
-    from transflow import Adaptive, make_scheme
+    from transflow import make_scheme
     from transflow.analysis import fit_order
     from transflow.control import depth_accuracy
 
@@ -498,10 +509,11 @@ def _evaluate(
                 d2 = rec["dist.ref_check_coarse"] = dist(coarse["adaptive_outputs"])
                 est = d1 * d1 / d2 if d2 > 0 else math.nan
             rec["ref_error_est"] = est
-        ad = timed("adaptive", m, x, yte, [], adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol))
-        rec["acc.adaptive"] = ad["adaptive_accuracy"]
-        rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
-        rec["dist.adaptive"] = dist(ad["adaptive_outputs"])
+        for name, solved in _adaptive_solves(cfg, m, x, yte).items():
+            rec[f"seconds.{name}"] = solved.pop("seconds")
+            rec[f"acc.{name}"] = solved["adaptive_accuracy"]
+            rec[f"nfev.{name}"] = solved["adaptive_nfev_mean"]
+            rec[f"dist.{name}"] = dist(solved["adaptive_outputs"])
         for reading in cfg.readings:  # the stepped depths, under every declared reading
             at = _suffix(reading)
             for s in cfg.eval_schemes:
@@ -527,6 +539,27 @@ def _evaluate(
         _derived(cfg, study, rec, own, _suffix(reading))
     rec["n_test"] = len(yte)
     return rec
+
+
+def _adaptive_solves(cfg: Config, m, x, y) -> dict:
+    """The adaptive solves of one model (Tsit5 + PID at ``task.rtol``), by metric name:
+    ``adaptive`` (piece by piece between the jumps of θ with ``task.adaptive_split``, else
+    straight across them, as every run before the option) and, with the split, the solve
+    straight across as ``adaptive.unsplit`` (the old count beside the new). Each value is
+    :func:`transflow.control.depth_accuracy`'s result with its ``seconds``."""
+    from transflow import Adaptive
+    from transflow.control import depth_accuracy
+
+    opts = Adaptive(rtol=cfg.rtol, atol=cfg.rtol)
+    solves = {"adaptive": bool(cfg.adaptive_split)}
+    if cfg.adaptive_split:
+        solves["adaptive.unsplit"] = False
+    out = {}
+    for name, split in solves.items():
+        t0 = time.perf_counter()
+        out[name] = depth_accuracy(m, x, y, [], adaptive=opts, split=split)
+        out[name]["seconds"] = time.perf_counter() - t0
+    return out
 
 
 def _suffix(reading: str) -> str:
@@ -860,6 +893,7 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
         ("max_integrator_change", False),
         ("dist.train", True),
         ("nfev.adaptive", False),
+        *((("nfev.adaptive.unsplit", False),) if cfg.adaptive_split else ()),
         ("beta.trained", False),
         ("beta.init", False),
         ("beta.update", False),
@@ -890,7 +924,7 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
             + " | ".join(
                 _pm(
                     a.get(k),
-                    digits=1 if k in ("cpu_train", "nfev.adaptive", "n_params") else 3,
+                    digits=1 if k in ("cpu_train", "n_params") or k.startswith("nfev") else 3,
                     sci=sci,
                 )
                 for k, sci in summary_keys

@@ -200,7 +200,8 @@ def depth_accuracy(
     ``adaptive_accuracy``, ``adaptive_loss``, ``adaptive_nfev_mean``/``max`` and
     ``adaptive_outputs``; ``split``: the adaptive solve piece by piece between the jumps
     of θ (:func:`transflow.continuous.solve_adaptive`); ``reading``: how each depth N reads
-    θ(t) (:func:`at_depth`; the adaptive solve does not depend on it).
+    θ(t) (:func:`at_depth`; the adaptive solve does not depend on it). ``depths`` may be
+    empty when ``adaptive`` is given (the adaptive solve alone).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -217,7 +218,11 @@ def depth_accuracy(
         raise ValueError(f"`reading` must be one of {READINGS}, got {reading!r}.")
     if adaptive is not None:
         adaptive = check_option("adaptive", adaptive, Adaptive, "Adaptive(rtol=1e-5, atol=1e-5)")
-    depths = check_sequence("depths", depths, owner, example="(4, 8, 16)")
+    # no depth at all is an adaptive solve alone (the depth study's reference and
+    # adaptive evaluations); without the adaptive solve there would be nothing to do
+    depths = check_sequence(
+        "depths", depths, owner, example="(4, 8, 16)", nonempty=adaptive is None
+    )
     check_number("batch_size", batch_size, owner, lower=0, integer=True, example="128")
     check_flag("split", split, owner)
     x = _check_x(x, owner)
