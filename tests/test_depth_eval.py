@@ -9,10 +9,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+from transflow.experiments.tasks import depth
 
 from transflow import Adaptive, LayerControls, PreNormScheme, stack_controls
 from transflow.control import depth_accuracy, make_vit
-from transflow.experiments.tasks import depth
 
 
 def _per_layer_model(d=8, n_layers=4, seed=0):
@@ -93,16 +93,114 @@ def test_adaptive_split_leaves_a_smooth_path_alone():
 
 
 def test_adaptive_split_enters_the_record_key_only_when_on():
-    from transflow.control import ReferenceTolerances
     from transflow.experiments.study.protocol import StudyConfig
+
+    from transflow.control import ReferenceTolerances
 
     study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
     ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
     task = depth.Config()
-    key = depth.record_key(task, study, ref, False)
-    assert (
-        depth.record_key(dataclasses.replace(task, adaptive_split=False), study, ref, False) == key
+    key = depth.record_key(task, study, ref)
+    assert depth.record_key(dataclasses.replace(task, adaptive_split=False), study, ref) == key
+    assert depth.record_key(dataclasses.replace(task, adaptive_split=True), study, ref) != key
+
+
+def _sliding_field_model(c: float, T: float = 1.0):
+    """A d = 2 model whose pre-LN field is the constant f = (−c, c) and whose FFN
+    pre-activations are the signs of w = v₁ − v₂ per token: no attention (V = 0), the
+    FFN's first sub-step the identity (W₀ = b₀ = 0: its pre-activation is P_{S1'}v =
+    (s, −s), s = sign w, for d = 2 with gain 1, bias 0), its second W₁ = −I, b₁ = (−c, c)
+    (output b₁ whatever the ReLU gave). Each token's w falls at rate 2c, so it crosses 0
+    in exactly one step when 0 < w(0) <= 2cT."""
+    from transflow import NormParams, RungeKuttaScheme
+
+    m = make_vit(
+        d=2,
+        n_steps=1,
+        n_heads=1,
+        dt=T,
+        scheme=RungeKuttaScheme("heun"),
+        dtype=jnp.float64,
+        key=jax.random.key(0),
     )
-    assert (
-        depth.record_key(dataclasses.replace(task, adaptive_split=True), study, ref, False) != key
+    cont = LayerControls.random(2, n_heads=1, dtype=jnp.float64, key=jax.random.key(1))
+    z, eye = jnp.zeros((2, 2)), jnp.eye(2)
+    cont = dataclasses.replace(
+        cont,
+        attn=dataclasses.replace(cont.attn, wv=z, bv=jnp.zeros(2), wo=z, bo=jnp.zeros(2)),
+        norm2=NormParams(jnp.asarray(1.0), jnp.asarray(0.0)),
+        ffn=dataclasses.replace(
+            cont.ffn, weights=(z, -eye), biases=(jnp.zeros(2), jnp.array([-c, c]))
+        ),
     )
+    return dataclasses.replace(m, controls=stack_controls([cont]))
+
+
+def test_kink_straddles_counts_the_steps_where_a_token_crosses_by_hand():
+    """On the sliding field the Heun stages of step n are w_n and w_n − 2cΔt per token
+    (the field is constant, so w_n = w(0) − 2c nΔt exactly): step n straddles when some
+    token has w_n > 0 >= w_n − 2cΔt, i.e. n = ceil(w(0)/(2cΔt)) − 1 < N. The fraction is
+    the number of such distinct steps per example over N, averaged over the examples."""
+    from transflow.control import kink_straddles
+
+    with jax.enable_x64(True):
+        x = np.asarray(jax.random.normal(jax.random.key(2), (5, 8, 8), jnp.float64))
+        probe = _sliding_field_model(1.0)
+        w0 = np.asarray(jax.vmap(probe.embed)(jnp.asarray(x)))
+        w0 = w0[..., 0] - w0[..., 1]  # examples × tokens
+        # 2cT near the median positive w(0) (about half the tokens cross), off every w(0)
+        c = 1.0137 * float(np.median(w0[w0 > 0])) / 2
+        m = _sliding_field_model(c)
+        u0 = np.asarray(jax.vmap(m.embed)(jnp.asarray(x)))
+        for n in (1, 3, 8, 32):
+            got = kink_straddles(m, x, n)
+            dt = 1.0 / n
+            steps = [
+                {int(np.ceil(w / (2 * c * dt))) - 1 for w in row if 0 < w <= 2 * c} for row in w0
+            ]
+            per_example = [len(s) / n for s in steps]
+            assert got["fraction"] == np.mean(per_example), (n, got["fraction"], per_example)
+            hand = np.zeros(n)
+            for s in steps:
+                hand[list(s)] += 1 / len(steps)
+            np.testing.assert_allclose(got["per_step"], hand, rtol=0, atol=1e-15)
+            # the stages are those of the field: the constant field moves u by T·(−c, c)
+            np.testing.assert_allclose(got["features"], u0 + np.array([-c, c]), atol=1e-12)
+    assert 0 < kink_straddles(m, x, 8)["fraction"] < 1  # the case is not trivial
+
+
+def test_kink_straddles_steps_are_the_models_own_heun_steps():
+    """On a random model (ReLU FFN, several units) the function's stage states are those
+    of RungeKuttaScheme("heun"): its final states are the model's features at that depth;
+    the fraction is 1 at N = 1 on this model and falls as N grows (a fixed set of crossings
+    spread over more steps)."""
+    from transflow import RungeKuttaScheme
+    from transflow.control import at_depth, kink_straddles
+
+    with jax.enable_x64(True):
+        m = dataclasses.replace(_per_layer_model(), scheme=RungeKuttaScheme("heun"))
+        x = np.asarray(jax.random.normal(jax.random.key(9), (4, 8, 8), jnp.float64))
+        frac = []
+        for n in (2, 8, 64):
+            got = kink_straddles(m, x, n)
+            own = jax.vmap(at_depth(m, n).features)(jnp.asarray(x))
+            np.testing.assert_allclose(got["features"], own, rtol=0, atol=1e-12)
+            frac.append(got["fraction"])
+    assert frac[0] > frac[1] > frac[2] > 0, frac
+
+
+def test_local_order_per_doubling_is_log2_of_successive_distance_ratios():
+    """order_local.<s>.<N>: log(d(N′)/d(N)) / log(N/N′) between successive grid depths,
+    per reading suffix; exact on distances C·N^(−p) whose p changes along the grid."""
+    grid = [1, 2, 4, 8, 16]
+    p = {2: 1.0, 4: 2.0, 8: 2.0, 16: 1.5}
+    d = {1: 0.3}
+    for lo, hi in zip(grid, grid[1:]):
+        d[hi] = d[lo] * 2.0 ** (-p[hi])
+    rec = {f"dist.heun.{n}@left": v for n, v in d.items()}
+    got = depth._local_orders(rec, "heun", grid, "@left")
+    assert set(got) == {f"order_local.heun.{n}@left" for n in grid[1:]}
+    for n in grid[1:]:
+        assert abs(got[f"order_local.heun.{n}@left"] - p[n]) < 1e-12
+    rec["dist.heun.16@left"] = 0.0  # a zero distance has no order
+    assert np.isnan(depth._local_orders(rec, "heun", grid, "@left")["order_local.heun.16@left"])

@@ -35,7 +35,10 @@ N_t = ``task.n_steps``), ``max_change`` (largest |acc(N) − acc.train| over the
 ``transfer``, design v1's), ``ref_error_est``/``ref_error_ratio`` (first seed of a
 cell), ``dist.train``, ``beta.trained``,
 ``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``,
-``ffn_activation`` (``task.digits.activation`` as the trained model has it). The stepped
+``ffn_activation`` (``task.digits.activation`` as the trained model has it),
+``order_local.<scheme>.<N>`` (the local order between the previous grid depth and N)
+and ``straddle.heun.<N>`` (the fraction of Heun steps at depth N whose stages straddle
+a kink of the FFN activation, :func:`transflow.control.kink_straddles`). The stepped
 metrics and those derived from them are measured under every reading of ``task.readings``
 (how a depth N reads θ(t) at a jump, :data:`transflow.continuous.READINGS`): under
 "right" (the default and every earlier run's) with the names above, under another
@@ -226,6 +229,10 @@ class Config:
     # a design with fewer cells than the claims name (debug=smoke): the claims and headline
     # cells naming a missing cell are said and not checked, instead of refused
     partial_design: bool = False
+    # the smoke sizes (set by configs/sizes/smoke/depth.yaml, debug=smoke): their records
+    # are kept apart from full-size ones (the record key's "smoke" field, as before the
+    # option, when the key read the run's smoke flag)
+    smoke_sizes: bool = False
 
 
 def check(cfg: Config) -> None:
@@ -342,17 +349,24 @@ def study_design(cfg: Config, ctx) -> StudyConfig:
 RECORD_VERSION = 2  # 2: split reference, extrapolated error estimate, integrator window
 
 #: Options that select records or claims but do not change a record's content.
-_NOT_IN_RECORD = ("study", "ref_check_max", "partial_design", "ref_refine", "release_compiled")
+_NOT_IN_RECORD = (
+    "study",
+    "ref_check_max",
+    "partial_design",
+    "ref_refine",
+    "release_compiled",
+    "smoke_sizes",  # in the key's design as "smoke", where the run's flag was before
+)
 
 
-def record_key(cfg: Config, study: StudyConfig, ref: ReferenceTolerances, smoke: bool) -> str:
+def record_key(cfg: Config, study: StudyConfig, ref: ReferenceTolerances) -> str:
     """The digest of everything a (cell, seed) record depends on except the cell and seed:
     the task's options (without those of :data:`_NOT_IN_RECORD`), the study's evaluation
     grid and fit windows (not its claims, cells or seed counts, which select records but
-    do not change one), the reference's tolerances (``ref``: one refinement level), the
-    smoke flag and :data:`RECORD_VERSION`. Unchanged from the job loop this task had
-    before the study runner: records of earlier runs are reused
-    (``tests/test_protocol.py``)."""
+    do not change one), the reference's tolerances (``ref``: one refinement level),
+    ``task.smoke_sizes`` (the smoke sizes' records apart) and :data:`RECORD_VERSION`.
+    Unchanged from the job loop this task had before the study runner: records of
+    earlier runs are reused (``tests/test_protocol.py``)."""
     opts = dataclasses.asdict(cfg)
     for k in _NOT_IN_RECORD:
         opts.pop(k)
@@ -372,7 +386,7 @@ def record_key(cfg: Config, study: StudyConfig, ref: ReferenceTolerances, smoke:
         "n_steps": cfg.n_steps,
         "random_depths": [int(n) for n in cfg.random_depths],
         "ref": [ref.solver, ref.rtol, ref.check_rtol, ref.coarse_rtol],
-        "smoke": bool(smoke),
+        "smoke": bool(cfg.smoke_sizes),
     }
     return digest({"version": RECORD_VERSION, "options": opts, "design": design})
 
@@ -476,7 +490,7 @@ def _evaluate(
 
     from transflow import make_scheme
     from transflow.analysis import fit_order
-    from transflow.control import depth_accuracy
+    from transflow.control import depth_accuracy, kink_straddles
 
     grid = [int(n) for n in study.eval_grid]
     rec: dict = {}
@@ -524,6 +538,13 @@ def _evaluate(
                     rec[f"dist.{s}.{n}{at}"] = dist(z)
                 win = window(study, s)
                 rec[f"order.{s}{at}"] = fit_order(win, [rec[f"dist.{s}.{n}{at}"] for n in win])
+                rec.update(_local_orders(rec, s, grid, at))
+        if STRADDLE_SCHEME in cfg.eval_schemes:  # where Heun's stages straddle a ReLU kink
+            t0 = time.perf_counter()
+            for n in grid:
+                frac = kink_straddles(m, x, n, method=STRADDLE_SCHEME)["fraction"]
+                rec[f"straddle.{STRADDLE_SCHEME}.{n}"] = frac
+            rec["seconds.straddle"] = time.perf_counter() - t0
         fine = int(cfg.beta_depth)
         th, th0 = _controls_at(m, fine), _controls_at(_f64(init), fine)
         upd = jax.tree.map(lambda a, b: a - b, th, th0)
@@ -559,6 +580,23 @@ def _adaptive_solves(cfg: Config, m, x, y) -> dict:
         t0 = time.perf_counter()
         out[name] = depth_accuracy(m, x, y, [], adaptive=opts, split=split)
         out[name]["seconds"] = time.perf_counter() - t0
+    return out
+
+
+#: The eval scheme whose stages are checked for ReLU kinks (``straddle.heun.<N>``, reading
+#: right: :func:`transflow.control.kink_straddles`), when ``task.eval_schemes`` has it.
+STRADDLE_SCHEME = "heun"
+
+
+def _local_orders(rec: dict, s: str, grid: list[int], at: str) -> dict:
+    """The local order of scheme ``s`` per refinement of the grid (issue 50):
+    ``order_local.<s>.<N>`` = log(dist(N′)/dist(N)) / log(N/N′) for successive depths
+    N′ < N (per doubling: log₂ of the distance ratio), under the reading suffix ``at``."""
+    out = {}
+    for lo, hi in zip(grid[:-1], grid[1:]):
+        a, b = rec[f"dist.{s}.{lo}{at}"], rec[f"dist.{s}.{hi}{at}"]
+        ok = a > 0 and b > 0
+        out[f"order_local.{s}.{hi}{at}"] = math.log(a / b) / math.log(hi / lo) if ok else math.nan
     return out
 
 
@@ -622,7 +660,7 @@ def spec(cfg: Config, ctx, study: StudyConfig, cells) -> StudySpec:
     models reloaded, at most ``task.ref_refine`` times; every seed of the cell then uses
     the cell's final reference)."""
     ref = reference(cfg)
-    keys = [record_key(cfg, study, ref.refined(j), ctx.smoke) for j in range(cfg.ref_refine + 1)]
+    keys = [record_key(cfg, study, ref.refined(j)) for j in range(cfg.ref_refine + 1)]
     return StudySpec(
         "depth",
         cells,
@@ -695,6 +733,8 @@ def run(cfg: Config, ctx) -> dict:
         + table["markdown"]
         + "\n\n## Path − per-layer model trained alike, per reading\n\n"
         + _path_minus_per_layer(cfg, study, cells, records)
+        + "\n\n## Local order per doubling and ReLU kink straddles (issue 50)\n\n"
+        + _local_order_table(cfg, study, cells, records)
         + "\n\n## Claims over seeds (declared in task.study.claims)\n\n"
         + (
             "Every claim is stated under the reading right (its declared metric); "
@@ -787,6 +827,47 @@ def _path_minus_per_layer(cfg: Config, study: StudyConfig, cells, records) -> st
             rows += 1
     if not rows:
         return "No path cell has a per-layer cell trained alike in this run."
+    return "\n".join(md)
+
+
+def _local_order_table(cfg: Config, study: StudyConfig, cells, records) -> str:
+    """Per cell and eval scheme (reading right): the local order per refinement of the
+    grid, ``order_local.<s>.<N>`` (mean ± std, the per-seed values below), and the
+    fraction of Heun steps whose stages straddle a kink, ``straddle.heun.<N>``."""
+    grid = [int(n) for n in study.eval_grid]
+    head = "| cell | quantity | seeds |" + "".join(f" {a}→{b} |" for a, b in zip(grid, grid[1:]))
+    md = [
+        "Local order log(dist(N′)/dist(N)) / log(N/N′) of the distance to the continuous limit "
+        "between successive depths N′ → N (per doubling: log₂ of the ratio), reading right, "
+        f"mean ± std over seeds [per-seed values]; `straddle`: the fraction of "
+        f"{STRADDLE_SCHEME} steps at depth N (the column's right end) whose two stage states "
+        "give some FFN pre-activation (any token, unit) another sign "
+        "(`transflow.control.kink_straddles`): where the ReLU field is not C¹ inside a step. "
+        f"FFN activation: {cfg.digits.activation}.",
+        "",
+        head,
+        "|---|---|---|" + "---|" * (len(grid) - 1),
+    ]
+
+    def cellrow(by, label, keys):
+        seeds = sorted(by)
+        vals = []
+        for k in keys:
+            d = [by[s][k] for s in seeds if k in by[s] and math.isfinite(by[s][k])]
+            one = {"mean": sum(d) / len(d), "std": _std(d), "n": len(d)} if d else None
+            vals.append(_pm(one, 2) + " [" + " ".join(f"{v:.2f}" for v in d) + "]" if d else "n/a")
+        return f"| {{}} | {label} | {len(seeds)} | " + " | ".join(vals) + " |"
+
+    for c in cells:
+        by = records.get(c.name, {})
+        if not by:
+            continue
+        for s in cfg.eval_schemes:
+            keys = [f"order_local.{s}.{n}" for n in grid[1:]]
+            md.append(cellrow(by, f"local order, {s}", keys).format(c.name))
+        if STRADDLE_SCHEME in cfg.eval_schemes:
+            keys = [f"straddle.{STRADDLE_SCHEME}.{n}" for n in grid[1:]]
+            md.append(cellrow(by, f"straddle, {STRADDLE_SCHEME}", keys).format(c.name))
     return "\n".join(md)
 
 
