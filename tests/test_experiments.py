@@ -36,6 +36,7 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 # analyze's study in tests/test_analysis.py.
 SLOW_SMOKE = {
     "depth",
+    "depth_confirm",  # the depth smoke study (configs/sizes/smoke/depth.yaml)
     "depth_memory",  # a fresh process per (gradient, depth)
     "depth_text",  # 4 trainings and the n-gram baselines
     "schemes",
