@@ -204,3 +204,21 @@ def test_local_order_per_doubling_is_log2_of_successive_distance_ratios():
         assert abs(got[f"order_local.heun.{n}@left"] - p[n]) < 1e-12
     rec["dist.heun.16@left"] = 0.0  # a zero distance has no order
     assert np.isnan(depth._local_orders(rec, "heun", grid, "@left")["order_local.heun.16@left"])
+
+
+def test_claims_on_reading_free_metrics_are_not_restated_per_reading():
+    """Under another reading a claim is restated with its metric suffixed only when the
+    records hold that metric per reading; the adaptive solve's counts do not depend on the
+    reading and are checked once (issue 50's confirmation declares such a claim)."""
+    from transflow.experiments.study.protocol import ClaimSpec, StudyConfig
+
+    claims = [
+        ClaimSpec(name="n2", metric="acc.prenorm.2"),
+        ClaimSpec(name="f", metric="nfev.adaptive"),
+    ]
+    study = StudyConfig(claims=claims)
+    records = {"c": {15: {"acc.prenorm.2": 0.5, "acc.prenorm.2@left": 0.4, "nfev.adaptive": 130}}}
+    got = depth._read_claims(study, "left", records)
+    assert [(c.name, c.metric) for c in got.claims] == [("n2@left", "acc.prenorm.2@left")]
+    # without records (or a metric no record has) every claim is restated, as before
+    assert [c.name for c in depth._read_claims(study, "left").claims] == ["n2@left", "f@left"]

@@ -704,7 +704,9 @@ def run(cfg: Config, ctx) -> dict:
     verdicts = evaluate_claims(study, records, n_examples=n_test)
     for reading in cfg.readings:  # every declared claim again under every other reading
         if reading != DEFAULT_READING:
-            verdicts += evaluate_claims(_read_claims(study, reading), records, n_examples=n_test)
+            verdicts += evaluate_claims(
+                _read_claims(study, reading, records), records, n_examples=n_test
+            )
     table = _factorial(cfg, study, cells, agg)
     data = records_json(study, cells, agg, result, n_steps=cfg.n_steps)
     write_tables(ctx, "factorial", markdown=table["markdown"], csv=table["csv"], data=data)
@@ -771,15 +773,20 @@ def _readings_line(cfg: Config) -> str:
     )
 
 
-def _read_claims(study: StudyConfig, reading: str) -> StudyConfig:
+def _read_claims(study: StudyConfig, reading: str, records: dict | None = None) -> StudyConfig:
     """``study`` with every declared claim restated under ``reading``: its metric
-    suffixed (``acc.prenorm.2@left``), its name ``<claim>@<reading>``, nothing else moved."""
+    suffixed (``acc.prenorm.2@left``), its name ``<claim>@<reading>``, nothing else moved.
+    A claim whose metric does not depend on the reading (the records hold it without the
+    suffix and not with it: ``nfev.adaptive``, ``dist.adaptive``, ``beta.*``) is checked
+    once, under its own name, and not restated."""
     at = _suffix(reading)
+    keys = {k for by in (records or {}).values() for r in by.values() for k in r}
     return dataclasses.replace(
         study,
         claims=[
             dataclasses.replace(c, name=f"{c.name}{at}", metric=f"{c.metric}{at}")
             for c in study.claims
+            if f"{c.metric}{at}" in keys or c.metric not in keys
         ],
     )
 
