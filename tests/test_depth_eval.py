@@ -222,3 +222,24 @@ def test_claims_on_reading_free_metrics_are_not_restated_per_reading():
     assert [(c.name, c.metric) for c in got.claims] == [("n2@left", "acc.prenorm.2@left")]
     # without records (or a metric no record has) every claim is restated, as before
     assert [c.name for c in depth._read_claims(study, "left").claims] == ["n2@left", "f@left"]
+
+
+def test_partial_design_drops_claims_on_depths_outside_the_grid():
+    """At smoke size (N = 1…8) a claim on order_local.heun.256 names a depth the grid does
+    not have: with task.partial_design it is said and not checked, like a missing cell;
+    claims on grid depths and on metrics without a depth are kept."""
+    from transflow.experiments.study.protocol import ClaimSpec, StudyConfig
+
+    study = StudyConfig(
+        factors={"path": ["legendre"], "T": [0.2], "train": ["random"], "scheme": ["heun"]},
+        headline={"path": "legendre", "T": 0.2, "train": "random", "scheme": "heun"},
+        eval_grid=[1, 2, 4, 8],
+        claims=[
+            ClaimSpec(name="deep", metric="order_local.heun.256"),
+            ClaimSpec(name="deep_left", metric="acc.heun.256@left"),
+            ClaimSpec(name="n2", metric="acc.heun.2@left"),
+            ClaimSpec(name="fit", metric="order.heun"),
+        ],
+    )
+    kept = depth._within_design(study)
+    assert [c.name for c in kept.claims] == ["n2", "fit"]

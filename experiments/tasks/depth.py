@@ -226,8 +226,9 @@ class Config:
     release_compiled: bool = True
     # the digits model's other options (DepthDigitsConfig without the fields set above)
     digits: DigitsOptions = field(default_factory=DigitsOptions)
-    # a design with fewer cells than the claims name (debug=smoke): the claims and headline
-    # cells naming a missing cell are said and not checked, instead of refused
+    # a design with fewer cells or depths than the claims name (debug=smoke): the claims
+    # and headline cells naming a missing cell or depth are said and not checked, instead
+    # of refused
     partial_design: bool = False
     # the smoke sizes (set by configs/sizes/smoke/depth.yaml, debug=smoke): their records
     # are kept apart from full-size ones (the record key's "smoke" field, as before the
@@ -309,15 +310,24 @@ def _check_readings(readings) -> None:
 
 
 def _within_design(s: StudyConfig) -> StudyConfig:
-    """``s`` without the headline cells and claims naming a cell its design does not have."""
+    """``s`` without the headline cells and claims naming a cell its design does not have,
+    and without the claims on a depth its evaluation grid does not have (a metric ending
+    in a depth, ``order_local.heun.256``, at the smoke grid 1…8)."""
     names = {c.name for c in design_cells(s, check=False)}
+    grid = {int(n) for n in s.eval_grid}
+
+    def on_grid(metric: str) -> bool:
+        last = metric.split("@")[0].rsplit(".", 1)[-1]
+        return not last.isdigit() or int(last) in grid
+
     return dataclasses.replace(
         s,
         headline_cells=[c for c in s.headline_cells if c == "headline" or c in names],
         claims=[
             c
             for c in s.claims
-            if all(
+            if on_grid(c.metric)
+            and all(
                 x == "headline" or x in names for x in [*c.cells, *([c.minus] if c.minus else [])]
             )
         ],
@@ -336,7 +346,8 @@ def study_design(cfg: Config, ctx) -> StudyConfig:
         ]
         if dropped:
             ctx.message(
-                "depth study (task.partial_design): not in this design's cells, so not "
+                "depth study (task.partial_design): not in this design's cells or "
+                "evaluation grid, so not "
                 f"checked: {', '.join(dropped)}"
             )
         s = kept
