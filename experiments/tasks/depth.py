@@ -742,7 +742,7 @@ def run(cfg: Config, ctx) -> dict:
     ctx.report(
         "## Design (declared before the run)\n\n"
         + design_markdown(study, cells, training)
-        + "\n\n## Factorial table\n\n"
+        + "\n\n## Results\n\nThe factorial table (mean ± std over seeds).\n\n"
         + table["markdown"]
         + "\n\n## Path − per-layer model trained alike, per reading\n\n"
         + _path_minus_per_layer(cfg, study, cells, records)
