@@ -36,6 +36,7 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 # analyze's study in tests/test_analysis.py.
 SLOW_SMOKE = {
     "depth",
+    "depth_confirm",  # the depth smoke study (configs/sizes/smoke/depth.yaml)
     "depth_memory",  # a fresh process per (gradient, depth)
     "depth_text",  # 4 trainings and the n-gram baselines
     "schemes",
@@ -335,8 +336,12 @@ def test_smoke_run_every_experiment(name, tmp_path_factory):
     assert set(json.loads((run_dir / "summary.json").read_text())) == set(summary)
     report = (run_dir / "report.md").read_text()
     # Uniform reports: '# <task>: <about>', the command, '## Results', '## Summary', ...
+    # (the experiment's task: depth_confirm is an experiment of the task depth)
+    from transflow.experiments.run import compose
+
+    task = compose([f"experiment={name}"])[1]
     headings = [ln for ln in report.splitlines() if ln.startswith("#")]
-    assert headings[0].startswith(f"# {name}: "), headings
+    assert headings[0].startswith(f"# {task}: "), headings
     assert "## Results" in headings and "## Summary" in headings, headings
     assert not [h for h in headings[1:] if not h.startswith("## ")], headings
     # Markdown tables: every row of a table has as many cells as its header (an unescaped

@@ -182,6 +182,8 @@ def test_the_depth_study_as_declared_and_at_smoke_size(tmp_path):
     small = depth.study_design(smoke, ctx)
     sc = design_cells(small)
     assert smoke.n_steps == 2 and smoke.random_depths == [2, 4]
+    # the smoke sizes' records are kept apart by configuration, not by the run's flag
+    assert smoke.smoke_sizes and not depth.Config().smoke_sizes
     assert small.eval_grid == [1, 2, 4, 8]
     for f in depth.FACTORS:  # every factor varied
         assert len({str(c.levels[f]) for c in sc}) == 2, f
@@ -245,12 +247,13 @@ def test_depth_record_keys_are_those_of_the_records_already_stored():
 
     task = _depth_task()
     ref = depth.reference(task)
-    keys = [depth.record_key(task, task.study, ref.refined(j), False) for j in range(3)]
+    keys = [depth.record_key(task, task.study, ref.refined(j)) for j in range(3)]
     assert keys == DEPTH_FULL_KEYS
     study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
     ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
-    assert depth.record_key(depth.Config(), study, ref, False) == DEPTH_DEFAULT_KEY
-    assert depth.record_key(depth.Config(), study, ref, True) != DEPTH_DEFAULT_KEY
+    assert depth.record_key(depth.Config(), study, ref) == DEPTH_DEFAULT_KEY
+    smoke = dataclasses.replace(depth.Config(), smoke_sizes=True)
+    assert depth.record_key(smoke, study, ref) != DEPTH_DEFAULT_KEY
     # the runner's key of a job at level j is that of reference level j
     cells = design_cells(task.study)
     spec = depth.spec(task, _Ctx(), task.study, cells)
@@ -299,7 +302,7 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
     task = depth.Config()
     study = StudyConfig(eval_grid=[1, 2, 4], fit_windows={"prenorm": [2, 4]})
     ref = ReferenceTolerances("dopri5", 1e-8, 1e-7, 1e-6)
-    key = depth.record_key(task, study, ref, False)
+    key = depth.record_key(task, study, ref)
     cell = design_cells(_study())[0]
     path = tmp_path / "record.json"
     path.write_text(json.dumps({"cell": cell.name, "seed": 0, "key": key, "acc.train": 0.9}))
@@ -315,9 +318,9 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
         dataclasses.replace(task, readings=["right", "left", "average"]),
         dataclasses.replace(task, digits=dataclasses.replace(task.digits, activation="gelu")),
     ):
-        assert depth.record_key(other, study, ref, False) != key
+        assert depth.record_key(other, study, ref) != key
     finer = ReferenceTolerances("dopri5", 1e-9, 1e-7, 1e-6)
-    assert depth.record_key(task, study, finer, False) != key
+    assert depth.record_key(task, study, finer) != key
     # options that select records or claims, not a record's content, keep the digest
     for same in (
         dataclasses.replace(task, ref_check_max=0.5, ref_refine=0, partial_design=True),
@@ -327,11 +330,11 @@ def test_depth_records_are_reused_only_for_the_same_cell_seed_and_options(tmp_pa
         dataclasses.replace(task, readings=["right"]),
         dataclasses.replace(task, digits=dataclasses.replace(task.digits, activation="relu")),
     ):
-        assert depth.record_key(same, study, ref, False) == key
+        assert depth.record_key(same, study, ref) == key
     old_version = depth.RECORD_VERSION
     try:
         depth.RECORD_VERSION = old_version + 1
-        assert depth.record_key(task, study, ref, False) != key
+        assert depth.record_key(task, study, ref) != key
     finally:
         depth.RECORD_VERSION = old_version
     assert reusable_record(tmp_path / "missing.json", key, cell.name, 0) is None
@@ -399,7 +402,7 @@ def test_the_runner_refines_a_cell_whose_first_seed_asks(tmp_path):
     )
     assert spec.refine.field == "ref_level"
     ref = depth.reference(task)
-    keys = [depth.record_key(task, study, ref.refined(j), False) for j in range(3)]
+    keys = [depth.record_key(task, study, ref.refined(j)) for j in range(3)]
     assert [spec.key(Job(cell, 0, j)) for j in range(3)] == keys and len(set(keys)) == 3
     v2 = depth.spec(dataclasses.replace(task, ref_refine=0), _Ctx(), study, [cell])
     assert v2.key(Job(cell, 0, 0)) == keys[0]  # a level-0 record is the one v2 wrote

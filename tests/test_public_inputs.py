@@ -1629,6 +1629,18 @@ CASES += [
         },
     ),
     Case(
+        "transflow.control.kink_straddles",
+        _ctl("kink_straddles"),
+        lambda: dict(model=_vit(), x=_images(), n_steps=2),
+        {
+            "model": _BAD_MODEL,
+            "x": _BAD_IMAGES,
+            "n_steps": BAD_SIZE,
+            "method": ["euler", None],
+            "reading": ["middle"],
+        },
+    ),
+    Case(
         "transflow.control.depth_loss",
         lambda **kw: _mod("control", "depth_loss")(**kw)(_vit(), _images(), _labels()),
         lambda: dict(depths=[2, 4]),

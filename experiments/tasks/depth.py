@@ -26,14 +26,19 @@ of the learned update θ_trained − θ_init, all sampled at ``task.beta_depth``
 
 Metrics of a seed record (the names claims use): ``acc.<scheme>.<N>``,
 ``dist.<scheme>.<N>``, ``order.<scheme>``, ``acc.adaptive``, ``nfev.adaptive``,
-``dist.adaptive``, ``acc.reference``, ``nfev.reference``, ``acc.train`` (own scheme at
+``dist.adaptive`` (with ``task.adaptive_split`` the solve piece by piece between the
+jumps of θ, and ``acc/nfev/dist.adaptive.unsplit`` the solve straight across them),
+``acc.reference``, ``nfev.reference``, ``acc.train`` (own scheme at
 N_t = ``task.n_steps``), ``max_change`` (largest |acc(N) − acc.train| over the window
 ``transfer`` and adaptively, own scheme), ``max_integrator_change`` (largest
 |acc.<s1>.N − acc.<s2>.N| over the window ``integrator``; ``…_transfer``: over
 ``transfer``, design v1's), ``ref_error_est``/``ref_error_ratio`` (first seed of a
 cell), ``dist.train``, ``beta.trained``,
 ``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``,
-``ffn_activation`` (``task.digits.activation`` as the trained model has it). The stepped
+``ffn_activation`` (``task.digits.activation`` as the trained model has it),
+``order_local.<scheme>.<N>`` (the local order between the previous grid depth and N)
+and ``straddle.heun.<N>`` (the fraction of Heun steps at depth N whose stages straddle
+a kink of the FFN activation, :func:`transflow.control.kink_straddles`). The stepped
 metrics and those derived from them are measured under every reading of ``task.readings``
 (how a depth N reads θ(t) at a jump, :data:`transflow.continuous.READINGS`): under
 "right" (the default and every earlier run's) with the names above, under another
@@ -89,12 +94,15 @@ __all__ = [
     "RECORD_VERSION",
     "Config",
     "DigitsOptions",
+    "STRADDLE_SCHEME",
     "check",
+    "read_claims",
     "record_key",
     "reference",
     "run",
     "spec",
     "study_design",
+    "within_design",
 ]
 
 
@@ -170,6 +178,13 @@ class Config:
     # solved piece by piece between the jumps of θ (per-layer: every layer boundary;
     # piecewise linear: every knot), so no step crosses a jump (design v2, docs/depth.md)
     ref_split: bool = True
+    # issue 50: the adaptive solve (task.rtol) of every model piece by piece between the
+    # jumps and kinks of θ, as the reference (task.ref_split): a fair count of field
+    # evaluations. The metrics acc/nfev/dist.adaptive are then the split solve's, and the
+    # solve straight across the jumps (every run before the option) is kept beside them
+    # as acc/nfev/dist.adaptive.unsplit. false (default): the unsplit solve only, the
+    # records of v1-v3
+    adaptive_split: bool = False
     # the reference's own error, estimated on the first seed of every cell from solves at
     # two looser tolerances: d1, d2 their distances to the reference at ref_check_rtol and
     # ref_check_coarse_rtol; error ≈ d1²/d2 (the decay per decade of tolerance carried one
@@ -192,9 +207,14 @@ class Config:
     release_compiled: bool = True
     # the digits model's other options (DepthDigitsConfig without the fields set above)
     digits: DigitsOptions = field(default_factory=DigitsOptions)
-    # a design with fewer cells than the claims name (debug=smoke): the claims and headline
-    # cells naming a missing cell are said and not checked, instead of refused
+    # a design with fewer cells or depths than the claims name (debug=smoke): the claims
+    # and headline cells naming a missing cell or depth are said and not checked, instead
+    # of refused
     partial_design: bool = False
+    # the smoke sizes (set by configs/sizes/smoke/depth.yaml, debug=smoke): their records
+    # are kept apart from full-size ones (the record key's "smoke" field, as before the
+    # option, when the key read the run's smoke flag)
+    smoke_sizes: bool = False
 
 
 def check(cfg: Config) -> None:
@@ -228,7 +248,7 @@ def check(cfg: Config) -> None:
                 "scheme of the pre-LN field; choose e.g. prenorm (Euler), heun, midpoint."
             )
     if cfg.partial_design:
-        study = _within_design(study)
+        study = within_design(study)
     check_study(study)  # after the levels, so a bad level is named as such
     if not set(study.factors["scheme"]) <= set(cfg.eval_schemes):
         raise ValueError(
@@ -270,16 +290,25 @@ def _check_readings(readings) -> None:
         )
 
 
-def _within_design(s: StudyConfig) -> StudyConfig:
-    """``s`` without the headline cells and claims naming a cell its design does not have."""
+def within_design(s: StudyConfig) -> StudyConfig:
+    """``s`` without the headline cells and claims naming a cell its design does not have,
+    and without the claims on a depth its evaluation grid does not have (a metric ending
+    in a depth, ``order_local.heun.256``, at the smoke grid 1…8)."""
     names = {c.name for c in design_cells(s, check=False)}
+    grid = {int(n) for n in s.eval_grid}
+
+    def on_grid(metric: str) -> bool:
+        last = metric.split("@")[0].rsplit(".", 1)[-1]
+        return not last.isdigit() or int(last) in grid
+
     return dataclasses.replace(
         s,
         headline_cells=[c for c in s.headline_cells if c == "headline" or c in names],
         claims=[
             c
             for c in s.claims
-            if all(
+            if on_grid(c.metric)
+            and all(
                 x == "headline" or x in names for x in [*c.cells, *([c.minus] if c.minus else [])]
             )
         ],
@@ -292,13 +321,14 @@ def study_design(cfg: Config, ctx) -> StudyConfig:
     not have are dropped, each said in one line."""
     s = cfg.study
     if cfg.partial_design:
-        kept = _within_design(s)
+        kept = within_design(s)
         dropped = [c for c in s.headline_cells if c not in kept.headline_cells] + [
             c.name for c in s.claims if c not in kept.claims
         ]
         if dropped:
             ctx.message(
-                "depth study (task.partial_design): not in this design's cells, so not "
+                "depth study (task.partial_design): not in this design's cells or "
+                "evaluation grid, so not "
                 f"checked: {', '.join(dropped)}"
             )
         s = kept
@@ -311,17 +341,24 @@ def study_design(cfg: Config, ctx) -> StudyConfig:
 RECORD_VERSION = 2  # 2: split reference, extrapolated error estimate, integrator window
 
 #: Options that select records or claims but do not change a record's content.
-_NOT_IN_RECORD = ("study", "ref_check_max", "partial_design", "ref_refine", "release_compiled")
+_NOT_IN_RECORD = (
+    "study",
+    "ref_check_max",
+    "partial_design",
+    "ref_refine",
+    "release_compiled",
+    "smoke_sizes",  # in the key's design as "smoke", where the run's flag was before
+)
 
 
-def record_key(cfg: Config, study: StudyConfig, ref: ReferenceTolerances, smoke: bool) -> str:
+def record_key(cfg: Config, study: StudyConfig, ref: ReferenceTolerances) -> str:
     """The digest of everything a (cell, seed) record depends on except the cell and seed:
     the task's options (without those of :data:`_NOT_IN_RECORD`), the study's evaluation
     grid and fit windows (not its claims, cells or seed counts, which select records but
-    do not change one), the reference's tolerances (``ref``: one refinement level), the
-    smoke flag and :data:`RECORD_VERSION`. Unchanged from the job loop this task had
-    before the study runner: records of earlier runs are reused
-    (``tests/test_protocol.py``)."""
+    do not change one), the reference's tolerances (``ref``: one refinement level),
+    ``task.smoke_sizes`` (the smoke sizes' records apart) and :data:`RECORD_VERSION`.
+    Unchanged from the job loop this task had before the study runner: records of
+    earlier runs are reused (``tests/test_protocol.py``)."""
     opts = dataclasses.asdict(cfg)
     for k in _NOT_IN_RECORD:
         opts.pop(k)
@@ -332,13 +369,15 @@ def record_key(cfg: Config, study: StudyConfig, ref: ReferenceTolerances, smoke:
     if list(opts["readings"]) == [DEFAULT_READING]:
         opts.pop("readings")
     opts["digits"] = keyed_fields(opts["digits"])
+    if not opts["adaptive_split"]:
+        opts.pop("adaptive_split")
     design = {
         "eval_grid": [int(n) for n in study.eval_grid],
         "fit_windows": {k: list(v) for k, v in study.fit_windows.items()},
         "n_steps": cfg.n_steps,
         "random_depths": [int(n) for n in cfg.random_depths],
         "ref": [ref.solver, ref.rtol, ref.check_rtol, ref.coarse_rtol],
-        "smoke": bool(smoke),
+        "smoke": bool(cfg.smoke_sizes),
     }
     return digest({"version": RECORD_VERSION, "options": opts, "design": design})
 
@@ -420,12 +459,18 @@ def _evaluate(
         grid=study.eval_grid, windows={s: window(study, s) for s in cfg.eval_schemes},
         reference=ref, adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol),
         readings=list(cfg.readings), split=bool(cfg.ref_split), beta_depth=int(cfg.beta_depth),
-        check_reference=check_ref,
+        check_reference=check_ref, adaptive_split=bool(cfg.adaptive_split),
+        straddle_scheme=STRADDLE_SCHEME if STRADDLE_SCHEME in cfg.eval_schemes else None,
     )  # fmt: skip
     for reading in cfg.readings:
         _derived(cfg, study, rec, own, _suffix(reading))
     rec["n_test"] = len(yte)
     return rec
+
+
+#: The eval scheme whose stages are checked for ReLU kinks (``straddle.heun.<N>``, reading
+#: right: :func:`transflow.control.kink_straddles`), when ``task.eval_schemes`` has it.
+STRADDLE_SCHEME = "heun"
 
 
 def _suffix(reading: str) -> str:
@@ -490,7 +535,7 @@ def spec(cfg: Config, ctx, study: StudyConfig, cells) -> StudySpec:
     models reloaded, at most ``task.ref_refine`` times; every seed of the cell then uses
     the cell's final reference)."""
     ref = reference(cfg)
-    keys = [record_key(cfg, study, ref.refined(j), ctx.smoke) for j in range(cfg.ref_refine + 1)]
+    keys = [record_key(cfg, study, ref.refined(j)) for j in range(cfg.ref_refine + 1)]
     return StudySpec(
         "depth",
         cells,
@@ -534,7 +579,9 @@ def run(cfg: Config, ctx) -> dict:
     verdicts = evaluate_claims(study, records, n_examples=n_test)
     for reading in cfg.readings:  # every declared claim again under every other reading
         if reading != DEFAULT_READING:
-            verdicts += evaluate_claims(_read_claims(study, reading), records, n_examples=n_test)
+            verdicts += evaluate_claims(
+                read_claims(study, reading, records), records, n_examples=n_test
+            )
     table = _factorial(cfg, study, cells, agg)
     data = records_json(study, cells, agg, result, n_steps=cfg.n_steps)
     write_tables(ctx, "factorial", markdown=table["markdown"], csv=table["csv"], data=data)
@@ -563,6 +610,8 @@ def run(cfg: Config, ctx) -> dict:
         + table["markdown"]
         + "\n\n## Path − per-layer model trained alike, per reading\n\n"
         + _path_minus_per_layer(cfg, study, cells, records)
+        + "\n\n## Local order per doubling and ReLU kink straddles (issue 50)\n\n"
+        + _local_order_table(cfg, study, cells, records)
         + "\n\n## Claims over seeds (declared in task.study.claims)\n\n"
         + (
             "Every claim is stated under the reading right (its declared metric); "
@@ -599,15 +648,20 @@ def _readings_line(cfg: Config) -> str:
     )
 
 
-def _read_claims(study: StudyConfig, reading: str) -> StudyConfig:
+def read_claims(study: StudyConfig, reading: str, records: dict | None = None) -> StudyConfig:
     """``study`` with every declared claim restated under ``reading``: its metric
-    suffixed (``acc.prenorm.2@left``), its name ``<claim>@<reading>``, nothing else moved."""
+    suffixed (``acc.prenorm.2@left``), its name ``<claim>@<reading>``, nothing else moved.
+    A claim whose metric does not depend on the reading (the records hold it without the
+    suffix and not with it: ``nfev.adaptive``, ``dist.adaptive``, ``beta.*``) is checked
+    once, under its own name, and not restated."""
     at = _suffix(reading)
+    keys = {k for by in (records or {}).values() for r in by.values() for k in r}
     return dataclasses.replace(
         study,
         claims=[
             dataclasses.replace(c, name=f"{c.name}{at}", metric=f"{c.metric}{at}")
             for c in study.claims
+            if f"{c.metric}{at}" in keys or c.metric not in keys
         ],
     )
 
@@ -655,6 +709,47 @@ def _path_minus_per_layer(cfg: Config, study: StudyConfig, cells, records) -> st
             rows += 1
     if not rows:
         return "No path cell has a per-layer cell trained alike in this run."
+    return "\n".join(md)
+
+
+def _local_order_table(cfg: Config, study: StudyConfig, cells, records) -> str:
+    """Per cell and eval scheme (reading right): the local order per refinement of the
+    grid, ``order_local.<s>.<N>`` (mean ± std, the per-seed values below), and the
+    fraction of Heun steps whose stages straddle a kink, ``straddle.heun.<N>``."""
+    grid = [int(n) for n in study.eval_grid]
+    head = "| cell | quantity | seeds |" + "".join(f" {a}→{b} |" for a, b in zip(grid, grid[1:]))
+    md = [
+        "Local order log(dist(N′)/dist(N)) / log(N/N′) of the distance to the continuous limit "
+        "between successive depths N′ → N (per doubling: log₂ of the ratio), reading right, "
+        f"mean ± std over seeds [per-seed values]; `straddle`: the fraction of "
+        f"{STRADDLE_SCHEME} steps at depth N (the column's right end) whose two stage states "
+        "give some FFN pre-activation (any token, unit) another sign "
+        "(`transflow.control.kink_straddles`): where the ReLU field is not C¹ inside a step. "
+        f"FFN activation: {cfg.digits.activation}.",
+        "",
+        head,
+        "|---|---|---|" + "---|" * (len(grid) - 1),
+    ]
+
+    def cellrow(by, label, keys):
+        seeds = sorted(by)
+        vals = []
+        for k in keys:
+            d = [by[s][k] for s in seeds if k in by[s] and math.isfinite(by[s][k])]
+            one = {"mean": sum(d) / len(d), "std": _std(d), "n": len(d)} if d else None
+            vals.append(_pm(one, 2) + " [" + " ".join(f"{v:.2f}" for v in d) + "]" if d else "n/a")
+        return f"| {{}} | {label} | {len(seeds)} | " + " | ".join(vals) + " |"
+
+    for c in cells:
+        by = records.get(c.name, {})
+        if not by:
+            continue
+        for s in cfg.eval_schemes:
+            keys = [f"order_local.{s}.{n}" for n in grid[1:]]
+            md.append(cellrow(by, f"local order, {s}", keys).format(c.name))
+        if STRADDLE_SCHEME in cfg.eval_schemes:
+            keys = [f"straddle.{STRADDLE_SCHEME}.{n}" for n in grid[1:]]
+            md.append(cellrow(by, f"straddle, {STRADDLE_SCHEME}", keys).format(c.name))
     return "\n".join(md)
 
 
@@ -761,6 +856,7 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
         ("max_integrator_change", False),
         ("dist.train", True),
         ("nfev.adaptive", False),
+        *((("nfev.adaptive.unsplit", False),) if cfg.adaptive_split else ()),
         ("beta.trained", False),
         ("beta.init", False),
         ("beta.update", False),
@@ -791,7 +887,7 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
             + " | ".join(
                 _pm(
                     a.get(k),
-                    digits=1 if k in ("cpu_train", "nfev.adaptive", "n_params") else 3,
+                    digits=1 if k in ("cpu_train", "n_params") or k.startswith("nfev") else 3,
                     sci=sci,
                 )
                 for k, sci in summary_keys

@@ -49,6 +49,33 @@ def _beta(controls) -> float:
     return float(increment_scaling(SplitTransformer(controls), [1, 2, 4, 8])["beta"])
 
 
+def _adaptive_solves(m, x, y, adaptive, adaptive_split: bool) -> dict:
+    """The adaptive solves by metric name: ``adaptive`` (split at the jumps of θ with
+    ``adaptive_split``, else straight across them) and, with the split, the straight solve
+    as ``adaptive.unsplit``; each :func:`~transflow.control.depth_accuracy`'s result with
+    its ``seconds``."""
+    from ..control import depth_accuracy
+
+    solves = {"adaptive": bool(adaptive_split)}
+    if adaptive_split:  # the straight solve beside it: the count every earlier run gave
+        solves["adaptive.unsplit"] = False
+    out = {}
+    for name, cut in solves.items():
+        t0 = time.perf_counter()
+        out[name] = depth_accuracy(m, x, y, [], adaptive=adaptive, split=cut)
+        out[name]["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _local_orders(rec: dict, s: str, grid: list[int], at: str) -> dict:
+    out = {}
+    for lo, hi in zip(grid[:-1], grid[1:]):
+        a, b = rec[f"dist.{s}.{lo}{at}"], rec[f"dist.{s}.{hi}{at}"]
+        ok = a > 0 and b > 0
+        out[f"order_local.{s}.{hi}{at}"] = math.log(a / b) / math.log(hi / lo) if ok else math.nan
+    return out
+
+
 def depth_evaluation(
     model,
     init,
@@ -65,6 +92,8 @@ def depth_evaluation(
     split: bool = True,
     beta_depth: int = 64,
     check_reference: bool = False,
+    adaptive_split: bool = False,
+    straddle_scheme: str | None = None,
 ) -> dict:
     """The metrics of one trained model (``model``, its initialisation ``init``, scheme
     ``own``) on the test set ``(x, y)``, in float64.
@@ -76,10 +105,17 @@ def depth_evaluation(
       estimate ``ref_error_est`` (d1 or d1²/d2) and ``ref_error_ratio`` (over the smallest
       distance any order fit uses);
     - ``acc.adaptive``, ``nfev.adaptive``, ``dist.adaptive``: the adaptive solve
-      (``adaptive``, an :class:`~transflow.Adaptive`);
+      (``adaptive``, an :class:`~transflow.Adaptive`), straight across the jumps of θ, or
+      with ``adaptive_split`` piece by piece between them (as the reference) and then the
+      straight solve beside it as ``*.adaptive.unsplit``;
     - per reading (suffix :func:`reading_suffix`), scheme of ``schemes`` and depth of
       ``grid``: ``acc.<s>.<n>``, ``dist.<s>.<n>`` (relative distance of the outputs to the
-      reference's) and ``order.<s>`` (:func:`fit_order` over ``windows[s]``);
+      reference's), ``order.<s>`` (:func:`fit_order` over ``windows[s]``) and the local
+      order per refinement ``order_local.<s>.<n>`` = log(dist(n′)/dist(n)) / log(n/n′)
+      for successive depths n′ < n;
+    - with ``straddle_scheme`` (a scheme of ``schemes``), ``straddle.<scheme>.<n>``: the
+      fraction of its steps whose stages straddle a ReLU kink
+      (:func:`~transflow.control.kink_straddles`, reading right);
     - ``beta.trained``, ``beta.init``, ``beta.update`` (the controls at ``beta_depth``
       steps, :func:`increment_scaling`) and ``update_rel`` (|θ − θ₀| / |θ₀|);
     - ``seconds.<what>``: the seconds of each :func:`~transflow.control.depth_accuracy`.
@@ -88,7 +124,7 @@ def depth_evaluation(
     import numpy as np
 
     from .._integrate import Adaptive, ReferenceTolerances, check_option
-    from ..control import depth_accuracy
+    from ..control import depth_accuracy, kink_straddles
     from ..schemes import make_scheme
     from ._across_depth import fit_order
 
@@ -98,6 +134,11 @@ def depth_evaluation(
                 f"depth_evaluation: `windows` has no fit window for scheme {s!r}; give "
                 "windows={scheme: [n, ...]} for every scheme of `schemes`."
             )
+    if straddle_scheme is not None and straddle_scheme not in schemes:
+        raise ValueError(
+            f"depth_evaluation: `straddle_scheme` = {straddle_scheme!r} is not one of the "
+            f"`schemes` {list(schemes)}; name an evaluated scheme or None."
+        )
     reference = check_option("reference", reference, ReferenceTolerances, "ReferenceTolerances()")
     adaptive = check_option("adaptive", adaptive, Adaptive, "Adaptive(rtol=1e-6, atol=1e-6)")
     grid = [int(n) for n in grid]
@@ -130,10 +171,11 @@ def depth_evaluation(
                 d2 = rec["dist.ref_check_coarse"] = dist(coarse["adaptive_outputs"])
                 est = d1 * d1 / d2 if d2 > 0 else math.nan
             rec["ref_error_est"] = est
-        ad = timed("adaptive", m, x, y, [], adaptive=adaptive)
-        rec["acc.adaptive"] = ad["adaptive_accuracy"]
-        rec["nfev.adaptive"] = ad["adaptive_nfev_mean"]
-        rec["dist.adaptive"] = dist(ad["adaptive_outputs"])
+        for name, ad in _adaptive_solves(m, x, y, adaptive, adaptive_split).items():
+            rec[f"seconds.{name}"] = ad.pop("seconds")
+            rec[f"acc.{name}"] = ad["adaptive_accuracy"]
+            rec[f"nfev.{name}"] = ad["adaptive_nfev_mean"]
+            rec[f"dist.{name}"] = dist(ad["adaptive_outputs"])
         for reading in readings:  # the stepped depths, under every declared reading
             at = reading_suffix(reading)
             for s in schemes:
@@ -144,6 +186,13 @@ def depth_evaluation(
                     rec[f"dist.{s}.{n}{at}"] = dist(z)
                 win = [int(n) for n in windows[s]]
                 rec[f"order.{s}{at}"] = fit_order(win, [rec[f"dist.{s}.{n}{at}"] for n in win])
+                rec.update(_local_orders(rec, s, grid, at))
+        if straddle_scheme is not None:  # where the scheme's stages straddle a ReLU kink
+            t0 = time.perf_counter()
+            for n in grid:
+                frac = kink_straddles(m, x, n, method=straddle_scheme)["fraction"]
+                rec[f"straddle.{straddle_scheme}.{n}"] = frac
+            rec["seconds.straddle"] = time.perf_counter() - t0
         th, th0 = _controls_at(m, int(beta_depth)), _controls_at(_f64(init), int(beta_depth))
         upd = jax.tree.map(lambda a, b: a - b, th, th0)
         rec["beta.trained"] = _beta(th)

@@ -55,6 +55,7 @@ from ._at_depth import (
     depth_accuracy as depth_accuracy,
     depth_loss as depth_loss,
     flow_logits as flow_logits,
+    kink_straddles as kink_straddles,
 )
 from ._checkpoint import (
     CheckpointError as CheckpointError,

@@ -11,6 +11,9 @@
   set of depths (one jitted program: ``lax.switch`` over the depths), plus an optional
   smoothness penalty λ ∫‖θ'(t)‖² dt, and a choice of how its gradient is computed
   (``gradient=``, :data:`GRADIENTS`).
+- :func:`kink_straddles`: the fraction of Runge–Kutta steps whose stages lie on both
+  sides of a kink of the FFN activation (a pre-activation that changes sign between
+  the stage states): where a ReLU field is not C¹ inside a step.
 - :func:`flow_logits`: a batch of logits of a model whose N steps run inside
   ``diffrax.diffeqsolve`` (the integrator's :func:`~transflow._integrate.solve_steps`:
   one diffrax step = one step of the model's scheme), so that
@@ -30,13 +33,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import check_callable, check_flag, check_number, check_sequence, check_values
+from .._activations import activation_fn
+from .._errors import (
+    check_callable,
+    check_choice,
+    check_flag,
+    check_number,
+    check_sequence,
+    check_values,
+)
 from .._integrate import Adaptive, check_option, solve_steps
 from .._paths import READINGS, PiecewiseConstant, Reading
 from .._solve import solve_adaptive, vector_field
 from ..models._flow import FlowModel
-from ..schemes._base import check_consistent
+from ..schemes._base import DenseOperators, _ffn_substep, check_consistent
 from ..schemes._registry import stage_controls
+from ..schemes._runge_kutta import TABLEAUS, RungeKuttaScheme
 from ._train import cross_entropy_loss
 
 __all__ = [
@@ -46,6 +58,7 @@ __all__ = [
     "depth_accuracy",
     "depth_loss",
     "flow_logits",
+    "kink_straddles",
 ]
 
 #: How a training gradient is computed (:func:`flow_logits`, :func:`depth_loss`):
@@ -464,3 +477,98 @@ def _flow_loss(gradient, checkpoints, adjoint_solver):
         return loss, acc
 
     return loss_fn
+
+
+def _preactivation_signs(v, c, ops):
+    """``pre > 0`` for every activated FFN pre-activation of state ``v`` (controls ``c``,
+    pre-LN: the FFN reads ``P_{S1'}(v)``), flattened (tokens × units × sub-steps)."""
+    ffn = c.ffn
+    act = activation_fn(ffn.activation)
+    z = ops.project(v, c.norm2)
+    signs = []
+    last = ffn.num_substeps - 1
+    for j in range(ffn.num_substeps):
+        z = _ffn_substep(z, ffn, j, 1.0, ops.linear)
+        if j < last or ffn.activation_on_last:
+            signs.append((z > 0).reshape(-1))
+            z = act(z)
+    return jnp.concatenate(signs)
+
+
+def kink_straddles(
+    model: FlowModel,
+    x,
+    n_steps: int,
+    *,
+    method: str = "heun",
+    reading: Reading = "right",
+) -> dict[str, Any]:
+    """How often the stages of an explicit Runge–Kutta step straddle a kink of the FFN.
+
+    ``model`` is stepped N = ``n_steps`` times (its controls read at the steps as by
+    :func:`at_depth` with ``reading``, one set per step as the model runs them) by the
+    Runge–Kutta ``method`` (a name of :data:`transflow.TABLEAUS`) on the pre-LN field
+    f(v) = 𝒜(P_{S1}v) + ℱ(P_{S1'}v) (:class:`~transflow.RungeKuttaScheme`,
+    ``field="parallel"``: for ``"heun"`` the steps of ``RungeKuttaScheme("heun")``,
+    stages v₁ = u_n and v₂ = u_n + Δt f(v₁)). A step **straddles a kink** when some FFN
+    pre-activation (any token, unit or activated sub-step of ``P_{S1'}v`` through the
+    FFN) has another sign at one stage state than at the first: with ReLU, f is then not
+    C¹ on the segment the step samples, and the step's local error is O(Δt²) instead of
+    the order-2 method's O(Δt³). The signs are counted whatever the activation (with
+    GELU they mark where ReLU's kink would be; the field is smooth there).
+
+    Returns ``{"fraction", "per_step", "features"}``: the fraction of (example, step)
+    pairs that straddle, its value per step (mean over the examples, length N) and the
+    final states (examples × tokens × d: the model's own features at that depth when
+    its scheme is ``RungeKuttaScheme(method)``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from transflow import RungeKuttaScheme
+        >>> from transflow.control import kink_straddles, make_vit
+        >>> m = make_vit(d=8, n_steps=2, n_heads=1, scheme=RungeKuttaScheme("heun"),
+        ...              key=jax.random.key(0))
+        >>> r = kink_straddles(m, jax.random.normal(jax.random.key(1), (4, 8, 8)), 4)
+        >>> 0.0 <= r["fraction"] <= 1.0, r["per_step"].shape
+        (True, (4,))
+    """
+    owner = "kink_straddles"
+    model = _check_model(model)
+    x = _check_x(x, owner)
+    check_number("n_steps", n_steps, owner, lower=0, integer=True, example="8")
+    check_choice("method", method, tuple(TABLEAUS))
+    if reading not in READINGS:
+        raise ValueError(f"`reading` must be one of {READINGS}, got {reading!r}.")
+    controls, dt = at_depth(model, int(n_steps), reading).layer_controls()
+    scheme = RungeKuttaScheme(method)
+    tab = scheme.tableau
+    grid = model.embed.grid()
+    ops = DenseOperators(grid)
+
+    def one(xx):
+        def step(u, c):
+            f = scheme.sub_fields(c, ops, "prenorm")
+            ks, signs = [], []
+            for row in tab.a:
+                v = u
+                for aij, kj in zip(row, ks):
+                    if aij:
+                        v = v + (dt * aij) * kj
+                signs.append(_preactivation_signs(v, c, ops))
+                ks.append(f.attn(v) + f.ffn(v))
+            out = u
+            for bi, ki in zip(tab.b, ks):
+                if bi:
+                    out = out + (dt * bi) * ki
+            crossed = jnp.any(jnp.stack([jnp.any(s != signs[0]) for s in signs[1:]]))
+            return out, crossed
+
+        return jax.lax.scan(step, model.embed(xx), controls)
+
+    features, crossed = jax.jit(jax.vmap(one))(jnp.asarray(x))
+    crossed = np.asarray(crossed, np.float64)  # examples × steps
+    return {
+        "fraction": float(crossed.mean()),
+        "per_step": crossed.mean(0),
+        "features": np.asarray(features),
+    }
