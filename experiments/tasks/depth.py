@@ -576,12 +576,7 @@ def run(cfg: Config, ctx) -> dict:
     result = run_jobs(spec(cfg, ctx, study, cells), ctx)
     records, agg = result.records, aggregate(result.records)
     n_test = int(np.mean([r["n_test"] for r in result.values()]))
-    verdicts = evaluate_claims(study, records, n_examples=n_test)
-    for reading in cfg.readings:  # every declared claim again under every other reading
-        if reading != DEFAULT_READING:
-            verdicts += evaluate_claims(
-                read_claims(study, reading, records), records, n_examples=n_test
-            )
+    verdicts = _verdicts(cfg, study, records, n_test)
     table = _factorial(cfg, study, cells, agg)
     data = records_json(study, cells, agg, result, n_steps=cfg.n_steps)
     write_tables(ctx, "factorial", markdown=table["markdown"], csv=table["csv"], data=data)
@@ -638,6 +633,16 @@ def run(cfg: Config, ctx) -> dict:
         **{f"headline_{k}_std": ha[k]["std"] for k in ("acc.train", "max_change") if k in ha},
         "jax_devices": str(jax.devices()),
     }
+
+
+def _verdicts(cfg: Config, study: StudyConfig, records: dict, n_test: int) -> list:
+    """Every declared claim's verdict, then each again under every other reading."""
+    verdicts = evaluate_claims(study, records, n_examples=n_test)
+    for reading in cfg.readings:
+        if reading != DEFAULT_READING:
+            restated = read_claims(study, reading, records)
+            verdicts += evaluate_claims(restated, records, n_examples=n_test)
+    return verdicts
 
 
 def _readings_line(cfg: Config) -> str:

@@ -539,22 +539,28 @@ def kink_straddles(
     check_choice("method", method, tuple(TABLEAUS))
     if reading not in READINGS:
         raise ValueError(f"`reading` must be one of {READINGS}, got {reading!r}.")
-    controls, dt = at_depth(model, int(n_steps), reading).layer_controls()
     scheme = RungeKuttaScheme(method)
+    # θ read as the model reads it with this scheme (theta_at): one set per stage node, or
+    # one set per step (midpoint, or the average reading) used by every stage
+    deep = at_depth(dataclasses.replace(model, scheme=scheme), int(n_steps), reading)
+    controls, dt = deep.step_controls()
     tab = scheme.tableau
+    staged = model.theta_at == "nodes" and tab.nodes != (0.5,) and reading != "average"
     grid = model.embed.grid()
     ops = DenseOperators(grid)
 
     def one(xx):
         def step(u, c):
-            f = scheme.sub_fields(c, ops, "prenorm")
             ks, signs = [], []
-            for row in tab.a:
+            for i, row in enumerate(tab.a):
+                j = tab.nodes.index(tab.c[i])
+                ci = jax.tree.map(lambda a, j=j: a[j], c) if staged else c
+                f = scheme.sub_fields(ci, ops, "prenorm")
                 v = u
                 for aij, kj in zip(row, ks):
                     if aij:
                         v = v + (dt * aij) * kj
-                signs.append(_preactivation_signs(v, c, ops))
+                signs.append(_preactivation_signs(v, ci, ops))
                 ks.append(f.attn(v) + f.ffn(v))
             out = u
             for bi, ki in zip(tab.b, ks):
