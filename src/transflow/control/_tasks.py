@@ -326,6 +326,7 @@ def _finish(name, result, extra, *, report, log, ckpt) -> dict:
 
 def _setup_digits(cfg: DigitsConfig, seed: int, key, **model_kw) -> Problem:
     """Data, evaluation and the model of the digits task (``model_kw``: ``make_vit``'s)."""
+    import equinox as eqx
     import jax
     import jax.numpy as jnp
 
@@ -355,7 +356,7 @@ def _setup_digits(cfg: DigitsConfig, seed: int, key, **model_kw) -> Problem:
         idx = order.indices(step)
         return xtr[idx], ytr[idx]
 
-    n_params = sum(x.size for x in jax.tree.leaves(model) if hasattr(x, "size"))
+    n_params = sum(x.size for x in jax.tree.leaves(model) if eqx.is_array(x))
     return Problem(
         model,
         batch,

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._errors import check_sizes, check_step
+from .._errors import check_builder, check_sizes
 from ._tasks import _SMOKE_CAPS, _SMOKE_SET, DepthDigitsConfig, TrainingTask
 
 __all__ = [
@@ -277,12 +277,14 @@ def make_char_lm(
     import jax.numpy as jnp
 
     from .. import CausalScheme, PreNormScheme
-    from .._activations import activation_fn
     from ..models._flow import FlowModel, TokenEmbedding, _ffn_copies, _layer_or_path_controls
     from ..schemes._base import AbstractCausal, has
 
-    check_sizes(
+    check_builder(
         "make_char_lm",
+        dt=dt,
+        key=key,
+        activation=activation,
         vocab=vocab,
         context=context,
         d=d,
@@ -290,8 +292,6 @@ def make_char_lm(
         n_heads=n_heads,
         path_size=path_size,
     )
-    check_step("dt", dt, "make_char_lm")
-    activation_fn(activation)  # refuses an unknown name, naming `activation`
     dtype = jnp.float32 if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)
     embed = TokenEmbedding(

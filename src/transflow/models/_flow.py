@@ -21,9 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._activations import activation_fn
 from .._controls import LayerControls, stack_controls
-from .._errors import as_input, check_array, check_number, check_sizes, check_step, check_values
+from .._errors import (
+    as_input,
+    check_array,
+    check_builder,
+    check_number,
+    check_step,
+    check_values,
+)
 from .._evolve import evolve
 from .._grid import Grid
 from .._integrate import ConstantSteps, Remat, RematMode
@@ -295,8 +301,11 @@ def make_vit(
         >>> type(m.controls).__name__, m.n_steps, m(jnp.zeros((8, 8))).shape
         ('BasisExpansion', 2, (10,))
     """
-    check_sizes(
+    check_builder(
         "make_vit",
+        dt=dt,
+        key=key,
+        activation=activation,
         d=d,
         n_steps=n_steps,
         n_heads=n_heads,
@@ -305,7 +314,6 @@ def make_vit(
         n_classes=n_classes,
         path_size=path_size,
     )
-    check_step("dt", dt, "make_vit")
     if len(tuple(image_shape)) != 2 or any(s < patch or s % patch for s in image_shape):
         raise ValueError(
             f"make_vit: `image_shape` must be (h, w) with sides divisible by patch = {patch}, "
@@ -323,7 +331,6 @@ def make_vit(
         image_shape=(h, w),
         patch=patch,
     )
-    activation_fn(activation)  # refuses an unknown name, naming `activation`
     controls = _layer_or_path_controls(
         d,
         n_steps,
@@ -409,8 +416,10 @@ def make_seq(
     key: PRNGKeyArray,
 ) -> FlowModel:
     """A continuous sequence-to-sequence model (per-token read-out) on a 1-D token grid."""
-    check_sizes(
+    check_builder(
         "make_seq",
+        dt=dt,
+        key=key,
         vocab=vocab,
         length=length,
         n_out=n_out,
@@ -419,7 +428,6 @@ def make_seq(
         n_heads=n_heads,
         d_ff=d_ff,
     )
-    check_step("dt", dt, "make_seq")
     k1, k2, k3, k4 = jax.random.split(key, 4)
     n_out = vocab if n_out is None else n_out
     embed = TokenEmbedding(

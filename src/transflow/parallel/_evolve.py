@@ -42,6 +42,7 @@ from .._errors import (
     check_same_shape,
     check_step,
     check_values,
+    is_array,
     param_dtype,
 )
 from .._grid import Grid
@@ -210,7 +211,7 @@ def _batch_masks(kpm, am, B, n, H, axes, method, P_f, scheme):
         masks["key_padding_mask"] = kpm
         specs["key_padding_mask"] = P(axes.batch, axes.tokens)
     if am is not None:
-        if not hasattr(am, "shape") or len(am.shape) not in (3, 4) or am.shape[0] != B:
+        if not is_array(am) or len(am.shape) not in (3, 4) or am.shape[0] != B:
             raise ValueError(
                 f"`attention_mask` has shape {tuple(getattr(am, 'shape', ()))}; expected "
                 f"({B}, {n}, {n}) or ({B}, 1 or {H}, {n}, {n}) (one mask per example)."
