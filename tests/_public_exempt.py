@@ -16,6 +16,7 @@ _PLOTTING = "draws the records of a study run (figures are checked by the figure
 _TASKS = "discovers experiment task modules on disk (the CLI boundary is checked by tests/test_cli.py); no numeric arguments"
 _TABLES = "formats the results of a study as a markdown table (records it was given); takes no user numbers"
 _CAPABILITY_QUERY = "asks or records what a scheme declares (a name and a class, no numbers); refusals are tested in tests/test_scheme_contract.py"
+_ALIAS = "a type alias for annotations (typing.Callable[...]): it is not called"
 _BUILT = "a model that a checked public function builds and names in its docstring (its case is in the table); its field constructor takes the builder's output, not user numbers"
 NOT_YET = "NOT YET in the table (issue 49 follow-up): its arguments are not exercised with bad values here"
 
@@ -45,6 +46,7 @@ _GROUPS: dict[str, list[str]] = {
         ),
     ],
     _BUILT: ["transflow.expressivity.MaxoutTransformer"],  # maxout_to_transformer
+    _ALIAS: ["transflow.continuous.Flow"],
     _TABLES: ["transflow.schemes.order_table", "transflow.schemes.stable_dt_table"],
     _CAPABILITY_QUERY: [
         "transflow.schemes.has",
@@ -61,11 +63,10 @@ _GROUPS: dict[str, list[str]] = {
         f"{pkg}.{n}"
         for pkg, names in {
             "transflow": "SplitEncoderDecoder linearised_stability",
-            "transflow.continuous": "KernelAttention KernelLinear TimeEmbeddingNet stack_leading SubModel full_model_flows tangent_s1 y_mean reference_error_estimate Flow SplittingScheme ProjectionTerm flows_from_terms",
             "transflow.control": "PatchEmbedding AttentionLinearControls adjoint_gradients continuous_loss discrete_loss curves_from_history load_digits_split gradient_peak_rss CharNgram baselines_table text_baselines window_overlap DepthDigitsConfig DigitsConfig Problem SequenceConfig TrainConfig TrainingTask checkpoint_dir_for DepthTextConfig TextSplit bits_per_char load_text_split stdlib_files validation_windows grads_to_torch_layout",
-                                    "transflow.models": "ClassTokenReadout CvtModel CvtStageModel PatchEmbedding T5Encoder T5EncoderDecoder T5LayerControls T5Stack VisionTransformer",
+            "transflow.models": "ClassTokenReadout CvtModel CvtStageModel PatchEmbedding T5Encoder T5EncoderDecoder T5LayerControls T5Stack VisionTransformer",
             "transflow.schemes": "check_consistent check_masks pre_ln_step ConvPreNormScheme DenseOperators SubFields linear_sub_fields",
-                        "transflow.parallel": "controls_specs memory_report to_host",
+            "transflow.parallel": "controls_specs memory_report to_host",
             "transflow.vision": "ConvAttentionParams ConvEmbedding ConvLayerControls conv_attention",
         }.items()
         for n in names.split()

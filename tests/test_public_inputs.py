@@ -2758,6 +2758,143 @@ CASES += [
 ]
 
 
+# ------------------------------------------------------------------ continuous: operators as data
+def _kernel(xi, y, t):
+    return jnp.cos(jnp.pi * (xi - y)) * (1 + 0 * t)
+
+
+def _sub_fields():
+    m = _submodel()[0]
+    return dict(kind=m.kind, attn=m.attn, linear=m.linear, norm=m.norm, grid=m.grid)
+
+
+def _ode_term():
+    import diffrax
+
+    return diffrax.ODETerm(lambda t, y, a: -y)
+
+
+CASES += [
+    Case(
+        "transflow.continuous.KernelAttention",
+        lambda **kw: _cont("KernelAttention")(**kw).sample(Grid.interval(4, 4))(0.0),
+        lambda: dict(wq=_kernel, wk=_kernel, wv=_kernel),
+        {"wq": ["k", None], "wk": [3], "wv": ["v"]},
+    ),
+    Case(
+        "transflow.continuous.KernelLinear",
+        lambda **kw: _cont("KernelLinear")(**kw).sample(Grid.interval(4, 4))(0.0),
+        lambda: dict(w=_kernel, b=None),
+        {"w": ["w", None], "b": [3]},
+    ),
+    Case(
+        "transflow.continuous.SubModel",
+        lambda **kw: _cont("SubModel")(**kw),
+        _sub_fields,
+        {
+            "kind": ["d"],
+            "attn": ["a", None],
+            "linear": [3],
+            "norm": ["n"],
+            "grid": ["g"],
+            "temperature": [-1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.continuous.full_model_flows",
+        lambda **kw: _cont("full_model_flows")(**kw),
+        lambda: dict(controls=_pc_path()),
+        {
+            "controls": ["c", None],
+            "grid": ["g"],
+            "causal": ["yes"],
+            "hardmax": [1],
+            "temperature": [NAN, -1.0],
+            "scheme": ["lie", transflow.PreNormScheme()],
+        },
+    ),
+    Case(
+        "transflow.continuous.tangent_s1",
+        lambda **kw: _cont("tangent_s1")(**kw),
+        lambda: dict(u=_u(), f=2 * _u()),
+        {
+            "u": [_u().astype(jnp.int32), "u"],
+            "f": [_u()[:, :-1], _u().astype(jnp.int32)],
+            "grid": [Grid.index(4, 7), "g"],
+        },
+        needle={"grid": "`grid`|`u`"},  # a grid of 7 features for a u of 8: u is refused
+    ),
+    Case(
+        "transflow.continuous.y_mean",
+        lambda **kw: _cont("y_mean")(**kw),
+        lambda: dict(v=_u(), grid=None),
+        {"v": ["v", _u().astype(jnp.int32)], "grid": ["g", Grid.index(4, 7)]},
+        needle={"grid": "`grid`|`v`"},
+    ),
+    Case(
+        "transflow.continuous.reference_error_estimate",
+        lambda **kw: _cont("reference_error_estimate")(lambda t, u: -u, **kw),
+        lambda: dict(u0=_u(), t1=0.1, tol=1e-6),
+        {
+            "u0": [_with(_u()), _u().astype(jnp.int32)],
+            "t1": [NAN, -1.0],
+            "tol": [0.0, -1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.continuous.SplittingScheme",
+        lambda **kw: _cont("SplittingScheme")(**kw),
+        lambda: dict(name="x", order=1, stages=_cont("lie")(["a", "b"]).stages),
+        {"name": ["", 3], "order": [0, 2.5, NAN], "stages": [(), ("s",)]},
+        needle={"stages": "`stages"},  # an entry is named with its index
+    ),
+    Case(
+        "transflow.continuous.ProjectionTerm",
+        lambda **kw: _cont("ProjectionTerm")(**kw),
+        lambda: dict(project=lambda t, y, a: y),
+        {"project": ["p", None]},
+    ),
+    Case(
+        "transflow.continuous.flows_from_terms",
+        lambda **kw: _cont("flows_from_terms")(**kw),
+        lambda: dict(operators=["decay"], terms=_ode_term(), sub_solver="euler"),
+        {
+            "operators": ["d", [1]],
+            "terms": ["t", None],
+            "sub_solver": ["rk5"],
+            "n_sub": [0, 2.5],
+        },
+    ),
+    Case(
+        "transflow.continuous.stack_leading",
+        lambda **kw: _cont("stack_leading")(**kw),
+        lambda: dict(trees=[jnp.zeros(2), jnp.ones(2)]),
+        {
+            "trees": [
+                [],
+                "t",
+                [jnp.zeros(2), jnp.ones(3)],
+                [jnp.zeros(2), (jnp.ones(2),)],
+            ]
+        },
+        needle={"trees": "`trees"},
+    ),
+    Case(
+        "transflow.continuous.TimeEmbeddingNet.init",
+        lambda **kw: _cont("TimeEmbeddingNet").init(**kw),
+        lambda: dict(base=jnp.zeros(3), n_freq=2, hidden=4, key=jax.random.key(0)),
+        {
+            "n_freq": [0, 2.5],
+            "hidden": [0],
+            "t0": [NAN],
+            "t1": [INF, -1.0],
+            "key": [0, None],
+            "smooth": ["yes"],
+        },
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():
