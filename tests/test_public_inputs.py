@@ -2895,6 +2895,223 @@ CASES += [
 ]
 
 
+# ------------------------------------------------------------------ parallel, schemes
+def _shard_axes():
+    return _mod("parallel", "as_axes")({"features": "t"})
+
+
+CASES += [
+    Case(
+        "transflow.parallel.controls_specs",
+        _mod("parallel", "controls_specs"),
+        lambda: dict(controls=_theta(), axes=_shard_axes()),
+        {"controls": [_layer().attn, "c"], "axes": [{"features": "t"}, None]},
+    ),
+    Case(
+        "transflow.parallel.to_host",
+        _mod("parallel", "to_host"),
+        lambda: dict(x=_u()),
+        {"x": ["x", None, [1.0, 2.0]]},
+    ),
+    Case(
+        "transflow.parallel.memory_report",
+        lambda **kw: _mod("parallel", "memory_report")(
+            kw.pop("controls"),
+            kw.pop("u_batch"),
+            _mod("parallel", "make_mesh")((1,), ("t",)),
+            {"tokens": "t"},
+            **kw,
+        ),
+        lambda: dict(controls=_theta(), u_batch=_u()[None], dt=0.5),
+        {"u_batch": [_u()[None][..., :-1], _u()], "dt": BAD_STEP},
+    ),
+    Case(
+        "transflow.schemes.check_consistent",
+        lambda **kw: transflow.schemes.check_consistent(**kw) is None,  # None: it passed
+        lambda: dict(scheme=transflow.PreNormScheme()),
+        {"scheme": ["prenorm", None, transflow.LieScheme()], "consumer": [3, ""]},
+        needle={"scheme": "`scheme`|LieScheme"},  # a scheme without a field: named by type
+    ),
+    Case(
+        "transflow.schemes.check_masks",
+        transflow.schemes.check_masks,
+        lambda: dict(
+            scheme=transflow.PreNormScheme(),
+            u=_u(),
+            n_heads=2,
+            key_padding_mask=jnp.zeros(4, bool),
+            attention_mask=None,
+        ),
+        {
+            "scheme": ["s", None],
+            "u": [_u()[0], "u"],
+            "n_heads": [0, 2.5],
+            "key_padding_mask": [jnp.zeros(3, bool), jnp.zeros(4, int), "m"],
+            "attention_mask": [jnp.ones((3, 3), bool), "m"],
+        },
+    ),
+    Case(
+        "transflow.schemes.pre_ln_step",
+        lambda **kw: transflow.schemes.pre_ln_step(transflow.PreNormScheme(), **kw),
+        lambda: dict(
+            attend=lambda p: p, u=_u(), controls=_layer(), dt=0.5, grid=None, record=False
+        ),
+        {
+            "attend": ["a", None],
+            "u": [_u()[0], _u().astype(jnp.int32)],
+            "dt": [-1.0, NAN],
+            "grid": ["g"],
+            "record": ["yes"],
+        },
+    ),
+    Case(
+        "transflow.schemes.linear_sub_fields",
+        transflow.schemes.linear_sub_fields,
+        lambda: dict(ja=_j(), jg=_j()),
+        {"ja": [_with(_j()), _j()[:, :-1], "j"], "jg": [_j(3), _with(_j(), INF)]},
+    ),
+    Case(
+        "transflow.schemes.DenseOperators",
+        transflow.schemes.DenseOperators,
+        lambda: dict(grid=None, causal=False, implementation="dense"),
+        {
+            "grid": ["g"],
+            "causal": ["yes"],
+            "masks": [None, []],
+            "implementation": ["fast"],
+            "query_block": [0, 2.5],
+            "key_block": [-1],
+        },
+    ),
+    Case(
+        "transflow.schemes.ConvPreNormScheme",
+        transflow.schemes.ConvPreNormScheme,
+        lambda: dict(grid_shape=(2, 2), n_prefix=1, temperature=1.0),
+        {
+            "grid_shape": [(2,), (0, 2), (2.5, 2), "22"],
+            "n_prefix": [-1, 1.5],
+            "hardmax": ["yes"],
+            "temperature": [-1.0, NAN],
+        },
+    ),
+]
+
+
+# ------------------------------------------------------------------ vision (CvT)
+def _vis(name):
+    return lambda **kw: _mod("vision", name)(**kw)
+
+
+def _dw(stride=1, seed=1):
+    return _mod("vision", "DepthwiseConv2d").random(8, stride=stride, key=jax.random.key(seed))
+
+
+def _conv_attn_parts():
+    return dict(attn=_attn_p(), q_conv=_dw(1), k_conv=_dw(2), v_conv=_dw(2))
+
+
+def _conv_attn():
+    return _mod("vision", "ConvAttentionParams")(**_conv_attn_parts())
+
+
+def _conv_layer_parts():
+    layer = _layer()
+    return dict(attn=_conv_attn(), norm1=layer.norm1, ffn=layer.ffn, norm2=layer.norm2)
+
+
+def _conv_embedding(d=8):
+    return _mod("vision", "ConvEmbedding")(jnp.ones((d, 3, 3, 3)) / 27, jnp.zeros(d), None, 2, 1)
+
+
+def _cvt_stage_parts():
+    c = _mod("vision", "ConvLayerControls")(**_conv_layer_parts())
+    return dict(
+        embedding=_conv_embedding(),
+        cls_token=jnp.zeros(8),
+        controls=jax.tree.map(lambda *x: jnp.stack(x), c, c),
+    )
+
+
+def _cvt_stage():
+    return _mod("vision", "CvtStageModel")(**_cvt_stage_parts())
+
+
+def _image():
+    return jnp.ones((3, 8, 8)) * jnp.arange(8.0) / 8
+
+
+CASES += [
+    Case(
+        "transflow.vision.ConvAttentionParams",
+        _vis("ConvAttentionParams"),
+        _conv_attn_parts,
+        {
+            "attn": ["a", None],
+            "q_conv": ["q", 3],
+            "k_conv": [_attn_p()],
+            "scale": [0.0, -1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.vision.conv_attention",
+        lambda **kw: _mod("vision", "conv_attention")(**kw),
+        lambda: dict(u=jnp.ones((1 + 12, 8)), p=_conv_attn(), grid_shape=(3, 4), n_prefix=1),
+        {
+            "u": [jnp.ones((13, 7)), jnp.ones((13, 8), int), jnp.ones(8)],
+            "p": ["p", None, _attn_p()],
+            "grid_shape": [(3,), (0, 4), "34"],
+            "n_prefix": [-1, 1.5],
+            "hardmax": ["yes"],
+            "temperature": [-1.0, NAN],
+            "return_weights": [1],
+        },
+    ),
+    Case(
+        "transflow.vision.ConvLayerControls",
+        _vis("ConvLayerControls"),
+        _conv_layer_parts,
+        {
+            "attn": [_attn_p(), "a"],
+            "norm1": ["n", lambda: transflow.NormParams(jnp.ones(16), jnp.zeros(16), 1e-5)],
+            "ffn": ["f"],
+            "norm2": [None],
+        },
+    ),
+    Case(
+        "transflow.vision.ConvEmbedding",
+        _vis("ConvEmbedding"),
+        lambda: dict(kernel=jnp.ones((8, 3, 3, 3)), bias=jnp.zeros(8), norm=None, stride=2),
+        {
+            "kernel": [_with(jnp.ones((8, 3, 3, 3))), jnp.ones((8, 3, 3))],
+            "bias": [jnp.zeros(7), _with(jnp.zeros(8), INF)],
+            "norm": ["n"],
+            "stride": BAD_SIZE,
+            "padding": [-1, 1.5],
+        },
+    ),
+    Case(
+        "transflow.vision.CvtStageModel",
+        lambda **kw: _mod("vision", "CvtStageModel")(**kw)(_image()),
+        _cvt_stage_parts,
+        {
+            "embedding": ["e", lambda: _conv_embedding(16)],
+            "cls_token": [jnp.zeros(7), _with(jnp.zeros(8))],
+            "controls": ["c", _layer()],
+            "hardmax": ["yes"],
+            "temperature": [NAN],
+        },
+        needle={"embedding": "`embedding`|`controls`"},  # d = 16 vs the controls' 8
+    ),
+    Case(
+        "transflow.vision.CvtModel",
+        lambda **kw: _mod("vision", "CvtModel")(**kw)(_image()),
+        lambda: dict(stages=(_cvt_stage(),)),
+        {"stages": [(), "s", ("s",)]},
+        needle={"stages": "`stages"},
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():
