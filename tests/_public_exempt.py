@@ -62,9 +62,7 @@ _GROUPS: dict[str, list[str]] = {
     NOT_YET: [
         f"{pkg}.{n}"
         for pkg, names in {
-            "transflow": "SplitEncoderDecoder linearised_stability",
             "transflow.control": "PatchEmbedding AttentionLinearControls adjoint_gradients continuous_loss discrete_loss curves_from_history load_digits_split gradient_peak_rss CharNgram baselines_table text_baselines window_overlap DepthDigitsConfig DigitsConfig Problem SequenceConfig TrainConfig TrainingTask checkpoint_dir_for DepthTextConfig TextSplit bits_per_char load_text_split stdlib_files validation_windows grads_to_torch_layout",
-            "transflow.models": "ClassTokenReadout PatchEmbedding T5Encoder T5EncoderDecoder T5LayerControls T5Stack VisionTransformer",
             "transflow.schemes": "SubFields",
         }.items()
         for n in names.split()

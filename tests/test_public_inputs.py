@@ -3112,6 +3112,179 @@ CASES += [
 ]
 
 
+# ------------------------------------------------------------------ models (ViT, T5)
+def _md(name):
+    return lambda **kw: _mod("models", name)(**kw)
+
+
+def _patch_parts():
+    return dict(
+        kernel=jnp.ones((3 * 4 * 4, 8)) / 48,
+        bias=jnp.zeros(8),
+        cls_token=jnp.zeros(8),
+        pos_embedding=jnp.zeros((5, 8)),
+        image_size=(8, 8),
+        patch_size=(4, 4),
+    )
+
+
+def _patch_embedding():
+    return _mod("models", "PatchEmbedding")(**_patch_parts())
+
+
+def _readout():
+    return _mod("models", "ClassTokenReadout")(
+        transflow.NormParams.scalar(), jnp.eye(8), jnp.zeros(8), "tanh"
+    )
+
+
+def _t5_layer(cross=False):
+    from transflow.interop import RMSNormParams
+
+    norm = RMSNormParams(jnp.ones(8))
+    extra = dict(cross=_attn_p(), cross_norm=norm) if cross else {}
+    return _mod("models", "T5LayerControls")(
+        attn=_attn_p(), attn_norm=norm, ffn=_layer().ffn, ffn_norm=norm, **extra
+    )
+
+
+def _t5_stack_parts(cross=False):
+    from transflow.interop import RMSNormParams
+
+    c = _t5_layer(cross)
+    return dict(
+        controls=jax.tree.map(lambda *x: jnp.stack(x), c, c),
+        position_bias=_mod("models", "RelativePositionBias")(jnp.ones((32, 2)), max_distance=128),
+        final_norm=RMSNormParams(jnp.ones(8)),
+        causal=cross,
+    )
+
+
+def _t5_stack(cross=False):
+    return _mod("models", "T5Stack")(**_t5_stack_parts(cross))
+
+
+def _split_decoder():
+    return transflow.SplitDecoder(_decoder_controls(), dt=0.5)
+
+
+CASES += [
+    Case(
+        "transflow.models.PatchEmbedding",
+        lambda **kw: _mod("models", "PatchEmbedding")(**kw)(jnp.ones((3, 8, 8))),
+        _patch_parts,
+        {
+            "kernel": [_with(jnp.ones((48, 8))), jnp.ones((47, 8))],
+            "bias": [jnp.zeros(7), _with(jnp.zeros(8), INF)],
+            "cls_token": [jnp.zeros(7), _with(jnp.zeros(8))],
+            "pos_embedding": [jnp.zeros((4, 8)), _with(jnp.zeros((5, 8)))],
+            "image_size": [(8,), (0, 8), (2, 2)],
+            "patch_size": [(4, 2.5), "44"],
+        },
+        needle={"image_size": "`image_size`|`patch_size`"},  # (2, 2) is below the patch
+    ),
+    Case(
+        "transflow.models.ClassTokenReadout",
+        lambda **kw: _mod("models", "ClassTokenReadout")(**kw)(_u(3, 8)),
+        lambda: dict(
+            norm=transflow.NormParams.scalar(),
+            weight=jnp.eye(8),
+            bias=jnp.zeros(8),
+            activation="tanh",
+        ),
+        {
+            "norm": ["n"],
+            "weight": [_with(jnp.eye(8)), jnp.ones(8)],
+            "bias": [jnp.zeros(7), _with(jnp.zeros(8))],
+            "activation": ["swish2"],
+            "token_index": [-1, 1.5],
+        },
+    ),
+    Case(
+        "transflow.models.VisionTransformer",
+        lambda **kw: _mod("models", "VisionTransformer")(**kw)(jnp.ones((3, 8, 8))),
+        lambda: dict(
+            embedding=_patch_embedding(), encoder=SplitTransformer(_theta()), readout=_readout()
+        ),
+        {
+            "embedding": ["e", None],
+            "encoder": ["x", lambda: SplitTransformer(_theta(d=16))],
+            "readout": ["r"],
+        },
+        needle={"encoder": "`encoder`|encoder's"},  # d = 16: the widths differ
+    ),
+    Case(
+        "transflow.models.T5LayerControls",
+        _md("T5LayerControls"),
+        lambda: _fields(_t5_layer()),
+        {
+            "attn": ["a", None],
+            "attn_norm": ["n"],
+            "ffn": ["f", lambda: _layer(16).ffn],
+            "ffn_norm": [lambda: _mod("interop", "RMSNormParams")(jnp.ones(7))],
+            "cross": [_attn_p()],
+        },
+        needle={"cross": "`cross"},  # cross without cross_norm: both are named
+    ),
+    Case(
+        "transflow.models.T5Stack",
+        lambda **kw: _mod("models", "T5Stack")(**kw)(_u()),
+        _t5_stack_parts,
+        {
+            "controls": ["c", _t5_layer],
+            "position_bias": ["p"],
+            "final_norm": [None],
+            "causal": ["yes"],
+        },
+        needle={"controls": "`controls`|`stacked`"},  # unstacked controls: num_steps
+    ),
+    Case(
+        "transflow.models.T5Encoder",
+        lambda **kw: _mod("models", "T5Encoder")(**kw)(jnp.array([0, 3, 2])),
+        lambda: dict(table=jnp.eye(5, 8), encoder=_t5_stack()),
+        {"table": [_with(jnp.eye(5, 8)), jnp.eye(5, 7), jnp.ones(5)], "encoder": ["e"]},
+        needle={"table": "`table`|`encoder`"},
+    ),
+    Case(
+        "transflow.models.T5EncoderDecoder",
+        lambda **kw: _mod("models", "T5EncoderDecoder")(**kw)(jnp.array([0, 3]), jnp.array([1])),
+        lambda: dict(table=jnp.eye(5, 8), encoder=_t5_stack(), decoder=_t5_stack(cross=True)),
+        {
+            "table": [_with(jnp.eye(5, 8))],
+            "encoder": ["e"],
+            "decoder": ["d", _t5_stack],
+            "lm_head": [jnp.ones((7, 5)), _with(jnp.ones((8, 5)))],
+            "scale_decoder_outputs": ["yes"],
+        },
+    ),
+    Case(
+        "transflow.SplitEncoderDecoder",
+        lambda **kw: transflow.SplitEncoderDecoder(**kw)(_u(3), _u(2)),
+        lambda: dict(encoder=SplitTransformer(_theta()), decoder=_split_decoder()),
+        {
+            "encoder": ["e", lambda: SplitTransformer(_theta(d=16))],
+            "decoder": ["d", None],
+        },
+        needle={"encoder": "`encoder`|`decoder`"},  # d = 16 vs the decoder's 8
+    ),
+    Case(
+        "transflow.linearised_stability",
+        lambda **kw: transflow.linearised_stability(**kw),
+        lambda: dict(
+            scheme=transflow.make_scheme("prenorm"),
+            controls=_layer(4),
+            trajectory=_u(3, 4)[None] / 4,
+        ),
+        {
+            "trajectory": [_with(_u(3, 4)[None]), _u(3, 4)],
+            "margin": [-0.1, NAN, INF],
+            "form": ["cubic"],
+            "scheme": ["prenorm"],
+        },
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():
