@@ -47,7 +47,11 @@ _GROUPS: dict[str, list[str]] = {
     ],
     _BUILT: ["transflow.expressivity.MaxoutTransformer"],  # maxout_to_transformer
     _ALIAS: ["transflow.continuous.Flow"],
-    _TABLES: ["transflow.schemes.order_table", "transflow.schemes.stable_dt_table"],
+    _TABLES: [
+        "transflow.schemes.order_table",
+        "transflow.schemes.stable_dt_table",
+        "transflow.control.baselines_table",
+    ],
     _CAPABILITY_QUERY: [
         "transflow.schemes.has",
         "transflow.schemes.require",
@@ -62,7 +66,7 @@ _GROUPS: dict[str, list[str]] = {
     NOT_YET: [
         f"{pkg}.{n}"
         for pkg, names in {
-            "transflow.control": "PatchEmbedding AttentionLinearControls adjoint_gradients continuous_loss discrete_loss curves_from_history load_digits_split gradient_peak_rss CharNgram baselines_table text_baselines window_overlap DepthDigitsConfig DigitsConfig Problem SequenceConfig TrainConfig TrainingTask checkpoint_dir_for DepthTextConfig TextSplit bits_per_char load_text_split stdlib_files validation_windows grads_to_torch_layout",
+            "transflow.control": "gradient_peak_rss text_baselines DepthDigitsConfig DigitsConfig Problem SequenceConfig TrainConfig TrainingTask checkpoint_dir_for DepthTextConfig TextSplit stdlib_files validation_windows grads_to_torch_layout",
             "transflow.schemes": "SubFields",
         }.items()
         for n in names.split()

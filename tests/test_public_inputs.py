@@ -3285,6 +3285,137 @@ CASES += [
 ]
 
 
+# ------------------------------------------------------------------ control: records, text
+def _al_controls(d=4):
+    return _mod("control", "AttentionLinearControls").random(d, key=jax.random.key(0))
+
+
+def _u4():
+    return _u(3, 4) / 4
+
+
+_BAD_U4 = [_with(_u(3, 4)), _u(3, 3), _u(3, 4).astype(jnp.int32)]
+
+CASES += [
+    Case(
+        "transflow.control.PatchEmbedding",
+        lambda **kw: _mod("control", "PatchEmbedding")(**kw)(jnp.ones((4, 4))),
+        lambda: dict(
+            weight=jnp.ones((4, 8)),
+            bias=jnp.zeros(8),
+            cls_token=None,
+            pos=jnp.zeros((4, 8)),
+            image_shape=(4, 4),
+            patch=2,
+        ),
+        {
+            "weight": [_with(jnp.ones((4, 8))), jnp.ones((3, 8))],
+            "bias": [jnp.zeros(7)],
+            "cls_token": [jnp.zeros(8)],  # one more token than `pos` holds
+            "pos": [jnp.zeros((5, 8)), _with(jnp.zeros((4, 8)), INF)],
+            "image_shape": [(4, 3), (4,), (0, 4)],
+            "patch": BAD_SIZE,
+        },
+        needle={"cls_token": "`pos`|`cls_token`", "patch": "`patch`|`image_shape`"},
+    ),
+    Case(
+        "transflow.control.AttentionLinearControls",
+        lambda **kw: _mod("control", "AttentionLinearControls")(**kw),
+        lambda: _fields(_al_controls()),
+        {
+            "attn": ["a", None],
+            "w": [jnp.ones((4, 3)), _with(jnp.ones((4, 4)))],
+            "b": [jnp.ones(3), _with(jnp.ones(4), INF)],
+        },
+    ),
+    Case(
+        "transflow.control.discrete_loss",
+        lambda **kw: _mod("control", "discrete_loss")(**kw),
+        lambda: dict(theta=_al_controls(), u0=_u4(), target=_u4(), t1=1.0, n_steps=4),
+        {
+            "theta": ["t", _attn_p()],
+            "u0": [_u(3, 3), _u(3, 4).astype(jnp.int32)],
+            "target": [_u(2, 4)],
+            "t1": [-1.0, NAN],
+            "n_steps": BAD_SIZE,
+        },
+    ),
+    Case(
+        "transflow.control.continuous_loss",
+        lambda **kw: _mod("control", "continuous_loss")(**kw),
+        lambda: dict(theta=_al_controls(), u0=_u4(), target=_u4(), t1=0.5, rtol=1e-4, atol=1e-4),
+        {
+            "theta": ["t"],
+            "u0": [_u(3, 3)],
+            "target": [_u(2, 4)],
+            "t1": [-1.0, NAN],
+            "adjoint": ["direct"],
+        },
+    ),
+    Case(
+        "transflow.control.adjoint_gradients",
+        lambda **kw: _mod("control", "adjoint_gradients")(**kw),
+        lambda: dict(theta=_al_controls(), u0=_u4(), target=_u4(), t1=0.25, refinements=(2,)),
+        {
+            "theta": ["t", None],
+            "u0": _BAD_U4,
+            "target": [_u(2, 4), _with(_u(3, 4))],
+            "t1": BAD_STEP,
+            "refinements": [(0,), (NAN,), ()],
+        },
+    ),
+    Case(
+        "transflow.control.bits_per_char",
+        _ctl("bits_per_char"),
+        lambda: dict(loss_nats=0.7),
+        {"loss_nats": [NAN, INF, -1.0, "0.7"]},
+    ),
+    Case(
+        "transflow.control.curves_from_history",
+        _ctl("curves_from_history"),
+        lambda: dict(history=[{"step": 1, "loss": 0.5, "train_accuracy": 0.9}]),
+        {"history": ["h", None, [1, 2], [{"loss": 0.5}]]},
+        needle={"history": "`history"},  # a bad record is named by its index
+    ),
+    Case(
+        "transflow.control.load_text_split",
+        _ctl("load_text_split"),
+        lambda: dict(val_fraction=0.1, max_chars=1000),
+        {
+            "val_fraction": [0.0, 1.0, NAN, -0.1],
+            "corpus": ["wiki", None],
+            "max_chars": [-1, 2.5, True],
+        },
+    ),
+    Case(
+        "transflow.control.window_overlap",
+        _ctl("window_overlap"),
+        lambda: dict(train=np.array([1, 2, 3, 4, 5]), windows=np.array([[2, 3]])),
+        {
+            "train": [np.array([-1, 2]), np.ones(3)],
+            "windows": [np.array([2, 3]), np.array([[-1, 2]]), np.ones((1, 2))],
+        },
+    ),
+    Case(
+        "transflow.control.CharNgram",
+        _ctl("CharNgram"),
+        lambda: dict(train=np.arange(20) % 5, vocab=5, max_order=2),
+        {
+            "train": [np.ones(5), "t", np.ones((2, 2), int)],
+            "vocab": [0, 2.5],
+            "max_order": [0, 1.5],
+            "discount": [NAN, -1.0],
+        },
+    ),
+    Case(
+        "transflow.control.load_digits_split",
+        _ctl("load_digits_split"),
+        lambda: dict(test_fraction=0.2),
+        {"test_fraction": [0.0, 1.0, NAN]},
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():

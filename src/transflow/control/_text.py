@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._errors import check_builder, check_sizes
+from .._errors import check_builder, check_number, check_sizes
 from ._tasks import _SMOKE_CAPS, _SMOKE_SET, DepthDigitsConfig, TrainingTask
 
 __all__ = [
@@ -356,6 +356,7 @@ def bits_per_char(loss_nats: float) -> float:
         >>> round(bits_per_char(0.6931471805599453), 6)
         1.0
     """
+    check_number("loss_nats", loss_nats, "bits_per_char", lower=0, strict=False, example="1.2")
     return float(loss_nats) / math.log(2)
 
 

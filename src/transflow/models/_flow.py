@@ -78,6 +78,34 @@ class PatchEmbedding(eqx.Module):
     image_shape: tuple[int, int] = eqx.field(static=True)
     patch: int = eqx.field(static=True)
 
+    def __check_init__(self):
+        owner = "PatchEmbedding"
+        check_number("patch", self.patch, owner, lower=0, integer=True, example="2")
+        shape = self.image_shape
+        if (
+            not isinstance(shape, tuple | list)
+            or len(shape) != 2
+            or any(
+                isinstance(s, bool) or not isinstance(s, int | np.integer) or s < self.patch
+                for s in shape
+            )
+            or any(s % self.patch for s in shape)
+        ):
+            raise ValueError(
+                f"{owner}: `image_shape` must be (h, w) with sides divisible by patch = "
+                f"{self.patch}, got {shape!r:.40}."
+            )
+        p2, d = check_values("weight", self.weight, owner, ndim=2).shape
+        if p2 != self.patch * self.patch:
+            raise ValueError(
+                f"{owner}: `weight` must have patch² = {self.patch**2} rows, got {p2}."
+            )
+        check_values("bias", self.bias, owner, shape=(d,))
+        if self.cls_token is not None:
+            check_values("cls_token", self.cls_token, owner, shape=(d,))
+        n = (shape[0] // self.patch) * (shape[1] // self.patch) + (self.cls_token is not None)
+        check_values("pos", self.pos, owner, shape=(n, d))
+
     @property
     def token_shape(self) -> tuple[int, int]:
         return self.image_shape[0] // self.patch, self.image_shape[1] // self.patch
