@@ -66,7 +66,7 @@ _GROUPS: dict[str, list[str]] = {
     NOT_YET: [
         f"{pkg}.{n}"
         for pkg, names in {
-            "transflow.control": "gradient_peak_rss text_baselines DepthDigitsConfig DigitsConfig Problem SequenceConfig TrainConfig TrainingTask checkpoint_dir_for DepthTextConfig TextSplit stdlib_files validation_windows grads_to_torch_layout",
+            "transflow.control": "gradient_peak_rss text_baselines DepthDigitsConfig DigitsConfig SequenceConfig TrainConfig DepthTextConfig TextSplit",
             "transflow.schemes": "SubFields",
         }.items()
         for n in names.split()

@@ -3416,6 +3416,77 @@ CASES += [
 ]
 
 
+def _problem_parts():
+    return dict(model=_vit(), batch=_batch_fn, eval_fn=lambda m: {"accuracy": 1.0})
+
+
+CASES += [
+    Case(
+        "transflow.control.grads_to_torch_layout",
+        _ctl("grads_to_torch_layout"),
+        lambda: dict(controls=_from_torch(module=_torch_layer()).controls, single_layer=True),
+        {
+            "controls": ["c", _layer().attn],
+            "final_norm": ["n"],
+            "single_layer": ["yes"],
+        },
+    ),
+    Case(
+        "transflow.control.checkpoint_dir_for",
+        _ctl("checkpoint_dir_for"),
+        lambda: dict(name="t", cfg=_seq_cfg(), run_dir=Path("run"), seed=0, smoke=False),
+        {
+            "name": ["", None],
+            "cfg": [{"d": 8}, None],
+            "run_dir": [None, 3],
+            "seed": [-1, 2.5, NAN],
+            "smoke": ["yes", 1],
+        },
+    ),
+    Case(
+        "transflow.control.stdlib_files",
+        _ctl("stdlib_files"),
+        lambda: dict(val_fraction=0.1, max_chars=50_000),
+        {"val_fraction": [0.0, NAN, 1.5], "max_chars": [-1, 2.5, True]},
+    ),
+    Case(
+        "transflow.control.validation_windows",
+        _ctl("validation_windows"),
+        lambda: dict(cfg=_mod("control", "DepthTextConfig")(context=8, n_val=4, max_chars=2000)),
+        {"cfg": [None, {"context": 8}], "split": ["s", (1, 2, 3)]},
+    ),
+    Case(
+        "transflow.control.Problem",
+        _ctl("Problem"),
+        _problem_parts,
+        {
+            "batch": ["b", None],
+            "eval_fn": [3],
+            "data_state": ["d"],
+            "loss_fn": [3],
+            "extra": [None, [1]],
+        },
+    ),
+    Case(
+        "transflow.control.TrainingTask",
+        _ctl("TrainingTask"),
+        lambda: dict(
+            name="t",
+            config=_mod("control", "SequenceConfig"),
+            setup=lambda cfg, seed, key: None,
+            smoke_caps={"d": 8},
+        ),
+        {
+            "name": ["", 3],
+            "config": [dict, None, "SequenceConfig"],
+            "setup": [None],
+            "smoke_caps": [{"depth": 2}, None],
+            "smoke_set": [{"x": 1}],
+        },
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():

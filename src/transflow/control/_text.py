@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._errors import check_builder, check_number, check_sizes
+from .._errors import check_builder, check_kind, check_number, check_sizes
 from ._tasks import _SMOKE_CAPS, _SMOKE_SET, DepthDigitsConfig, TrainingTask
 
 __all__ = [
@@ -159,8 +159,7 @@ def stdlib_files(
     """
     if not 0 < val_fraction < 1:
         raise ValueError(f"`val_fraction` must be in (0, 1), got {val_fraction!r}.")
-    if max_chars < 0:
-        raise ValueError(f"`max_chars` must be >= 0 (0: no cap), got {max_chars}.")
+    check_number("max_chars", max_chars, "stdlib_files", lower=0, strict=False, integer=True)
     texts = _stdlib_texts()
     names = sorted(texts)
     if max_chars:
@@ -437,6 +436,9 @@ def validation_windows(cfg: DepthTextConfig, split: TextSplit | None = None):
         >>> x.shape, bool((x[:, 1:] == y[:, :-1]).all())
         ((8, 16), True)
     """
+    check_kind("cfg", cfg, DepthTextConfig, "validation_windows", "DepthTextConfig(...)")
+    if split is not None:
+        check_kind("split", split, TextSplit, "validation_windows", "load_text_split(...)")
     if split is None:
         split = load_text_split(cfg.val_fraction, cfg.corpus, cfg.max_chars)
     n_windows = (len(split.val) - 1) // cfg.context
