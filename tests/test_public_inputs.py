@@ -3487,6 +3487,32 @@ CASES += [
 ]
 
 
+CASES += [
+    Case(
+        "transflow.control.gradient_peak_rss",
+        lambda **kw: _mod("control", "gradient_peak_rss")(**kw),
+        lambda: dict(n_steps=1, gradient="checkpointed", batch_size=1, d=4, checkpoints=1),
+        {
+            "n_steps": BAD_SIZE,
+            "gradient": ["magic"],
+            "batch_size": [0, 2.5],
+            "d": [0],
+            "checkpoints": [0, 2.5],
+            "timeout": [0.0, -1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.control.text_baselines",
+        _ctl("text_baselines"),
+        lambda: dict(
+            cfg=_mod("control", "DepthTextConfig")(context=8, n_val=4, max_chars=2000),
+            orders=(1,),
+        ),
+        {"cfg": [{"context": 8}, "c"], "orders": [(0,), (1.5,), (), 2]},
+    ),
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():
