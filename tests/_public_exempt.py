@@ -16,6 +16,8 @@ _PLOTTING = "draws the records of a study run (figures are checked by the figure
 _TASKS = "discovers experiment task modules on disk (the CLI boundary is checked by tests/test_cli.py); no numeric arguments"
 _TABLES = "formats the results of a study as a markdown table (records it was given); takes no user numbers"
 _CAPABILITY_QUERY = "asks or records what a scheme declares (a name and a class, no numbers); refusals are tested in tests/test_scheme_contract.py"
+_ALIAS = "a type alias for annotations (typing.Callable[...]): it is not called"
+_BUILT = "a model that a checked public function builds and names in its docstring (its case is in the table); its field constructor takes the builder's output, not user numbers"
 NOT_YET = "NOT YET in the table (issue 49 follow-up): its arguments are not exercised with bad values here"
 
 _GROUPS: dict[str, list[str]] = {
@@ -31,6 +33,9 @@ _GROUPS: dict[str, list[str]] = {
         "transflow.expressivity.RegionCount",
         "transflow.expressivity.SavedModel",
         "transflow.analysis.StepRecord",
+        # result records (NamedTuples): load_text_split's split, a scheme's sub-field functions
+        "transflow.control.TextSplit",
+        "transflow.schemes.SubFields",
         "transflow.schemes.OrderMeasurement",
         # capabilities (abstract classes a scheme or a countable model inherits) and the
         # refusal of a missing one: no constructor a user calls with numbers
@@ -43,7 +48,13 @@ _GROUPS: dict[str, list[str]] = {
             for n in "AbstractAffineLogits AbstractAttention AbstractBoundedEval AbstractExactEval AbstractExactProgram AbstractIntervalForward AbstractProvenance AbstractRestricted".split()
         ),
     ],
-    _TABLES: ["transflow.schemes.order_table", "transflow.schemes.stable_dt_table"],
+    _BUILT: ["transflow.expressivity.MaxoutTransformer"],  # maxout_to_transformer
+    _ALIAS: ["transflow.continuous.Flow"],
+    _TABLES: [
+        "transflow.schemes.order_table",
+        "transflow.schemes.stable_dt_table",
+        "transflow.control.baselines_table",
+    ],
     _CAPABILITY_QUERY: [
         "transflow.schemes.has",
         "transflow.schemes.require",
@@ -58,16 +69,7 @@ _GROUPS: dict[str, list[str]] = {
     NOT_YET: [
         f"{pkg}.{n}"
         for pkg, names in {
-            "transflow": "SplitEncoderDecoder linearised_stability",
-            "transflow.continuous": "KernelAttention KernelLinear TimeEmbeddingNet stack_leading SubModel full_model_flows tangent_s1 y_mean reference_error_estimate Flow SplittingScheme ProjectionTerm flows_from_terms convergence_study default_submodel dt_convergence expected_order full_model_refinement grid_convergence grid_refinement_study nonconvergence_study s2_active_fraction scheme_for smooth_kernel_model",
-            "transflow.control": "PatchEmbedding AttentionLinearControls adjoint_gradients continuous_loss discrete_loss curves_from_history load_digits_split gradient_peak_rss CharNgram baselines_table text_baselines window_overlap DepthDigitsConfig DigitsConfig Problem SequenceConfig TrainConfig TrainingTask checkpoint_dir_for DepthTextConfig TextSplit bits_per_char load_text_split stdlib_files validation_windows grads_to_torch_layout",
-            "transflow.expressivity": "MaxoutTransformer maxout_to_transformer hinging_cpwl lattice_cpwl lattice_eval lattice_from_1d QuadraticRoot HardmaxTransformer MaxoutNetwork restrict c8_regions construction_checks max_errors outside_box_errors partition_2d precision_rows region_rows relu_and_cpwl_checks slice_study softmax_multilayer_rows softmax_rows ConstantQueryTransformer Target certified_regions hardmax_reading mlp_network model_apply n_params reading_gap sampling_estimate train_model",
-            "transflow.interop": "DenseHead HeadModel CausalDecoder GatedFFNParams RMSDecoder RMSLayerControls RMSPreNormScheme RotaryAttentionParams TextEmbedding TextEncoder TokenEmbedding apply_rotary gated_ffn hf_activation hf_float64_reference load_hf load_torch_checkpoint rotary_attention torch_substeps",
-            "transflow.models": "ClassTokenReadout CvtModel CvtStageModel PatchEmbedding T5Encoder T5EncoderDecoder T5LayerControls T5Stack VisionTransformer",
-            "transflow.schemes": "check_consistent check_masks pre_ln_step ConvPreNormScheme DenseOperators SubFields linear_sub_fields",
-            "transflow.analysis": "Flow analyze control_blocks control_increments increment_scaling iter_steps model_output refinement_study step_diagnostics substep_parents",
-            "transflow.parallel": "controls_specs memory_report to_host",
-            "transflow.vision": "ConvAttentionParams ConvEmbedding ConvLayerControls conv_attention",
+            "transflow.control": "DepthDigitsConfig DigitsConfig SequenceConfig TrainConfig DepthTextConfig",
         }.items()
         for n in names.split()
     ],

@@ -445,7 +445,7 @@ def test_gradient_memory_does_not_grow_with_the_depth(gradient):
     print(gradient, r16, r256)
     assert r256["peak_rss_bytes"] <= 2 * r16["peak_rss_bytes"]
     assert np.isfinite(r256["grad_norm"]) and r256["grad_norm"] > 0
-    with pytest.raises(ValueError, match="`n_steps` must be an integer >= 1"):
+    with pytest.raises(ValueError, match="gradient_peak_rss: `n_steps` must be an integer > 0"):
         gradient_peak_rss(0)
 
 

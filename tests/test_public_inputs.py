@@ -1034,7 +1034,7 @@ CASES += [
         "transflow.continuous.solve_adaptive",
         lambda **kw: _cont("solve_adaptive")(kw.pop("u0"), _path(), _scheme(), **kw),
         lambda: dict(u0=_u()),
-        {"u0": [_with(_u()), _with(_u(), -INF), _u().astype(jnp.int32), _u()[0]]},
+        {"u0": [_with(_u()), _with(_u(), -INF), _u().astype(jnp.int32), _u()[0], _u()[:, :-1]]},
     ),
     Case(
         "transflow.continuous.integrate",
@@ -1813,8 +1813,14 @@ CASES += [
             stepsize_controller=transflow.Adaptive(rtol=1e-4, atol=1e-4),
         ),
         {
-            # a wrong feature size (d = 7 for a path of d = 8) is not yet refused in one line
-            "u0": [_with(_u()), _with(_u(), INF), _u().astype(jnp.int32), _u()[0]],
+            # a wrong feature size: d = 7 for a path of d = 8
+            "u0": [
+                _with(_u()),
+                _with(_u(), INF),
+                _u().astype(jnp.int32),
+                _u()[0],
+                _u()[:, :-1],
+            ],
             "path": [None, _theta()],
             "scheme": [None, "prenorm"],
             "stepsize_controller": ["adaptive", 1e-4],
@@ -1845,6 +1851,1714 @@ CASES += [
         _mod("analysis", "depth_scaling"),
         lambda: dict(models=[_split_model(2), _split_model(4)]),
         {"models": [[], [_split_model(2)], None, lambda: _split_model(2)]},
+    ),
+]
+
+
+# ------------------------------------------------------------------ transflow.expressivity
+def _rng():
+    return np.random.default_rng(0)
+
+
+def _tf_params():
+    from transflow.expressivity import init_transformer
+
+    opts = dict(dim=1, depth=1, n_tokens=2, width=2, n_heads=1, head_dim=1, ffn_width=2)
+    return init_transformer(jax.random.PRNGKey(0), **opts)
+
+
+def _mlp_nan():
+    p = _mlp_params()
+    p["layers"][0]["w"] = p["layers"][0]["w"].at[0, 0].set(NAN)
+    return p
+
+
+def _mlp_mismatched():
+    p = _mlp_params()
+    p["layers"][1]["w"] = jnp.ones((1, 3))
+    return p
+
+
+def _tf_nan():
+    p = _tf_params()
+    p["embedding"] = p["embedding"].at[0, 0, 0].set(NAN)
+    return p
+
+
+_BAD_MLP = [{}, "params", {"layers": []}, _mlp_nan, _mlp_mismatched]
+_BAD_TF = [{}, _mlp_params(), _tf_nan]
+_W1 = np.array([[[1.0], [-1.0]]])  # |x| as one rank-2 maxout unit
+
+
+def _reading():
+    from transflow.expressivity import hardmax_reading
+
+    f = hardmax_reading(_tf_params())
+    return dict(
+        blocks=list(f.blocks),
+        embedding=f.embedding,
+        positional=f.positional,
+        readout_weight=f.readout_weight,
+        readout_bias=f.readout_bias,
+    )
+
+
+def _ex(name):
+    return lambda **kw: _mod("expressivity", name)(**kw)
+
+
+CASES += [
+    Case(
+        "transflow.expressivity.MaxoutNetwork",
+        _ex("MaxoutNetwork"),
+        lambda: dict(weights=[_W1], biases=[np.zeros((1, 2))]),
+        {
+            "weights": [[np.full((1, 2, 1), NAN)], [np.ones((1, 2))], [["a"]], None, _W1],
+            "biases": [[np.zeros((1, 3))], [np.full((1, 2), INF)], None],
+            "readout_weight": [np.ones((1, 2)), np.array([[NAN]])],
+            "readout_bias": [np.ones(2), np.array([INF])],
+        },
+        needle={"weights": "`weights", "biases": "`biases"},  # an entry: `weights[0]`
+    ),
+    Case(
+        "transflow.expressivity.maxout_to_transformer",
+        _ex("maxout_to_transformer"),
+        lambda: dict(net=_maxout(), lo=0.0, hi=1.0),
+        {
+            "net": ["net", None],
+            "lo": [NAN, INF, 2.0],
+            "hi": [NAN, -INF],
+            "variant": ["C"],
+            "attention": ["softmax", 0.0, NAN, -1.0],
+            "margin": [-1.0, NAN, INF, "1"],
+            "bounds": [(NAN, NAN), (1.0,)],
+        },
+    ),
+    Case(
+        "transflow.expressivity.hinging_cpwl",
+        _ex("hinging_cpwl"),
+        lambda: dict(slopes=[[[1.0], [-1.0]]], intercepts=[[0.0, 0.0]], signs=[1.0]),
+        {
+            "slopes": [[[[NAN], [-1.0]]], [[1.0, -1.0]], "s"],
+            "intercepts": [[[0.0, INF]], [[0.0]]],
+            "signs": [[2.0], [NAN], [1.0, 1.0]],
+        },
+    ),
+    Case(
+        "transflow.expressivity.lattice_cpwl",
+        _ex("lattice_cpwl"),
+        lambda: dict(
+            slopes=[[1.0], [-1.0], [0.0]], intercepts=[0.0, 0.0, 1.0], sets=[[0, 2], [1, 2]]
+        ),
+        {
+            "slopes": [[[NAN], [-1.0], [0.0]], [1.0, -1.0, 0.0]],
+            "intercepts": [[0.0, INF, 1.0], [0.0, 0.0]],
+            "sets": [[], [[0, 3]], [[]], "ab", [[0.5]]],
+        },
+        needle={"sets": "`sets"},  # an entry is named with its index, e.g. `sets[0]`
+    ),
+    Case(
+        "transflow.expressivity.lattice_eval",
+        _ex("lattice_eval"),
+        lambda: dict(
+            slopes=[[1.0], [-1.0]], intercepts=[0.0, 0.0], sets=[[0, 1]], x=np.array([[0.5]])
+        ),
+        {
+            "x": [np.array([[NAN]]), np.ones((2, 2)), np.ones(2), "x"],
+            "sets": [[[0, 5]], None],
+            "slopes": [[[INF], [1.0]]],
+        },
+        needle={"sets": "`sets"},
+    ),
+    Case(
+        "transflow.expressivity.lattice_from_1d",
+        _ex("lattice_from_1d"),
+        lambda: dict(nodes=[0.0, 1.0, 2.0, 3.0], values=[0.0, 2.0, 1.0, 1.5]),
+        {
+            "nodes": [[0.0, NAN, 2.0, 3.0], [0.0, 2.0, 1.0, 3.0], [[0.0, 1.0]], "n"],
+            "values": [[0.0, INF, 1.0, 1.5], [0.0, 1.0]],
+        },
+    ),
+    Case(
+        "transflow.expressivity.QuadraticRoot.irrational",
+        lambda **kw: _mod("expressivity", "QuadraticRoot").irrational(**kw),
+        lambda: dict(B=0, C=-2, branch=1),
+        {"B": [NAN, INF, "1", None], "C": [NAN, 5], "branch": [1.5, NAN, "1"]},
+    ),
+    Case(
+        "transflow.expressivity.HardmaxTransformer.random",
+        lambda **kw: _mod("expressivity", "HardmaxTransformer").random(**kw),
+        lambda: dict(key=jax.random.key(0), n_tokens=2, width=2, depth=1, n_heads=1, head_dim=1),
+        {
+            "key": [0, None],
+            "in_dim": BAD_SIZE,
+            "n_tokens": BAD_SIZE,
+            "width": [0, -1],
+            "depth": [0, 2.5],
+            "attention": ["soft", NAN, 0.0],
+        },
+    ),
+    Case(
+        "transflow.expressivity.ConstantQueryTransformer.from_params",
+        lambda **kw: _mod("expressivity", "ConstantQueryTransformer").from_params(**kw),
+        _reading,
+        {
+            "blocks": [None, [(1, 2, 3)], "b"],
+            "embedding": [lambda: _with(_reading()["embedding"]), jnp.ones((3, 3, 3, 3))],
+            "positional": [lambda: _with(_reading()["positional"], INF), jnp.ones(2)],
+            "readout_weight": [jnp.ones((1, 3)), lambda: _with(_reading()["readout_weight"])],
+            "readout_bias": [jnp.ones(2), jnp.array([NAN])],
+            "readout_token": [-1, 5, True],
+            "attention": ["soft", NAN],
+        },
+        needle={"blocks": "`blocks"},  # an entry is named with its index, e.g. `blocks[0]`
+    ),
+    Case(
+        "transflow.expressivity.restrict",
+        _ex("restrict"),
+        lambda: dict(f=_maxout(), origin=np.zeros(1), directions=np.ones(1)),
+        {
+            "f": ["f", None],
+            "origin": [np.array([NAN]), np.zeros(2), "o"],
+            "directions": [np.array([INF]), np.zeros(1), np.ones((3, 1))],
+        },
+    ),
+    Case(
+        "transflow.expressivity.max_errors",
+        _ex("max_errors"),
+        lambda: dict(a=np.ones(3), b=np.zeros(3)),
+        {"a": [np.array([NAN, 0, 0]), np.ones(2), "a"], "b": [np.array([INF, 0, 0])]},
+        needle={"a": "`a`", "b": "`b`"},
+    ),
+    Case(
+        "transflow.expressivity.construction_checks",
+        _ex("construction_checks"),
+        lambda: dict(rng=_rng(), n=2, variants=("A",)),
+        {"rng": [0, None], "n": BAD_SIZE, "variants": [("C",), (), "A"]},
+    ),
+    Case(
+        "transflow.expressivity.outside_box_errors",
+        _ex("outside_box_errors"),
+        lambda: dict(rng=_rng(), n=2, radii=(1.0,)),
+        {"rng": [0], "n": BAD_SIZE, "radii": [(NAN,), (-1.0,), (), 1.0]},
+    ),
+    Case(
+        "transflow.expressivity.softmax_rows",
+        _ex("softmax_rows"),
+        lambda: dict(tokens=[2], lambdas=[10.0], n_grid=5, n_random=3),
+        {
+            "tokens": [[1], [2.5], [], 2],
+            "lambdas": [[NAN], [0.0], [-1.0], [INF]],
+            "n_grid": BAD_SIZE,
+            "n_random": [0],
+            "seed": [-1, 2.5, NAN],
+        },
+    ),
+    Case(
+        "transflow.expressivity.softmax_multilayer_rows",
+        _ex("softmax_multilayer_rows"),
+        lambda: dict(rng=_rng(), n=2, lambdas=(100.0,)),
+        {"rng": [None], "n": BAD_SIZE, "lambdas": [(NAN,), (0.0,), ()]},
+    ),
+    Case(
+        "transflow.expressivity.region_rows",
+        _ex("region_rows"),
+        lambda: dict(tokens_a=[2], tokens_b=[3], max_regions=3, n_seed=8),
+        {
+            "tokens_a": [[1], [2.5]],
+            "tokens_b": [[2]],
+            "max_regions": BAD_SIZE,
+            "d": [0],
+            "large": [0, NAN],
+            "n_seed": [0, -1],
+        },
+    ),
+    Case(
+        "transflow.expressivity.partition_2d",
+        _ex("partition_2d"),
+        lambda: dict(T=2, D=2, relu=False),
+        {"T": [1, 0, 2.5, NAN], "D": [1, -1], "seed": [-1, 2.5], "relu": ["yes"]},
+    ),
+    Case(
+        "transflow.expressivity.relu_and_cpwl_checks",
+        _ex("relu_and_cpwl_checks"),
+        lambda: dict(rng=_rng(), n=2),
+        {"rng": [0], "n": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.c8_regions",
+        _ex("c8_regions"),
+        lambda: dict(rng=_rng(), n_grid=100),
+        {"rng": [0], "n_grid": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.precision_rows",
+        _ex("precision_rows"),
+        lambda: dict(rank=2, depths=(1,), n=11),
+        {"rank": BAD_SIZE, "depths": [(0,), (), (NAN,)], "n": BAD_SIZE},
+    ),
+    Case(
+        "transflow.expressivity.slice_study",
+        lambda **kw: (_torch(), _mod("expressivity", "slice_study")(**kw))[1],
+        lambda: dict(d_in=2, width=2, depth=1, n_dense=11, plane=False),
+        {
+            "seed": [-1, NAN],
+            "d_in": BAD_SIZE,
+            "width": [0],
+            "depth": [0],
+            "n_dense": [0],
+            "plane": ["yes"],
+        },
+    ),
+    Case(
+        "transflow.expressivity.Target",
+        _ex("Target"),
+        lambda: dict(name="t", dim=1, fn=lambda xs: xs[:, 0]),
+        {
+            "name": ["", 3],
+            "dim": [0, 3, 1.5],
+            "fn": ["f", None],
+            "network": ["n"],
+            "regions": [0, -1, 2.5],
+            "lo": [NAN, 2.0],
+            "hi": [INF, -1.0],
+        },
+    ),
+    Case(
+        "transflow.expressivity.certified_regions",
+        _ex("certified_regions"),
+        lambda: dict(kind="mlp", params=_mlp_params(), dim=1),
+        {
+            "kind": ["cnn"],
+            "params": _BAD_MLP,
+            "dim": [2, 0, 3],
+            "lo": [NAN, 2.0],
+            "hi": [INF],
+            "time_budget": [0.0, -1.0, NAN],
+        },
+        needle={"params": "`params"},  # an entry is named, e.g. `params['layers'][0]['w']`
+    ),
+    Case(
+        "transflow.expressivity.hardmax_reading",
+        _ex("hardmax_reading"),
+        lambda: dict(params=_tf_params()),
+        {"params": _BAD_TF, "lam": [0.0, NAN, -1.0, "x"]},
+        needle={"params": "`params"},
+    ),
+    Case(
+        "transflow.expressivity.mlp_network",
+        _ex("mlp_network"),
+        lambda: dict(params=_mlp_params()),
+        {"params": _BAD_MLP + [None]},
+        needle={"params": "`params"},
+    ),
+    Case(
+        "transflow.expressivity.model_apply",
+        _ex("model_apply"),
+        lambda: dict(kind="mlp", params=_mlp_params(), xs=jnp.zeros((3, 1))),
+        {
+            "kind": ["cnn"],
+            "params": _BAD_MLP,
+            "xs": [jnp.zeros((3, 2)), jnp.full((3, 1), NAN), jnp.zeros(3), jnp.zeros((3, 1), int)],
+            "lam": [NAN, -1.0],
+        },
+        needle={"params": "`params"},
+    ),
+    Case(
+        "transflow.expressivity.n_params",
+        _ex("n_params"),
+        lambda: dict(params=_mlp_params()),
+        {"params": ["p", None, {}, [1, 2]]},
+    ),
+    Case(
+        "transflow.expressivity.reading_gap",
+        _ex("reading_gap"),
+        lambda: dict(params=_tf_params(), lam=100.0, dim=1, n=11),
+        {"params": _BAD_TF, "lam": [0.0, NAN, INF], "dim": [2, 0], "n": BAD_SIZE},
+        needle={"params": "`params"},
+    ),
+    Case(
+        "transflow.expressivity.sampling_estimate",
+        _ex("sampling_estimate"),
+        lambda: dict(kind="mlp", params=_mlp_params(), dim=1, n=16),
+        {
+            "kind": ["cnn"],
+            "params": _BAD_MLP,
+            "dim": [2],
+            "n": [4, 0, 2.5],
+            "lo": [NAN],
+            "hi": [INF, -1.0],
+        },
+        needle={"params": "`params"},
+    ),
+    Case(
+        "transflow.expressivity.train_model",
+        _ex("train_model"),
+        lambda: dict(
+            kind="mlp",
+            params=_mlp_params(),
+            target=_mod("expressivity", "make_target")("smooth1d"),
+            steps=2,
+            batch=4,
+        ),
+        {
+            "kind": ["cnn"],
+            "params": [{}, _mlp_nan],
+            "target": ["sawtooth", None],
+            "steps": [1, 0, 2.5],
+            "lr": [0.0, NAN, INF, -1.0],
+            "batch": BAD_SIZE,
+            "lam_start": [0.0, NAN],
+            "lam_end": [INF, -1.0],
+            "seed": [-1, 2.5],
+        },
+        needle={"params": "`params"},
+    ),
+]
+
+
+# ------------------------------------------------------------------ transflow.interop
+def _io(name):
+    return lambda **kw: _mod("interop", name)(**kw)
+
+
+def _rms(d=8, seed=0):
+    from transflow.interop import random_rms_controls
+
+    return random_rms_controls(d, 2, 1, 16, key=jax.random.key(seed))
+
+
+def _fields(module):
+    return {f.name: getattr(module, f.name) for f in dataclasses.fields(module)}
+
+
+def _rms_decoder_parts():
+    from transflow.interop import RMSNormParams, RMSPreNormScheme
+
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), _rms(seed=0), _rms(seed=1))
+    scheme = transflow.CausalScheme(RMSPreNormScheme())
+    return dict(
+        table=jnp.ones((5, 8)),
+        decoder=SplitTransformer(stacked, scheme=scheme),
+        final_norm=RMSNormParams(jnp.ones(8)),
+        unembedding=jnp.ones((8, 5)),
+    )
+
+
+def _text_embedding(d=8):
+    from transflow.interop import TextEmbedding
+
+    norm = transflow.NormParams(jnp.ones(d), jnp.zeros(d), 1e-12)
+    return TextEmbedding(jnp.eye(6, d), jnp.ones((8, d)), None, norm)
+
+
+def _dense_head_parts():
+    return dict(
+        weights=(jnp.eye(3), jnp.ones((3, 2))),
+        biases=(jnp.zeros(3), jnp.zeros(2)),
+        norms=(None, None),
+        activations=("tanh", None),
+    )
+
+
+def _dense_head(d=8):
+    from transflow.interop import DenseHead
+
+    return DenseHead((jnp.ones((d, 3)),), (jnp.zeros(3),), (None,), (None,))
+
+
+def _hf_dir():
+    """A directory holding a tiny saved BertModel (made once)."""
+    if "hf" not in _TRAINED:
+        pytest.importorskip("transformers", reason="load_hf needs transformers")
+        import tempfile
+
+        from transformers import BertConfig, BertModel
+
+        _torch().manual_seed(0)
+        d = tempfile.mkdtemp()
+        cfg = BertConfig(
+            hidden_size=8,
+            num_attention_heads=2,
+            intermediate_size=16,
+            num_hidden_layers=1,
+            vocab_size=20,
+        )
+        BertModel(cfg).save_pretrained(d)
+        _TRAINED["hf"] = d
+    return _TRAINED["hf"]
+
+
+def _pt_file(content=None):
+    """A torch state dict of a TransformerEncoderLayer with its sidecar (or ``content``
+    written as the file)."""
+    import json
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "layer.pt"
+    if content is not None:
+        path.write_bytes(content)
+        return str(path)
+    _torch().save(_torch_layer().state_dict(), path)
+    Path(str(path) + ".json").write_text(json.dumps({"nhead": 2}))
+    return str(path)
+
+
+def _empty_dir():
+    import tempfile
+
+    return tempfile.mkdtemp()
+
+
+def _with_f64_reference(**kw):
+    pytest.importorskip("transformers", reason="hf_float64_reference patches transformers")
+    with _mod("interop", "hf_float64_reference")(**kw):
+        return True
+
+
+def _torch_substeps(**kw):
+    torch = _torch()
+    kw = {
+        k: (v() if callable(v) and not isinstance(v, torch.nn.Module) else v) for k, v in kw.items()
+    }
+    return _mod("interop", "torch_substeps")(**kw)
+
+
+def _tt(shape=(4, 8), value=None, dtype=None):
+    """A torch tensor, made when the case runs (torch is imported then)."""
+
+    def make():
+        torch = _torch()
+        t = torch.ones(shape, dtype=torch.int64 if dtype == "int" else torch.float32)
+        if value is not None:
+            t[0, 0] = value
+        return t
+
+    return make
+
+
+CASES += [
+    Case(
+        "transflow.interop.load_hf",
+        _io("load_hf"),
+        lambda: dict(path=_hf_dir()),
+        {"path": [None, 3, "", _empty_dir], "dtype": ["float16", jnp.int32, "x"]},
+    ),
+    Case(
+        "transflow.interop.load_torch_checkpoint",
+        _io("load_torch_checkpoint"),
+        lambda: dict(path=_pt_file()),
+        {
+            "path": [None, 3, "", lambda: _pt_file(b"not a checkpoint")],
+            "trust_pickle": ["yes", 1],
+            "defaults": [{"heads": 2}, "x"],
+        },
+    ),
+    Case(
+        "transflow.interop.RotaryAttentionParams",
+        _io("RotaryAttentionParams"),
+        lambda: _fields(_rms().attn),
+        {
+            "wq": [lambda: _with(_rms().attn.wq), lambda: _rms().attn.wq.astype(jnp.int32)],
+            "wk": [jnp.ones((7, 4))],
+            "bq": [jnp.zeros(7)],
+            "bo": [jnp.full(8, INF)],
+            "n_heads": [0, 2.5, True],
+            "n_kv_heads": [3, 0],
+            "rope_theta": [0.0, NAN],
+            "rope_scaling": ["linear"],
+        },
+    ),
+    Case(
+        "transflow.interop.GatedFFNParams",
+        _io("GatedFFNParams"),
+        lambda: _fields(_rms().ffn),
+        {
+            "w_gate": [lambda: _with(_rms().ffn.w_gate)],
+            "w_up": [jnp.ones((8, 15))],
+            "b_gate": [jnp.zeros(15)],
+            "b_down": [jnp.full(8, INF), jnp.zeros(7)],
+            "activation": ["swish2"],
+        },
+    ),
+    Case(
+        "transflow.interop.RMSLayerControls",
+        _io("RMSLayerControls"),
+        lambda: _fields(_rms()),
+        {
+            "attn": ["a", None],
+            "norm1": [lambda: _mod("interop", "RMSNormParams")(jnp.ones(7))],
+            "ffn": [lambda: _rms(16).ffn],
+            "norm2": ["n"],
+        },
+    ),
+    Case(
+        "transflow.interop.RMSPreNormScheme",
+        _io("RMSPreNormScheme"),
+        lambda: dict(implementation="dense"),
+        {"implementation": ["fast", None]},
+    ),
+    Case(
+        "transflow.interop.DenseHead",
+        _io("DenseHead"),
+        _dense_head_parts,
+        {
+            "weights": [
+                (_with(jnp.eye(3)), jnp.ones((3, 2))),
+                (jnp.eye(3), jnp.ones((4, 2))),
+                None,
+            ],
+            "biases": [(jnp.zeros(3), jnp.zeros(3)), (jnp.zeros(3),)],
+            "norms": [("n", None)],
+            "activations": [("swish2", None)],
+        },
+        needle={
+            "weights": "`weights",
+            "biases": "`biases",
+            "norms": "`norms",
+            "activations": "`activation",
+        },
+    ),
+    Case(
+        "transflow.interop.HeadModel",
+        _io("HeadModel"),
+        lambda: dict(base=SplitTransformer(_theta()), head=_dense_head(), pooling="first"),
+        {"base": ["m", None], "head": ["h"], "pooling": ["mean"], "pad_token_id": [-1, 2.5]},
+    ),
+    Case(
+        "transflow.interop.CausalDecoder",
+        _io("CausalDecoder"),
+        lambda: dict(
+            embedding=_mod("interop", "TokenEmbedding")(jnp.eye(5, 8), jnp.zeros((4, 8))),
+            decoder=SplitTransformer(
+                _theta(), scheme=transflow.CausalScheme(transflow.PreNormScheme())
+            ),
+            unembedding=jnp.ones((8, 5)),
+        ),
+        {
+            "embedding": ["e", lambda: _mod("interop", "TokenEmbedding")(jnp.eye(5, 16), None)],
+            "decoder": [lambda: SplitTransformer(_theta()), "d"],
+            "unembedding": [jnp.ones((7, 5)), _with(jnp.ones((8, 5)))],
+        },
+        needle={"decoder": "`decoder"},  # a scheme that is not causal: `decoder.scheme`
+    ),
+    Case(
+        "transflow.interop.RMSDecoder",
+        _io("RMSDecoder"),
+        _rms_decoder_parts,
+        {
+            "table": [_with(jnp.ones((5, 8))), jnp.ones(5), jnp.ones((5, 4))],
+            "decoder": ["d"],
+            "final_norm": ["n"],
+            "unembedding": [jnp.ones((7, 5))],
+            "sliding_window": [0, 2.5],
+        },
+        needle={"table": "`table`|`decoder`"},  # a d = 4 table: the decoder's d differs
+    ),
+    Case(
+        "transflow.interop.TextEmbedding",
+        _io("TextEmbedding"),
+        lambda: _fields(_text_embedding(4)),
+        {
+            "word": [_with(jnp.eye(6, 4)), jnp.ones(6)],
+            "positions": [jnp.ones((8, 3)), _with(jnp.ones((8, 4)), INF)],
+            "token_types": [jnp.ones((2, 3))],
+            "norm": ["n"],
+            "padding_idx": [-1, 1.5],
+        },
+    ),
+    Case(
+        "transflow.interop.TextEncoder",
+        _io("TextEncoder"),
+        lambda: dict(
+            embedding=_text_embedding(),
+            encoder=SplitTransformer(_theta()),
+            pooler=(jnp.eye(8), jnp.zeros(8)),
+        ),
+        {
+            "embedding": ["e", lambda: _text_embedding(4)],
+            "encoder": ["x"],
+            "pooler": [
+                (jnp.eye(8),),
+                (jnp.eye(7), jnp.zeros(8)),
+                (jnp.eye(8), _with(jnp.zeros(8))),
+            ],
+        },
+        needle={"embedding": "`embedding`|`encoder`"},  # a d = 4 embedding: d differs
+    ),
+    Case(
+        "transflow.interop.TokenEmbedding",
+        _io("TokenEmbedding"),
+        lambda: dict(table=jnp.eye(5, 4), positions=jnp.zeros((8, 4))),
+        {
+            "table": [_with(jnp.eye(5, 4)), jnp.ones(5)],
+            "positions": [jnp.ones((8, 3)), _with(jnp.zeros((8, 4)), INF)],
+        },
+    ),
+    Case(
+        "transflow.interop.apply_rotary",
+        _io("apply_rotary"),
+        lambda: dict(x=jnp.ones((1, 3, 4)), positions=jnp.arange(3.0), theta=10000.0),
+        {
+            "x": [jnp.ones((3, 4)), jnp.ones((1, 3, 3)), jnp.ones((1, 3, 4), int)],
+            "positions": [jnp.arange(4.0), jnp.ones((3, 1))],
+            "theta": [0.0, NAN, -1.0],
+            "scaling": ["linear"],
+        },
+    ),
+    Case(
+        "transflow.interop.gated_ffn",
+        _io("gated_ffn"),
+        lambda: dict(z=jnp.ones((4, 8)), f=_rms().ffn),
+        {
+            "z": [jnp.ones((4, 7)), jnp.ones((4, 8), int), "z"],
+            "f": ["f", None],
+            "record": ["yes"],
+        },
+    ),
+    Case(
+        "transflow.interop.hf_activation",
+        _io("hf_activation"),
+        lambda: dict(name="gelu"),
+        {"name": ["swish2", None, 3], "option": [None, 3, ""]},
+        needle={"name": "`hidden_act`"},  # named by the config option it came from
+    ),
+    Case(
+        "transflow.interop.hf_float64_reference",
+        _with_f64_reference,
+        lambda: dict(enabled=True),
+        {"enabled": ["yes", 1, None]},
+    ),
+    Case(
+        "transflow.interop.rotary_attention",
+        _io("rotary_attention"),
+        lambda: dict(u=jnp.ones((5, 8)), p=_rms().attn),
+        {
+            "u": [jnp.ones((5, 7)), jnp.ones((5, 8), int), jnp.ones(8)],
+            "p": ["p", None],
+            "positions": [jnp.arange(4), jnp.ones((5, 2))],
+            "causal": ["yes"],
+            "implementation": ["fast"],
+        },
+    ),
+    Case(
+        "transflow.interop.torch_substeps",
+        _torch_substeps,
+        lambda: dict(layer=_torch_layer(), x=_tt()),
+        {
+            "layer": ["l", lambda: _torch().nn.Linear(8, 8)],
+            "x": [np.ones((4, 8)), _tt((4, 7)), _tt(value=NAN), _tt(dtype="int")],
+        },
+    ),
+]
+
+
+# ------------------------------------------------------------------ transflow.analysis
+def _an(name):
+    return lambda **kw: _mod("analysis", name)(**kw)
+
+
+def _flow():
+    return _mod("analysis", "as_flow")(_split_model(), _u())
+
+
+_BAD_X = _bad_arrays(_u()) + ["x"]
+
+CASES += [
+    Case(
+        "transflow.analysis.Flow",
+        _an("Flow"),
+        lambda: dict(
+            u0=_u(),
+            controls=_theta(),
+            scheme=transflow.LieScheme(),
+            dt=0.5,
+            grid=None,
+            causal=False,
+            final_norm=None,
+        ),
+        {
+            "u0": [_with(_u()), _u()[0], _u().astype(jnp.int32)],
+            "controls": [_layer(), "c"],
+            "scheme": ["lie", None],
+            "dt": BAD_STEP,
+            "grid": ["index"],
+            "causal": ["yes"],
+            "final_norm": ["n"],
+        },
+    ),
+    Case(
+        "transflow.analysis.analyze",
+        _an("analyze"),
+        lambda: dict(model=_split_model(), x=_u(), factors=(1, 2)),
+        {
+            "model": ["m", None],
+            "x": _BAD_X,
+            "factors": [(0,), (1, NAN), "12"],
+            "interpolation": ["cubic"],
+            "threshold": [NAN, 2.0],
+            "evaluate": [3],
+            "keep_cosine": ["yes"],
+            "progress": [3],
+            "refine_inputs": [_with(_u()), "x"],
+        },
+        needle={"x": "`x`|`u`"},  # a SplitTransformer names its input `u`
+    ),
+    Case(
+        "transflow.analysis.control_blocks",
+        _an("control_blocks"),
+        lambda: dict(model=_split_model()),
+        {"model": ["m", None, _theta()]},
+    ),
+    Case(
+        "transflow.analysis.control_increments",
+        _an("control_increments"),
+        lambda: dict(model=_split_model()),
+        {"model": ["m", _theta()]},
+    ),
+    Case(
+        "transflow.analysis.increment_scaling",
+        _an("increment_scaling"),
+        lambda: dict(model=_split_model(4)),
+        {"model": ["m"], "strides": [[0], [NAN], [4], "1"]},
+    ),
+    Case(
+        "transflow.analysis.iter_steps",
+        lambda **kw: list(_mod("analysis", "iter_steps")(**kw)),
+        lambda: dict(flow=_flow()),
+        {"flow": ["f", None, lambda: _split_model()], "substeps": ["yes"]},
+    ),
+    Case(
+        "transflow.analysis.model_output",
+        _an("model_output"),
+        lambda: dict(model=_split_model(), x=_u()),
+        {"model": ["m"], "x": _BAD_X, "grid": ["index"], "causal": ["yes"]},
+        needle={"x": "`x`|`u`"},
+    ),
+    Case(
+        "transflow.analysis.refinement_study",
+        _an("refinement_study"),
+        lambda: dict(model=_split_model(), x=_u(), factors=(1, 2)),
+        {
+            "model": ["m"],
+            "x": [_with(_u()), "x", _u()[..., :-1]],
+            "factors": [(1,), (2, 1), (0, 2), (1, NAN)],
+            "interpolation": ["cubic"],
+            "evaluate": [3],
+            "progress": [3],
+        },
+        needle={"x": "`x`|`u`"},
+    ),
+    Case(
+        "transflow.analysis.step_diagnostics",
+        _an("step_diagnostics"),
+        lambda: dict(model=_split_model(), x=_u()),
+        {
+            "model": ["m"],
+            "x": _BAD_X,
+            "threshold": [NAN, 2.0],
+            "s1": ["x", (0.0,), (NAN, 1.0), (0.0, -1.0)],
+            "keep_cosine": ["yes"],
+            "keep_states": [1],
+            "progress": [3],
+            "grid": ["index"],
+            "causal": ["yes"],
+        },
+        needle={"x": "`x`|`u`"},
+    ),
+    Case(
+        "transflow.analysis.substep_parents",
+        _an("substep_parents"),
+        lambda: dict(names=("ln1", "attention", "ln2", "ffn1", "residual")),
+        {"names": ["ln1", None, (1, 2)]},
+    ),
+]
+
+
+# ------------------------------------------------------------------ continuous: convergence studies
+def _submodel(kind="a", **kw):
+    return _cont("default_submodel")(kind, n_tokens=2, n_features=2, **kw)
+
+
+CASES += [
+    Case(
+        "transflow.continuous.default_submodel",
+        lambda **kw: _cont("default_submodel")(**kw),
+        lambda: dict(kind="a", n_tokens=2, n_features=2),
+        {
+            "kind": ["d", None],
+            "n_tokens": BAD_SIZE,
+            "n_features": BAD_SIZE,
+            "seed": [-1, 2.5, NAN],
+            "constraint_active": ["yes"],
+            "dtype": ["float16", jnp.int32],
+        },
+    ),
+    Case(
+        "transflow.continuous.s2_active_fraction",
+        lambda **kw: _cont("s2_active_fraction")(**kw),
+        lambda: dict(model=_submodel("c")[0], u0=_submodel("c")[1], t1=0.1, n_samples=3),
+        {
+            "model": ["m", lambda: _submodel("a")[0]],
+            "u0": [lambda: _with(_submodel("c")[1]), jnp.ones(2)],
+            "t1": BAD_STEP,
+            "n_samples": BAD_SIZE,
+            "tol": [-1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.continuous.expected_order",
+        lambda **kw: _cont("expected_order")(**kw),
+        lambda: dict(submodel="b", scheme="strang"),
+        {"submodel": ["d", None], "scheme": ["rk4"], "b_splitting": ["half"]},
+    ),
+    Case(
+        "transflow.continuous.scheme_for",
+        lambda **kw: _cont("scheme_for")(**kw),
+        lambda: dict(name="lie", model=_submodel()[0]),
+        {"name": ["rk4", None], "model": ["m", None], "b_splitting": ["half"]},
+    ),
+    Case(
+        "transflow.continuous.dt_convergence",
+        lambda **kw: _cont("dt_convergence")(**kw),
+        lambda: dict(
+            model=_submodel()[0], u0=_submodel()[1], scheme_name="lie", t1=0.1, n_steps=(2, 4)
+        ),
+        {
+            "model": ["m"],
+            "u0": [lambda: _with(_submodel()[1]), jnp.ones(2)],
+            "scheme_name": ["rk4"],
+            "t1": BAD_STEP,
+            "n_steps": [(0, 2), (2, NAN), ()],
+            "reference": [(jnp.ones(2), 0.0), "r", lambda: (_submodel()[1], NAN)],
+            "submodel": ["d"],
+            "b_splitting": ["half"],
+            "active_fraction": [1.5, NAN],
+        },
+    ),
+    Case(
+        "transflow.continuous.convergence_study",
+        lambda **kw: _cont("convergence_study")(**kw),
+        lambda: dict(
+            kinds=("a",), schemes=("lie",), n_steps=(2, 4), t1=0.1, n_tokens=2, n_features=2
+        ),
+        {
+            "kinds": [("d",), (), "a"],
+            "schemes": [("rk4",)],
+            "n_steps": [(0, 2), (NAN,)],
+            "t1": BAD_STEP,
+            "seed": [-1],
+            "n_tokens": BAD_SIZE,
+            "n_features": [0],
+            "b_splitting": ["half", ["tangent", "half"]],
+        },
+    ),
+    Case(
+        "transflow.continuous.smooth_kernel_model",
+        lambda **kw: _cont("smooth_kernel_model")(**kw),
+        lambda: dict(grid=Grid.interval(4, 4)),
+        {"grid": ["g", None, 4]},
+    ),
+    Case(
+        "transflow.continuous.grid_convergence",
+        lambda **kw: _cont("grid_convergence")(**kw),
+        lambda: dict(sizes=(1, 3), n_ref=9, quantity="linear"),
+        {
+            "sizes": [(2,), (0,), (NAN,), ()],
+            "n_ref": BAD_SIZE,
+            "quantity": ["energy"],
+            "t1": BAD_STEP,
+            "n_time_steps": BAD_SIZE,
+        },
+    ),
+    Case(
+        "transflow.continuous.grid_refinement_study",
+        lambda **kw: _cont("grid_refinement_study")(**kw),
+        lambda: dict(quantities=("linear",), sizes=(1, 3), n_ref=9),
+        {"quantities": [("energy",), (), "linear"], "sizes": [(2,)], "n_ref": [0]},
+    ),
+    Case(
+        "transflow.continuous.full_model_refinement",
+        lambda **kw: _cont("full_model_refinement")(**kw),
+        lambda: dict(refinements=(1, 2), n_layers=1, n_tokens=2, d=2),
+        {
+            "sigma1": BAD_NUMBER,
+            "sigma2": [0.0, NAN],
+            "refinements": [(0, 1), (NAN,), ()],
+            "n_layers": BAD_SIZE,
+            "n_tokens": BAD_SIZE,
+            "d": BAD_SIZE,
+            "ffn_branch_dt": ["3dt"],
+            "seed": [-1, 2.5],
+        },
+    ),
+    Case(
+        "transflow.continuous.nonconvergence_study",
+        lambda **kw: _cont("nonconvergence_study")(**kw),
+        lambda: dict(refinements=(1, 2), n_layers=1, n_tokens=2, d=2),
+        {
+            "refinements": [(0, 1), ()],
+            "n_layers": BAD_SIZE,
+            "n_tokens": [0],
+            "d": [0, 2.5],
+            "ffn_branch_dt": ["3dt"],
+            "seed": [-1],
+        },
+    ),
+]
+
+
+# ------------------------------------------------------------------ continuous: operators as data
+def _kernel(xi, y, t):
+    return jnp.cos(jnp.pi * (xi - y)) * (1 + 0 * t)
+
+
+def _sub_fields():
+    m = _submodel()[0]
+    return dict(kind=m.kind, attn=m.attn, linear=m.linear, norm=m.norm, grid=m.grid)
+
+
+def _ode_term():
+    import diffrax
+
+    return diffrax.ODETerm(lambda t, y, a: -y)
+
+
+CASES += [
+    Case(
+        "transflow.continuous.KernelAttention",
+        lambda **kw: _cont("KernelAttention")(**kw).sample(Grid.interval(4, 4))(0.0),
+        lambda: dict(wq=_kernel, wk=_kernel, wv=_kernel),
+        {"wq": ["k", None], "wk": [3], "wv": ["v"]},
+    ),
+    Case(
+        "transflow.continuous.KernelLinear",
+        lambda **kw: _cont("KernelLinear")(**kw).sample(Grid.interval(4, 4))(0.0),
+        lambda: dict(w=_kernel, b=None),
+        {"w": ["w", None], "b": [3]},
+    ),
+    Case(
+        "transflow.continuous.SubModel",
+        lambda **kw: _cont("SubModel")(**kw),
+        _sub_fields,
+        {
+            "kind": ["d"],
+            "attn": ["a", None],
+            "linear": [3],
+            "norm": ["n"],
+            "grid": ["g"],
+            "temperature": [-1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.continuous.full_model_flows",
+        lambda **kw: _cont("full_model_flows")(**kw),
+        lambda: dict(controls=_pc_path()),
+        {
+            "controls": ["c", None],
+            "grid": ["g"],
+            "causal": ["yes"],
+            "hardmax": [1],
+            "temperature": [NAN, -1.0],
+            "scheme": ["lie", transflow.PreNormScheme()],
+        },
+    ),
+    Case(
+        "transflow.continuous.tangent_s1",
+        lambda **kw: _cont("tangent_s1")(**kw),
+        lambda: dict(u=_u(), f=2 * _u()),
+        {
+            "u": [_u().astype(jnp.int32), "u"],
+            "f": [_u()[:, :-1], _u().astype(jnp.int32)],
+            "grid": [Grid.index(4, 7), "g"],
+        },
+        needle={"grid": "`grid`|`u`"},  # a grid of 7 features for a u of 8: u is refused
+    ),
+    Case(
+        "transflow.continuous.y_mean",
+        lambda **kw: _cont("y_mean")(**kw),
+        lambda: dict(v=_u(), grid=None),
+        {"v": ["v", _u().astype(jnp.int32)], "grid": ["g", Grid.index(4, 7)]},
+        needle={"grid": "`grid`|`v`"},
+    ),
+    Case(
+        "transflow.continuous.reference_error_estimate",
+        lambda **kw: _cont("reference_error_estimate")(lambda t, u: -u, **kw),
+        lambda: dict(u0=_u(), t1=0.1, tol=1e-6),
+        {
+            "u0": [_with(_u()), _u().astype(jnp.int32)],
+            "t1": [NAN, -1.0],
+            "tol": [0.0, -1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.continuous.SplittingScheme",
+        lambda **kw: _cont("SplittingScheme")(**kw),
+        lambda: dict(name="x", order=1, stages=_cont("lie")(["a", "b"]).stages),
+        {"name": ["", 3], "order": [0, 2.5, NAN], "stages": [(), ("s",)]},
+        needle={"stages": "`stages"},  # an entry is named with its index
+    ),
+    Case(
+        "transflow.continuous.ProjectionTerm",
+        lambda **kw: _cont("ProjectionTerm")(**kw),
+        lambda: dict(project=lambda t, y, a: y),
+        {"project": ["p", None]},
+    ),
+    Case(
+        "transflow.continuous.flows_from_terms",
+        lambda **kw: _cont("flows_from_terms")(**kw),
+        lambda: dict(operators=["decay"], terms=_ode_term(), sub_solver="euler"),
+        {
+            "operators": ["d", [1]],
+            "terms": ["t", None],
+            "sub_solver": ["rk5"],
+            "n_sub": [0, 2.5],
+        },
+    ),
+    Case(
+        "transflow.continuous.stack_leading",
+        lambda **kw: _cont("stack_leading")(**kw),
+        lambda: dict(trees=[jnp.zeros(2), jnp.ones(2)]),
+        {
+            "trees": [
+                [],
+                "t",
+                [jnp.zeros(2), jnp.ones(3)],
+                [jnp.zeros(2), (jnp.ones(2),)],
+            ]
+        },
+        needle={"trees": "`trees"},
+    ),
+    Case(
+        "transflow.continuous.TimeEmbeddingNet.init",
+        lambda **kw: _cont("TimeEmbeddingNet").init(**kw),
+        lambda: dict(base=jnp.zeros(3), n_freq=2, hidden=4, key=jax.random.key(0)),
+        {
+            "n_freq": [0, 2.5],
+            "hidden": [0],
+            "t0": [NAN],
+            "t1": [INF, -1.0],
+            "key": [0, None],
+            "smooth": ["yes"],
+        },
+    ),
+]
+
+
+# ------------------------------------------------------------------ parallel, schemes
+def _shard_axes():
+    return _mod("parallel", "as_axes")({"features": "t"})
+
+
+CASES += [
+    Case(
+        "transflow.parallel.controls_specs",
+        _mod("parallel", "controls_specs"),
+        lambda: dict(controls=_theta(), axes=_shard_axes()),
+        {"controls": [_layer().attn, "c"], "axes": [{"features": "t"}, None]},
+    ),
+    Case(
+        "transflow.parallel.to_host",
+        _mod("parallel", "to_host"),
+        lambda: dict(x=_u()),
+        {"x": ["x", None, [1.0, 2.0]]},
+    ),
+    Case(
+        "transflow.parallel.memory_report",
+        lambda **kw: _mod("parallel", "memory_report")(
+            kw.pop("controls"),
+            kw.pop("u_batch"),
+            _mod("parallel", "make_mesh")((1,), ("t",)),
+            {"tokens": "t"},
+            **kw,
+        ),
+        lambda: dict(controls=_theta(), u_batch=_u()[None], dt=0.5),
+        {"u_batch": [_u()[None][..., :-1], _u()], "dt": BAD_STEP},
+    ),
+    Case(
+        "transflow.schemes.check_consistent",
+        lambda **kw: transflow.schemes.check_consistent(**kw) is None,  # None: it passed
+        lambda: dict(scheme=transflow.PreNormScheme()),
+        {"scheme": ["prenorm", None, transflow.LieScheme()], "consumer": [3, ""]},
+        needle={"scheme": "`scheme`|LieScheme"},  # a scheme without a field: named by type
+    ),
+    Case(
+        "transflow.schemes.check_masks",
+        transflow.schemes.check_masks,
+        lambda: dict(
+            scheme=transflow.PreNormScheme(),
+            u=_u(),
+            n_heads=2,
+            key_padding_mask=jnp.zeros(4, bool),
+            attention_mask=None,
+        ),
+        {
+            "scheme": ["s", None],
+            "u": [_u()[0], "u"],
+            "n_heads": [0, 2.5],
+            "key_padding_mask": [jnp.zeros(3, bool), jnp.zeros(4, int), "m"],
+            "attention_mask": [jnp.ones((3, 3), bool), "m"],
+        },
+    ),
+    Case(
+        "transflow.schemes.pre_ln_step",
+        lambda **kw: transflow.schemes.pre_ln_step(transflow.PreNormScheme(), **kw),
+        lambda: dict(
+            attend=lambda p: p, u=_u(), controls=_layer(), dt=0.5, grid=None, record=False
+        ),
+        {
+            "attend": ["a", None],
+            "u": [_u()[0], _u().astype(jnp.int32)],
+            "dt": [-1.0, NAN],
+            "grid": ["g"],
+            "record": ["yes"],
+        },
+    ),
+    Case(
+        "transflow.schemes.linear_sub_fields",
+        transflow.schemes.linear_sub_fields,
+        lambda: dict(ja=_j(), jg=_j()),
+        {"ja": [_with(_j()), _j()[:, :-1], "j"], "jg": [_j(3), _with(_j(), INF)]},
+    ),
+    Case(
+        "transflow.schemes.DenseOperators",
+        transflow.schemes.DenseOperators,
+        lambda: dict(grid=None, causal=False, implementation="dense"),
+        {
+            "grid": ["g"],
+            "causal": ["yes"],
+            "masks": [None, []],
+            "implementation": ["fast"],
+            "query_block": [0, 2.5],
+            "key_block": [-1],
+        },
+    ),
+    Case(
+        "transflow.schemes.ConvPreNormScheme",
+        transflow.schemes.ConvPreNormScheme,
+        lambda: dict(grid_shape=(2, 2), n_prefix=1, temperature=1.0),
+        {
+            "grid_shape": [(2,), (0, 2), (2.5, 2), "22"],
+            "n_prefix": [-1, 1.5],
+            "hardmax": ["yes"],
+            "temperature": [-1.0, NAN],
+        },
+    ),
+]
+
+
+# ------------------------------------------------------------------ vision (CvT)
+def _vis(name):
+    return lambda **kw: _mod("vision", name)(**kw)
+
+
+def _dw(stride=1, seed=1):
+    return _mod("vision", "DepthwiseConv2d").random(8, stride=stride, key=jax.random.key(seed))
+
+
+def _conv_attn_parts():
+    return dict(attn=_attn_p(), q_conv=_dw(1), k_conv=_dw(2), v_conv=_dw(2))
+
+
+def _conv_attn():
+    return _mod("vision", "ConvAttentionParams")(**_conv_attn_parts())
+
+
+def _conv_layer_parts():
+    layer = _layer()
+    return dict(attn=_conv_attn(), norm1=layer.norm1, ffn=layer.ffn, norm2=layer.norm2)
+
+
+def _conv_embedding(d=8):
+    return _mod("vision", "ConvEmbedding")(jnp.ones((d, 3, 3, 3)) / 27, jnp.zeros(d), None, 2, 1)
+
+
+def _cvt_stage_parts():
+    c = _mod("vision", "ConvLayerControls")(**_conv_layer_parts())
+    return dict(
+        embedding=_conv_embedding(),
+        cls_token=jnp.zeros(8),
+        controls=jax.tree.map(lambda *x: jnp.stack(x), c, c),
+    )
+
+
+def _cvt_stage():
+    return _mod("vision", "CvtStageModel")(**_cvt_stage_parts())
+
+
+def _image():
+    return jnp.ones((3, 8, 8)) * jnp.arange(8.0) / 8
+
+
+CASES += [
+    Case(
+        "transflow.vision.ConvAttentionParams",
+        _vis("ConvAttentionParams"),
+        _conv_attn_parts,
+        {
+            "attn": ["a", None],
+            "q_conv": ["q", 3],
+            "k_conv": [_attn_p()],
+            "scale": [0.0, -1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.vision.conv_attention",
+        lambda **kw: _mod("vision", "conv_attention")(**kw),
+        lambda: dict(u=jnp.ones((1 + 12, 8)), p=_conv_attn(), grid_shape=(3, 4), n_prefix=1),
+        {
+            "u": [jnp.ones((13, 7)), jnp.ones((13, 8), int), jnp.ones(8)],
+            "p": ["p", None, _attn_p()],
+            "grid_shape": [(3,), (0, 4), "34"],
+            "n_prefix": [-1, 1.5],
+            "hardmax": ["yes"],
+            "temperature": [-1.0, NAN],
+            "return_weights": [1],
+        },
+    ),
+    Case(
+        "transflow.vision.ConvLayerControls",
+        _vis("ConvLayerControls"),
+        _conv_layer_parts,
+        {
+            "attn": [_attn_p(), "a"],
+            "norm1": ["n", lambda: transflow.NormParams(jnp.ones(16), jnp.zeros(16), 1e-5)],
+            "ffn": ["f"],
+            "norm2": [None],
+        },
+    ),
+    Case(
+        "transflow.vision.ConvEmbedding",
+        _vis("ConvEmbedding"),
+        lambda: dict(kernel=jnp.ones((8, 3, 3, 3)), bias=jnp.zeros(8), norm=None, stride=2),
+        {
+            "kernel": [_with(jnp.ones((8, 3, 3, 3))), jnp.ones((8, 3, 3))],
+            "bias": [jnp.zeros(7), _with(jnp.zeros(8), INF)],
+            "norm": ["n"],
+            "stride": BAD_SIZE,
+            "padding": [-1, 1.5],
+        },
+    ),
+    Case(
+        "transflow.vision.CvtStageModel",
+        lambda **kw: _mod("vision", "CvtStageModel")(**kw)(_image()),
+        _cvt_stage_parts,
+        {
+            "embedding": ["e", lambda: _conv_embedding(16)],
+            "cls_token": [jnp.zeros(7), _with(jnp.zeros(8))],
+            "controls": ["c", _layer()],
+            "hardmax": ["yes"],
+            "temperature": [NAN],
+        },
+        needle={"embedding": "`embedding`|`controls`"},  # d = 16 vs the controls' 8
+    ),
+    Case(
+        "transflow.vision.CvtModel",
+        lambda **kw: _mod("vision", "CvtModel")(**kw)(_image()),
+        lambda: dict(stages=(_cvt_stage(),)),
+        {"stages": [(), "s", ("s",)]},
+        needle={"stages": "`stages"},
+    ),
+]
+
+
+# ------------------------------------------------------------------ models (ViT, T5)
+def _md(name):
+    return lambda **kw: _mod("models", name)(**kw)
+
+
+def _patch_parts():
+    return dict(
+        kernel=jnp.ones((3 * 4 * 4, 8)) / 48,
+        bias=jnp.zeros(8),
+        cls_token=jnp.zeros(8),
+        pos_embedding=jnp.zeros((5, 8)),
+        image_size=(8, 8),
+        patch_size=(4, 4),
+    )
+
+
+def _patch_embedding():
+    return _mod("models", "PatchEmbedding")(**_patch_parts())
+
+
+def _readout():
+    return _mod("models", "ClassTokenReadout")(
+        transflow.NormParams.scalar(), jnp.eye(8), jnp.zeros(8), "tanh"
+    )
+
+
+def _t5_layer(cross=False):
+    from transflow.interop import RMSNormParams
+
+    norm = RMSNormParams(jnp.ones(8))
+    extra = dict(cross=_attn_p(), cross_norm=norm) if cross else {}
+    return _mod("models", "T5LayerControls")(
+        attn=_attn_p(), attn_norm=norm, ffn=_layer().ffn, ffn_norm=norm, **extra
+    )
+
+
+def _t5_stack_parts(cross=False):
+    from transflow.interop import RMSNormParams
+
+    c = _t5_layer(cross)
+    return dict(
+        controls=jax.tree.map(lambda *x: jnp.stack(x), c, c),
+        position_bias=_mod("models", "RelativePositionBias")(jnp.ones((32, 2)), max_distance=128),
+        final_norm=RMSNormParams(jnp.ones(8)),
+        causal=cross,
+    )
+
+
+def _t5_stack(cross=False):
+    return _mod("models", "T5Stack")(**_t5_stack_parts(cross))
+
+
+def _split_decoder():
+    return transflow.SplitDecoder(_decoder_controls(), dt=0.5)
+
+
+CASES += [
+    Case(
+        "transflow.models.PatchEmbedding",
+        lambda **kw: _mod("models", "PatchEmbedding")(**kw)(jnp.ones((3, 8, 8))),
+        _patch_parts,
+        {
+            "kernel": [_with(jnp.ones((48, 8))), jnp.ones((47, 8))],
+            "bias": [jnp.zeros(7), _with(jnp.zeros(8), INF)],
+            "cls_token": [jnp.zeros(7), _with(jnp.zeros(8))],
+            "pos_embedding": [jnp.zeros((4, 8)), _with(jnp.zeros((5, 8)))],
+            "image_size": [(8,), (0, 8), (2, 2)],
+            "patch_size": [(4, 2.5), "44"],
+        },
+        needle={"image_size": "`image_size`|`patch_size`"},  # (2, 2) is below the patch
+    ),
+    Case(
+        "transflow.models.ClassTokenReadout",
+        lambda **kw: _mod("models", "ClassTokenReadout")(**kw)(_u(3, 8)),
+        lambda: dict(
+            norm=transflow.NormParams.scalar(),
+            weight=jnp.eye(8),
+            bias=jnp.zeros(8),
+            activation="tanh",
+        ),
+        {
+            "norm": ["n"],
+            "weight": [_with(jnp.eye(8)), jnp.ones(8)],
+            "bias": [jnp.zeros(7), _with(jnp.zeros(8))],
+            "activation": ["swish2"],
+            "token_index": [-1, 1.5],
+        },
+    ),
+    Case(
+        "transflow.models.VisionTransformer",
+        lambda **kw: _mod("models", "VisionTransformer")(**kw)(jnp.ones((3, 8, 8))),
+        lambda: dict(
+            embedding=_patch_embedding(), encoder=SplitTransformer(_theta()), readout=_readout()
+        ),
+        {
+            "embedding": ["e", None],
+            "encoder": ["x", lambda: SplitTransformer(_theta(d=16))],
+            "readout": ["r"],
+        },
+        needle={"encoder": "`encoder`|encoder's"},  # d = 16: the widths differ
+    ),
+    Case(
+        "transflow.models.T5LayerControls",
+        _md("T5LayerControls"),
+        lambda: _fields(_t5_layer()),
+        {
+            "attn": ["a", None],
+            "attn_norm": ["n"],
+            "ffn": ["f", lambda: _layer(16).ffn],
+            "ffn_norm": [lambda: _mod("interop", "RMSNormParams")(jnp.ones(7))],
+            "cross": [_attn_p()],
+        },
+        needle={"cross": "`cross"},  # cross without cross_norm: both are named
+    ),
+    Case(
+        "transflow.models.T5Stack",
+        lambda **kw: _mod("models", "T5Stack")(**kw)(_u()),
+        _t5_stack_parts,
+        {
+            "controls": ["c", _t5_layer],
+            "position_bias": ["p"],
+            "final_norm": [None],
+            "causal": ["yes"],
+        },
+        needle={"controls": "`controls`|`stacked`"},  # unstacked controls: num_steps
+    ),
+    Case(
+        "transflow.models.T5Encoder",
+        lambda **kw: _mod("models", "T5Encoder")(**kw)(jnp.array([0, 3, 2])),
+        lambda: dict(table=jnp.eye(5, 8), encoder=_t5_stack()),
+        {"table": [_with(jnp.eye(5, 8)), jnp.eye(5, 7), jnp.ones(5)], "encoder": ["e"]},
+        needle={"table": "`table`|`encoder`"},
+    ),
+    Case(
+        "transflow.models.T5EncoderDecoder",
+        lambda **kw: _mod("models", "T5EncoderDecoder")(**kw)(jnp.array([0, 3]), jnp.array([1])),
+        lambda: dict(table=jnp.eye(5, 8), encoder=_t5_stack(), decoder=_t5_stack(cross=True)),
+        {
+            "table": [_with(jnp.eye(5, 8))],
+            "encoder": ["e"],
+            "decoder": ["d", _t5_stack],
+            "lm_head": [jnp.ones((7, 5)), _with(jnp.ones((8, 5)))],
+            "scale_decoder_outputs": ["yes"],
+        },
+    ),
+    Case(
+        "transflow.SplitEncoderDecoder",
+        lambda **kw: transflow.SplitEncoderDecoder(**kw)(_u(3), _u(2)),
+        lambda: dict(encoder=SplitTransformer(_theta()), decoder=_split_decoder()),
+        {
+            "encoder": ["e", lambda: SplitTransformer(_theta(d=16))],
+            "decoder": ["d", None],
+        },
+        needle={"encoder": "`encoder`|`decoder`"},  # d = 16 vs the decoder's 8
+    ),
+    Case(
+        "transflow.linearised_stability",
+        lambda **kw: transflow.linearised_stability(**kw),
+        lambda: dict(
+            scheme=transflow.make_scheme("prenorm"),
+            controls=_layer(4),
+            trajectory=_u(3, 4)[None] / 4,
+        ),
+        {
+            "trajectory": [_with(_u(3, 4)[None]), _u(3, 4)],
+            "margin": [-0.1, NAN, INF],
+            "form": ["cubic"],
+            "scheme": ["prenorm"],
+        },
+    ),
+]
+
+
+# ------------------------------------------------------------------ control: records, text
+def _al_controls(d=4):
+    return _mod("control", "AttentionLinearControls").random(d, key=jax.random.key(0))
+
+
+def _u4():
+    return _u(3, 4) / 4
+
+
+_BAD_U4 = [_with(_u(3, 4)), _u(3, 3), _u(3, 4).astype(jnp.int32)]
+
+CASES += [
+    Case(
+        "transflow.control.PatchEmbedding",
+        lambda **kw: _mod("control", "PatchEmbedding")(**kw)(jnp.ones((4, 4))),
+        lambda: dict(
+            weight=jnp.ones((4, 8)),
+            bias=jnp.zeros(8),
+            cls_token=None,
+            pos=jnp.zeros((4, 8)),
+            image_shape=(4, 4),
+            patch=2,
+        ),
+        {
+            "weight": [_with(jnp.ones((4, 8))), jnp.ones((3, 8))],
+            "bias": [jnp.zeros(7)],
+            "cls_token": [jnp.zeros(8)],  # one more token than `pos` holds
+            "pos": [jnp.zeros((5, 8)), _with(jnp.zeros((4, 8)), INF)],
+            "image_shape": [(4, 3), (4,), (0, 4)],
+            "patch": BAD_SIZE,
+        },
+        needle={"cls_token": "`pos`|`cls_token`", "patch": "`patch`|`image_shape`"},
+    ),
+    Case(
+        "transflow.control.AttentionLinearControls",
+        lambda **kw: _mod("control", "AttentionLinearControls")(**kw),
+        lambda: _fields(_al_controls()),
+        {
+            "attn": ["a", None],
+            "w": [jnp.ones((4, 3)), _with(jnp.ones((4, 4)))],
+            "b": [jnp.ones(3), _with(jnp.ones(4), INF)],
+        },
+    ),
+    Case(
+        "transflow.control.discrete_loss",
+        lambda **kw: _mod("control", "discrete_loss")(**kw),
+        lambda: dict(theta=_al_controls(), u0=_u4(), target=_u4(), t1=1.0, n_steps=4),
+        {
+            "theta": ["t", _attn_p()],
+            "u0": [_u(3, 3), _u(3, 4).astype(jnp.int32)],
+            "target": [_u(2, 4)],
+            "t1": [-1.0, NAN],
+            "n_steps": BAD_SIZE,
+        },
+    ),
+    Case(
+        "transflow.control.continuous_loss",
+        lambda **kw: _mod("control", "continuous_loss")(**kw),
+        lambda: dict(theta=_al_controls(), u0=_u4(), target=_u4(), t1=0.5, rtol=1e-4, atol=1e-4),
+        {
+            "theta": ["t"],
+            "u0": [_u(3, 3)],
+            "target": [_u(2, 4)],
+            "t1": [-1.0, NAN],
+            "adjoint": ["direct"],
+        },
+    ),
+    Case(
+        "transflow.control.adjoint_gradients",
+        lambda **kw: _mod("control", "adjoint_gradients")(**kw),
+        lambda: dict(theta=_al_controls(), u0=_u4(), target=_u4(), t1=0.25, refinements=(2,)),
+        {
+            "theta": ["t", None],
+            "u0": _BAD_U4,
+            "target": [_u(2, 4), _with(_u(3, 4))],
+            "t1": BAD_STEP,
+            "refinements": [(0,), (NAN,), ()],
+        },
+    ),
+    Case(
+        "transflow.control.bits_per_char",
+        _ctl("bits_per_char"),
+        lambda: dict(loss_nats=0.7),
+        {"loss_nats": [NAN, INF, -1.0, "0.7"]},
+    ),
+    Case(
+        "transflow.control.curves_from_history",
+        _ctl("curves_from_history"),
+        lambda: dict(history=[{"step": 1, "loss": 0.5, "train_accuracy": 0.9}]),
+        {"history": ["h", None, [1, 2], [{"loss": 0.5}]]},
+        needle={"history": "`history"},  # a bad record is named by its index
+    ),
+    Case(
+        "transflow.control.load_text_split",
+        _ctl("load_text_split"),
+        lambda: dict(val_fraction=0.1, max_chars=1000),
+        {
+            "val_fraction": [0.0, 1.0, NAN, -0.1],
+            "corpus": ["wiki", None],
+            "max_chars": [-1, 2.5, True],
+        },
+    ),
+    Case(
+        "transflow.control.window_overlap",
+        _ctl("window_overlap"),
+        lambda: dict(train=np.array([1, 2, 3, 4, 5]), windows=np.array([[2, 3]])),
+        {
+            "train": [np.array([-1, 2]), np.ones(3)],
+            "windows": [np.array([2, 3]), np.array([[-1, 2]]), np.ones((1, 2))],
+        },
+    ),
+    Case(
+        "transflow.control.CharNgram",
+        _ctl("CharNgram"),
+        lambda: dict(train=np.arange(20) % 5, vocab=5, max_order=2),
+        {
+            "train": [np.ones(5), "t", np.ones((2, 2), int)],
+            "vocab": [0, 2.5],
+            "max_order": [0, 1.5],
+            "discount": [NAN, -1.0],
+        },
+    ),
+    Case(
+        "transflow.control.load_digits_split",
+        _ctl("load_digits_split"),
+        lambda: dict(test_fraction=0.2),
+        {"test_fraction": [0.0, 1.0, NAN]},
+    ),
+]
+
+
+def _problem_parts():
+    return dict(model=_vit(), batch=_batch_fn, eval_fn=lambda m: {"accuracy": 1.0})
+
+
+CASES += [
+    Case(
+        "transflow.control.grads_to_torch_layout",
+        _ctl("grads_to_torch_layout"),
+        lambda: dict(controls=_from_torch(module=_torch_layer()).controls, single_layer=True),
+        {
+            "controls": ["c", _layer().attn],
+            "final_norm": ["n"],
+            "single_layer": ["yes"],
+        },
+    ),
+    Case(
+        "transflow.control.checkpoint_dir_for",
+        _ctl("checkpoint_dir_for"),
+        lambda: dict(name="t", cfg=_seq_cfg(), run_dir=Path("run"), seed=0, smoke=False),
+        {
+            "name": ["", None],
+            "cfg": [{"d": 8}, None],
+            "run_dir": [None, 3],
+            "seed": [-1, 2.5, NAN],
+            "smoke": ["yes", 1],
+        },
+    ),
+    Case(
+        "transflow.control.stdlib_files",
+        _ctl("stdlib_files"),
+        lambda: dict(val_fraction=0.1, max_chars=50_000),
+        {"val_fraction": [0.0, NAN, 1.5], "max_chars": [-1, 2.5, True]},
+    ),
+    Case(
+        "transflow.control.validation_windows",
+        _ctl("validation_windows"),
+        lambda: dict(cfg=_mod("control", "DepthTextConfig")(context=8, n_val=4, max_chars=2000)),
+        {"cfg": [None, {"context": 8}], "split": ["s", (1, 2, 3)]},
+    ),
+    Case(
+        "transflow.control.Problem",
+        _ctl("Problem"),
+        _problem_parts,
+        {
+            "batch": ["b", None],
+            "eval_fn": [3],
+            "data_state": ["d"],
+            "loss_fn": [3],
+            "extra": [None, [1]],
+        },
+    ),
+    Case(
+        "transflow.control.TrainingTask",
+        _ctl("TrainingTask"),
+        lambda: dict(
+            name="t",
+            config=_mod("control", "SequenceConfig"),
+            setup=lambda cfg, seed, key: None,
+            smoke_caps={"d": 8},
+        ),
+        {
+            "name": ["", 3],
+            "config": [dict, None, "SequenceConfig"],
+            "setup": [None],
+            "smoke_caps": [{"depth": 2}, None],
+            "smoke_set": [{"x": 1}],
+        },
+    ),
+]
+
+
+CASES += [
+    Case(
+        "transflow.control.gradient_peak_rss",
+        lambda **kw: _mod("control", "gradient_peak_rss")(**kw),
+        lambda: dict(n_steps=1, gradient="checkpointed", batch_size=1, d=4, checkpoints=1),
+        {
+            "n_steps": BAD_SIZE,
+            "gradient": ["magic"],
+            "batch_size": [0, 2.5],
+            "d": [0],
+            "checkpoints": [0, 2.5],
+            "timeout": [0.0, -1.0, NAN],
+        },
+    ),
+    Case(
+        "transflow.control.text_baselines",
+        _ctl("text_baselines"),
+        lambda: dict(
+            cfg=_mod("control", "DepthTextConfig")(context=8, n_val=4, max_chars=2000),
+            orders=(1,),
+        ),
+        {"cfg": [{"context": 8}, "c"], "orders": [(0,), (1.5,), (), 2]},
     ),
 ]
 

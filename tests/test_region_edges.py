@@ -285,9 +285,18 @@ def test_bad_box_and_budget_raise_naming_the_argument(lo, hi, kw, exc, match):
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("where", ["weight", "readout"])
 def test_non_finite_weights_raise_naming_f(bad, where):
+    import equinox as eqx
+
     ws, bs = [w.copy() for w in RELU[0]], [b.copy() for b in RELU[1]]
     (ws[0] if where == "weight" else ws[1])[0, 0] = bad
-    net = MaxoutNetwork.from_relu(ws, bs)
+    with pytest.raises(ValueError, match=r"`weights\[[01]\]` contains NaN or Inf"):
+        MaxoutNetwork.from_relu(ws, bs)  # the constructor refuses them (issue 49)
+    # a model whose parameters were changed after construction: the counter refuses it
+    net = MaxoutNetwork.from_relu(*RELU)
+    if where == "weight":
+        net = eqx.tree_at(lambda m: m.weights[0], net, net.weights[0].at[0, 1, 0].set(bad))
+    else:
+        net = eqx.tree_at(lambda m: m.readout_weight, net, net.readout_weight.at[0, 0].set(bad))
     kind = "NaN" if np.isnan(bad) else "infinite"
     with pytest.raises(ValueError, match=f"`f` has {kind} parameters"):
         count_linear_regions(net, 0.0, 1.0)

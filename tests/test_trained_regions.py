@@ -120,8 +120,11 @@ def test_bad_options_name_the_option(call, option):
 def test_bad_training_options():
     t = ex.make_target("smooth1d")
     p = ex.init_mlp(jax.random.PRNGKey(0), dim=1, depth=1, width=2)
+    pt = ex.init_transformer(jax.random.PRNGKey(0), dim=1, depth=1)
     with pytest.raises(ValueError, match="`lam_start`"):
-        ex.train_model("transformer", p, t, steps=10, lam_start=10.0, lam_end=1.0)
+        ex.train_model("transformer", pt, t, steps=10, lam_start=10.0, lam_end=1.0)
+    with pytest.raises(TypeError, match="`params` must be a transformer parameter dict"):
+        ex.train_model("transformer", p, t, steps=10)  # an MLP's parameters
     with pytest.raises(ValueError, match="`steps`"):
         ex.train_model("mlp", p, t, steps=1)
     with pytest.raises(ValueError, match="`kind`"):

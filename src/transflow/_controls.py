@@ -371,7 +371,7 @@ def _check_same_shapes(layers: list) -> None:
 def num_steps(stacked: LayerControls) -> int:
     """Number of time steps N_t of stacked controls (the common leading axis)."""
     leaves = jax.tree.leaves(stacked)
-    if not leaves or not all(hasattr(leaf, "shape") for leaf in leaves):
+    if not leaves or not all(isinstance(leaf, jax.Array | np.ndarray) for leaf in leaves):
         raise TypeError(
             f"num_steps: `stacked` must be stacked controls (a pytree of arrays), got "
             f"{type(stacked).__name__}; use `stack_controls([...])`."

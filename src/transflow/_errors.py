@@ -40,6 +40,8 @@ operators of a step loop check shapes and dtypes only).
 
 from __future__ import annotations
 
+import sys
+import typing
 from typing import Any
 
 import equinox as eqx
@@ -69,7 +71,7 @@ def check_array(
     floating: bool = True,
 ) -> None:
     """Raise a clear error if ``x`` is not an array of the expected rank/shape/dtype."""
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+    if not is_array(x):
         raise TypeError(
             f"`{name}` must be an array (jax.Array or numpy.ndarray); got {type(x).__name__}. "
             "Convert it with `jnp.asarray(...)`."
@@ -96,8 +98,17 @@ def check_array(
         )
 
 
+def is_array(x: Any) -> bool:
+    """True for the array types the public API takes: ``jax.Array`` (tracers included),
+    ``numpy.ndarray`` and NumPy scalars (``np.float32(1.0)``)."""
+    return isinstance(x, jax.Array | np.ndarray | np.generic)
+
+
 def _is_torch_tensor(x: Any) -> bool:
-    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "detach")
+    """True for a ``torch.Tensor`` (torch is not imported here: a tensor exists only once
+    the caller has imported torch)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 def _from_torch(name: str, x: Any):
@@ -395,9 +406,9 @@ def check_kind(name: str, value: Any, kind: type, owner: str | None = None, hint
     if not isinstance(value, kind):
         where = f"{owner}: " if owner else ""
         fix = f"; {hint}" if hint else ""
+        want = " or ".join(t.__name__ for t in (typing.get_args(kind) or (kind,)))
         raise TypeError(
-            f"{where}`{name}` must be a {kind.__name__}, got {type(value).__name__} "
-            f"{value!r:.60}{fix}."
+            f"{where}`{name}` must be a {want}, got {type(value).__name__} {value!r:.60}{fix}."
         )
 
 
@@ -421,7 +432,7 @@ def check_values(
     where = f"{owner}: " if owner else ""
     if _is_torch_tensor(x):
         x = _from_torch(name, x)
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+    if not is_array(x):
         try:
             arr = np.asarray(x)
         except (TypeError, ValueError):
@@ -471,9 +482,9 @@ def check_same_shape(names: tuple[str, str], a: Any, b: Any, owner: str | None =
 def check_key(name: str, key: Any, owner: str | None = None) -> None:
     """Raise unless ``key`` is a JAX PRNG key: a typed key (``jax.random.key``) or a raw
     uint32 key of shape (2,) (``jax.random.PRNGKey``)."""
-    ok = hasattr(key, "dtype") and hasattr(key, "shape")
-    if ok and not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        ok = key.dtype == jnp.uint32 and tuple(key.shape) == (2,)
+    ok = isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    if not ok and is_array(key):  # a raw key of jax.random.PRNGKey
+        ok = key.dtype == np.uint32 and tuple(key.shape) == (2,)
     if not ok:
         where = f"{owner}: " if owner else ""
         got = f"{type(key).__name__} {key!r:.40}"
@@ -481,6 +492,37 @@ def check_key(name: str, key: Any, owner: str | None = None) -> None:
             f"{where}`{name}` must be a JAX PRNG key, got {got}; pass e.g. "
             f"{name}=jax.random.key(0)."
         )
+
+
+def check_float_dtype(name: str, dtype: Any, owner: str | None = None) -> None:
+    """Raise unless ``dtype`` is ``None`` (the default) or names float32 or float64 (the
+    dtypes transflow computes in)."""
+    if dtype is None:
+        return
+    try:
+        ok = np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64))
+    except TypeError:
+        ok = False
+    if not ok:
+        where = f"{owner}: " if owner else ""
+        raise TypeError(
+            f"{where}`{name}` must be float32, float64 or None, got {dtype!r:.40}; pass e.g. "
+            f"{name}=jnp.float32."
+        )
+
+
+def check_builder(owner: str, *, dt: Any, key: Any, activation: Any = None, **sizes: Any):
+    """The arguments every model builder takes (``make_vit``, ``make_seq``,
+    ``make_char_lm``), each refused in one line naming it: the sizes (integers >= 1, see
+    :func:`check_sizes`), the step ``dt`` (:func:`check_step`), the PRNG ``key``
+    (:func:`check_key`) and, if given, the ``activation`` name."""
+    check_sizes(owner, **sizes)
+    check_step("dt", dt, owner)
+    check_key("key", key, owner)
+    if activation is not None:
+        from ._activations import activation_fn
+
+        activation_fn(activation)  # refuses an unknown name, naming `activation`
 
 
 def check_path(name: str, value: Any, owner: str | None = None) -> None:

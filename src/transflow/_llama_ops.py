@@ -42,7 +42,14 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._errors import check_array, check_choice, check_number, check_values
+from ._errors import (
+    check_array,
+    check_choice,
+    check_flag,
+    check_kind,
+    check_number,
+    check_values,
+)
 from ._operators import activation_fn, wmul
 
 __all__ = [
@@ -277,9 +284,17 @@ def apply_rotary(
         >>> bool(jnp.allclose(jnp.linalg.norm(r, axis=-1), 2.0))
         True
     """
+    # an operator of the step loop: shapes, dtypes and options only (free at trace time)
+    check_array("x", x, ndim=3)
+    check_array("positions", positions, ndim=1, shape=(x.shape[1],), floating=False)
+    check_number("theta", theta, "apply_rotary", lower=0, example="10000.0", traced_ok=True)
+    if scaling is not None:
+        check_kind("scaling", scaling, RotaryScaling, "apply_rotary")
     dk = x.shape[-1]
     if dk % 2:
-        raise ValueError(f"rotary embeddings need an even head width, got head_dim={dk}.")
+        raise ValueError(
+            f"apply_rotary: `x` must have an even head width (rotary pairs), got {dk}."
+        )
     pos = positions.astype(x.dtype)
     seq_len = None
     if scaling is not None and scaling.rope_type == "dynamic":
@@ -320,6 +335,33 @@ class RotaryAttentionParams(eqx.Module):
     rope_scaling: RotaryScaling | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
+        owner = "RotaryAttentionParams"
+        for name in ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"):
+            check_values(name, getattr(self, name), owner)
+        d = self.wq.shape[-2] if self.wq.ndim >= 2 else None
+        for name, want in (
+            ("wk", (d, None)),
+            ("wv", (d, None)),
+            ("wo", (None, d)),
+            ("bq", (self.wq.shape[-1],)),
+            ("bk", (self.wk.shape[-1],)),
+            ("bv", (self.wv.shape[-1],)),
+            ("bo", (d,)),
+        ):
+            got = tuple(getattr(self, name).shape)
+            if len(got) < len(want) or any(
+                w is not None and w != g for w, g in zip(want, got[-len(want) :])
+            ):
+                shape = tuple("*" if w is None else w for w in want)
+                raise ValueError(
+                    f"{owner}: `{name}` must have shape {shape} (d = {d} from `wq`), got {got}."
+                )
+        check_number("n_heads", self.n_heads, owner, lower=0, integer=True, example="4")
+        check_number("n_kv_heads", self.n_kv_heads, owner, lower=0, integer=True, example="2")
+        if self.rope_theta is not None:
+            check_number("rope_theta", self.rope_theta, owner, lower=0, example="10000.0")
+        if self.rope_scaling is not None:
+            check_kind("rope_scaling", self.rope_scaling, RotaryScaling, owner)
         H, G = self.n_heads, self.n_kv_heads
         if not (isinstance(H, int) and isinstance(G, int) and H >= 1 and G >= 1 and H % G == 0):
             raise ValueError(
@@ -385,6 +427,11 @@ def rotary_attention(
     """
     from ._operators import _dense_heads, _mask_bias, _resolve_implementation
 
+    check_kind("p", p, RotaryAttentionParams, "rotary_attention")
+    check_array("u", u, ndim=2, shape=(None, p.wq.shape[-2]))  # a step-loop operator
+    if positions is not None:
+        check_array("positions", positions, ndim=1, shape=(u.shape[0],), floating=False)
+    check_flag("causal", causal, "rotary_attention")
     n = u.shape[0]
     H, G = p.n_heads, p.n_kv_heads
     pos = jnp.arange(n, dtype=u.dtype) if positions is None else jnp.asarray(positions)
@@ -433,6 +480,25 @@ class GatedFFNParams(eqx.Module):
     activation: str = eqx.field(static=True, default="silu")
 
     def __check_init__(self):
+        owner = "GatedFFNParams"
+        for name in ("w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"):
+            check_values(name, getattr(self, name), owner)
+        if self.w_gate.shape != self.w_up.shape or self.w_down.shape[-2] != self.w_up.shape[-1]:
+            raise ValueError(
+                f"GatedFFNParams: `w_gate` {tuple(self.w_gate.shape)} and `w_up` "
+                f"{tuple(self.w_up.shape)} must match and `w_down` {tuple(self.w_down.shape)} "
+                "must map their width back to d."
+            )
+        for name, want in (
+            ("b_gate", self.w_gate.shape[-1:]),
+            ("b_up", self.w_up.shape[-1:]),
+            ("b_down", self.w_down.shape[-1:]),
+        ):
+            if tuple(getattr(self, name).shape[-1:]) != tuple(want):
+                raise ValueError(
+                    f"{owner}: `{name}` must have shape {tuple(want)} (the width of its "
+                    f"weight), got {tuple(getattr(self, name).shape)}."
+                )
         activation_fn(self.activation)  # validates the name
         if self.w_gate.shape != self.w_up.shape or self.w_down.shape[-2] != self.w_up.shape[-1]:
             raise ValueError(
@@ -453,6 +519,14 @@ def gated_ffn(z: Float[Array, "n d"], f: GatedFFNParams, *, record: bool = False
         >>> gated_ffn(jnp.zeros((4, 2)), f).shape
         (4, 2)
     """
+    check_kind("f", f, GatedFFNParams, "gated_ffn")
+    check_array("z", z)  # a step-loop operator: shapes and dtypes only
+    if z.ndim < 1 or z.shape[-1] != f.w_gate.shape[-2]:
+        raise ValueError(
+            f"gated_ffn: `z` has shape {tuple(z.shape)}; expected {f.w_gate.shape[-2]} features "
+            "on the last axis (the rows of `f.w_gate`)."
+        )
+    check_flag("record", record, "gated_ffn")
     act = activation_fn(f.activation)
     hidden = act(wmul(z, f.w_gate) + f.b_gate) * (wmul(z, f.w_up) + f.b_up)
     out = wmul(hidden, f.w_down) + f.b_down
@@ -467,6 +541,24 @@ class RMSLayerControls(eqx.Module):
     norm1: RMSNormParams
     ffn: GatedFFNParams
     norm2: RMSNormParams
+
+    def __check_init__(self):
+        owner = "RMSLayerControls"
+        check_kind("attn", self.attn, RotaryAttentionParams, owner)
+        check_kind("norm1", self.norm1, RMSNormParams, owner)
+        check_kind("ffn", self.ffn, GatedFFNParams, owner)
+        check_kind("norm2", self.norm2, RMSNormParams, owner)
+        d = self.attn.wq.shape[-2]
+        for name, got in (
+            ("norm1", self.norm1.gain.shape[-1:]),
+            ("ffn", self.ffn.w_gate.shape[-2:-1]),
+            ("norm2", self.norm2.gain.shape[-1:]),
+        ):
+            if got not in ((), (d,)):
+                raise ValueError(
+                    f"{owner}: `{name}` acts on {got[0]} features but `attn` on d = {d}; "
+                    "the sub-steps of one layer need the same d."
+                )
 
     @property
     def d_model(self) -> int:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from ._errors import check_number
+from ._errors import _from_torch, _is_torch_tensor, check_number, is_array
 
 __all__ = ["causal_mask", "padding_mask", "mask_from_torch", "mask_from_hf"]
 
@@ -49,7 +49,7 @@ def check_key_padding_mask(mask, n_keys: int, name: str = "key_padding_mask"):
     """Validate a key padding mask ``(n_keys,)`` bool (True = padded); returns it."""
     if mask is None:
         return None
-    if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
+    if not is_array(mask):
         raise TypeError(
             f"`{name}` must be a bool array of shape ({n_keys},) (True = padded), got "
             f"{type(mask).__name__}."
@@ -79,7 +79,7 @@ def check_attention_mask(mask, n_q: int, n_k: int, n_heads: int, name: str = "at
     if mask is None:
         return None
     want = f"({n_q}, {n_k}) or (1 or {n_heads}, {n_q}, {n_k})"
-    if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
+    if not is_array(mask):
         raise TypeError(
             f"`{name}` must be an array of shape {want} (bool, True = may attend, or an "
             f"additive float), got {type(mask).__name__}."
@@ -150,8 +150,8 @@ def padding_mask(lengths, n: int) -> Bool[Array, "batch n"]:
 def _mask_array(owner: str, mask, ranks: tuple[int, ...]):
     """``mask`` (a torch tensor or an array) as a jax array, checked: numbers or bools,
     one of the ``ranks``, not empty, no NaN (an additive float mask may hold -inf)."""
-    if hasattr(mask, "detach"):
-        mask = mask.detach().cpu().numpy()
+    if _is_torch_tensor(mask):
+        mask = _from_torch("mask", mask)
     arr = np.asarray(mask) if not isinstance(mask, jnp.ndarray) else mask
     if arr.dtype.kind not in "biuf":
         raise TypeError(

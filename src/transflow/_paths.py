@@ -33,7 +33,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, PRNGKeyArray
 
 from ._controls import num_steps
-from ._errors import check_number, check_step
+from ._errors import check_flag, check_key, check_number, check_step
 
 __all__ = [
     "PATH_KINDS",
@@ -98,6 +98,23 @@ def stack_leading(trees: list) -> Any:
         >>> stack_leading([jnp.zeros(2), jnp.ones(2)]).shape
         (2, 2)
     """
+    if not isinstance(trees, list | tuple) or not trees:
+        raise ValueError(
+            f"stack_leading: `trees` must be a non-empty list of pytrees, got {trees!r:.40}."
+        )
+    first = jax.tree.structure(trees[0])
+    for i, tree in enumerate(trees[1:], 1):
+        if jax.tree.structure(tree) != first:
+            raise ValueError(
+                f"stack_leading: `trees[{i}]` has another structure than `trees[0]`; every "
+                "tree needs the same structure to stack."
+            )
+        for a, b in zip(jax.tree.leaves(trees[0]), jax.tree.leaves(tree)):
+            if np.shape(a) != np.shape(b):
+                raise ValueError(
+                    f"stack_leading: `trees[{i}]` has a leaf of shape {np.shape(b)} where "
+                    f"`trees[0]` has {np.shape(a)}; every tree needs the same shapes."
+                )
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
@@ -635,6 +652,11 @@ class TimeEmbeddingNet(ControlPath):
         key: PRNGKeyArray,
     ) -> TimeEmbeddingNet:
         """A network for controls shaped like ``base`` (``smooth``: W₂ = 0, else random)."""
+        owner = "TimeEmbeddingNet.init"
+        check_number("n_freq", n_freq, owner, lower=0, integer=True, example="4")
+        check_number("hidden", hidden, owner, lower=0, integer=True, example="16")
+        check_flag("smooth", smooth, owner)
+        check_key("key", key, owner)
         k = _check_k("TimeEmbeddingNet(n_freq)", n_freq)
         h = _check_k("TimeEmbeddingNet(hidden)", hidden)
         dtype = _float_dtype(base)

@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ._controls import LayerControls
 from ._errors import check_kind, check_same_shape, check_values
 from ._grid import Grid
 from ._integrate import Adaptive, AdaptiveResult, check_option, solve_ode
@@ -141,7 +142,7 @@ def solve_adaptive(
         "stepsize_controller", stepsize_controller, Adaptive, "Adaptive(rtol=1e-6, atol=1e-6)"
     )
     rhs = ode_field(scheme, grid=grid)
-    u0 = check_values("u0", u0, "solve_adaptive", ndim=2)
+    u0 = _check_state("u0", u0, path, "solve_adaptive")
 
     def solve(u, interval, p):
         return solve_ode(rhs, u, interval, p, controller)
@@ -161,6 +162,20 @@ def solve_adaptive(
         num_rejected_steps=total("num_rejected_steps"),
         nfev=total("nfev"),
     )
+
+
+def _check_state(name: str, u0, path, owner: str):
+    """``u0`` as a finite ``(n, d)`` array whose d is the path's (the d of θ(t0), read
+    from shapes only: :func:`equinox.filter_eval_shape`, no evaluation)."""
+    u0 = check_values(name, u0, owner, ndim=2)
+    if isinstance(path, ControlPath):
+        theta = eqx.filter_eval_shape(path, path.interval[0])
+        if isinstance(theta, LayerControls) and u0.shape[1] != theta.d_model:
+            raise ValueError(
+                f"{owner}: `{name}` has shape {tuple(u0.shape)}; expected d = {theta.d_model} "
+                "features on axis 1 (the d of the path's controls)."
+            )
+    return u0
 
 
 def compare_adjoints(
@@ -209,8 +224,8 @@ def compare_adjoints(
         "stepsize_controller", controller, Adaptive, "Adaptive(rtol=1e-10, atol=1e-10)"
     )
     owner = "compare_adjoints"
-    u0 = check_values("u0", u0, owner, ndim=2)
     check_kind("path", path, ControlPath, owner, "pass e.g. PiecewiseConstant(theta)")
+    u0 = _check_state("u0", u0, path, owner)
     check_kind("scheme", scheme, AbstractScheme, owner, "pass e.g. PreNormScheme()")
     check_consistent(scheme)
     if target is None:

@@ -34,7 +34,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import num_steps
-from .._errors import check_same_shape, check_step, check_values
+from .._errors import (
+    check_callable,
+    check_choice,
+    check_same_shape,
+    check_sequence,
+    check_step,
+    check_values,
+)
 from ..models._encoder import SplitTransformer
 from ._flow import _kinds, _text_kinds, _unsupported, model_output
 
@@ -171,6 +178,8 @@ def increment_scaling(model, strides: Sequence[int] | None = None) -> dict[str, 
     """
     blocks = control_blocks(model)
     n = next(iter(blocks.values())).shape[0]
+    if strides is not None:
+        check_sequence("strides", strides, "increment_scaling", example="[1, 2, 4]")
     if strides is None:
         strides = [2**k for k in range(max(int(math.log2(max(n - 1, 1))) + 1, 1)) if 2**k < n]
     strides = [int(s) for s in strides]
@@ -417,9 +426,15 @@ def refinement_study(
         ``order``: the fitted order from ``successive`` against the factors;
         ``evaluate``: the list of ``evaluate`` records (if given).
     """
-    factors = [_check_factor(k) for k in factors]
+    factors = check_refinement_options(
+        "refinement_study", factors, interpolation, evaluate, progress, nonempty=True
+    )
     if len(factors) < 2 or any(b <= a for a, b in zip(factors, factors[1:])):
-        raise ValueError(f"`factors` must be >= 2 increasing integers, got {factors}.")
+        raise ValueError(
+            f"refinement_study: `factors` must be >= 2 increasing integers, got {factors}; "
+            "pass e.g. factors=(1, 2, 4)."
+        )
+    _check_study_input(x)
     batched = jnp.ndim(x) == _input_rank(model) + 1
     f = _batched_output if batched else _single_output
     outs, evals = [], []
@@ -444,6 +459,34 @@ def refinement_study(
     if evaluate is not None:
         out["evaluate"] = evals
     return out
+
+
+def check_refinement_options(owner, factors, interpolation, evaluate, progress, *, nonempty):
+    """The options of a refinement study (:func:`refinement_study`, ``analyze``), each
+    refused in one line naming it; returns the factors as a list."""
+    factors = check_sequence("factors", factors, owner, example="(1, 2, 4)", nonempty=nonempty)
+    check_choice("interpolation", interpolation, ("constant", "linear"))
+    if evaluate is not None:
+        check_callable("evaluate", evaluate, owner, "evaluate=lambda model: {...}")
+    if progress is not None:
+        check_callable("progress", progress, owner, "progress=None")
+    return factors
+
+
+def _check_study_input(x, name: str = "x", owner: str = "refinement_study") -> None:
+    """``x`` (one input or a batch of them): an array; floats must be finite."""
+    if not isinstance(x, jax.Array | np.ndarray):
+        try:
+            x = np.asarray(x)
+        except (TypeError, ValueError):
+            x = np.asarray(None)
+    if x.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{owner}: `{name}` must be an array (one input or a batch), got "
+            f"{type(x).__name__} {x!r:.40}; pass e.g. `jnp.asarray(...)`."
+        )
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        check_values(name, x, owner)
 
 
 def _input_rank(model) -> int:

@@ -16,10 +16,11 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._controls import NormParams, num_steps
-from .._errors import check_flag, check_kind, check_values
+from .._errors import check_flag, check_kind, check_step, check_values
 from .._grid import Grid
 from ..models._encoder import SplitTransformer
 from ..schemes._base import AbstractScheme, _project
@@ -70,6 +71,23 @@ class Flow:
     causal: bool
     final_norm: NormParams | None
 
+    def __post_init__(self):
+        owner = "Flow"
+        check_values("u0", self.u0, owner, ndim=2)
+        try:  # a stack of layers (leading axis N_t)
+            num_steps(self.controls)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"{owner}: `controls` is not a stack of layers: {e}") from None
+        check_kind("scheme", self.scheme, AbstractScheme, owner, "pass e.g. LieScheme()")
+        check_step("dt", self.dt, owner)
+        if self.grid is not None:
+            check_kind("grid", self.grid, Grid, owner, "pass e.g. Grid.index(n, d) or None")
+        check_flag("causal", self.causal, owner)
+        if self.final_norm is not None:
+            from .._llama_ops import RMSNormParams
+
+            check_kind("final_norm", self.final_norm, NormParams | RMSNormParams, owner, "or None")
+
     @property
     def num_steps(self) -> int:
         return num_steps(self.controls)
@@ -116,8 +134,17 @@ def _check_input(x, grid, causal, owner: str) -> None:
     if grid is not None:
         check_kind("grid", grid, Grid, owner, "pass e.g. Grid.index(n, d) or None")
     check_flag("causal", causal, owner)
-    if not hasattr(x, "dtype"):
-        x = jnp.asarray(x)
+    if not isinstance(x, jax.Array | np.ndarray):
+        given = x
+        try:
+            x = np.asarray(x)
+        except (TypeError, ValueError):
+            x = np.asarray(None)
+        if x.dtype == object:
+            raise TypeError(
+                f"{owner}: `x` must be an array (features, an image or token ids), got "
+                f"{type(given).__name__} {given!r:.40}; pass e.g. `jnp.asarray(...)`."
+            )
     if jnp.issubdtype(x.dtype, jnp.floating):
         check_values("x", x, owner)
     elif not jnp.issubdtype(x.dtype, jnp.integer):
@@ -183,6 +210,7 @@ def model_output(model, x, *, grid: Grid | None = None, causal: bool = False):
     """
     if not isinstance(model, _all_kinds()):
         raise _unsupported(model)
+    _check_input(x, grid, causal, "model_output")
     return _output(model, jnp.asarray(x), grid, causal)
 
 
@@ -257,6 +285,12 @@ def iter_steps(flow: Flow, *, substeps: bool = True) -> Iterator[StepRecord]:
     grow with depth. One compiled step function serves every layer (the layers share
     shapes).
     """
+    check_kind("flow", flow, Flow, "iter_steps", "make it with as_flow(model, x)")
+    check_flag("substeps", substeps, "iter_steps")
+    return _iter_steps(flow, substeps)
+
+
+def _iter_steps(flow: Flow, substeps: bool) -> Iterator[StepRecord]:
     n_steps = flow.num_steps
     u = flow.u0
     step = _step if substeps else _plain_step

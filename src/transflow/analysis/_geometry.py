@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import check_number, check_values
+from .._errors import check_callable, check_flag, check_number, check_values
 from ..schemes._base import AbstractPostNorm, has
 from ._flow import Flow, as_flow, iter_steps
 
@@ -150,6 +150,11 @@ def substep_parents(names: tuple[str, ...]) -> dict[str, str]:
         >>> substep_parents(("ln1", "attention", "ln2", "ffn1", "ffn2", "residual"))["residual"]
         'attention'
     """
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise TypeError(
+            f"substep_parents: `names` must be a tuple of sub-step names (str), got "
+            f"{names!r:.60}; pass e.g. scheme.substep_names(theta)."
+        )
     names = tuple(names)
     prenorm = len(names) >= 4 and names[1] == "attention" and names[-1] == "residual"
     if prenorm:  # ln1/rms1, attention, ln2/rms2, FFN sub-steps, residual
@@ -210,6 +215,14 @@ def _fro(a, b):
     return jnp.linalg.norm(a - b)
 
 
+def _check_diagnostic_options(owner: str, *, threshold, keep_cosine, progress) -> None:
+    """The options :func:`step_diagnostics` and :func:`transflow.analysis.analyze` share."""
+    check_number("threshold", threshold, owner, lower=-1, upper=1, strict=False, example="0.99")
+    check_flag("keep_cosine", keep_cosine, owner)
+    if progress is not None:
+        check_callable("progress", progress, owner, "progress=None")
+
+
 def step_diagnostics(
     model,
     x,
@@ -262,6 +275,18 @@ def step_diagnostics(
         >>> bool(d["distance_s1"][1:].max() < 1e-6)  # the Lie step ends on S1
         True
     """
+    _check_diagnostic_options(
+        "step_diagnostics", threshold=threshold, keep_cosine=keep_cosine, progress=progress
+    )
+    check_flag("keep_states", keep_states, "step_diagnostics")
+    if not (isinstance(s1, str) and s1 == "auto"):
+        if not isinstance(s1, tuple | list) or len(s1) != 2:
+            raise TypeError(
+                f"step_diagnostics: `s1` must be 'auto' or a pair (sigma1, sigma2), got "
+                f"{s1!r:.40}; pass e.g. s1=(0.0, 1.0)."
+            )
+        check_number("s1", s1[0], "step_diagnostics", example="(0.0, 1.0)")
+        check_number("s1", s1[1], "step_diagnostics", lower=0, example="(0.0, 1.0)")
     flow = as_flow(model, x, grid=grid, causal=causal)
     ref = _s1_reference(flow, s1)
     n_steps = flow.num_steps

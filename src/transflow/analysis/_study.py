@@ -9,9 +9,15 @@ from typing import Any
 import numpy as np
 
 from .._errors import check_values
-from ._across_depth import control_increments, increment_scaling, refinement_study
+from ._across_depth import (
+    _check_study_input,
+    check_refinement_options,
+    control_increments,
+    increment_scaling,
+    refinement_study,
+)
 from ._flow import as_flow, model_output
-from ._geometry import step_diagnostics
+from ._geometry import _check_diagnostic_options, step_diagnostics
 
 __all__ = ["analyze", "project_2d"]
 
@@ -88,6 +94,15 @@ def analyze(
         >>> res["projection"].shape, res["trajectory_output_error"] < 1e-5
         ((4, 5, 2), True)
     """
+    owner = "analyze"
+    _check_diagnostic_options(
+        owner, threshold=threshold, keep_cosine=keep_cosine, progress=progress
+    )
+    factors = check_refinement_options(
+        owner, factors, interpolation, evaluate, progress, nonempty=False
+    )
+    if refine_inputs is not None:
+        _check_study_input(refine_inputs, "refine_inputs", owner)
     seconds = {}
     t0 = time.perf_counter()
     diag = step_diagnostics(

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jaxtyping import Array
 
 from .._controls import AttentionParams
-from .._errors import check_number, check_times
+from .._errors import check_callable, check_kind, check_number, check_times
 from .._grid import Grid
 from .._paths import ControlPath
 
@@ -96,7 +96,13 @@ class KernelAttention(eqx.Module):
     wk: Kernel
     wv: Kernel
 
+    def __check_init__(self):
+        for name in ("wq", "wk", "wv"):
+            check_callable(name, getattr(self, name), "KernelAttention", "lambda xi, y, t: ...")
+
     def sample(self, grid: Grid) -> Callable[[Any], AttentionParams]:
+        check_kind("grid", grid, Grid, "KernelAttention.sample", "pass e.g. Grid.interval(8, 8)")
+
         def path(t):
             t = jnp.asarray(t, grid.y_nodes.dtype)
             mats = [
@@ -118,7 +124,14 @@ class KernelLinear(eqx.Module):
     w: Kernel
     b: Callable[[Array, Array], Array] | None = None
 
+    def __check_init__(self):
+        check_callable("w", self.w, "KernelLinear", "lambda xi, y, t: ...")
+        if self.b is not None:
+            check_callable("b", self.b, "KernelLinear", "lambda y, t: ... or None")
+
     def sample(self, grid: Grid) -> Callable[[Any], tuple[Array, Array]]:
+        check_kind("grid", grid, Grid, "KernelLinear.sample", "pass e.g. Grid.interval(8, 8)")
+
         def path(t):
             t = jnp.asarray(t, grid.y_nodes.dtype)
             w = grid.sample_kernel(lambda xi, y: self.w(xi, y, t))

@@ -40,6 +40,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._controls import LayerControls
+from .._errors import (
+    check_array,
+    check_callable,
+    check_flag,
+    check_kind,
+    check_same_shape,
+    check_temperature,
+)
 from .._grid import Grid
 from .._operators import activation_fn, attention, linear_y, project_s1, project_s2
 from ..schemes._base import _ffn_substep
@@ -50,8 +58,22 @@ from ._solver import ProjectionTerm, flows_from_terms
 __all__ = ["SubModel", "full_model_flows", "tangent_s1", "y_mean"]
 
 
+def _check_field(name: str, v, grid, owner: str) -> None:
+    """A state of a sub-flow (called at every step of a solve): shapes, dtypes and the
+    grid only, free at trace time."""
+    check_array(name, v)
+    if grid is not None:
+        check_kind("grid", grid, Grid, owner, "pass e.g. Grid.interval(n, d) or None")
+        if v.shape[-1] != grid.n_features:
+            raise ValueError(
+                f"{owner}: `{name}` has shape {tuple(v.shape)}; expected {grid.n_features} "
+                "features on the last axis (the grid's)."
+            )
+
+
 def y_mean(v: Float[Array, "n d"], grid: Grid | None) -> Float[Array, "n 1"]:
     """Per-token mean over Ω_y, ``(1/|Ω_y|) ∫ v dy`` by the grid's quadrature."""
+    _check_field("v", v, grid, "y_mean")
     if grid is None:
         return jnp.mean(v, axis=-1, keepdims=True)
     w = (grid.y_weights / jnp.sum(grid.y_weights)).astype(v.dtype)
@@ -61,6 +83,9 @@ def y_mean(v: Float[Array, "n d"], grid: Grid | None) -> Float[Array, "n 1"]:
 def tangent_s1(u: Float[Array, "n d"], f: Float[Array, "n d"], grid: Grid | None = None):
     """Project ``f`` onto the tangent space at ``u`` of the level set of u's mean and
     variance: ``f − mean f − [mean((u − ū) f)/var u] (u − ū)`` per token."""
+    _check_field("u", u, grid, "tangent_s1")
+    check_array("f", f)
+    check_same_shape(("u", "f"), u, f, "tangent_s1")
     c = u - y_mean(u, grid)
     var = y_mean(c * c, grid)
     return f - y_mean(f, grid) - y_mean(c * f, grid) / var * c
@@ -101,6 +126,15 @@ class SubModel(eqx.Module):
             raise ValueError(f"SubModel: `kind` must be 'a', 'b' or 'c', got {self.kind!r}.")
         if self.kind == "b" and self.norm is None:
             raise ValueError("SubModel: kind 'b' needs `norm` (t ↦ (σ1, σ2)), got None.")
+        owner = "SubModel"
+        check_callable("attn", self.attn, owner, "a path t -> AttentionParams")
+        if self.linear is not None:
+            check_callable("linear", self.linear, owner, "a path t -> (W, b), or None")
+        if self.norm is not None:
+            check_callable("norm", self.norm, owner, "t -> (sigma1, sigma2), or None")
+        if self.grid is not None:
+            check_kind("grid", self.grid, Grid, owner, "pass e.g. Grid.interval(n, d) or None")
+        check_temperature(owner, self.temperature)
 
     # ------------------------------------------------------------------ fields
     def attention_field(self, t, u):
@@ -220,6 +254,15 @@ def full_model_flows(
             ``implementation``) are used; default ``LieScheme(hardmax=, temperature=)``.
             Its ``ffn_branch_dt`` is not used: the data scheme's stage speed sets it.
     """
+    owner = "full_model_flows"
+    check_callable("controls", controls, owner, "PiecewiseConstant(theta)")
+    if grid is not None:
+        check_kind("grid", grid, Grid, owner, "pass e.g. Grid.index(n, d) or None")
+    check_flag("causal", causal, owner)
+    check_flag("hardmax", hardmax, owner)
+    check_temperature(owner, temperature)
+    if scheme is not None:
+        check_kind("scheme", scheme, LieScheme, owner, "pass LieScheme(...) or None")
     lie_scheme = LieScheme(hardmax=hardmax, temperature=temperature) if scheme is None else scheme
 
     def att(t0, t1, u, speed=1.0):

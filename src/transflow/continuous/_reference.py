@@ -97,6 +97,7 @@ def reference_error_estimate(
 ) -> tuple[Float[Array, "n d"], float]:
     """The reference at ``tol`` and an estimate of its error: the max-abs difference to a
     solve at ``tol/100``. Returns ``(u(t1), error_estimate)``."""
+    check_number("tol", tol, "reference_error_estimate", lower=0, example="1e-12")
     kw = dict(t0=t0, t1=t1, solver=solver)
     u = reference_solve(vector_field, u0, rtol=tol, atol=tol, **kw)
     u_fine = reference_solve(vector_field, u0, rtol=tol / 100, atol=tol / 100, **kw)

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._errors import check_number, check_times, check_values
+from .._errors import check_kind, check_number, check_times, check_values
 
 __all__ = [
     "Flow",
@@ -107,10 +107,16 @@ class SplittingScheme(eqx.Module):
     stages: tuple[Stage, ...] = eqx.field(static=True)
 
     def __check_init__(self):
-        if self.order < 1:
-            raise ValueError(f"SplittingScheme: `order` must be >= 1, got {self.order}.")
-        if not self.stages:
-            raise ValueError("SplittingScheme: `stages` must be non-empty.")
+        owner = "SplittingScheme"
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"{owner}: `name` must be a non-empty str, got {self.name!r}.")
+        check_number("order", self.order, owner, lower=0, integer=True, example="2")
+        if not isinstance(self.stages, tuple) or not self.stages:
+            raise ValueError(
+                f"{owner}: `stages` must be a non-empty tuple of Stage, got {self.stages!r:.40}."
+            )
+        for i, st in enumerate(self.stages):
+            check_kind(f"stages[{i}]", st, Stage, owner)
 
     @property
     def operators(self) -> tuple[str, ...]:

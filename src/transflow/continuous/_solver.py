@@ -27,7 +27,7 @@ import diffrax
 import equinox as eqx
 import jax.numpy as jnp
 
-from .._errors import check_number
+from .._errors import check_callable, check_kind, check_number
 from ._flows import make_flow, projection_flow
 from ._schemes import Flow, SplittingScheme
 
@@ -53,6 +53,9 @@ class ProjectionTerm(diffrax.AbstractTerm):
     """
 
     project: Callable
+
+    def __check_init__(self):
+        check_callable("project", self.project, "ProjectionTerm", "lambda t, y, args: ...")
 
     def vf(self, t, y, args):
         return jnp.zeros_like(y)
@@ -89,6 +92,14 @@ def flows_from_terms(
         >>> float(fl["decay"](0.0, 0.5, jnp.ones(()), 1.0))
         0.5
     """
+    owner = "flows_from_terms"
+    if not isinstance(operators, list | tuple) or not all(isinstance(o, str) for o in operators):
+        raise TypeError(
+            f"{owner}: `operators` must be a list of operator names (str), got "
+            f"{operators!r:.40}; pass e.g. ['attention', 'linear']."
+        )
+    check_kind("terms", terms, diffrax.AbstractTerm, owner, "pass diffrax.MultiTerm(...)")
+    check_number("n_sub", n_sub, owner, lower=0, integer=True, example="1")
     ops = tuple(operators)
     parts = terms.terms if isinstance(terms, diffrax.MultiTerm) else (terms,)
     if len(parts) != len(ops):

@@ -21,7 +21,18 @@ from .._controls import (
     stack_controls,
     unstack_controls,
 )
-from .._errors import check_number, check_step, check_temperature, check_values
+from .._errors import (
+    check_choice,
+    check_flag,
+    check_float_dtype,
+    check_kind,
+    check_number,
+    check_sequence,
+    check_sizes,
+    check_step,
+    check_temperature,
+    check_values,
+)
 from .._grid import Grid
 from .._operators import attention, project_s1
 from .._paths import PiecewiseConstant
@@ -123,6 +134,10 @@ class ConvergenceResult:
         return dataclasses.asdict(self)
 
 
+def _check_seed(seed, owner: str) -> None:
+    check_number("seed", seed, owner, lower=0, strict=False, integer=True, example="0")
+
+
 def default_submodel(
     kind: str,
     *,
@@ -144,8 +159,13 @@ def default_submodel(
       Metzler (off-diagonal ≥ 0), b ≥ 0, so S2 is forward invariant and the constraint is
       never active (the solution stays ≥ 0.114: sub-model a in disguise).
     """
+    owner = "default_submodel"
     if kind not in ("a", "b", "c"):
-        raise ValueError(f"`kind` must be 'a', 'b' or 'c', got {kind!r}.")
+        raise ValueError(f"{owner}: `kind` must be 'a', 'b' or 'c', got {kind!r}.")
+    check_sizes(owner, n_tokens=n_tokens, n_features=n_features)
+    _check_seed(seed, owner)
+    check_flag("constraint_active", constraint_active, owner)
+    check_float_dtype("dtype", dtype, owner)
     dtype = dtype or jnp.result_type(float)
     ks = jax.random.split(jax.random.key(seed), 8)
     d = n_features
@@ -196,8 +216,14 @@ def s2_active_fraction(
         ``"entry_fraction"``: mean fraction of active entries, ``"min_u"``: the smallest
         entry of the solution``}``.
     """
+    owner = "s2_active_fraction"
+    check_kind("model", model, SubModel, owner, "make it with default_submodel('c')")
     if model.kind != "c":
-        raise ValueError(f"`model` must be sub-model 'c', got kind {model.kind!r}.")
+        raise ValueError(f"{owner}: `model` must be sub-model 'c', got kind {model.kind!r}.")
+    u0 = check_values("u0", u0, owner, ndim=2)
+    check_step("t1", t1, owner)
+    check_sizes(owner, n_samples=n_samples)
+    check_number("tol", tol, owner, lower=0, strict=False, example="1e-9")
     ts = jnp.linspace(0.0, t1, n_samples, dtype=u0.dtype)
     us = reference_solve(model.vector_field, u0, t1=t1, ts=ts)
     f = jax.vmap(model.drive)(ts, us)
@@ -225,6 +251,9 @@ def expected_order(submodel: str, scheme: str, b_splitting: str = "tangent") -> 
         >>> expected_order("b", "strang"), expected_order("b", "strang", "full")
         (2, 1)
     """
+    check_choice("submodel", submodel, SUBMODELS)
+    check_choice("scheme", scheme, SCHEMES)
+    check_choice("b_splitting", b_splitting, ("tangent", "full"))
     if scheme in ("lie", "parallel"):
         return 1
     if scheme == "strang":
@@ -249,10 +278,17 @@ def scheme_for(
             use F itself and the projection removes the normal part: the paper's reading,
             first order whatever the scheme). ``lie-paper`` always uses ``"full"``.
     """
+    return _scheme_for(name, model, b_splitting, "scheme_for", "name")
+
+
+def _scheme_for(name, model, b_splitting, owner: str, arg: str):
+    check_kind("model", model, SubModel, owner, "make it with default_submodel(...)")
     if b_splitting not in ("tangent", "full"):
-        raise ValueError(f"`b_splitting` must be 'tangent' or 'full', got {b_splitting!r}.")
+        raise ValueError(
+            f"{owner}: `b_splitting` must be 'tangent' or 'full', got {b_splitting!r}."
+        )
     if name not in _SPLITTINGS:
-        raise ValueError(f"unknown scheme {name!r}; expected one of {SCHEMES}.")
+        raise ValueError(f"{owner}: `{arg}` must be one of {SCHEMES}, got {name!r}.")
     build, method, may_use_tangent = _SPLITTINGS[name]
     ops = model.operators
     if name == "strang" and model.kind in ("b", "c"):
@@ -276,7 +312,23 @@ def dt_convergence(
     """Max-abs error at ``t1`` of ``scheme_name`` for each N in ``n_steps`` (Δt = t1/N)
     against a diffrax reference (Dopri8, tol 1e-12 with a 1e-14 check), and the fitted
     log–log slope (compare with the declared order, as diffrax's ``test_ode_order``)."""
-    scheme, flows = scheme_for(scheme_name, model, b_splitting=b_splitting)
+    owner = "dt_convergence"
+    scheme, flows = _scheme_for(scheme_name, model, b_splitting, owner, "scheme_name")
+    u0 = check_values("u0", u0, owner, ndim=2)
+    check_step("t1", t1, owner)
+    n_steps = check_sequence("n_steps", n_steps, owner, example="(4, 8, 16)")
+    if reference is not None:
+        if not isinstance(reference, tuple | list) or len(reference) != 2:
+            raise TypeError(
+                f"{owner}: `reference` must be None or the pair (u(t1), error estimate) of "
+                f"reference_error_estimate, got {type(reference).__name__}."
+            )
+        check_values("reference", reference[0], owner, shape=tuple(u0.shape))
+        check_number("reference", reference[1], owner, lower=0, strict=False)
+    if submodel is not None:
+        check_choice("submodel", submodel, SUBMODELS)
+    if active_fraction is not None:
+        check_number("active_fraction", active_fraction, owner, lower=0, upper=1, strict=False)
     if reference is None:
         reference = reference_error_estimate(model.vector_field, u0, t1=t1)
     ref, ref_err = reference
@@ -315,11 +367,22 @@ def convergence_study(
     ``b_splitting``: ``"tangent"``, ``"full"`` or both (a list): sub-model b is run once
     per splitting (see :func:`scheme_for`).
     """
+    owner = "convergence_study"
+    for arg, names, choices in (("kinds", kinds, SUBMODELS), ("schemes", schemes, SCHEMES)):
+        if not isinstance(names, list | tuple) or not names or any(n not in choices for n in names):
+            raise ValueError(
+                f"{owner}: `{arg}` must be a non-empty list of names from {choices}, got "
+                f"{names!r:.60}."
+            )
     splittings = [b_splitting] if isinstance(b_splitting, str) else list(b_splitting)
+    for split in splittings:
+        check_choice("b_splitting", split, ("tangent", "full"))
+    check_sequence("n_steps", n_steps, owner, example="(4, 8, 16)")
+    check_step("t1", t1, owner)
+    _check_seed(seed, owner)
+    check_sizes(owner, n_tokens=n_tokens, n_features=n_features)
     out = []
     for kind in kinds:
-        if kind not in SUBMODELS:
-            raise ValueError(f"unknown sub-model {kind!r}; expected one of {SUBMODELS}.")
         base = "c" if kind.startswith("c") else kind
         model, u0 = default_submodel(
             base,
@@ -352,6 +415,7 @@ def convergence_study(
 def smooth_kernel_model(grid: Grid) -> tuple[SubModel, jax.Array]:
     """Sub-model (a) with smooth kernels on Ω_x = Ω_y = [0, 1] sampled on ``grid``, and
     the initial condition f(x, y) = sin(2πx + y) + ½ cos(πxy) on its nodes."""
+    check_kind("grid", grid, Grid, "smooth_kernel_model", "pass e.g. Grid.interval(8, 8)")
 
     def wq(xi, y, t):
         return 2.0 * jnp.cos(jnp.pi * (xi - y)) + 0.5 * xi * y * (1 + 0 * t)
@@ -400,10 +464,21 @@ def grid_convergence(
         ``{"sizes", "errors", "slope"}`` with ``slope`` = −(fitted log–log slope), which is
         2 for the midpoint rule.
     """
+    owner = "grid_convergence"
     if quantity not in ("attention", "linear", "evolution"):
         raise ValueError(
-            f"`quantity` must be 'attention', 'linear' or 'evolution', got {quantity!r}."
+            f"{owner}: `quantity` must be 'attention', 'linear' or 'evolution', got {quantity!r}."
         )
+    sizes = check_sequence("sizes", sizes, owner, example="(4, 12, 36)")
+    check_sizes(owner, n_ref=n_ref, n_time_steps=n_time_steps)
+    check_step("t1", t1, owner)
+    for n in sizes:
+        k = round(np.log(n_ref / n) / np.log(3))
+        if n * 3**k != n_ref:
+            raise ValueError(
+                f"{owner}: `sizes` must divide `n_ref` by powers of 3 (nested midpoints); got "
+                f"n_ref={n_ref}, N={n}."
+            )
 
     @jax.jit
     def compute_on(grid):
@@ -423,10 +498,6 @@ def grid_convergence(
     errors = []
     for n in sizes:
         k = round(np.log(n_ref / n) / np.log(3))
-        if n * 3**k != n_ref:
-            raise ValueError(
-                f"n_ref/N must be a power of 3 for nested midpoints; got n_ref={n_ref}, N={n}."
-            )
         idx = 3**k * np.arange(n) + (3**k - 1) // 2
         errors.append(float(jnp.max(jnp.abs(compute(n) - ref[np.ix_(idx, idx)]))))
     return {"sizes": list(sizes), "errors": errors, "slope": -fit_slope(sizes, errors)}
@@ -442,6 +513,16 @@ def grid_refinement_study(
 ) -> list[dict]:
     """:func:`grid_convergence` for every quantity: one record per quantity with
     ``quantity``, ``n_ref``, ``sizes``, ``errors``, ``slope`` (2 for the midpoint rule)."""
+    quantities_ok = ("attention", "linear", "evolution")
+    if (
+        not isinstance(quantities, list | tuple)
+        or not quantities
+        or any(q not in quantities_ok for q in quantities)
+    ):
+        raise ValueError(
+            f"grid_refinement_study: `quantities` must be a non-empty list of names from "
+            f"{quantities_ok}, got {quantities!r:.60}."
+        )
     return [
         {
             "quantity": q,
@@ -468,6 +549,13 @@ def full_model_controls(
         nrm = NormParams.scalar(sigma1, sigma2)
         layers.append(LayerControls(c.attn, nrm, c.ffn, nrm))
     return stack_controls(layers)
+
+
+def _check_refinement(owner, refinements, n_tokens, ffn_branch_dt, seed) -> None:
+    check_sequence("refinements", refinements, owner, example="(1, 2, 4, 8)")
+    check_sizes(owner, n_tokens=n_tokens)
+    check_choice("ffn_branch_dt", ffn_branch_dt, ("dt", "2dt"))
+    _check_seed(seed, owner)
 
 
 def full_model_refinement(
@@ -499,6 +587,7 @@ def full_model_refinement(
     map, whatever Δt: the refinements collapse onto a fixed point of g and the sensitivity vanishes
     like Δt.
     """
+    _check_refinement("full_model_refinement", refinements, n_tokens, ffn_branch_dt, seed)
     theta = full_model_controls(n_layers, d, sigma1=sigma1, sigma2=sigma2, seed=seed)
     other = full_model_controls(n_layers, d, sigma1=sigma1, sigma2=sigma2, seed=seed + 5)
     layers = unstack_controls(theta)
@@ -557,6 +646,8 @@ def nonconvergence_study(
     forgets the controls); for the contrast case ``ratios[-4:]`` (→ ½, first order) and
     ``sensitivity[-1]`` (stays O(1)).
     """
+    _check_refinement("nonconvergence_study", refinements, n_tokens, ffn_branch_dt, seed)
+    check_sizes("nonconvergence_study", n_layers=n_layers, d=d)
     out = {}
     for name, (s1, s2) in NONCONVERGENCE_CASES.items():
         r = full_model_refinement(

@@ -22,6 +22,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import AttentionParams
+from .._errors import (
+    check_array,
+    check_kind,
+    check_number,
+    check_same_shape,
+    check_sequence,
+    check_step,
+    check_values,
+)
 from .._integrate import Adaptive, solve_ode
 from .._operators import attention
 
@@ -34,6 +43,13 @@ class AttentionLinearControls(eqx.Module):
     attn: AttentionParams
     w: Float[Array, "d d"]
     b: Float[Array, " d"]
+
+    def __check_init__(self):
+        owner = "AttentionLinearControls"
+        check_kind("attn", self.attn, AttentionParams, owner, "AttentionParams.random(...)")
+        d = self.attn.wq.shape[-2]
+        check_values("w", self.w, owner, shape=(d, d))
+        check_values("b", self.b, owner, shape=(d,))
 
     @classmethod
     def random(
@@ -53,8 +69,19 @@ class AttentionLinearControls(eqx.Module):
         return attention(u, self.attn) + u @ self.w + self.b
 
 
+def _check_loss_args(owner: str, theta, u0, target, t1) -> None:
+    """A loss's arguments (differentiated under jit: types, shapes and a Python t1 only)."""
+    check_kind("theta", theta, AttentionLinearControls, owner, "AttentionLinearControls.random")
+    check_array("u0", u0, ndim=2, shape=(None, theta.w.shape[-1]))
+    check_array("target", target)
+    check_same_shape(("u0", "target"), u0, target, owner)
+    check_number("t1", t1, owner, lower=0, example="1.0", traced_ok=True)
+
+
 def discrete_loss(theta: AttentionLinearControls, u0, target, *, t1: float, n_steps: int):
     """ℓ(u_N) after N Lie steps (attention Euler, then linear Euler) with Δt = t1/N."""
+    _check_loss_args("discrete_loss", theta, u0, target, t1)
+    check_number("n_steps", n_steps, "discrete_loss", lower=0, integer=True, example="16")
     dt = t1 / n_steps
 
     def step(u, _):
@@ -83,6 +110,7 @@ def continuous_loss(
     ``adjoint``: ``"recursive"`` (``RecursiveCheckpointAdjoint``) or ``"backsolve"``
     (``BacksolveAdjoint``).
     """
+    _check_loss_args("continuous_loss", theta, u0, target, t1)
     if adjoint not in ("recursive", "backsolve"):
         raise ValueError(f"`adjoint` must be 'recursive' or 'backsolve', got {adjoint!r}.")
     options = Adaptive(rtol=rtol, atol=atol, solver="dopri5", dt0=t1 / 16, adjoint=adjoint)
@@ -106,6 +134,14 @@ def adjoint_gradients(theta, u0, target, *, t1: float = 1.0, refinements=(4, 8, 
         >>> r["errors"][1] < r["errors"][0]
         True
     """
+
+    owner = "adjoint_gradients"
+    check_kind("theta", theta, AttentionLinearControls, owner, "AttentionLinearControls.random")
+    u0 = check_values("u0", u0, owner, ndim=2, shape=(None, theta.w.shape[-1]))
+    target = check_values("target", target, owner)
+    check_same_shape(("u0", "target"), u0, target, owner)
+    check_step("t1", t1, owner)
+    check_sequence("refinements", refinements, owner, example="(4, 8, 16)")
 
     def flat(g):
         return jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(g)])

@@ -41,6 +41,7 @@ from .._errors import (
     check_number,
     check_sequence,
     check_values,
+    is_array,
 )
 from .._integrate import Adaptive, check_option, solve_steps
 from .._paths import READINGS, PiecewiseConstant, Reading
@@ -80,7 +81,7 @@ def _check_model(model) -> FlowModel:
 
 def _check_x(x, owner: str):
     """A batch or an example: images (floats, finite) or token ids (integers)."""
-    if not hasattr(x, "dtype"):
+    if not is_array(x):
         x = np.asarray(x)
     if x.ndim < 1 or x.shape[0] == 0:
         raise ValueError(f"{owner}: `x` must hold at least one entry, got shape {x.shape}.")

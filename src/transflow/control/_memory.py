@@ -42,12 +42,12 @@ def gradient_peak_rss(
         >>> r["peak_rss_bytes"] > 10_000_000, r["n_steps"]
         (True, 2)
     """
+    from .._errors import check_number, check_sizes
     from ._at_depth import _check_gradient
 
     _check_gradient(gradient, checkpoints)
-    for name, v in (("n_steps", n_steps), ("batch_size", batch_size), ("d", d)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"`{name}` must be an integer >= 1, got {v!r}.")
+    check_sizes("gradient_peak_rss", n_steps=n_steps, batch_size=batch_size, d=d)
+    check_number("timeout", timeout, "gradient_peak_rss", lower=0, example="900.0")
     args = [str(a) for a in (n_steps, gradient, batch_size, d, checkpoints)]
     out = subprocess.run(
         [sys.executable, "-m", "transflow.control._memory_child", *args],

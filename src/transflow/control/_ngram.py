@@ -295,10 +295,13 @@ def text_baselines(cfg=None, orders=(1, 2, 3, 4, 5)) -> dict[str, Any]:
         >>> b["orders"], b["bpc"][0] > b["bpc"][1] > 1.0, 0.0 <= b["overlap"] <= 1.0
         ([1, 3], True, True)
     """
+    from .._errors import check_kind, check_sequence
     from ._text import DepthTextConfig, load_text_split, validation_windows
 
+    if cfg is not None:
+        check_kind("cfg", cfg, DepthTextConfig, "text_baselines", "DepthTextConfig(...) or None")
     cfg = DepthTextConfig() if cfg is None else cfg
-    orders = [int(o) for o in orders]
+    orders = check_sequence("orders", orders, "text_baselines", example="(1, 2, 3)")
     if not orders or min(orders) < 1:
         raise ValueError(f"`orders` must be non-empty orders >= 1, got {orders!r}.")
     t0 = time.perf_counter()

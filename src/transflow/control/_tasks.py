@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import check_flag, check_number, check_path
+from .._errors import check_callable, check_flag, check_kind, check_number, check_path
 from ._checkpoint import _say
 
 __all__ = [
@@ -151,6 +151,15 @@ class Problem:
     extra: dict[str, Any] = field(default_factory=dict)  # added to the summary
     loss_fn: Callable | None = None  # (model, x, y, key) -> (loss, aux); None: cross-entropy
 
+    def __post_init__(self):
+        check_callable("batch", self.batch, "Problem", "lambda step: (x, y)")
+        check_callable("eval_fn", self.eval_fn, "Problem", "lambda model: {'accuracy': ...}")
+        for name in ("data_state", "loss_fn"):
+            if getattr(self, name) is not None:
+                check_callable(name, getattr(self, name), "Problem", "a function or None")
+        if not isinstance(self.extra, dict):
+            raise TypeError(f"Problem: `extra` must be a dict, got {type(self.extra).__name__}.")
+
 
 @dataclass(frozen=True)
 class TrainingTask:
@@ -170,6 +179,25 @@ class TrainingTask:
     setup: Callable[[Any, int, Any], Problem]
     smoke_caps: Mapping[str, Any]
     smoke_set: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        owner = "TrainingTask"
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"{owner}: `name` must be a non-empty str, got {self.name!r:.40}.")
+        if not (isinstance(self.config, type) and issubclass(self.config, TrainConfig)):
+            raise TypeError(
+                f"{owner}: `config` must be a TrainConfig class (e.g. DigitsConfig), got "
+                f"{self.config!r:.40}."
+            )
+        check_callable("setup", self.setup, owner, "setup(cfg, seed, key) -> Problem")
+        fields = {f.name for f in dataclasses.fields(self.config)}
+        for arg in ("smoke_caps", "smoke_set"):
+            value = getattr(self, arg)
+            if not isinstance(value, Mapping) or set(value) - fields:
+                raise ValueError(
+                    f"{owner}: `{arg}` must map fields of {self.config.__name__} to values, "
+                    f"got {value!r:.60}."
+                )
 
 
 def _as_config(cls, cfg) -> Any:
@@ -261,6 +289,14 @@ def checkpoint_dir_for(
     in smoke mode, so smoke runs never touch the real checkpoints); ``"none"``/``""`` →
     no checkpoints; anything else is a path.
     """
+    owner = "checkpoint_dir_for"
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{owner}: `name` must be the task's name (a str), got {name!r:.40}.")
+    check_kind("cfg", cfg, TrainConfig, owner, "pass the task's config, e.g. DigitsConfig()")
+    check_path("run_dir", run_dir, owner)
+    check_number("seed", seed, owner, lower=0, strict=False, integer=True, example="0")
+    check_flag("smoke", smoke, owner)
+    run_dir = pathlib.Path(run_dir)
     spec = str(cfg.checkpoint_dir)
     if spec in ("", "none"):
         return None
@@ -331,6 +367,7 @@ def _finish(name, result, extra, *, report, log, ckpt) -> dict:
 
 def _setup_digits(cfg: DigitsConfig, seed: int, key, **model_kw) -> Problem:
     """Data, evaluation and the model of the digits task (``model_kw``: ``make_vit``'s)."""
+    import equinox as eqx
     import jax
     import jax.numpy as jnp
 
@@ -360,7 +397,7 @@ def _setup_digits(cfg: DigitsConfig, seed: int, key, **model_kw) -> Problem:
         idx = order.indices(step)
         return xtr[idx], ytr[idx]
 
-    n_params = sum(x.size for x in jax.tree.leaves(model) if hasattr(x, "size"))
+    n_params = sum(x.size for x in jax.tree.leaves(model) if eqx.is_array(x))
     return Problem(
         model,
         batch,

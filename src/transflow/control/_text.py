@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._errors import check_sizes, check_step
+from .._errors import check_builder, check_kind, check_number, check_sizes
 from ._tasks import _SMOKE_CAPS, _SMOKE_SET, DepthDigitsConfig, TrainingTask
 
 __all__ = [
@@ -159,8 +159,7 @@ def stdlib_files(
     """
     if not 0 < val_fraction < 1:
         raise ValueError(f"`val_fraction` must be in (0, 1), got {val_fraction!r}.")
-    if max_chars < 0:
-        raise ValueError(f"`max_chars` must be >= 0 (0: no cap), got {max_chars}.")
+    check_number("max_chars", max_chars, "stdlib_files", lower=0, strict=False, integer=True)
     texts = _stdlib_texts()
     names = sorted(texts)
     if max_chars:
@@ -279,12 +278,14 @@ def make_char_lm(
     import jax.numpy as jnp
 
     from .. import CausalScheme, PreNormScheme
-    from .._activations import activation_fn
     from ..models._flow import FlowModel, TokenEmbedding, _ffn_copies, _layer_or_path_controls
     from ..schemes._base import AbstractCausal, has
 
-    check_sizes(
+    check_builder(
         "make_char_lm",
+        dt=dt,
+        key=key,
+        activation=activation,
         vocab=vocab,
         context=context,
         d=d,
@@ -292,8 +293,6 @@ def make_char_lm(
         n_heads=n_heads,
         path_size=path_size,
     )
-    check_step("dt", dt, "make_char_lm")
-    activation_fn(activation)  # refuses an unknown name, naming `activation`
     dtype = jnp.float32 if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)
     embed = TokenEmbedding(
@@ -359,6 +358,7 @@ def bits_per_char(loss_nats: float) -> float:
         >>> round(bits_per_char(0.6931471805599453), 6)
         1.0
     """
+    check_number("loss_nats", loss_nats, "bits_per_char", lower=0, strict=False, example="1.2")
     return float(loss_nats) / math.log(2)
 
 
@@ -440,6 +440,9 @@ def validation_windows(cfg: DepthTextConfig, split: TextSplit | None = None):
         >>> x.shape, bool((x[:, 1:] == y[:, :-1]).all())
         ((8, 16), True)
     """
+    check_kind("cfg", cfg, DepthTextConfig, "validation_windows", "DepthTextConfig(...)")
+    if split is not None:
+        check_kind("split", split, TextSplit, "validation_windows", "load_text_split(...)")
     if split is None:
         split = load_text_split(cfg.val_fraction, cfg.corpus, cfg.max_chars)
     n_windows = (len(split.val) - 1) // cfg.context

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._controls import LayerControls, NormParams, num_steps
+from .._errors import check_flag, check_kind
 
 __all__ = ["grads_to_torch_layout"]
 
@@ -61,6 +62,11 @@ def grads_to_torch_layout(
         >>> sorted(names) == sorted(n for n, _ in layer.named_parameters())
         True
     """
+    owner = "grads_to_torch_layout"
+    check_kind("controls", controls, LayerControls, owner, "stack_controls([...])")
+    if final_norm is not None:
+        check_kind("final_norm", final_norm, NormParams, owner, "or None")
+    check_flag("single_layer", single_layer, owner)
     n = num_steps(controls)
     if single_layer and n != 1:
         raise ValueError(f"`single_layer=True` needs one time step, got N_t = {n}.")

@@ -28,6 +28,7 @@ from .._errors import (
     check_path,
     check_step,
     check_values,
+    is_array,
 )
 from ._checkpoint import _say, load_latest_checkpoint, save_checkpoint
 
@@ -60,7 +61,7 @@ def _check_labels(model, x, y, owner: str) -> None:
     """Static checks of a loss's ``(model, x, y)`` (free under ``jit``: types and shapes)."""
     check_callable("model", model, owner, "a FlowModel")
     for name, v in (("x", x), ("y", y)):
-        if not hasattr(v, "shape") or not hasattr(v, "dtype") or len(v.shape) < 1:
+        if not is_array(v) or len(v.shape) < 1:
             raise TypeError(
                 f"{owner}: `{name}` must be a batch (an array with a leading batch axis), got "
                 f"{type(v).__name__} {v!r:.40}."
@@ -171,9 +172,9 @@ def evaluate(model, x, y, *, batch_size: int = 512, loss_fn: Callable = cross_en
 
 def _check_data(x, y, owner: str):
     """``(x, y)`` as arrays: ``x`` finite (images) or integer (token ids), not empty."""
-    if not hasattr(x, "dtype"):
+    if not is_array(x):
         x = np.asarray(x)
-    if not hasattr(y, "dtype"):
+    if not is_array(y):
         y = np.asarray(y)
     if x.ndim < 1 or x.shape[0] == 0:
         raise ValueError(f"{owner}: `x` must hold at least one example, got shape {x.shape}.")

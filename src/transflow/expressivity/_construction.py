@@ -24,7 +24,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .._controls import AttentionParams, FFNParams
-from .._errors import as_input, param_dtype
+from .._errors import as_input, check_number, check_sequence, param_dtype
 from .._operators import attention as _attention_op, attention_scores
 from ..schemes._base import ffn_branch
 from ._maxout import MaxoutNetwork, ibp_bounds
@@ -595,8 +595,7 @@ def maxout_to_transformer(
         if not (lam > 0 and math.isfinite(lam)):
             raise ValueError(f"`attention` must be 'hardmax' or a float λ > 0, got {attention!r}.")
         hardmax = False
-    if not (margin >= 0 and math.isfinite(margin)):
-        raise ValueError(f"`margin` must be a finite number >= 0, got {margin!r}.")
+    check_number("margin", margin, "maxout_to_transformer", lower=0, strict=False, example="1.0")
     d = net.in_dim
     lo_np = np.broadcast_to(np.asarray(lo, np.float64), (d,)).copy()
     hi_np = np.broadcast_to(np.asarray(hi, np.float64), (d,)).copy()
@@ -607,7 +606,9 @@ def maxout_to_transformer(
     if bounds is None:
         B = [b + margin for b in ibp]
     else:
-        B = [float(b) for b in bounds]
+        B = check_sequence(
+            "bounds", bounds, "maxout_to_transformer", integer=False, example="(5.0, 5.0)"
+        )
         if len(B) != L:
             raise ValueError(f"`bounds` must hold one bound per layer ({L}), got {len(B)}.")
         for ell, (b, b0) in enumerate(zip(B, ibp)):

@@ -11,19 +11,47 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._errors import check_values
 from ._maxout import MaxoutNetwork
 
 __all__ = ["lattice_cpwl", "lattice_from_1d", "hinging_cpwl", "lattice_eval"]
 
 
-def _pieces(slopes, intercepts):
-    A = np.asarray(slopes, np.float64)
-    c = np.asarray(intercepts, np.float64)
-    if A.ndim != 2:
-        raise ValueError(f"`slopes` must have shape (q, d), got {A.shape}.")
-    if c.shape != (A.shape[0],):
-        raise ValueError(f"`intercepts` must have shape ({A.shape[0]},), got {c.shape}.")
+def _floats(name: str, x, owner: str, shape: tuple) -> np.ndarray:
+    """``x`` as a finite float64 array of ``shape`` (``None``: any size), or one line
+    naming ``name``."""
+    x = check_values(name, x, owner, ndim=len(shape), shape=shape)
+    return np.asarray(x, np.float64)
+
+
+def _pieces(slopes, intercepts, owner: str):
+    A = _floats("slopes", slopes, owner, (None, None))
+    c = _floats("intercepts", intercepts, owner, (A.shape[0],))
     return A, c
+
+
+def _check_sets(sets, q: int, owner: str) -> list[list[int]]:
+    ok = isinstance(sets, list | tuple) and len(sets) > 0
+    out = []
+    for s in sets if ok else ():
+        if not isinstance(s, list | tuple | np.ndarray) or not all(
+            isinstance(j, int | np.integer) and not isinstance(j, bool) for j in s
+        ):
+            ok = False
+            break
+        out.append([int(j) for j in s])
+    if not ok:
+        raise TypeError(
+            f"{owner}: `sets` must be a non-empty list of lists of piece indices, got "
+            f"{sets!r:.60}; pass e.g. sets=[[0, 2], [1, 2]]."
+        )
+    for i, s in enumerate(out):
+        if not s or min(s) < 0 or max(s) >= q:
+            raise ValueError(
+                f"{owner}: `sets[{i}]` must be a non-empty list of piece indices in [0, {q}), "
+                f"got {s}."
+            )
+    return out
 
 
 def lattice_cpwl(slopes, intercepts, sets: Sequence[Sequence[int]], *, dtype=None) -> MaxoutNetwork:
@@ -46,16 +74,9 @@ def lattice_cpwl(slopes, intercepts, sets: Sequence[Sequence[int]], *, dtype=Non
         >>> [float(net(np.array([t]))[0]) for t in (-2.0, 0.5, 2.0)]   # min(|x|, 1)
         [1.0, 0.5, 1.0]
     """
-    A, c = _pieces(slopes, intercepts)
+    A, c = _pieces(slopes, intercepts, "lattice_cpwl")
     q, d = A.shape
-    sets = [list(map(int, s)) for s in sets]
-    if not sets:
-        raise ValueError("`sets` must hold at least one index set, got none.")
-    for i, s in enumerate(sets):
-        if not s or min(s) < 0 or max(s) >= q:
-            raise ValueError(
-                f"`sets[{i}]` must be a non-empty list of piece indices in [0, {q}), got {s}."
-            )
+    sets = _check_sets(sets, q, "lattice_cpwl")
     N, r = len(sets), max(len(s) for s in sets)
     W1, b1 = np.zeros((N, r, d)), np.zeros((N, r))
     for i, s in enumerate(sets):
@@ -70,8 +91,9 @@ def lattice_cpwl(slopes, intercepts, sets: Sequence[Sequence[int]], *, dtype=Non
 
 def lattice_eval(slopes, intercepts, sets, x) -> np.ndarray:
     """Reference numpy evaluation of ``max_i min_{j∈S_i} ℓ_j(x)`` at points ``x`` (n, d)."""
-    A, c = _pieces(slopes, intercepts)
-    vals = np.asarray(x, np.float64) @ A.T + c  # (n, q)
+    A, c = _pieces(slopes, intercepts, "lattice_eval")
+    sets = _check_sets(sets, A.shape[0], "lattice_eval")
+    vals = _floats("x", x, "lattice_eval", (None, A.shape[1])) @ A.T + c  # (n, q)
     return np.max(np.stack([vals[:, list(s)].min(-1) for s in sets], -1), -1)
 
 
@@ -92,15 +114,14 @@ def lattice_from_1d(nodes, values, *, dtype=None) -> tuple[MaxoutNetwork, dict]:
         >>> round(float(net(np.array([1.5]))[0]), 12)
         1.5
     """
-    xs = np.asarray(nodes, np.float64)
-    ys = np.asarray(values, np.float64)
-    if xs.ndim != 1 or xs.shape != ys.shape or xs.size < 2:
-        raise ValueError(
-            f"`nodes` and `values` must be 1-D of the same length >= 2, got {xs.shape} "
-            f"and {ys.shape}."
-        )
+    xs = _floats("nodes", nodes, "lattice_from_1d", (None,))
+    ys = _floats("values", values, "lattice_from_1d", xs.shape)
+    if xs.size < 2:
+        raise ValueError(f"lattice_from_1d: `nodes` must hold >= 2 points, got {xs.size}.")
     if np.any(np.diff(xs) <= 0):
-        raise ValueError("`nodes` must be strictly increasing.")
+        raise ValueError(
+            f"lattice_from_1d: `nodes` must be strictly increasing, got {xs.tolist()!r:.60}."
+        )
     s = np.diff(ys) / np.diff(xs)
     c = ys[:-1] - s * xs[:-1]
     q = s.size
@@ -136,13 +157,9 @@ def hinging_cpwl(slopes, intercepts, signs, *, dtype=None) -> MaxoutNetwork:
         >>> float(net(np.array([-2.0]))[0])
         2.0
     """
-    W = np.asarray(slopes, np.float64)
-    b = np.asarray(intercepts, np.float64)
-    s = np.asarray(signs, np.float64)
-    if W.ndim != 3:
-        raise ValueError(f"`slopes` must have shape (P, K, d), got {W.shape}.")
-    if b.shape != W.shape[:2]:
-        raise ValueError(f"`intercepts` must have shape {W.shape[:2]}, got {b.shape}.")
-    if s.shape != (W.shape[0],) or not np.all(np.abs(s) == 1):
-        raise ValueError(f"`signs` must be ±1 of shape ({W.shape[0]},), got {s}.")
+    W = _floats("slopes", slopes, "hinging_cpwl", (None, None, None))
+    b = _floats("intercepts", intercepts, "hinging_cpwl", W.shape[:2])
+    s = _floats("signs", signs, "hinging_cpwl", (W.shape[0],))
+    if not np.all(np.abs(s) == 1):
+        raise ValueError(f"hinging_cpwl: `signs` must be ±1 of shape ({W.shape[0]},), got {s}.")
     return MaxoutNetwork([W], [b], s[None], np.zeros(1), dtype=dtype)

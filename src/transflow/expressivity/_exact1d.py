@@ -74,6 +74,23 @@ def _sqrt_q(q: Fraction) -> Fraction:
     return Fraction(math.isqrt(n), math.isqrt(d))
 
 
+def _rational(name: str, v) -> Fraction:
+    """``v`` (an int, a Fraction or a finite float) as a Fraction, or one line naming it."""
+    if type(v) is Fraction:  # the exact walk's own numbers: no cost on its hot path
+        return v
+    if isinstance(v, bool) or not isinstance(v, int | float | Fraction | np.integer | np.floating):
+        raise TypeError(
+            f"QuadraticRoot: `{name}` must be a rational number (int, Fraction or finite "
+            f"float), got {type(v).__name__} {v!r:.40}; pass e.g. {name}=Fraction(1, 2)."
+        )
+    if isinstance(v, float | np.floating) and not math.isfinite(v):
+        raise ValueError(
+            f"QuadraticRoot: `{name}` must be a finite number, got {v!r}; pass e.g. "
+            f"{name}=Fraction(1, 2)."
+        )
+    return Fraction(v)
+
+
 class QuadraticRoot:
     """An exact real number of degree ≤ 2: a rational, or the root
     ``(−B + branch·√(B² − 4C)) / 2`` of ``t² + B t + C`` (irreducible over Q, branch ±1).
@@ -95,6 +112,19 @@ class QuadraticRoot:
     __slots__ = ("q", "B", "C", "branch", "_disc", "_k", "_lo", "_hi", "_approx")
 
     def __init__(self, q=None, B=None, C=None, branch=0):
+        if q is not None:
+            q = _rational("q", q)
+        else:
+            B, C = _rational("B", B), _rational("C", C)
+            if branch not in (-1, 1) or isinstance(branch, bool):
+                raise ValueError(
+                    f"QuadraticRoot: `branch` must be +1 (the larger root) or -1, got {branch!r}."
+                )
+            if B * B - 4 * C < 0:
+                raise ValueError(
+                    f"QuadraticRoot: t² + ({B})t + ({C}) has no real root (`B`² < 4`C`); "
+                    "pass B and C with B² >= 4C."
+                )
         self.q, self.B, self.C, self.branch = q, B, C, branch
         self._approx = None
         if q is None:
@@ -104,16 +134,20 @@ class QuadraticRoot:
 
     @classmethod
     def rational(cls, q) -> QuadraticRoot:
-        return cls(q=Fraction(q))
+        return cls(q=_rational("q", q))
 
     @classmethod
     def irrational(cls, B, C, branch: int) -> QuadraticRoot:
         """The root of ``t² + Bt + C`` on ``branch`` (+1: the larger); rational if the
         discriminant is a rational square."""
-        B, C = Fraction(B), Fraction(C)
+        B, C = _rational("B", B), _rational("C", C)
+        check_number("branch", branch, "QuadraticRoot", integer=True, example="1")
         disc = B * B - 4 * C
         if disc < 0:
-            raise ValueError(f"QuadraticRoot: t² + ({B})t + ({C}) has no real root.")
+            raise ValueError(
+                f"QuadraticRoot: t² + ({B})t + ({C}) has no real root (`B`² < 4`C`); "
+                "pass B and C with B² >= 4C."
+            )
         if _is_square(disc):
             return cls.rational((-B + branch * _sqrt_q(disc)) / 2)
         return cls(B=B, C=C, branch=1 if branch > 0 else -1)

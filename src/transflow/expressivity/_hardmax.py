@@ -22,7 +22,14 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._controls import AttentionParams, FFNParams
-from .._errors import as_input, param_dtype
+from .._errors import (
+    as_input,
+    check_finite,
+    check_key,
+    check_sizes,
+    check_values,
+    param_dtype,
+)
 from .._operators import attention as _attention_op, attention_scores
 from ._exact_arith import _dyadic_out, _fraction_out, _sadd, _scaled_input, _scaled_int, _slin
 from ._pwl import (
@@ -97,14 +104,16 @@ class AbstractHardmaxTransformer(AbstractExactEval, AbstractAttention):
                 linear, only for comparison; counting refuses it).
             dtype: dtype of the model's arrays (default: that of ``positional``).
         """
-        P = jnp.asarray(positional, dtype)
+        where = "HardmaxTransformer"
+        P = check_values("positional", positional, where)
+        P = jnp.asarray(P, dtype)
         dtype = P.dtype
         if P.ndim != 2:
             raise ValueError(
                 f"HardmaxTransformer: `positional` must have shape (T, m), got {P.shape}."
             )
         T, m = P.shape
-        E = jnp.asarray(embedding, dtype)
+        E = jnp.asarray(check_values("embedding", embedding, where), dtype)
         if E.ndim == 2:
             E = jnp.broadcast_to(E[None], (T, *E.shape))
         if E.ndim != 3 or E.shape[0] != T or E.shape[2] != m:
@@ -112,7 +121,7 @@ class AbstractHardmaxTransformer(AbstractExactEval, AbstractAttention):
                 f"HardmaxTransformer: `embedding` must have shape ({T}, d, {m}) (per token) or "
                 f"(d, {m}) (shared), got {np.shape(embedding)}."
             )
-        A = jnp.asarray(readout_weight, dtype)
+        A = jnp.asarray(check_values("readout_weight", readout_weight, where), dtype)
         if A.ndim != 2 or A.shape[1] != m:
             raise ValueError(
                 f"HardmaxTransformer: `readout_weight` must have shape (d_out, {m}), got {A.shape}."
@@ -120,14 +129,15 @@ class AbstractHardmaxTransformer(AbstractExactEval, AbstractAttention):
         c = (
             jnp.zeros((A.shape[0],), dtype)
             if readout_bias is None
-            else jnp.asarray(readout_bias, dtype)
+            else jnp.asarray(check_values("readout_bias", readout_bias, where), dtype)
         )
         if c.shape != (A.shape[0],):
             raise ValueError(
                 f"HardmaxTransformer: `readout_bias` must have shape ({A.shape[0]},), got "
                 f"{c.shape}."
             )
-        if not (isinstance(readout_token, int) and 0 <= readout_token < T):
+        ok_int = isinstance(readout_token, int) and not isinstance(readout_token, bool)
+        if not (ok_int and 0 <= readout_token < T):
             raise ValueError(
                 f"HardmaxTransformer: `readout_token` must be an int in [0, {T}), got "
                 f"{readout_token!r}."
@@ -146,6 +156,20 @@ class AbstractHardmaxTransformer(AbstractExactEval, AbstractAttention):
                 )
             hardmax = False
         cast = lambda t: jax.tree.map(lambda a: jnp.asarray(a, dtype), t)
+
+        def finite(name, t):
+            for leaf in jax.tree.leaves(t):
+                try:
+                    check_finite(name, leaf)
+                except ValueError as e:
+                    raise ValueError(f"{where}: {e}") from None
+            return t
+
+        if not isinstance(blocks, list | tuple):
+            raise TypeError(
+                f"{where}: `blocks` must be a list of (attn | None, ffn | None) pairs, got "
+                f"{type(blocks).__name__} {blocks!r:.40}."
+            )
         out = []
         for b, pair in enumerate(blocks):
             if not (isinstance(pair, tuple | list) and len(pair) == 2):
@@ -165,7 +189,7 @@ class AbstractHardmaxTransformer(AbstractExactEval, AbstractAttention):
                         f"HardmaxTransformer: `blocks[{b}][0].wq` must have {m} rows (the "
                         f"stream width), got {a.wq.shape[0]}."
                     )
-                a = cast(a)
+                a = finite(f"blocks[{b}][0]", cast(a))
             if f is not None:
                 if not isinstance(f, FFNParams):
                     raise TypeError(
@@ -191,7 +215,7 @@ class AbstractHardmaxTransformer(AbstractExactEval, AbstractAttention):
                         f"HardmaxTransformer: `blocks[{b}][1]` must map width {m} to {m}, got "
                         f"{f.weights[0].shape[0]} -> {f.weights[-1].shape[1]}."
                     )
-                f = cast(f)
+                f = finite(f"blocks[{b}][1]", cast(f))
             out.append((a, f))
         return cls(
             blocks=tuple(out),
@@ -500,20 +524,19 @@ class HardmaxTransformer(AbstractHardmaxTransformer):
         heads of size ``head_dim``, value size ``head_dim``) and a one-hidden-layer ReLU
         FFN of width ``ffn_width``; read-out from token 0. ``attention``: as
         :meth:`from_params`. ``dtype`` defaults to JAX's default float."""
-        for name, v in (
-            ("in_dim", in_dim),
-            ("n_tokens", n_tokens),
-            ("width", width),
-            ("depth", depth),
-            ("n_heads", n_heads),
-            ("head_dim", head_dim),
-            ("ffn_width", ffn_width),
-            ("out_dim", out_dim),
-        ):
-            if not (isinstance(v, int) and v >= 1):
-                raise ValueError(
-                    f"HardmaxTransformer.random: `{name}` must be an int >= 1, got {v!r}."
-                )
+        where = "HardmaxTransformer.random"
+        check_key("key", key, where)
+        check_sizes(
+            where,
+            in_dim=in_dim,
+            n_tokens=n_tokens,
+            width=width,
+            depth=depth,
+            n_heads=n_heads,
+            head_dim=head_dim,
+            ffn_width=ffn_width,
+            out_dim=out_dim,
+        )
         dtype = jnp.zeros(()).dtype if dtype is None else jnp.dtype(dtype)
         T, m, H, dk, r = n_tokens, width, n_heads, head_dim, ffn_width
         per_block = 3 * m * H * dk + H * dk * m + 3 * H * dk + m + 2 * m * r + r + m

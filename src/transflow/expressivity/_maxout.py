@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import as_input, param_dtype
+from .._errors import _from_torch, _is_torch_tensor, as_input, check_finite, param_dtype
 from ._programs import MaxoutProgram
 from ._pwl import (
     AbstractAffineLogits,
@@ -27,11 +27,22 @@ from ._pwl import (
 __all__ = ["MaxoutNetwork", "zigzag_maxout", "ibp_bounds"]
 
 
-def _as_np(name: str, a) -> np.ndarray:
+def _as_np(name: str, a, owner: str = "MaxoutNetwork") -> np.ndarray:
+    """``a`` as a finite float64 array (numbers of any real dtype), or one line naming
+    ``name``."""
+    if _is_torch_tensor(a):
+        a = _from_torch(name, a)
+    arr = np.asarray(a) if not isinstance(a, str | bytes) else None
+    if arr is None or arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{owner}: `{name}` must be an array of real numbers, got {type(a).__name__} "
+            f"{a!r:.40}; pass e.g. `np.asarray(...)`."
+        )
+    arr = arr.astype(np.float64)
     try:
-        return np.asarray(a, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"`{name}` must be a float array, got {type(a).__name__}.") from e
+        return check_finite(name, arr)
+    except ValueError as e:
+        raise ValueError(f"{owner}: {e}") from None
 
 
 class MaxoutNetwork(
@@ -82,6 +93,12 @@ class MaxoutNetwork(
         dtype=None,
         provenance: str | None = None,
     ):
+        for name, seq in (("weights", weights), ("biases", biases)):
+            if not isinstance(seq, list | tuple):
+                raise TypeError(
+                    f"MaxoutNetwork: `{name}` must be a list with one array per layer, got "
+                    f"{type(seq).__name__}; pass e.g. {name}=[w1, w2]."
+                )
         ws = [_as_np(f"weights[{i}]", w) for i, w in enumerate(weights)]
         bs = [_as_np(f"biases[{i}]", b) for i, b in enumerate(biases)]
         if not ws:
@@ -393,8 +410,15 @@ class MaxoutNetwork(
             >>> float(net(np.array([3.0]))[0])   # relu(3) + relu(2)
             5.0
         """
-        ws = [_as_np(f"weights[{i}]", w) for i, w in enumerate(weights)]
-        bs = [np.atleast_1d(_as_np(f"biases[{i}]", b)) for i, b in enumerate(biases)]
+        where = "MaxoutNetwork.from_relu"
+        for name, seq in (("weights", weights), ("biases", biases)):
+            if not isinstance(seq, list | tuple):
+                raise TypeError(
+                    f"{where}: `{name}` must be a list with one array per layer, got "
+                    f"{type(seq).__name__}; pass e.g. {name}=[w1, w2]."
+                )
+        ws = [_as_np(f"weights[{i}]", w, where) for i, w in enumerate(weights)]
+        bs = [np.atleast_1d(_as_np(f"biases[{i}]", b, where)) for i, b in enumerate(biases)]
         if len(ws) < 2 or len(bs) != len(ws):
             raise ValueError(
                 "MaxoutNetwork.from_relu: need weights [W_1, ..., W_L, A] with L >= 1 and one "

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._errors import check_values
 from ._programs import RestrictedProgram
 from ._pwl import (
     AbstractAffineLogits,
@@ -178,8 +179,8 @@ def restrict(f, origin, directions) -> AbstractRestricted:
                 f"Linear/ReLU layers, got {type(f).__name__}."
             )
     d = f.in_dim
-    o = np.asarray(origin, np.float64)
-    D = np.atleast_2d(np.asarray(directions, np.float64))
+    o = np.asarray(check_values("origin", origin, "restrict"), np.float64)
+    D = np.atleast_2d(np.asarray(check_values("directions", directions, "restrict"), np.float64))
     if o.shape != (d,):
         raise ValueError(f"restrict: `origin` must have shape ({d},) (f.in_dim), got {o.shape}.")
     if D.ndim != 2 or D.shape[1] != d or D.shape[0] not in (1, 2):

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._errors import check_number, check_sizes
+from .._errors import (
+    check_flag,
+    check_kind,
+    check_number,
+    check_same_shape,
+    check_sequence,
+    check_sizes,
+    check_values,
+)
 from ._construction import maxout_to_transformer
 from ._cpwl import hinging_cpwl, lattice_cpwl, lattice_eval
 from ._maxout import MaxoutNetwork, zigzag_maxout
@@ -66,8 +74,19 @@ def random_maxout(rng, d, widths, ranks, d_out=1) -> MaxoutNetwork:
     return MaxoutNetwork(ws, bs, rng.normal(size=(d_out, prev)), rng.normal(size=d_out))
 
 
+def _check_rng(rng, owner: str) -> None:
+    check_kind("rng", rng, np.random.Generator, owner, "pass rng=np.random.default_rng(0)")
+
+
+def _check_seed(seed, owner: str) -> None:
+    check_number("seed", seed, owner, lower=0, strict=False, integer=True, example="0")
+
+
 def max_errors(a, b) -> dict:
     """``{"max_abs", "max_rel"}`` of ``a − b`` (relative to ``max(1, max|b|)``)."""
+    a = np.asarray(check_values("a", a, "max_errors"))
+    b = np.asarray(check_values("b", b, "max_errors"))
+    check_same_shape(("a", "b"), a, b, "max_errors")
     d = np.abs(np.asarray(a) - np.asarray(b))
     return {"max_abs": float(d.max()), "max_rel": float(d.max() / max(1.0, np.abs(b).max()))}
 
@@ -75,6 +94,9 @@ def max_errors(a, b) -> dict:
 def construction_checks(rng, n: int, variants=("A", "B")) -> list[dict]:
     """C1/C7/C9: hardmax Variant A/B vs a random maxout net (d=3, widths (5,4,3), ranks
     (2,4,3)) on n random points of [−1,1]³, with the parameter counts."""
+    _check_rng(rng, "construction_checks")
+    check_sizes("construction_checks", n=n)
+    _check_variants(variants, "construction_checks")
     net = random_maxout(rng, 3, (5, 4, 3), (2, 4, 3), d_out=2)
     x = rng.uniform(-1, 1, size=(n, 3))
     y = _batched(net, x)
@@ -85,8 +107,23 @@ def construction_checks(rng, n: int, variants=("A", "B")) -> list[dict]:
     return rows
 
 
+def _check_variants(variants, owner: str) -> None:
+    if (
+        not isinstance(variants, list | tuple)
+        or not variants
+        or any(v not in ("A", "B") for v in variants)
+    ):
+        raise ValueError(
+            f"{owner}: `variants` must be a non-empty sequence of 'A' and 'B', got "
+            f"{variants!r:.40}; pass e.g. variants=('A', 'B')."
+        )
+
+
 def outside_box_errors(rng, n: int, radii=(0.5, 1.0, 3.0, 10.0, 30.0, 100.0)) -> dict:
     """C4: the error of the construction (margin 0) at radius R times the box [−1,1]²."""
+    _check_rng(rng, "outside_box_errors")
+    check_sizes("outside_box_errors", n=n)
+    check_sequence("radii", radii, "outside_box_errors", integer=False, example="(1.0, 10.0)")
     small = random_maxout(rng, 2, (4, 3), (3, 2))
     tf = maxout_to_transformer(small, -1.0, 1.0, margin=0.0)
     u = rng.normal(size=(n, 2))
@@ -99,6 +136,10 @@ def softmax_rows(tokens, lambdas, n_grid=20001, n_random=2000, seed=0) -> list[d
     """F7 / C5: for one rank-T unit (pieces x, 0, …, 0 on [−1, 1]) and every λ: the sup of
     error·λ over a dense grid of gaps (≈ 1/λ) and over ``n_random`` uniform points, with
     ``c_T = W((T−1)/e)``."""
+    check_sequence("tokens", tokens, "softmax_rows", lower=1, example="[2, 4]")
+    check_sequence("lambdas", lambdas, "softmax_rows", integer=False, example="[100.0]")
+    check_sizes("softmax_rows", n_grid=n_grid, n_random=n_random)
+    _check_seed(seed, "softmax_rows")
     rng = np.random.default_rng(seed)
     rows = []
     for T in tokens:
@@ -127,6 +168,11 @@ def softmax_rows(tokens, lambdas, n_grid=20001, n_random=2000, seed=0) -> list[d
 def softmax_multilayer_rows(rng, n: int, lambdas=(1e2, 1e3, 1e4)) -> list[dict]:
     """C5 (multi-layer): error of the softmax transformer of a random net (widths (3,3,2),
     ranks (3,2,3)) vs the §3.6 bound."""
+    _check_rng(rng, "softmax_multilayer_rows")
+    check_sizes("softmax_multilayer_rows", n=n)
+    lambdas = check_sequence(
+        "lambdas", lambdas, "softmax_multilayer_rows", integer=False, example="[100.0]"
+    )
     deep = random_maxout(rng, 2, (3, 3, 2), (3, 2, 3))
     xs = rng.uniform(-1, 1, size=(n, 2))
     yd = _batched(deep, xs)
@@ -155,6 +201,9 @@ def region_rows(tokens_a, tokens_b, max_regions, d=1, *, large=None, n_seed=1024
     count is ≤ ``large`` (if given), with the candidate bounds of docs/spec/maxout-expressivity.md
     §3.5: the RC-exact formula, Montúfar's ``k^{L−1} k^d`` and the summary's
     ``(T−1)^d (T−1)^{q(⌊D/3⌋−1)}`` for q ∈ {1, d}."""
+    check_sequence("tokens_a", tokens_a, "region_rows", lower=1, nonempty=False, example="[2]")
+    check_sequence("tokens_b", tokens_b, "region_rows", lower=2, nonempty=False, example="[3]")
+    check_sizes("region_rows", max_regions=max_regions, d=d, large=large, n_seed=n_seed)
     rows = []
     for variant, tokens in (("A", tokens_a), ("B", tokens_b)):
         for T in tokens:
@@ -193,6 +242,10 @@ def partition_2d(T=3, D=3, seed=0, relu=True) -> dict:
     """F9 / C6 in 2-D: the exact partition of [0,1]² into linear regions of the Variant-A
     transformer of the zigzag net (T tokens, D blocks), plus a random ReLU net's
     (2→6→5→1) transformer on [−2, 2]²; :class:`RegionCount` per name."""
+    check_number("T", T, "partition_2d", lower=1, integer=True, example="3")
+    check_number("D", D, "partition_2d", lower=1, integer=True, example="3")
+    _check_seed(seed, "partition_2d")
+    check_flag("relu", relu, "partition_2d")
     out = {}
     tf = maxout_to_transformer(zigzag_maxout(T, D - 1, 2), 0.0, 1.0)
     out["zigzag"] = count_linear_regions(tf, [0.0, 0.0], [1.0, 1.0])
@@ -208,6 +261,8 @@ def partition_2d(T=3, D=3, seed=0, relu=True) -> dict:
 
 def relu_and_cpwl_checks(rng, n: int) -> list[dict]:
     """C2 (ReLU net 4→8→8→6→1) and C3 (lattice and hinging-hyperplane CPWL) records."""
+    _check_rng(rng, "relu_and_cpwl_checks")
+    check_sizes("relu_and_cpwl_checks", n=n)
     rows = []
     sizes = (4, 8, 8, 6, 1)
     Ws = [rng.normal(size=(o, i)) / np.sqrt(i) for i, o in zip(sizes[:-1], sizes[1:])]
@@ -236,6 +291,8 @@ def relu_and_cpwl_checks(rng, n: int) -> list[dict]:
 def c8_regions(rng, n_grid=200_000) -> dict:
     """C8: regions of a random 1-6-6-6-1 rank-3 net on [−3, 3], of its transformer, and of
     grid hashing (``n_grid`` points)."""
+    _check_rng(rng, "c8_regions")
+    check_sizes("c8_regions", n_grid=n_grid)
     Wc = [rng.normal(size=(6, 3, 1)), rng.normal(size=(6, 3, 6)), rng.normal(size=(6, 3, 6))]
     net = MaxoutNetwork(
         Wc, [rng.normal(size=(6, 3)) for _ in range(3)], rng.normal(size=(1, 6)), np.zeros(1)
@@ -260,6 +317,8 @@ def precision_rows(rank=3, depths=(1, 2, 3, 4), n=20001) -> list[dict]:
     import equinox as eqx
     import jax
 
+    check_sizes("precision_rows", rank=rank, n=n)
+    check_sequence("depths", depths, "precision_rows", example="(1, 2)")
     bounded = eqx.filter_jit(lambda f, x: jax.vmap(lambda xi: f.eval_bounded(xi)[:2])(x))
     x = np.linspace(0.0, 1.0, n)[:, None]
     u = np.finfo(np.float64).eps / 2
@@ -320,6 +379,9 @@ def slice_study(seed=0, *, d_in=5, width=16, depth=3, n_dense=400_001, plane=Tru
     consecutive torch activation patterns on ``n_dense`` points), and the certified count
     on the plane through three random points (t ∈ [0, 1]², F13; certified by exact integer
     arithmetic, see :func:`count_linear_regions`)."""
+    _check_seed(seed, "slice_study")
+    check_sizes("slice_study", d_in=d_in, width=width, depth=depth, n_dense=n_dense)
+    check_flag("plane", plane, "slice_study")
     rng = np.random.default_rng(seed)
     module = _torch_relu_net(seed, d_in, width, depth)
     net = MaxoutNetwork.from_torch(module)

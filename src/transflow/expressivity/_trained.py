@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import AttentionParams, FFNParams
+from .._errors import check_callable, check_number, check_times, check_values
 from ._hardmax import ConstantQueryTransformer, HardmaxTransformer
 from ._maxout import MaxoutNetwork, zigzag_maxout
 
@@ -93,6 +94,72 @@ def _check_kind(where: str, kind) -> str:
     return kind
 
 
+_BLOCK_KEYS = ("q", "wk", "bk", "wv", "bv", "wo", "bo", "w1", "b1", "w2", "b2")
+
+
+def _check_params(where: str, kind: str, params) -> None:
+    """Raise unless ``params`` is a parameter dict of ``kind`` (as :func:`init_mlp` or
+    :func:`init_transformer` return): the keys, finite float arrays, and layers whose
+    sizes fit one another; each failure one line naming the entry, e.g.
+    ``params['layers'][1]['w']``."""
+    want = "{'layers': [{'w', 'b'}, ...]}" if kind == "mlp" else "init_transformer's dict"
+    fix = "init_mlp(...)" if kind == "mlp" else "init_transformer(...)"
+    top = ("layers",) if kind == "mlp" else ("embedding", "positional", "blocks")
+    top += () if kind == "mlp" else ("readout_weight", "readout_bias")
+    if not isinstance(params, dict) or any(k not in params for k in top):
+        got = sorted(params) if isinstance(params, dict) else type(params).__name__
+        raise TypeError(
+            f"{where}: `params` must be a {kind} parameter dict ({want}), got {got}; "
+            f"make it with `{fix}`."
+        )
+    seq_key = "layers" if kind == "mlp" else "blocks"
+    seq = params[seq_key]
+    if not isinstance(seq, list | tuple) or not seq:
+        raise TypeError(
+            f"{where}: `params['{seq_key}']` must be a non-empty list of dicts, got "
+            f"{type(seq).__name__} {seq!r:.40}; make `params` with `{fix}`."
+        )
+
+    def arr(name, x, shape):
+        return check_values(name, x, where, ndim=len(shape), shape=shape)
+
+    if kind == "mlp":
+        prev = None
+        for i, layer in enumerate(seq):
+            name = f"params['layers'][{i}]"
+            if not isinstance(layer, dict) or "w" not in layer or "b" not in layer:
+                raise TypeError(
+                    f"{where}: `{name}` must be a dict with 'w' and 'b'; got {layer!r:.40}."
+                )
+            w = arr(f"{name}['w']", layer["w"], (None, prev))
+            arr(f"{name}['b']", layer["b"], (w.shape[0],))
+            prev = w.shape[0]
+        if prev != 1:
+            raise ValueError(
+                f"{where}: `params['layers'][{len(seq) - 1}]['w']` must have 1 output row "
+                f"(the model's scalar output), got {prev}."
+            )
+        return
+    P = arr("params['positional']", params["positional"], (None, None))
+    T, m = P.shape
+    arr("params['embedding']", params["embedding"], (T, None, m))
+    arr("params['readout_weight']", params["readout_weight"], (1, m))
+    arr("params['readout_bias']", params["readout_bias"], (1,))
+    for i, b in enumerate(seq):
+        name = f"params['blocks'][{i}]"
+        if not isinstance(b, dict) or any(k not in b for k in _BLOCK_KEYS):
+            raise TypeError(
+                f"{where}: `{name}` must be a dict with keys {_BLOCK_KEYS}; got {b!r:.40}."
+            )
+        q = arr(f"{name}['q']", b["q"], (None, None))
+        hk = q.shape[0] * q.shape[1]
+        r = arr(f"{name}['w1']", b["w1"], (m, None)).shape[1]
+        shapes = {"wk": (m, hk), "bk": (hk,), "wv": (m, hk), "bv": (hk,), "wo": (hk, m)}
+        shapes.update(bo=(m,), b1=(r,), w2=(r, m), b2=(m,))
+        for k, shape in shapes.items():
+            arr(f"{name}['{k}']", b[k], shape)
+
+
 # --------------------------------------------------------------------------- targets
 @dataclasses.dataclass(frozen=True)
 class Target:
@@ -113,6 +180,20 @@ class Target:
     regions: int | None = None
     lo: float = 0.0
     hi: float = 1.0
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"Target: `name` must be a non-empty str, got {self.name!r}.")
+        _check_int("Target", "dim", self.dim, 1, 2)
+        check_callable("fn", self.fn, "Target", "fn=lambda xs: jnp.sin(xs[:, 0])")
+        if self.network is not None and not isinstance(self.network, MaxoutNetwork):
+            raise TypeError(
+                f"Target: `network` must be a MaxoutNetwork or None, got "
+                f"{type(self.network).__name__}."
+            )
+        if self.regions is not None:
+            _check_int("Target", "regions", self.regions, 1)
+        check_times(self.lo, self.hi, "Target", ("lo", "hi"))
 
 
 def _sawtooth_network(k: int) -> MaxoutNetwork:
@@ -282,6 +363,12 @@ def init_mlp(key, *, dim: int, depth: int, width: int) -> dict:
 
 def n_params(params) -> int:
     """Number of trainable scalars of a parameter pytree."""
+    leaves = jax.tree.leaves(params)
+    if not leaves or not all(isinstance(a, np.ndarray | jax.Array) for a in leaves):
+        raise TypeError(
+            f"n_params: `params` must be a pytree of arrays (a dict of init_mlp or "
+            f"init_transformer), got {type(params).__name__} {params!r:.40}."
+        )
     return int(sum(np.size(a) for a in jax.tree.leaves(params)))
 
 
@@ -344,10 +431,28 @@ def model_apply(kind: str, params, xs, lam=None):
         (3,)
     """
     _check_kind("model_apply", kind)
+    _check_params("model_apply", kind, params)
+    dim = _in_dim(kind, params)
+    xs = check_values("xs", xs, "model_apply", ndim=2, shape=(None, dim))
+    if lam is not None:
+        check_number("lam", lam, "model_apply", lower=0, example="100.0", traced_ok=True)
     xs = jnp.asarray(xs, jax.tree.leaves(params)[0].dtype)  # the parameters' precision
     if kind == "mlp":
         return jax.vmap(lambda x: _mlp_apply(params, x))(xs)
     return jax.vmap(lambda x: _transformer_apply(params, x, lam))(xs)
+
+
+def _in_dim(kind: str, params) -> int:
+    w = params["layers"][0]["w"] if kind == "mlp" else params["embedding"]
+    return int(np.shape(w)[1])
+
+
+def _check_dim(where: str, kind: str, params, dim: int) -> None:
+    if _in_dim(kind, params) != dim:
+        raise ValueError(
+            f"{where}: `dim` = {dim} but the model takes {_in_dim(kind, params)}-D inputs; "
+            f"pass dim={_in_dim(kind, params)}."
+        )
 
 
 _apply_jit = jax.jit(model_apply, static_argnums=0)
@@ -375,6 +480,9 @@ def hardmax_reading(params, *, lam: float | None = None, dtype=jnp.float64):
         >>> bool(abs(float(f(x[0])[0]) - float(model_apply("transformer", p, x)[0])) < 1e-5)
         True
     """
+    _check_params("hardmax_reading", "transformer", params)
+    if lam is not None:
+        check_number("lam", lam, "hardmax_reading", lower=0, example="100.0")
     p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
     m = p["positional"].shape[1]
     blocks = []
@@ -414,6 +522,7 @@ def mlp_network(params, *, dtype=jnp.float64) -> MaxoutNetwork:
         >>> mlp_network(init_mlp(jax.random.PRNGKey(0), dim=2, depth=3, width=4)).in_dim
         2
     """
+    _check_params("mlp_network", "mlp", params)
     layers = params["layers"]
     return MaxoutNetwork.from_relu(
         [np.asarray(layer["w"], np.float64) for layer in layers],
@@ -439,8 +548,11 @@ def reading_gap(params, lam: float, *, dim: int, n: int = 2001) -> float:
         >>> reading_gap(p, 1e4, dim=1, n=101) < 1e-3
         True
     """
+    _check_params("reading_gap", "transformer", params)
+    check_number("lam", lam, "reading_gap", lower=0, example="1e4")
     _check_int("reading_gap", "dim", dim, 1, 2)
     _check_int("reading_gap", "n", n, 1)
+    _check_dim("reading_gap", "transformer", params, dim)
     k = n if dim == 1 else math.isqrt(n - 1) + 1
     old = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
@@ -519,10 +631,18 @@ def train_model(
         True
     """
     _check_kind("train_model", kind)
+    _check_params("train_model", kind, params)
+    if not isinstance(target, Target):
+        raise TypeError(
+            f"train_model: `target` must be a Target, got {type(target).__name__} "
+            f"{target!r:.40}; make it with `make_target(...)`."
+        )
     steps = _check_int("train_model", "steps", steps, 2)
     batch = _check_int("train_model", "batch", batch)
-    if not (lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"train_model: `lr` must be a finite float > 0, got {lr!r}.")
+    check_number("lr", lr, "train_model", lower=0, example="3e-3")
+    check_number("lam_start", lam_start, "train_model", lower=0, example="1.0")
+    check_number("lam_end", lam_end, "train_model", lower=0, example="100.0")
+    _check_int("train_model", "seed", seed, 0)
     if not (0 < lam_start <= lam_end and math.isfinite(lam_end)):
         raise ValueError(
             "train_model: need 0 < `lam_start` <= `lam_end` < inf (the softmax scale is "
@@ -585,7 +705,11 @@ def certified_regions(
     from ._regions import count_linear_regions
 
     _check_kind("certified_regions", kind)
+    _check_params("certified_regions", kind, params)
     _check_int("certified_regions", "dim", dim, 1, 2)
+    check_times(lo, hi, "certified_regions", ("lo", "hi"))
+    if time_budget is not None:
+        check_number("time_budget", time_budget, "certified_regions", lower=0, example="60.0")
     old = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:
@@ -629,8 +753,11 @@ def sampling_estimate(kind: str, params, *, dim: int, n: int, lo=0.0, hi=1.0) ->
     from ._regions import _Evaluator
 
     _check_kind("sampling_estimate", kind)
+    _check_params("sampling_estimate", kind, params)
     _check_int("sampling_estimate", "dim", dim, 1, 2)
     n = _check_int("sampling_estimate", "n", n, 8)
+    _check_dim("sampling_estimate", kind, params, dim)
+    check_times(lo, hi, "sampling_estimate", ("lo", "hi"))
     old = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:

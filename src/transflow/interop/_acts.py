@@ -44,6 +44,11 @@ def hf_activation(name: Any, option: str = "hidden_act") -> str:
         >>> hf_activation("swish")
         'silu'
     """
+    if not isinstance(option, str) or not option:
+        raise TypeError(
+            f"hf_activation: `option` must be the config option's name (a str), got "
+            f"{type(option).__name__} {option!r:.40}; pass e.g. option='hidden_act'."
+        )
     if not isinstance(name, str) or name not in HF_ACTIVATIONS:
         raise ValueError(
             f"unsupported `{option}`={name!r}: transflow has exact counterparts only for "

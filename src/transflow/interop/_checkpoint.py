@@ -16,7 +16,7 @@ import json
 import pathlib
 from typing import Any
 
-from .._errors import CheckpointError
+from .._errors import CheckpointError, check_flag, check_path
 
 __all__ = ["load_torch_checkpoint", "TORCH_ARCHITECTURE_KEYS"]
 
@@ -39,8 +39,9 @@ TORCH_ARCHITECTURE_KEYS = (
 
 def _untrusted(path, err) -> CheckpointError:
     return CheckpointError(
-        f"{str(path)!r} is not a plain state dict: it needs unpickling of arbitrary objects, "
-        "which can run code from the file, so it is refused by default "
+        f"load_torch_checkpoint: `path`={str(path)!r} is not a plain state dict: it needs "
+        "unpickling of arbitrary objects, which can run code from the file, so it is refused "
+        "by default "
         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). Save the "
         "weights instead, `torch.save(module.state_dict(), path)` with the architecture in "
         "a sidecar `<path>.json`, or, only for a file you trust, opt in with "
@@ -53,7 +54,8 @@ def _architecture(state: dict, sidecar: dict, defaults: dict, path) -> dict:
     key = f"{prefix}self_attn.in_proj_weight"
     if key not in state:
         raise ValueError(
-            f"{str(path)!r}: the state dict is not one of a torch.nn.TransformerEncoder(Layer) "
+            f"load_torch_checkpoint: `path`={str(path)!r}: the state dict is not one of a "
+            "torch.nn.TransformerEncoder(Layer) "
             f"(no `{key}`; keys start {sorted(state)[:4]})."
         )
     inferred: dict[str, Any] = {
@@ -71,7 +73,8 @@ def _architecture(state: dict, sidecar: dict, defaults: dict, path) -> dict:
     arch |= inferred | sidecar
     if "nhead" not in arch:
         raise ValueError(
-            f"{str(path)!r}: the number of heads of a state dict cannot be read from its "
+            f"load_torch_checkpoint: `path`={str(path)!r}: the number of heads of a state dict "
+            "cannot be read from its "
             f'shapes; write it in a sidecar `{str(path)}.json` (e.g. {{"nhead": 4}}) or '
             "pass it as a default."
         )
@@ -142,22 +145,33 @@ def load_torch_checkpoint(path, *, trust_pickle: bool = False, defaults: dict | 
 
     import torch
 
+    where = "load_torch_checkpoint"
+    check_path("path", path, where)
+    check_flag("trust_pickle", trust_pickle, where)
+    if defaults is not None and (
+        not isinstance(defaults, dict) or set(defaults) - set(TORCH_ARCHITECTURE_KEYS)
+    ):
+        got = sorted(defaults) if isinstance(defaults, dict) else type(defaults).__name__
+        raise ValueError(
+            f"{where}: `defaults` must be a dict with keys from {list(TORCH_ARCHITECTURE_KEYS)} "
+            f'or None, got {got}; pass e.g. defaults={{"nhead": 4}}.'
+        )
     p = pathlib.Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"torch checkpoint {str(p)!r} does not exist.")
+        raise FileNotFoundError(f"{where}: `path`={str(p)!r} (a torch checkpoint) does not exist.")
     try:
         obj = torch.load(str(p), weights_only=not trust_pickle, map_location="cpu")
     except pickle.UnpicklingError as e:
         if not trust_pickle and "weights_only" in str(e).lower().replace(" ", "_"):
             raise _untrusted(p, e) from None
-        raise CheckpointError(f"torch checkpoint {str(p)!r} cannot be read: {e}") from e
+        raise CheckpointError(f"{where}: `path`={str(p)!r} cannot be read: {e}") from e
     except (RuntimeError, EOFError, OSError) as e:
-        raise CheckpointError(f"torch checkpoint {str(p)!r} cannot be read: {e}") from e
+        raise CheckpointError(f"{where}: `path`={str(p)!r} cannot be read: {e}") from e
     if isinstance(obj, torch.nn.Module):
         return obj.eval()
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise ValueError(
-            f"torch checkpoint {str(p)!r} holds a {type(obj).__name__}, neither a module nor a "
+            f"{where}: `path`={str(p)!r} holds a {type(obj).__name__}, neither a module nor a "
             "state dict of tensors (save `module.state_dict()`)."
         )
     sidecar_path = pathlib.Path(str(p) + ".json")
@@ -166,11 +180,14 @@ def load_torch_checkpoint(path, *, trust_pickle: bool = False, defaults: dict | 
         try:
             sidecar = json.loads(sidecar_path.read_text())
         except json.JSONDecodeError as e:
-            raise ValueError(f"sidecar {str(sidecar_path)!r} is not valid JSON: {e}") from e
+            raise ValueError(
+                f"{where}: the sidecar of `path`, {str(sidecar_path)!r}, is not valid JSON: {e}"
+            ) from e
         unknown = sorted(set(sidecar) - set(TORCH_ARCHITECTURE_KEYS))
         if unknown:
             raise ValueError(
-                f"sidecar {str(sidecar_path)!r} has unknown keys {unknown}; expected a subset "
+                f"{where}: the sidecar of `path`, {str(sidecar_path)!r}, has unknown keys "
+                f"{unknown}; expected a subset "
                 f"of {list(TORCH_ARCHITECTURE_KEYS)}."
             )
     arch = _architecture(obj, sidecar, dict(defaults or {}), p)
@@ -180,7 +197,7 @@ def load_torch_checkpoint(path, *, trust_pickle: bool = False, defaults: dict | 
         module.load_state_dict(obj, strict=True)
     except RuntimeError as e:
         raise ValueError(
-            f"torch checkpoint {str(p)!r} does not fit the architecture "
+            f"{where}: the state dict in `path`={str(p)!r} does not fit the architecture "
             f"{ {k: v for k, v in arch.items() if k != 'single_layer'} } "
             f"(from the state dict's shapes, {str(sidecar_path)!r} and the defaults): {e}"
         ) from e

@@ -26,7 +26,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from .._controls import AttentionParams, FFNParams, LayerControls, stack_controls
-from .._errors import CheckpointError
+from .._errors import CheckpointError, check_float_dtype, check_path
 from ..models._causal import CausalDecoder, CausalScheme, TokenEmbedding
 from ..models._cvt import (
     ConvAttentionParams,
@@ -595,6 +595,8 @@ def load_hf(path, *, dtype=None):
     """
     import pathlib
 
+    check_path("path", path, "load_hf")
+    check_float_dtype("dtype", dtype, "load_hf")
     p = pathlib.Path(path)
     if not p.exists():
         raise FileNotFoundError(f"load_hf: `path`={str(p)!r} does not exist.")

@@ -121,6 +121,9 @@ def hf_float64_reference(enabled: bool = True):
         >>> bool((exact - x / x.pow(2).mean().add(1e-6).sqrt()).abs().max() < 1e-15)
         True
     """
+    from .._errors import check_flag
+
+    check_flag("enabled", enabled, "hf_float64_reference")
     if not enabled:
         yield
         return

@@ -453,7 +453,25 @@ def torch_substeps(layer, x) -> dict[str, Any]:
     """
     torch = _torch()
     if not isinstance(layer, torch.nn.TransformerEncoderLayer):
-        raise TypeError(f"expected torch.nn.TransformerEncoderLayer, got {type(layer).__name__}.")
+        raise TypeError(
+            f"torch_substeps: `layer` must be a torch.nn.TransformerEncoderLayer, got "
+            f"{type(layer).__name__}."
+        )
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"torch_substeps: `x` must be a torch tensor (n_tokens, d), got {type(x).__name__}; "
+            "pass e.g. `torch.as_tensor(u)`."
+        )
+    d = layer.self_attn.embed_dim
+    if x.ndim != 2 or x.shape[1] != d:
+        raise ValueError(
+            f"torch_substeps: `x` must have shape (n_tokens, {d}) (one sequence), got "
+            f"{tuple(x.shape)}."
+        )
+    if not x.is_floating_point():
+        raise TypeError(f"torch_substeps: `x` must be a float tensor, got {x.dtype}.")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("torch_substeps: `x` contains NaN or Inf; expected finite values.")
     xb = x.unsqueeze(0) if layer.self_attn.batch_first else x.unsqueeze(1)
     squeeze = (lambda t: t[0]) if layer.self_attn.batch_first else (lambda t: t[:, 0])
     with torch.no_grad():

@@ -23,7 +23,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .._errors import as_input
+from .._errors import as_input, check_kind, check_values
 from ..schemes._base import AbstractCausal, has
 from ..schemes._causal import CausalScheme as CausalScheme
 from ._encoder import SplitTransformer
@@ -44,6 +44,12 @@ class TokenEmbedding(eqx.Module):
 
     table: Float[Array, "vocab d"]
     positions: Float[Array, "max_len d"] | None
+
+    def __check_init__(self):
+        table = check_values("table", self.table, "TokenEmbedding", ndim=2)
+        if self.positions is not None:
+            d = table.shape[1]
+            check_values("positions", self.positions, "TokenEmbedding", shape=(None, d))
 
     def __call__(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
         ids = as_input("ids", ids, ndim=1, floating=False)
@@ -75,6 +81,17 @@ class CausalDecoder(eqx.Module):
     unembedding: Float[Array, "d vocab"] | None = None
 
     def __check_init__(self):
+        owner = "CausalDecoder"
+        check_kind("embedding", self.embedding, TokenEmbedding, owner)
+        check_kind("decoder", self.decoder, SplitTransformer, owner)
+        d = self.embedding.table.shape[1]
+        if self.decoder.d_model != d:
+            raise ValueError(
+                f"{owner}: `decoder` acts on d = {self.decoder.d_model} features but "
+                f"`embedding` makes {d}; they must match."
+            )
+        if self.unembedding is not None:
+            check_values("unembedding", self.unembedding, owner, shape=(d, None))
         if not has(self.decoder.scheme, AbstractCausal):
             raise ValueError(
                 "CausalDecoder: `decoder.scheme` must be causal (capability AbstractCausal, "

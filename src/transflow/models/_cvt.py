@@ -36,8 +36,11 @@ from .._controls import AttentionParams, FFNParams, NormParams, num_steps
 from .._errors import (
     as_input,
     check_choice,
+    check_flag,
+    check_kind,
     check_number,
     check_sizes,
+    check_temperature,
     check_values,
     param_dtype,
 )
@@ -258,6 +261,16 @@ class ConvAttentionParams(eqx.Module):
     v_conv: DepthwiseConv2d | FeatureConv | None
     scale: float | None = eqx.field(static=True, default=None)
 
+    def __check_init__(self):
+        owner = "ConvAttentionParams"
+        check_kind("attn", self.attn, AttentionParams, owner, "AttentionParams.random(...)")
+        for name in ("q_conv", "k_conv", "v_conv"):
+            conv = getattr(self, name)
+            if conv is not None:
+                check_kind(name, conv, DepthwiseConv2d | FeatureConv, owner, "or None")
+        if self.scale is not None:
+            check_number("scale", self.scale, owner, lower=0, example="0.125")
+
     @property
     def d_model(self) -> int:
         return self.attn.wq.shape[-2]
@@ -294,6 +307,18 @@ def _apply_conv(conv: TokenConv, u, grid_shape, n_prefix):
         )
     body = conv(u[n_prefix:].reshape(h, w, d)).reshape(-1, d)
     return jnp.concatenate([u[:n_prefix], body], axis=0)
+
+
+def _check_grid_shape(grid_shape, owner: str) -> None:
+    if grid_shape is None:
+        return
+    if not isinstance(grid_shape, tuple | list) or len(grid_shape) != 2:
+        raise TypeError(
+            f"{owner}: `grid_shape` must be (rows, columns) or None, got {grid_shape!r:.40}; "
+            "pass e.g. grid_shape=(4, 4)."
+        )
+    for side in grid_shape:
+        check_number("grid_shape", side, owner, lower=0, integer=True, example="(4, 4)")
 
 
 def conv_attention(
@@ -338,7 +363,14 @@ def conv_attention(
         >>> out.shape, g.shape
         ((13, 8), (2, 13, 5))
     """
+    owner = "conv_attention"
+    check_kind("p", p, ConvAttentionParams, owner)
     u = as_input("u", u, param_dtype(p), ndim=2, shape=(None, p.d_model))
+    _check_grid_shape(grid_shape, owner)
+    check_number("n_prefix", n_prefix, owner, lower=0, strict=False, integer=True, example="1")
+    check_flag("hardmax", hardmax, owner)
+    check_temperature(owner, temperature)
+    check_flag("return_weights", return_weights, owner)
     a = p.attn
     H, dk, dv = a.n_heads, a.head_dim, a.value_dim
     uq = _apply_conv(p.q_conv, u, grid_shape, n_prefix)
@@ -370,6 +402,21 @@ class ConvLayerControls(eqx.Module):
     ffn: FFNParams
     norm2: NormParams
 
+    def __check_init__(self):
+        owner = "ConvLayerControls"
+        check_kind("attn", self.attn, ConvAttentionParams, owner)
+        check_kind("norm1", self.norm1, NormParams, owner)
+        check_kind("ffn", self.ffn, FFNParams, owner)
+        check_kind("norm2", self.norm2, NormParams, owner)
+        d = self.attn.d_model
+        for name in ("norm1", "norm2"):
+            got = getattr(self, name).gain.shape[-1:]
+            if got not in ((), (d,)):
+                raise ValueError(
+                    f"{owner}: `{name}` acts on {got[0]} features but `attn` on d = {d}; "
+                    "the sub-steps of one layer need the same d."
+                )
+
     @property
     def d_model(self) -> int:
         return self.attn.d_model
@@ -392,6 +439,15 @@ class ConvEmbedding(eqx.Module):
     norm: NormParams | None
     stride: int = eqx.field(static=True, default=1)
     padding: int = eqx.field(static=True, default=0)
+
+    def __check_init__(self):
+        owner = "ConvEmbedding"
+        d = check_values("kernel", self.kernel, owner, ndim=4).shape[0]
+        check_values("bias", self.bias, owner, shape=(d,))
+        if self.norm is not None:
+            check_kind("norm", self.norm, NormParams, owner, "or None")
+        check_sizes(owner, stride=self.stride)
+        check_number("padding", self.padding, owner, lower=0, strict=False, integer=True)
 
     def output_shape(self, hw: tuple[int, int]) -> tuple[int, int]:
         kh, kw = self.kernel.shape[-2:]
@@ -436,7 +492,20 @@ class CvtStageModel(eqx.Module):
     temperature: float = eqx.field(static=True, default=1.0)
 
     def __check_init__(self):
+        owner = "CvtStageModel"
+        check_kind("embedding", self.embedding, ConvEmbedding, owner)
+        check_kind("controls", self.controls, ConvLayerControls, owner)
         num_steps(self.controls)
+        d = self.controls.d_model
+        if self.embedding.kernel.shape[0] != d:
+            raise ValueError(
+                f"{owner}: `embedding` makes {self.embedding.kernel.shape[0]} features but "
+                f"`controls` act on d = {d}; they must match."
+            )
+        if self.cls_token is not None:
+            check_values("cls_token", self.cls_token, owner, shape=(d,))
+        check_flag("hardmax", self.hardmax, owner)
+        check_temperature(owner, self.temperature)
 
     def scheme(self, grid_shape: tuple[int, int]) -> ConvPreNormScheme:
         return ConvPreNormScheme(
@@ -470,8 +539,13 @@ class CvtModel(eqx.Module):
     stages: tuple[CvtStageModel, ...]
 
     def __check_init__(self):
-        if not self.stages:
-            raise ValueError("CvtModel: need at least one stage.")
+        if not isinstance(self.stages, tuple | list) or not self.stages:
+            raise ValueError(
+                f"CvtModel: `stages` must be a non-empty tuple of CvtStageModel, got "
+                f"{self.stages!r:.40}."
+            )
+        for i, stage in enumerate(self.stages):
+            check_kind(f"stages[{i}]", stage, CvtStageModel, "CvtModel")
 
     def __call__(self, x: Float[Array, "c h w"]):
         cls = None

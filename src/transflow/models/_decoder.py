@@ -30,7 +30,7 @@ import jax
 from jaxtyping import Array, Bool, Float
 
 from .._controls import AttentionParams, FFNParams, NormParams
-from .._errors import check_array, check_finite, check_step
+from .._errors import check_array, check_finite, check_kind, check_step
 from .._grid import Grid
 from .._masks import check_attention_mask, check_key_padding_mask
 from .._operators import attention, cross_attention
@@ -215,6 +215,18 @@ class SplitEncoderDecoder(eqx.Module):
 
     encoder: SplitTransformer
     decoder: SplitDecoder
+
+    def __check_init__(self):
+        owner = "SplitEncoderDecoder"
+        check_kind("encoder", self.encoder, SplitTransformer, owner)
+        check_kind("decoder", self.decoder, SplitDecoder, owner)
+        d_enc = self.encoder.d_model
+        d_dec = self.decoder.controls.self_attn.wq.shape[-2]
+        if d_enc != d_dec:
+            raise ValueError(
+                f"{owner}: `decoder` acts on d = {d_dec} features but `encoder` on {d_enc}; "
+                "the memory the encoder makes must fit the decoder's cross-attention."
+            )
 
     def __call__(
         self,

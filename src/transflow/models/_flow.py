@@ -21,9 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._activations import activation_fn
 from .._controls import LayerControls, stack_controls
-from .._errors import as_input, check_array, check_number, check_sizes, check_step, check_values
+from .._errors import (
+    as_input,
+    check_array,
+    check_builder,
+    check_number,
+    check_step,
+    check_values,
+)
 from .._evolve import evolve
 from .._grid import Grid
 from .._integrate import ConstantSteps, Remat, RematMode
@@ -76,6 +82,34 @@ class PatchEmbedding(eqx.Module):
     pos: Float[Array, "n d"]
     image_shape: tuple[int, int] = eqx.field(static=True)
     patch: int = eqx.field(static=True)
+
+    def __check_init__(self):
+        owner = "PatchEmbedding"
+        check_number("patch", self.patch, owner, lower=0, integer=True, example="2")
+        shape = self.image_shape
+        if (
+            not isinstance(shape, tuple | list)
+            or len(shape) != 2
+            or any(
+                isinstance(s, bool) or not isinstance(s, int | np.integer) or s < self.patch
+                for s in shape
+            )
+            or any(s % self.patch for s in shape)
+        ):
+            raise ValueError(
+                f"{owner}: `image_shape` must be (h, w) with sides divisible by patch = "
+                f"{self.patch}, got {shape!r:.40}."
+            )
+        p2, d = check_values("weight", self.weight, owner, ndim=2).shape
+        if p2 != self.patch * self.patch:
+            raise ValueError(
+                f"{owner}: `weight` must have patch² = {self.patch**2} rows, got {p2}."
+            )
+        check_values("bias", self.bias, owner, shape=(d,))
+        if self.cls_token is not None:
+            check_values("cls_token", self.cls_token, owner, shape=(d,))
+        n = (shape[0] // self.patch) * (shape[1] // self.patch) + (self.cls_token is not None)
+        check_values("pos", self.pos, owner, shape=(n, d))
 
     @property
     def token_shape(self) -> tuple[int, int]:
@@ -323,8 +357,11 @@ def make_vit(
         >>> type(m.controls).__name__, m.n_steps, m(jnp.zeros((8, 8))).shape
         ('BasisExpansion', 2, (10,))
     """
-    check_sizes(
+    check_builder(
         "make_vit",
+        dt=dt,
+        key=key,
+        activation=activation,
         d=d,
         n_steps=n_steps,
         n_heads=n_heads,
@@ -333,7 +370,6 @@ def make_vit(
         n_classes=n_classes,
         path_size=path_size,
     )
-    check_step("dt", dt, "make_vit")
     if len(tuple(image_shape)) != 2 or any(s < patch or s % patch for s in image_shape):
         raise ValueError(
             f"make_vit: `image_shape` must be (h, w) with sides divisible by patch = {patch}, "
@@ -351,7 +387,6 @@ def make_vit(
         image_shape=(h, w),
         patch=patch,
     )
-    activation_fn(activation)  # refuses an unknown name, naming `activation`
     controls = _layer_or_path_controls(
         d,
         n_steps,
@@ -438,8 +473,10 @@ def make_seq(
     key: PRNGKeyArray,
 ) -> FlowModel:
     """A continuous sequence-to-sequence model (per-token read-out) on a 1-D token grid."""
-    check_sizes(
+    check_builder(
         "make_seq",
+        dt=dt,
+        key=key,
         vocab=vocab,
         length=length,
         n_out=n_out,
@@ -448,7 +485,6 @@ def make_seq(
         n_heads=n_heads,
         d_ff=d_ff,
     )
-    check_step("dt", dt, "make_seq")
     k1, k2, k3, k4 = jax.random.split(key, 4)
     n_out = vocab if n_out is None else n_out
     embed = TokenEmbedding(

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._controls import NormParams
-from .._errors import check_choice
+from .._errors import check_choice, check_kind, check_number, check_values
 from .._operators import activation_fn, project_s1, wmul
 
 __all__ = ["DenseHead", "HeadModel"]
@@ -41,6 +41,13 @@ class DenseHead(eqx.Module):
     activations: tuple[str | None, ...] = eqx.field(static=True)
 
     def __check_init__(self):
+        owner = "DenseHead"
+        for name in ("weights", "biases", "norms", "activations"):
+            if not isinstance(getattr(self, name), tuple | list):
+                raise TypeError(
+                    f"{owner}: `{name}` must be a tuple with one entry per affine map, got "
+                    f"{type(getattr(self, name)).__name__}."
+                )
         n = len(self.weights)
         if not (len(self.biases) == len(self.norms) == len(self.activations) == n >= 1):
             raise ValueError(
@@ -48,6 +55,13 @@ class DenseHead(eqx.Module):
                 f"affine map; got lengths {len(self.weights)}, {len(self.biases)}, "
                 f"{len(self.norms)}, {len(self.activations)}."
             )
+        prev = None
+        for i, (w, b, norm) in enumerate(zip(self.weights, self.biases, self.norms)):
+            w = check_values(f"weights[{i}]", w, owner, ndim=2, shape=(prev, None))
+            check_values(f"biases[{i}]", b, owner, ndim=1, shape=(w.shape[1],))
+            if norm is not None:
+                check_kind(f"norms[{i}]", norm, NormParams, owner, "or None")
+            prev = w.shape[1]
         for a in self.activations:
             if a is not None:
                 activation_fn(a)
@@ -79,7 +93,19 @@ class HeadModel(eqx.Module):
     pad_token_id: int | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
+        check_kind("base", self.base, eqx.Module, "HeadModel", "pass a converted model")
+        check_kind("head", self.head, DenseHead, "HeadModel")
         check_choice("pooling", self.pooling, ("tokens", "first", "last"))
+        if self.pad_token_id is not None:
+            check_number(
+                "pad_token_id",
+                self.pad_token_id,
+                "HeadModel",
+                lower=0,
+                strict=False,
+                integer=True,
+                example="0",
+            )
 
     def __call__(
         self,

@@ -11,7 +11,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .._errors import check_array
+from .._errors import check_array, check_kind, check_number, check_values
 from .._llama_ops import RMSNormParams, check_not_hf_mask, project_sphere
 
 __all__ = ["RMSDecoder"]
@@ -39,6 +39,30 @@ class RMSDecoder(eqx.Module):
     final_norm: RMSNormParams
     unembedding: Float[Array, "d vocab"] | None = None
     sliding_window: int | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        from ._encoder import SplitTransformer
+
+        owner = "RMSDecoder"
+        d = check_values("table", self.table, owner, ndim=2).shape[1]
+        check_kind("decoder", self.decoder, SplitTransformer, owner)
+        if self.decoder.d_model != d:
+            raise ValueError(
+                f"{owner}: `decoder` acts on d = {self.decoder.d_model} features but `table` "
+                f"embeds {d}; they must match."
+            )
+        check_kind("final_norm", self.final_norm, RMSNormParams, owner)
+        if self.unembedding is not None:
+            check_values("unembedding", self.unembedding, owner, shape=(d, None))
+        if self.sliding_window is not None:
+            check_number(
+                "sliding_window",
+                self.sliding_window,
+                owner,
+                lower=0,
+                integer=True,
+                example="4096",
+            )
 
     def initial_condition(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
         check_array("ids", ids, ndim=1, floating=False)

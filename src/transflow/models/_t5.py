@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from .._controls import AttentionParams, FFNParams
-from .._errors import check_array, check_flag, check_number, check_sizes, check_values
+from .._controls import AttentionParams, FFNParams, num_steps
+from .._errors import check_array, check_flag, check_kind, check_number, check_sizes, check_values
 from .._llama_ops import GatedFFNParams, RMSNormParams, gated_ffn, project_sphere
 from .._operators import attention, cross_attention
 from ..schemes._base import ffn_branch
@@ -157,6 +157,33 @@ class T5LayerControls(eqx.Module):
     cross: AttentionParams | None = None
     cross_norm: RMSNormParams | None = None
 
+    def __check_init__(self):
+        owner = "T5LayerControls"
+        check_kind("attn", self.attn, AttentionParams, owner)
+        check_kind("attn_norm", self.attn_norm, RMSNormParams, owner)
+        check_kind("ffn", self.ffn, FFNParams | GatedFFNParams, owner)
+        check_kind("ffn_norm", self.ffn_norm, RMSNormParams, owner)
+        if (self.cross is None) != (self.cross_norm is None):
+            raise ValueError(
+                f"{owner}: `cross` and `cross_norm` go together (a decoder block has both, an "
+                "encoder block neither)."
+            )
+        if self.cross is not None:
+            check_kind("cross", self.cross, AttentionParams, owner, "or None")
+            check_kind("cross_norm", self.cross_norm, RMSNormParams, owner, "or None")
+        d = self.attn.wq.shape[-2]
+        w_in = self.ffn.w_gate if isinstance(self.ffn, GatedFFNParams) else self.ffn.weights[0]
+        sizes = {"ffn": w_in.shape[-2], "attn_norm": self.attn_norm.gain.shape[-1:]}
+        sizes["ffn_norm"] = self.ffn_norm.gain.shape[-1:]
+        if self.cross is not None:
+            sizes["cross"] = self.cross.wq.shape[-2]
+        for name, got in sizes.items():
+            if got not in ((), (d,), d):
+                raise ValueError(
+                    f"{owner}: `{name}` acts on {got if isinstance(got, int) else got[0]} "
+                    f"features but `attn` on d = {d}; the sub-steps of one block need one d."
+                )
+
 
 def _ffn(z, ffn):
     if isinstance(ffn, GatedFFNParams):
@@ -183,6 +210,20 @@ class T5Stack(eqx.Module):
     position_bias: RelativePositionBias
     final_norm: RMSNormParams
     causal: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        owner = "T5Stack"
+        check_kind("controls", self.controls, T5LayerControls, owner)
+        if self.controls.attn.wq.ndim != 3:
+            raise ValueError(
+                f"{owner}: `controls` must be stacked along a leading layer axis (attn.wq of "
+                f"shape (L, d, d)), got attn.wq of shape {tuple(self.controls.attn.wq.shape)}; "
+                "stack the blocks with jax.tree.map(lambda *x: jnp.stack(x), *blocks)."
+            )
+        num_steps(self.controls)
+        check_kind("position_bias", self.position_bias, RelativePositionBias, owner)
+        check_kind("final_norm", self.final_norm, RMSNormParams, owner)
+        check_flag("causal", self.causal, owner)
 
     @property
     def n_layers(self) -> int:
@@ -234,6 +275,20 @@ class T5Stack(eqx.Module):
         return norm(u, self.final_norm)
 
 
+def _check_t5_table(owner: str, table, stacks: dict) -> int:
+    """The token table (finite, ``(vocab, d)``) and stacks of the same d; returns d."""
+    d = check_values("table", table, owner, ndim=2).shape[1]
+    for name, stack in stacks.items():
+        check_kind(name, stack, T5Stack, owner)
+        got = stack.controls.attn.wq.shape[-2]
+        if got != d:
+            raise ValueError(
+                f"{owner}: `{name}` acts on d = {got} features but `table` embeds {d}; they "
+                "must match."
+            )
+    return d
+
+
 def _embed(table, ids, name):
     check_array(name, ids, ndim=1, floating=False)
     if not jnp.issubdtype(ids.dtype, jnp.integer):
@@ -250,6 +305,9 @@ class T5Encoder(eqx.Module):
 
     table: Float[Array, "vocab d"]
     encoder: T5Stack
+
+    def __check_init__(self):
+        _check_t5_table("T5Encoder", self.table, {"encoder": self.encoder})
 
     def initial_condition(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
         return _embed(self.table, ids, "ids")
@@ -277,6 +335,15 @@ class T5EncoderDecoder(eqx.Module):
     decoder: T5Stack
     lm_head: Float[Array, "d vocab"] | None = None
     scale_decoder_outputs: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        owner = "T5EncoderDecoder"
+        d = _check_t5_table(owner, self.table, {"encoder": self.encoder, "decoder": self.decoder})
+        if self.decoder.controls.cross is None:
+            raise ValueError(f"{owner}: `decoder` must have cross-attention (a decoder T5Stack).")
+        if self.lm_head is not None:
+            check_values("lm_head", self.lm_head, owner, shape=(d, None))
+        check_flag("scale_decoder_outputs", self.scale_decoder_outputs, owner)
 
     def encode(
         self, ids: Int[Array, " n"], *, key_padding_mask: Bool[Array, " n"] | None = None

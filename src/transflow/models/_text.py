@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._controls import NormParams
-from .._errors import check_array
+from .._errors import check_array, check_kind, check_number, check_values
 from .._llama_ops import check_not_hf_mask
 from .._operators import project_s1
 from ._encoder import SplitTransformer
@@ -43,6 +43,24 @@ class TextEmbedding(eqx.Module):
     token_types: Float[Array, "types d"] | None
     norm: NormParams
     padding_idx: int | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        owner = "TextEmbedding"
+        vocab, d = check_values("word", self.word, owner, ndim=2).shape
+        check_values("positions", self.positions, owner, shape=(None, d))
+        if self.token_types is not None:
+            check_values("token_types", self.token_types, owner, shape=(None, d))
+        check_kind("norm", self.norm, NormParams, owner)
+        if self.padding_idx is not None:
+            check_number(
+                "padding_idx",
+                self.padding_idx,
+                owner,
+                lower=0,
+                strict=False,
+                integer=True,
+                example="1",
+            )
 
     def position_ids(self, ids: Int[Array, " n"]) -> Int[Array, " n"]:
         if self.padding_idx is None:
@@ -85,6 +103,25 @@ class TextEncoder(eqx.Module):
     embedding: TextEmbedding
     encoder: SplitTransformer
     pooler: tuple[Float[Array, "d d"], Float[Array, " d"]] | None = None
+
+    def __check_init__(self):
+        owner = "TextEncoder"
+        check_kind("embedding", self.embedding, TextEmbedding, owner)
+        check_kind("encoder", self.encoder, SplitTransformer, owner)
+        d = self.embedding.word.shape[1]
+        if self.encoder.d_model != d:
+            raise ValueError(
+                f"{owner}: `encoder` acts on d = {self.encoder.d_model} features but "
+                f"`embedding` makes {d}; they must match."
+            )
+        if self.pooler is not None:
+            if not isinstance(self.pooler, tuple | list) or len(self.pooler) != 2:
+                raise TypeError(
+                    f"{owner}: `pooler` must be a pair (W (d, d), b (d,)) or None, got "
+                    f"{type(self.pooler).__name__}."
+                )
+            check_values("pooler", self.pooler[0], owner, shape=(d, d))
+            check_values("pooler", self.pooler[1], owner, shape=(d,))
 
     def initial_condition(self, ids, token_type_ids=None):
         return self.embedding(ids, token_type_ids)

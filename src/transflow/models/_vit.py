@@ -23,7 +23,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._controls import NormParams
-from .._errors import as_input, check_array
+from .._errors import as_input, check_array, check_kind, check_number, check_values
 from .._grid import Grid
 from .._operators import activation_fn, project_s1
 from ._encoder import SplitTransformer
@@ -95,6 +95,20 @@ class PatchEmbedding(eqx.Module):
     patch_size: tuple[int, int] = eqx.field(static=True)
 
     def __check_init__(self):
+        owner = "PatchEmbedding"
+        for name in ("image_size", "patch_size"):
+            pair = getattr(self, name)
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise TypeError(
+                    f"{owner}: `{name}` must be a pair (rows, columns), got {pair!r:.40}."
+                )
+            for side in pair:
+                check_number(name, side, owner, lower=0, integer=True, example="(8, 8)")
+        check_values("kernel", self.kernel, owner)
+        check_values("bias", self.bias, owner)
+        for name in ("cls_token", "pos_embedding"):
+            if getattr(self, name) is not None:
+                check_values(name, getattr(self, name), owner)
         ph, pw = self.patch_size
         h, w = self.image_size
         if h < ph or w < pw:
@@ -227,6 +241,14 @@ class ClassTokenReadout(eqx.Module):
     token_index: int = eqx.field(static=True, default=0)
 
     def __check_init__(self):
+        owner = "ClassTokenReadout"
+        if self.norm is not None:
+            check_kind("norm", self.norm, NormParams, owner, "or None")
+        if self.weight is not None:
+            w = check_values("weight", self.weight, owner, ndim=2)
+            if self.bias is not None:
+                check_values("bias", self.bias, owner, shape=(w.shape[1],))
+        check_number("token_index", self.token_index, owner, lower=0, strict=False, integer=True)
         activation_fn(self.activation)  # validates the name
 
     def __call__(self, u: Float[Array, "n d"]) -> Float[Array, " p"]:
@@ -269,6 +291,11 @@ class VisionTransformer(eqx.Module):
     readout: ClassTokenReadout | None = None
 
     def __check_init__(self):
+        owner = "VisionTransformer"
+        check_kind("embedding", self.embedding, PatchEmbedding, owner)
+        check_kind("encoder", self.encoder, SplitTransformer, owner)
+        if self.readout is not None:
+            check_kind("readout", self.readout, ClassTokenReadout, owner, "or None")
         if self.embedding.d_model != self.encoder.d_model:
             raise ValueError(
                 f"VisionTransformer: the embedding width D={self.embedding.d_model} differs "

@@ -38,10 +38,12 @@ from .._errors import (
     check_array,
     check_choice,
     check_finite,
+    check_kind,
     check_number,
     check_same_shape,
     check_step,
     check_values,
+    is_array,
     param_dtype,
 )
 from .._grid import Grid
@@ -80,6 +82,8 @@ def controls_specs(controls: LayerControls, axes: ShardAxes) -> LayerControls:
     of ``wo``), the model width (``bo`` and per-feature σ1, σ2) and every FFN width
     (columns of ``weights[j]`` and ``biases[j]``). Everything else is replicated.
     """
+    check_kind("controls", controls, LayerControls, "controls_specs", "stack_controls([...])")
+    check_kind("axes", axes, ShardAxes, "controls_specs", "as_axes({'features': 'f'})")
     return _specs(controls, axes, lead=controls.attn.wq.ndim - 2)
 
 
@@ -123,7 +127,12 @@ def _place(x, sharding: NamedSharding):
 
 def to_host(x: jax.Array) -> np.ndarray:
     """The full value of a (possibly multi-process) sharded array as a NumPy array."""
-    if getattr(x, "is_fully_addressable", True):
+    if not is_array(x):
+        raise TypeError(
+            f"to_host: `x` must be an array (jax.Array or numpy.ndarray), got "
+            f"{type(x).__name__} {x!r:.40}."
+        )
+    if not isinstance(x, jax.Array) or x.is_fully_addressable:
         return np.asarray(x)
     from jax.experimental import multihost_utils
 
@@ -210,7 +219,7 @@ def _batch_masks(kpm, am, B, n, H, axes, method, P_f, scheme):
         masks["key_padding_mask"] = kpm
         specs["key_padding_mask"] = P(axes.batch, axes.tokens)
     if am is not None:
-        if not hasattr(am, "shape") or len(am.shape) not in (3, 4) or am.shape[0] != B:
+        if not is_array(am) or len(am.shape) not in (3, 4) or am.shape[0] != B:
             raise ValueError(
                 f"`attention_mask` has shape {tuple(getattr(am, 'shape', ()))}; expected "
                 f"({B}, {n}, {n}) or ({B}, 1 or {H}, {n}, {n}) (one mask per example)."

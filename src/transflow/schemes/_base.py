@@ -22,7 +22,14 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._controls import FFNParams, LayerControls, NormParams
-from .._errors import check_array, check_choice, check_flag, check_temperature
+from .._errors import (
+    check_array,
+    check_choice,
+    check_flag,
+    check_kind,
+    check_number,
+    check_temperature,
+)
 from .._grid import Grid
 from .._operators import Implementation, activation_fn, attention, project_s1, wmul
 
@@ -87,9 +94,12 @@ def _masks(key_padding_mask, attention_mask) -> dict:
 
 def check_masks(scheme, u, n_heads, key_padding_mask, attention_mask) -> dict:
     """Validate per-sequence masks for ``u`` before any compilation; the set keywords."""
+    check_array("u", u, ndim=2)
     masks = _masks(key_padding_mask, attention_mask)
     if not masks:
         return masks
+    if n_heads is not None:  # None: controls without heads (CvT), refused below
+        check_number("n_heads", n_heads, "check_masks", lower=0, integer=True, example="4")
     from .._masks import check_attention_mask, check_key_padding_mask
 
     n = u.shape[0]
@@ -204,6 +214,21 @@ class DenseOperators(AbstractOperators):
     implementation: Implementation | None = eqx.field(static=True, default=None)
     query_block: int = eqx.field(static=True, default=512)
     key_block: int = eqx.field(static=True, default=512)
+
+    def __check_init__(self):
+        owner = "DenseOperators"
+        if self.grid is not None:
+            check_kind("grid", self.grid, Grid, owner, "pass e.g. Grid.index(n, d) or None")
+        check_flag("causal", self.causal, owner)
+        if not isinstance(self.masks, dict):
+            raise TypeError(
+                f"{owner}: `masks` must be a dict of mask keywords, got "
+                f"{type(self.masks).__name__}."
+            )
+        if self.implementation is not None:
+            check_choice("implementation", self.implementation, ("auto", "dense", "chunked"))
+        for name in ("query_block", "key_block"):
+            check_number(name, getattr(self, name), owner, lower=0, integer=True, example="512")
 
     def attention(self, scheme, v, attn):
         chosen = {}  # the scheme's own implementation, at the default blocks
@@ -498,4 +523,8 @@ class AttentionOptions(AbstractAttentionChoice):
 
 def check_consistent(scheme, consumer: str = "vector_field") -> None:
     """TypeError unless ``scheme`` is a scheme with a vector field (:class:`AbstractODEScheme`)."""
+    if not isinstance(consumer, str) or not consumer:
+        raise TypeError(
+            f"check_consistent: `consumer` must name the caller (a str), got {consumer!r:.40}."
+        )
     require(scheme, AbstractODEScheme, consumer)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import equinox as eqx
 
+from .._errors import check_flag, check_number, check_temperature
 from ._base import AbstractODEScheme
 from ._prenorm import _pre_ln, pre_ln_substep_names
 
@@ -35,6 +36,20 @@ class ConvPreNormScheme(AbstractODEScheme):
 
     order = 1
     nodes = (0.5,)
+
+    def __check_init__(self):
+        owner = "ConvPreNormScheme"
+        if self.grid_shape is not None:
+            if not isinstance(self.grid_shape, tuple | list) or len(self.grid_shape) != 2:
+                raise TypeError(
+                    f"{owner}: `grid_shape` must be (rows, columns) or None, got "
+                    f"{self.grid_shape!r:.40}; pass e.g. grid_shape=(4, 4)."
+                )
+            for side in self.grid_shape:
+                check_number("grid_shape", side, owner, lower=0, integer=True, example="(4, 4)")
+        check_number("n_prefix", self.n_prefix, owner, lower=0, strict=False, integer=True)
+        check_flag("hardmax", self.hardmax, owner)
+        check_temperature(owner, self.temperature)
 
     def substep_names(self, controls) -> tuple[str, ...]:
         return pre_ln_substep_names(controls)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .._controls import LayerControls
+from .._errors import check_array, check_callable, check_flag, check_kind, check_number
 from .._grid import Grid
 from ._base import (
     AbstractLinearStability,
@@ -81,6 +82,13 @@ def pre_ln_step(scheme, attend, u, controls, dt, *, grid: Grid | None, record: b
     scheme passes its convolutional attention); ``record=True`` also returns the sub-step
     states named by ``scheme.substep_names``.
     """
+    # a step of the loop: types, shapes and options only (free at trace time)
+    check_callable("attend", attend, "pre_ln_step", "lambda p: attention(p, controls.attn)")
+    check_array("u", u, ndim=2)
+    check_number("dt", dt, "pre_ln_step", lower=0, example="1.0", traced_ok=True)
+    if grid is not None:
+        check_kind("grid", grid, Grid, "pre_ln_step", "pass e.g. Grid.index(n, d) or None")
+    check_flag("record", record, "pre_ln_step")
     u2, states = _pre_ln(attend, u, controls, dt, DenseOperators(grid))
     if not record:
         return u2

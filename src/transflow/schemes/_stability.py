@@ -308,7 +308,7 @@ def linearised_stability(
         form = scheme.stability_form
     if form not in _FORMS:
         raise ValueError(
-            f"linearised_stability: unknown form {form!r}; valid: "
+            f"linearised_stability: `form` {form!r} is unknown; valid: "
             f"{', '.join(map(repr, _FORMS))} (None: the scheme's stability_form)."
         )
     if form == "imex":

@@ -13,6 +13,7 @@ import jax
 from jaxtyping import Array
 
 from .._controls import FFNParams, LayerControls
+from .._errors import check_same_shape, check_values
 from ._base import (
     AbstractLinearStability,
     AbstractMaskable,
@@ -102,6 +103,9 @@ class AbstractExplicitScheme(
 
 def linear_sub_fields(ja, jg) -> SubFields:
     """The linear sub-fields a(u) = u J_a, g(u) = u J_g, the projections the identity."""
+    ja = check_values("ja", ja, "linear_sub_fields", square=True)
+    jg = check_values("jg", jg, "linear_sub_fields", square=True)
+    check_same_shape(("ja", "jg"), ja, jg, "linear_sub_fields")
     return SubFields(lambda u: u @ ja, lambda u: u @ jg, _identity, _identity)
 
 
