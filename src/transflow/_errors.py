@@ -511,18 +511,15 @@ def check_float_dtype(name: str, dtype: Any, owner: str | None = None) -> None:
         )
 
 
-def check_builder(owner: str, *, dt: Any, key: Any, activation: Any = None, **sizes: Any):
+def check_builder(owner: str, *, dt: Any, key: Any, **sizes: Any):
     """The arguments every model builder takes (``make_vit``, ``make_seq``,
     ``make_char_lm``), each refused in one line naming it: the sizes (integers >= 1, see
-    :func:`check_sizes`), the step ``dt`` (:func:`check_step`), the PRNG ``key``
-    (:func:`check_key`) and, if given, the ``activation`` name."""
+    :func:`check_sizes`), the step ``dt`` (:func:`check_step`) and the PRNG ``key``
+    (:func:`check_key`). (A builder checks its ``activation`` with
+    :func:`transflow._activations.activation_fn`, which names it.)"""
     check_sizes(owner, **sizes)
     check_step("dt", dt, owner)
     check_key("key", key, owner)
-    if activation is not None:
-        from ._activations import activation_fn
-
-        activation_fn(activation)  # refuses an unknown name, naming `activation`
 
 
 def check_path(name: str, value: Any, owner: str | None = None) -> None:

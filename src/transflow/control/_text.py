@@ -278,6 +278,7 @@ def make_char_lm(
     import jax.numpy as jnp
 
     from .. import CausalScheme, PreNormScheme
+    from .._activations import activation_fn
     from ..models._flow import FlowModel, TokenEmbedding, _ffn_copies, _layer_or_path_controls
     from ..schemes._base import AbstractCausal, has
 
@@ -285,7 +286,6 @@ def make_char_lm(
         "make_char_lm",
         dt=dt,
         key=key,
-        activation=activation,
         vocab=vocab,
         context=context,
         d=d,
@@ -293,6 +293,7 @@ def make_char_lm(
         n_heads=n_heads,
         path_size=path_size,
     )
+    activation_fn(activation)  # refuses an unknown name, naming `activation`
     dtype = jnp.float32 if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)
     embed = TokenEmbedding(

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._activations import activation_fn
 from .._controls import LayerControls, stack_controls
 from .._errors import (
     as_input,
@@ -361,7 +362,6 @@ def make_vit(
         "make_vit",
         dt=dt,
         key=key,
-        activation=activation,
         d=d,
         n_steps=n_steps,
         n_heads=n_heads,
@@ -370,6 +370,7 @@ def make_vit(
         n_classes=n_classes,
         path_size=path_size,
     )
+    activation_fn(activation)  # refuses an unknown name, naming `activation`
     if len(tuple(image_shape)) != 2 or any(s < patch or s % patch for s in image_shape):
         raise ValueError(
             f"make_vit: `image_shape` must be (h, w) with sides divisible by patch = {patch}, "
