@@ -522,6 +522,16 @@ def check_builder(owner: str, *, dt: Any, key: Any, **sizes: Any):
     check_key("key", key, owner)
 
 
+def check_width(owner: str, name: str, d_model: int, source: str, d: int) -> None:
+    """Raise unless the model ``name`` acts on the ``d`` features ``source`` makes (a
+    decoder or encoder behind an embedding), naming both."""
+    if d_model != d:
+        raise ValueError(
+            f"{owner}: `{name}` acts on d = {d_model} features but `{source}` makes {d}; "
+            "they must match."
+        )
+
+
 def check_path(name: str, value: Any, owner: str | None = None) -> None:
     """Raise unless ``value`` is a file-system path (a ``str`` or an ``os.PathLike``)."""
     import os

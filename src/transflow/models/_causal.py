@@ -23,7 +23,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .._errors import as_input, check_kind, check_values
+from .._errors import as_input, check_kind, check_values, check_width
 from ..schemes._base import AbstractCausal, has
 from ..schemes._causal import CausalScheme as CausalScheme
 from ._encoder import SplitTransformer
@@ -85,11 +85,7 @@ class CausalDecoder(eqx.Module):
         check_kind("embedding", self.embedding, TokenEmbedding, owner)
         check_kind("decoder", self.decoder, SplitTransformer, owner)
         d = self.embedding.table.shape[1]
-        if self.decoder.d_model != d:
-            raise ValueError(
-                f"{owner}: `decoder` acts on d = {self.decoder.d_model} features but "
-                f"`embedding` makes {d}; they must match."
-            )
+        check_width(owner, "decoder", self.decoder.d_model, "embedding", d)
         if self.unembedding is not None:
             check_values("unembedding", self.unembedding, owner, shape=(d, None))
         if not has(self.decoder.scheme, AbstractCausal):

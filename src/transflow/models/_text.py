@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .._controls import NormParams
-from .._errors import check_array, check_kind, check_number, check_values
+from .._errors import check_array, check_kind, check_number, check_values, check_width
 from .._llama_ops import check_not_hf_mask
 from .._operators import project_s1
 from ._encoder import SplitTransformer
@@ -109,11 +109,7 @@ class TextEncoder(eqx.Module):
         check_kind("embedding", self.embedding, TextEmbedding, owner)
         check_kind("encoder", self.encoder, SplitTransformer, owner)
         d = self.embedding.word.shape[1]
-        if self.encoder.d_model != d:
-            raise ValueError(
-                f"{owner}: `encoder` acts on d = {self.encoder.d_model} features but "
-                f"`embedding` makes {d}; they must match."
-            )
+        check_width(owner, "encoder", self.encoder.d_model, "embedding", d)
         if self.pooler is not None:
             if not isinstance(self.pooler, tuple | list) or len(self.pooler) != 2:
                 raise TypeError(
