@@ -236,9 +236,14 @@ def test_no_concrete_class_is_subclassed():
     assert not bad, bad
 
 
-# the two argument checks of functions defined on a MaxoutNetwork's weights (they refuse
-# other input at the boundary; they select no behaviour)
-_ALLOWED_ISINSTANCE = {("_construction.py", "net"), ("_lp.py", "net")}
+# the argument checks of functions and records defined on a MaxoutNetwork's weights (they
+# refuse other input at the boundary; they select no behaviour): the constructions, the
+# LP, and a trained-regions Target's exact CPWL network (counted by its weights)
+_ALLOWED_ISINSTANCE = {
+    ("_construction.py", "net"),
+    ("_lp.py", "net"),
+    ("_trained.py", "self.network"),
+}
 
 
 def _names(node):

@@ -417,7 +417,7 @@ def text_baselines(cfg: Config, ctx) -> dict:
     at smoke size ``context=16, n_val=16``); logged, reported, not claimed."""
     from transflow.control import text_baselines as baselines
 
-    b = baselines(cfg.text)
+    b = baselines(complete(cfg.text))  # the windows' fields are the text options'
     ctx.log({"kind": "text_baselines", **b})
     return b
 
