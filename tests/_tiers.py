@@ -124,4 +124,8 @@ MOVED_TO_SLOW: dict[str, str] = {
     "tests/test_scheme_analysis.py::test_measured_order_is_the_declared_one[prenorm-1]": "one scheme of four (6 s CPU); the others stay fast",
     "tests/test_interop_torch_masks.py::test_encoder_with_padding_and_masks[False-dtype1]": "one dtype of two (4 s CPU); False-dtype0 and both norm_first=True cases stay fast",
     "tests/test_layer_schemes.py::test_stable_dt_of_the_imex_layer_as_trained[imex_dissipative]": "the dissipative IMEX layer's stable Δt as trained (15 s CPU); the IMEX layer's stable Δt is confirmed by runs below and above it in the fast test_largest_stable_dt_is_confirmed_by_runs_below_and_above[imex]",
+    "tests/test_depth.py::test_depth_evaluation_names_every_metric_and_matches_depth_accuracy": "the whole evaluation of one model (35 s wall on CI); its parts have fast tests: depth_accuracy and the readings (tests/test_readings.py), the split solve, local orders and straddles (tests/test_depth_eval.py)",
+    "tests/test_doctests.py::test_docstring_examples[transflow.expressivity._trained_cell]": "its example trains a cell (11 s wall on CI); train_cell has fast tests in tests/test_trained_regions.py",
+    "tests/test_public_inputs.py::test_valid_arguments_are_accepted[transflow.control.gradient_peak_rss]": "accepting valid arguments measures a gradient in a child process (11 s wall on CI); the refusal of each bad argument stays fast",
+    "tests/test_public_inputs.py::test_valid_arguments_are_accepted[transflow.control.adjoint_gradients]": "accepting valid arguments solves adjoint gradients (9 s wall on CI); the refusal of each bad argument stays fast",
 }
