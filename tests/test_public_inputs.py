@@ -1721,7 +1721,7 @@ CASES += [
             "checkpoint_every": BAD_SIZE,
             "keep": BAD_SIZE,
             "log_every": BAD_SIZE,
-            "eval_every": BAD_SIZE,
+            "eval_every": [-1, 2.5, NAN, True],  # 0, as None: only at the end
             "throttle": [-1.0, NAN, INF],
             "eval_fn": [3],
         },

@@ -267,7 +267,7 @@ def train(
         data_state: ``step -> (epoch, position)``; saved and checked on resume.
         log_every: period of the logged training loss/accuracy (and progress postfix).
         eval_fn: ``model -> dict`` of evaluation metrics (e.g. test accuracy).
-        eval_every: evaluation period (``None``: only at the end).
+        eval_every: evaluation period (``None`` or ``0``: only at the end).
         on_log: called with every logged dict (e.g. ``ctx.log``).
         progress: ``(iterable, total=, desc=) -> iterable`` progress bar (tqdm, quiet when
             not a TTY); ``None`` for none.
@@ -289,7 +289,7 @@ def train(
     if keep is not None:
         check_number("keep", keep, owner, lower=0, integer=True, example="3 (or None)")
     check_number("log_every", log_every, owner, lower=0, integer=True, example="10")
-    if eval_every is not None:
+    if eval_every is not None and not (isinstance(eval_every, int) and eval_every == 0):
         check_number("eval_every", eval_every, owner, lower=0, integer=True, example="100")
     check_number("throttle", throttle, owner, lower=0, strict=False, example="0.0")
     for name, fn in (("data_state", data_state), ("eval_fn", eval_fn), ("on_log", on_log)):
