@@ -26,12 +26,12 @@ def reading_suffix(reading: str) -> str:
 
 
 def _f64(model):
+    import equinox as eqx
     import jax
     import jax.numpy as jnp
 
-    def cast(a):
-        floating = hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating)
-        return a.astype(jnp.float64) if floating else a
+    def cast(a):  # the floating arrays to float64; integer arrays and the rest as they are
+        return a.astype(jnp.float64) if eqx.is_inexact_array(a) else a
 
     return jax.tree.map(cast, model)
 

@@ -388,9 +388,10 @@ def _run_pair(c: dict[str, Any], torch_dtype, masked: bool):
         kw["token_type_ids"] = types
     with torch.no_grad(), hf_float64_reference(torch_dtype == torch.float64):
         o = hf(ids, **kw)
-    ref = (o.logits if hasattr(o, "logits") else o.last_hidden_state).numpy()
+    has_logits = "logits" in o  # a transformers ModelOutput is a mapping of its fields
+    ref = (o.logits if has_logits else o.last_hidden_state).numpy()
     model = from_hf(hf)
-    lm = hasattr(o, "logits") and hasattr(model, "logits")
+    lm = has_logits and hasattr(model, "logits")
     ji = jnp.asarray(ids.numpy())
     kpm = jnp.asarray(keep.numpy() == 0)
     jt = None if types is None else jnp.asarray(types.numpy())
