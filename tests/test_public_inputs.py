@@ -3563,6 +3563,76 @@ CASES += [
 ]
 
 
+# the training configs: every field is checked when the config is made (issue 49)
+_TRAIN_BAD: dict[str, list] = {
+    **{k: BAD_SIZE for k in ("d", "n_steps", "n_heads", "batch_size", "steps")},
+    **{k: [-1, 2.5, NAN, True] for k in ("d_ff", "warmup_steps", "log_every", "eval_every")},
+    "checkpoint_every": [-1, 2.5, INF],
+    "scheme": ["liee", None, 3],
+    "ffn_branch_dt": ["3dt", None],
+    "remat": ["always", None],
+    "lr": [0.0, -1e-3, NAN, INF, "1e-3"],
+    "weight_decay": [-1e-4, NAN, INF],
+    "throttle": [-1.0, NAN, INF],
+    "resume": ["yes", 1],
+    "checkpoint_dir": [3, "", None],
+}
+_DIGITS_BAD: dict[str, list] = {
+    **_TRAIN_BAD,
+    "patch": [*BAD_SIZE, 3],
+    "pool": ["max", None],
+    "test_fraction": [0.0, 1.0, -0.1, NAN, INF],
+}
+_DEPTH_BAD: dict[str, list] = {
+    **_DIGITS_BAD,
+    "path": ["spline", None],
+    "path_size": BAD_SIZE,
+    "train_depths": [[0], [2, -1], [2.5], "4", NAN],
+    "smoothness": [-1.0, NAN, INF],
+    "smooth_init": ["no"],
+    "relax_tau": [0.0, -1.0, NAN, INF],
+    "dt": BAD_STEP,
+    "gradient": ["adjointt", None],
+    "checkpoints": BAD_SIZE,
+    "adjoint_solver": ["rk4", None],
+    "activation": ["swish", None],
+    "theta_at": ["start", None],
+}
+
+CASES += [
+    Case(
+        f"transflow.control.{name}",
+        _ctl(name),
+        dict,
+        bad,
+    )
+    for name, bad in (
+        ("TrainConfig", _TRAIN_BAD),
+        ("DigitsConfig", _DIGITS_BAD),
+        ("DepthDigitsConfig", _DEPTH_BAD),
+        (
+            "SequenceConfig",
+            {
+                **_TRAIN_BAD,
+                "kind": ["sorted", None],
+                **{k: BAD_SIZE for k in ("length", "vocab", "n_test")},
+            },
+        ),
+        (
+            "DepthTextConfig",
+            {
+                **_DEPTH_BAD,
+                "context": BAD_SIZE,
+                "val_fraction": [0.0, 1.0, NAN],
+                "n_val": BAD_SIZE,
+                "corpus": ["wiki", None],
+                "max_chars": [-1, 2.5, NAN],
+            },
+        ),
+    )
+]
+
+
 def _params():
     for case in CASES:
         for arg, values in case.bad.items():

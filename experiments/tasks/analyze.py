@@ -62,11 +62,7 @@ CHOICES = {
 
 #: Cross-option constraints, checked before any work (experiments/validate.py).
 CONSTRAINTS = (
-    Constraint(
-        ("task.digits.patch",),
-        lambda p: 8 % p == 0,
-        "task.digits.patch dividing the 8×8 image: 1, 2, 4 or 8",
-    ),
+    # task.digits.patch dividing 8: refused by the library's DigitsConfig itself
     Constraint(
         ("task.image_size", "task.patch_size"),
         lambda size, patch: size % patch == 0,

@@ -5,13 +5,7 @@ Training as optimal control (docs/spec/continuous-model.md §5) of the continuou
 embedding + position embedding → N_t steps of the split scheme → mean-pool/class-token read-out),
 with :func:`transflow.control.run_training` of ``TRAINING_TASKS["digits"]`` (the same code as
 ``python -m transflow.control digits``).
-Checkpoints are written every ``checkpoint_every`` steps (atomic, checksummed); with
-``checkpoint_dir=auto`` they live in ``outputs/checkpoints/train_digits-<config hash>/``, so
-rerunning the same command after an interruption resumes from the last good checkpoint
-(bitwise identical to an uninterrupted run). Writes ``metrics.jsonl`` (training loss and
-accuracy every ``log_every`` steps, test metrics every ``eval_every`` steps and a final
-record with ``test_accuracy`` and ``cpu_seconds``), ``curves.npz``, ``curves.png/pdf`` and
-the report. The field meanings are documented in
+Checkpoints, resuming, files written: experiments/tasks/_training.py. The fields are in
 :class:`transflow.control.DigitsConfig`; this ``Config`` derives from it and adds the claim
 thresholds. Claims (a failure marks the run FAILED): the run reaches its last step and
 the training loss falls (every size); ``test_accuracy ≥ min_test_accuracy`` (0.95) at full size.
@@ -23,17 +17,13 @@ from dataclasses import dataclass
 
 from transflow.control import DigitsConfig
 
-from ..validate import Constraint
 from ._training import run_task
 
 __all__ = ["CONSTRAINTS", "Config", "run"]
 
-#: Checked before any work (the ranges and names of each option: experiments/validate.py).
-CONSTRAINTS = (
-    Constraint(
-        ("task.patch",), lambda p: 8 % p == 0, "task.patch dividing the 8×8 image: 1, 2, 4 or 8"
-    ),
-)
+#: Checked before any work: the ranges and names of each option (experiments/validate.py)
+#: and the fields of the library's config (DigitsConfig refuses a patch not dividing 8).
+CONSTRAINTS = ()
 
 
 @dataclass

@@ -27,7 +27,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import check_callable, check_flag, check_kind, check_number, check_path
+from .._errors import (
+    check_callable,
+    check_flag,
+    check_kind,
+    check_number,
+    check_path,
+    check_sequence,
+)
 from ._checkpoint import _say
 
 __all__ = [
@@ -48,6 +55,88 @@ __all__ = [
 
 # Fields that do not change the training trajectory (excluded from the checkpoint key).
 _NOT_TRAJECTORY = ("checkpoint_dir", "resume", "throttle", "log_every")
+
+
+def _scheme_names() -> tuple[str, ...]:
+    from ..schemes._registry import _REGISTRY
+
+    return tuple(_REGISTRY)  # read at check time: register_scheme adds names
+
+
+def _path_names() -> tuple[str, ...]:
+    from .._paths import PATH_KINDS
+
+    return ("none", *PATH_KINDS)
+
+
+def _theta_at_names() -> tuple[str, ...]:
+    from ..models._flow import THETA_AT
+
+    return THETA_AT
+
+
+def _gradient_names() -> tuple[str, ...]:
+    from ._at_depth import GRADIENTS
+
+    return GRADIENTS
+
+
+def _adjoint_solver_names() -> tuple[str, ...]:
+    from ._at_depth import _SOLVERS
+
+    return _SOLVERS
+
+
+_EXAMPLES = {"size": "4", "count": "10", "positive": "1.0", "non-negative": "0.0"}
+
+
+def _check_fields(cfg: Any, rules: Mapping[str, Any]) -> None:
+    """Check the fields of a training config against ``rules`` (name → rule), one line per
+    refusal naming the config, the field, what was expected and what was got.
+
+    A rule is ``"size"`` (an integer > 0), ``"count"`` (an integer >= 0), ``"positive"``
+    (a finite number > 0), ``"non-negative"`` (finite, >= 0), ``"fraction"`` (finite, in
+    (0, 1)), ``"flag"`` (a bool), ``"sizes"`` (a possibly empty list of integers > 0), or
+    the allowed names (a tuple, or a function returning one, read when the check runs).
+    """
+    owner = type(cfg).__name__
+    for name, rule in rules.items():
+        value = getattr(cfg, name)
+        if callable(rule):
+            rule = rule()
+        if isinstance(rule, tuple):
+            if not isinstance(value, str) or value not in rule:
+                raise ValueError(f"{owner}: `{name}` must be one of {rule}, got {value!r}.")
+        elif rule == "flag":
+            check_flag(name, value, owner)
+        elif rule == "sizes":
+            check_sequence(name, value, owner, nonempty=False, example="[2, 4, 8]")
+        elif rule == "fraction":
+            check_number(name, value, owner, lower=0, upper=1, example="0.2")
+        else:
+            check_number(
+                name,
+                value,
+                owner,
+                lower=0,
+                strict=rule in ("size", "positive"),
+                integer=rule in ("size", "count"),
+                example=_EXAMPLES[rule],
+            )
+
+
+_TRAIN_RULES: dict[str, Any] = {
+    **dict.fromkeys(("d", "n_steps", "n_heads", "batch_size", "steps"), "size"),
+    **dict.fromkeys(("d_ff", "warmup_steps", "log_every", "eval_every"), "count"),
+    "checkpoint_every": "count",
+    "scheme": _scheme_names,
+    "ffn_branch_dt": ("dt", "2dt"),
+    "remat": ("none", "step", "nested"),
+    "lr": "positive",
+    "weight_decay": "non-negative",
+    "throttle": "non-negative",
+    "resume": "flag",
+}
 
 
 @dataclass
@@ -75,6 +164,15 @@ class TrainConfig:
     resume: bool = True  # continue from the last checkpoint in checkpoint_dir
     throttle: float = 0.0  # seconds of sleep per step (to demonstrate interruption)
 
+    def __post_init__(self):
+        # every field checked when the config is made (the CLI builds it before any run
+        # directory exists): one line naming the field, the rule and the value
+        _check_fields(self, self._rules())
+        check_path("checkpoint_dir", self.checkpoint_dir, type(self).__name__)
+
+    def _rules(self) -> dict[str, Any]:
+        return _TRAIN_RULES
+
 
 @dataclass
 class DigitsConfig(TrainConfig):
@@ -83,6 +181,22 @@ class DigitsConfig(TrainConfig):
     patch: int = 2  # patch size: 8×8 image → (8/patch)² tokens on a 2-D grid
     pool: str = "mean"  # read-out: "mean" over Ω_x or "cls" (class token)
     test_fraction: float = 0.2
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.patch, int) and self.patch > 0 and 8 % self.patch:
+            raise ValueError(
+                f"{type(self).__name__}: `patch` must divide the 8×8 image (1, 2, 4 or 8), "
+                f"got {self.patch}; pass e.g. patch=2."
+            )
+
+    def _rules(self) -> dict[str, Any]:
+        return {
+            **super()._rules(),
+            "patch": "size",
+            "pool": ("mean", "cls"),
+            "test_fraction": "fraction",
+        }
 
 
 @dataclass
@@ -123,6 +237,23 @@ class DepthDigitsConfig(DigitsConfig):
     # stage, as every depth-study run so far; "nodes" at the scheme's stage nodes
     theta_at: str = "midpoint"
 
+    def _rules(self) -> dict[str, Any]:
+        return {
+            **super()._rules(),
+            "path": _path_names,
+            "path_size": "size",
+            "train_depths": "sizes",
+            "smoothness": "non-negative",
+            "smooth_init": "flag",
+            "relax_tau": "positive",
+            "dt": "positive",
+            "gradient": _gradient_names,
+            "checkpoints": "size",
+            "adjoint_solver": _adjoint_solver_names,
+            "activation": DEPTH_ACTIVATIONS,
+            "theta_at": _theta_at_names,
+        }
+
 
 #: The FFN activations :class:`DepthDigitsConfig` trains with: ReLU (the paper's
 #: projection onto S2, a kink at 0) and smooth ones (a control with a C¹ field).
@@ -138,6 +269,13 @@ class SequenceConfig(TrainConfig):
     length: int = 8
     vocab: int = 10
     n_test: int = 1000
+
+    def _rules(self) -> dict[str, Any]:
+        return {
+            **super()._rules(),
+            "kind": ("sort", "reverse"),
+            **dict.fromkeys(("length", "vocab", "n_test"), "size"),
+        }
 
 
 @dataclass
@@ -413,17 +551,9 @@ def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
     import equinox as eqx
     import jax
 
-    from ..continuous import PATH_KINDS
-    from ..models._flow import THETA_AT
     from ._at_depth import depth_loss
 
-    if cfg.path != "none" and cfg.path not in PATH_KINDS:
-        raise ValueError(f"`path` must be 'none' or one of {PATH_KINDS}, got {cfg.path!r}.")
-    if cfg.activation not in DEPTH_ACTIVATIONS:
-        raise ValueError(
-            f"`activation` must be one of {DEPTH_ACTIVATIONS}, got {cfg.activation!r}; "
-            "relu is the default (the paper's FFN), a smooth one gives a C¹ field."
-        )
+    # the config checked its fields (DepthDigitsConfig._rules)
     scheme = _scheme(cfg.scheme, cfg.ffn_branch_dt, cfg.relax_tau)
     path_kw = (
         {}
@@ -432,11 +562,6 @@ def _setup_depth_digits(cfg: DepthDigitsConfig, seed: int, key) -> Problem:
     )
     if cfg.activation != "relu":  # the default model is built exactly as before
         path_kw["activation"] = cfg.activation
-    if cfg.theta_at not in THETA_AT:
-        raise ValueError(
-            f"`theta_at` must be one of {THETA_AT}, got {cfg.theta_at!r}; 'midpoint' freezes "
-            "θ over a step (the depth study's reading), 'nodes' reads it at the stage nodes."
-        )
     path_kw["theta_at"] = cfg.theta_at
     base = _setup_digits(cfg, seed, key, scheme=scheme, dt=cfg.dt, **path_kw)
     model = base.model

@@ -21,7 +21,7 @@ import hashlib
 import math
 import pathlib
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -350,6 +350,16 @@ class DepthTextConfig(DepthDigitsConfig):
     corpus: str = "pydoc"  # "pydoc" | "stdlib" (CORPORA)
     max_chars: int = 0  # cap on the corpus's characters; 0: the whole corpus
 
+    def _rules(self) -> dict[str, Any]:
+        return {
+            **super()._rules(),
+            "context": "size",
+            "val_fraction": "fraction",
+            "n_val": "size",
+            "corpus": CORPORA,
+            "max_chars": "count",
+        }
+
 
 def bits_per_char(loss_nats: float) -> float:
     """Mean cross-entropy in nats → bits per character.
@@ -367,17 +377,10 @@ def _setup_depth_text(cfg: DepthTextConfig, seed: int, key):
     import equinox as eqx
     import jax
 
-    from ..continuous import PATH_KINDS
     from ._at_depth import depth_loss
-    from ._tasks import DEPTH_ACTIVATIONS, Problem, _scheme
+    from ._tasks import Problem, _scheme
     from ._train import evaluate
 
-    if cfg.path != "none" and cfg.path not in PATH_KINDS:
-        raise ValueError(f"`path` must be 'none' or one of {PATH_KINDS}, got {cfg.path!r}.")
-    if cfg.activation not in DEPTH_ACTIVATIONS:
-        raise ValueError(
-            f"`activation` must be one of {DEPTH_ACTIVATIONS}, got {cfg.activation!r}."
-        )
     split = load_text_split(cfg.val_fraction, cfg.corpus, cfg.max_chars)
     model = make_char_lm(
         vocab=len(split.vocab),
