@@ -56,6 +56,8 @@ from .validate import (
     Rule,
     check_constraints,
     option_check,
+    option_values,
+    plain,
     rule_for,
     validate,
     writable_dir_problem,
@@ -177,17 +179,6 @@ class _Precision:
 
         jax.config.update("jax_enable_x64", self._old)
         return False
-
-
-def _describe_overrides(cfg: DictConfig) -> str:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        if HydraConfig.initialized():
-            return " ".join(HydraConfig.get().overrides.task)
-    except Exception:  # noqa: BLE001 - informative only
-        pass
-    return ""
 
 
 #: The command line of this process (``main`` sets it), quoted in ``report.md``.
@@ -400,6 +391,18 @@ def prune(cfg: DictConfig, task_name: str) -> DictConfig:
     return out
 
 
+def _name_the_key(task_cfg: Any, line: str) -> str:
+    """``task.<key> = <value> is not allowed: <reason>`` for the field (nested configs
+    included) that the library's one-line refusal ``line`` names in backticks."""
+    import re
+
+    named, reason = re.search(r"`(\w+)`", line), re.sub(r"^\w+: ", "", line)
+    for key, name, value in option_values(task_cfg, "task"):
+        if named is not None and name == named.group(1):
+            return f"{key} = {plain(value)} is not allowed: {reason}"
+    return f"task: {line}"
+
+
 def check_config(cfg: DictConfig, task_name: str):
     """Validate a composed config before any compute; returns ``(module, task object)``.
 
@@ -422,8 +425,16 @@ def check_config(cfg: DictConfig, task_name: str):
             f"(experiments/tasks/{task_name}.py::Config); its fields are {sorted(fields)}."
         )
     task_cfg = OmegaConf.merge(OmegaConf.structured(module.Config), cfg.task)
-    task_obj = OmegaConf.to_object(task_cfg)
     pruned = prune(cfg, task_name)
+    try:
+        task_obj = OmegaConf.to_object(task_cfg)
+    except (ValueError, TypeError) as e:
+        # the library's config refused a field (TrainConfig.__post_init__): the rules of
+        # validate name the key as the command line wrote it, so they speak first
+        validate(pruned, task_name, None, choices=getattr(module, "CHOICES", {}))
+        cause = e.__cause__ if isinstance(e.__cause__, ValueError | TypeError) else e
+        line = str(cause).splitlines()[0]
+        raise ConfigValueError(_name_the_key(task_cfg, line)) from None
     validate(pruned, task_name, task_obj, choices=getattr(module, "CHOICES", {}))
     check_constraints(getattr(module, "CONSTRAINTS", ()), pruned, task_obj)
     check = getattr(module, "check", None)
@@ -435,14 +446,6 @@ def check_config(cfg: DictConfig, task_name: str):
         except (ValueError, TypeError, FileNotFoundError) as e:
             raise ConfigValueError(str(e)) from None
     return module, task_obj
-
-
-def _plain(v: Any) -> str:
-    if isinstance(v, dict):
-        return json.dumps(to_jsonable(v), separators=(",", ":"))
-    if isinstance(v, list | tuple):
-        return "[" + ",".join(map(str, v)) + "]"
-    return str(v)
 
 
 class Killed(BaseException):
@@ -863,7 +866,7 @@ def _option_lines(cls: type, obj: Any, task_name: str, choices: dict, prefix: st
             each = "each " if isinstance(value, list | tuple) and value else ""
             allowed = each + rule.describe()
         tp = _type_name(hints.get(f.name, f.type))
-        lines.append(f"  {key}={_plain(value)}  [{tp}{'; ' + allowed if allowed else ''}]")
+        lines.append(f"  {key}={plain(value)}  [{tp}{'; ' + allowed if allowed else ''}]")
         if f.name in comments:
             lines.append(f"      {comments[f.name]}")
     return lines
@@ -927,7 +930,7 @@ def experiment_help(name: str) -> str:
                 for k, v in pruned[g].items_ex(resolve=False):
                     rule = rule_for("", str(k))
                     lines.append(
-                        f"  {g}.{k}={_plain(_value(v))}"
+                        f"  {g}.{k}={plain(_value(v))}"
                         + (f"  [{rule.describe()}]" if isinstance(rule, Rule) else "")
                     )
     else:

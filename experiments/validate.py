@@ -26,6 +26,7 @@ This module imports neither JAX nor torch.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -213,12 +214,15 @@ class Constraint:
         args = [values[k] for k in self.keys]
         if self.test(*args):
             return None
-        shown = ", ".join(f"{k} = {_plain(values[k])}" for k in self.keys)
+        shown = ", ".join(f"{k} = {plain(values[k])}" for k in self.keys)
         fix = "change one of them" if len(self.keys) > 1 else "change it"
         return f"{shown}: expected {self.expect}; {fix}."
 
 
-def _plain(v: Any) -> str:
+def plain(v: Any) -> str:
+    """A value as a command line writes it: ``[4,8]``, ``{"a":1}``, ``fp32``."""
+    if isinstance(v, dict):
+        return json.dumps(v, separators=(",", ":"), default=str)  # a display string
     if isinstance(v, list | tuple):
         return "[" + ",".join(map(str, v)) + "]"
     return str(getattr(v, "value", v))

@@ -474,7 +474,7 @@ EXPERIMENTS = ROOT / "experiments"
 #: Lines of experiments/**/*.py reached so far (issue 48's target: 6,000). Raised once,
 #: from 8,579 to 8,680, by issue 50's depth-study options (adaptive split, local orders,
 #: kink straddles, partial designs and their report table), merged after the cut.
-EXPERIMENTS_LINES = 8680
+EXPERIMENTS_LINES = 8673
 #: The longest a task's ``run`` may be (issue 48).
 RUN_MAX_LINES = 80
 #: The length of every task's ``run`` reached so far (a new task: at most RUN_MAX_LINES).

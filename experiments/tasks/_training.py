@@ -2,6 +2,14 @@
 
 The runner is the library's :func:`transflow.control.run_training`; this module wires a
 task's config to it, writes the curves and the figure and states the claims.
+
+Checkpoints are written every ``checkpoint_every`` steps (atomic, checksummed); with
+``checkpoint_dir=auto`` they live in ``outputs/checkpoints/<task>-<config hash>/``, so
+rerunning the same command after an interruption resumes from the last good checkpoint
+(bitwise identical to an uninterrupted run). A run writes ``metrics.jsonl`` (training loss
+and accuracy every ``log_every`` steps, test metrics every ``eval_every`` steps and a
+final record with ``test_accuracy`` and ``cpu_seconds``), ``curves.npz``,
+``curves.png/pdf`` and the report.
 """
 
 from __future__ import annotations

@@ -536,10 +536,8 @@ def _check_names(schemes, tasks, order_schemes) -> None:
             raise ValueError(f"task.tasks: {t!r} is not a task; use one of {TASKS}.")
     for s in order_schemes:
         if s not in SCHEME_NAMES or declared_order(make_scheme(s)) is None or s == "relaxed":
-            ok = [n for n in _ORDER_SCHEMES]
-            raise ValueError(
-                f"task.order_schemes: {s!r} has no order to measure here; use names of {ok}."
-            )
+            raise ValueError(f"task.order_schemes: {s!r} has no order to measure here; use "
+                             f"names of {_ORDER_SCHEMES}.")  # fmt: skip
 
 
 def _check_windows(cfg: Config) -> None:

@@ -5,13 +5,7 @@ Training as optimal control (docs/spec/continuous-model.md §5) of the continuou
 position embedding on a 1-D token grid → N_t steps of the split scheme → per-token read-out), with
 :func:`transflow.control.run_training` of ``TRAINING_TASKS["sequence"]`` (the same code as
 ``python -m transflow.control sequence``).
-Checkpoints are written every ``checkpoint_every`` steps (atomic, checksummed); with
-``checkpoint_dir=auto`` they live in ``outputs/checkpoints/train_sequence-<config hash>/``, so
-rerunning the same command after an interruption resumes from the last good checkpoint
-(bitwise identical to an uninterrupted run). Writes ``metrics.jsonl`` (training loss and
-accuracy every ``log_every`` steps, test metrics every ``eval_every`` steps and a final
-record with ``test_accuracy`` and ``cpu_seconds``), ``curves.npz``, ``curves.png/pdf`` and
-the report. The field meanings are documented in
+Checkpoints, resuming, files written: experiments/tasks/_training.py. The fields are in
 :class:`transflow.control.SequenceConfig`; this ``Config`` derives from it and adds the claim
 thresholds. Claims (a failure marks the run FAILED): the run reaches its last step and
 the training loss falls (every size); ``test_accuracy ≥ min_test_accuracy`` (0.99) and
