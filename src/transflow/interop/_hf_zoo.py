@@ -48,6 +48,7 @@ import copy
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..models._heads import AbstractLanguageModel
 from ._hf import from_hf
 from ._hf_reference import hf_float64_reference
 from ._hf_studies import hf_compare, hf_configurations, randomize_
@@ -391,7 +392,7 @@ def _run_pair(c: dict[str, Any], torch_dtype, masked: bool):
     has_logits = "logits" in o  # a transformers ModelOutput is a mapping of its fields
     ref = (o.logits if has_logits else o.last_hidden_state).numpy()
     model = from_hf(hf)
-    lm = has_logits and hasattr(model, "logits")
+    lm = has_logits and isinstance(model, AbstractLanguageModel)  # declared, not probed
     ji = jnp.asarray(ids.numpy())
     kpm = jnp.asarray(keep.numpy() == 0)
     jt = None if types is None else jnp.asarray(types.numpy())

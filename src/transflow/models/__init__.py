@@ -47,7 +47,11 @@ from ._flow import (
     make_seq as make_seq,
     make_vit as make_vit,
 )
-from ._heads import DenseHead as DenseHead, HeadModel as HeadModel
+from ._heads import (
+    AbstractLanguageModel as AbstractLanguageModel,
+    DenseHead as DenseHead,
+    HeadModel as HeadModel,
+)
 from ._rms import RMSDecoder as RMSDecoder
 from ._t5 import (
     RelativePositionBias as RelativePositionBias,
@@ -65,6 +69,7 @@ from ._vit import (
 )
 
 __all__ = [
+    "AbstractLanguageModel",
     "CausalDecoder",
     "CausalScheme",
     "ClassTokenReadout",

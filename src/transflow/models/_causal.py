@@ -27,6 +27,7 @@ from .._errors import as_input, check_kind, check_values, check_width
 from ..schemes._base import AbstractCausal, has
 from ..schemes._causal import CausalScheme as CausalScheme
 from ._encoder import SplitTransformer
+from ._heads import AbstractLanguageModel
 
 __all__ = ["CausalScheme", "TokenEmbedding", "CausalDecoder"]
 
@@ -67,7 +68,7 @@ class TokenEmbedding(eqx.Module):
         return f
 
 
-class CausalDecoder(eqx.Module):
+class CausalDecoder(AbstractLanguageModel):
     """A causal decoder (GPT): token embedding f → causal evolution → (logits).
 
     ``model(ids)`` is the final state (HF ``GPT2Model``'s ``last_hidden_state``: the

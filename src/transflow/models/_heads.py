@@ -11,6 +11,8 @@ head.
 
 from __future__ import annotations
 
+import abc
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
@@ -19,7 +21,22 @@ from .._controls import NormParams
 from .._errors import check_choice, check_kind, check_number, check_values
 from .._operators import activation_fn, project_s1, wmul
 
-__all__ = ["DenseHead", "HeadModel"]
+__all__ = ["AbstractLanguageModel", "DenseHead", "HeadModel"]
+
+
+class AbstractLanguageModel(eqx.Module):
+    """The capability of a model with a language-model head: ``model(...)`` is the final
+    state (HF's ``last_hidden_state``) and ``model.logits(...)`` the vocabulary logits
+    (HF's ``logits`` of ``...ForCausalLM`` / ``...ForConditionalGeneration``).
+
+    A consumer that needs logits (the HF zoo's rows) asks ``isinstance(model,
+    AbstractLanguageModel)``, never ``hasattr``: :class:`CausalDecoder`,
+    :class:`RMSDecoder` and :class:`T5EncoderDecoder` declare it.
+    """
+
+    @abc.abstractmethod
+    def logits(self, *args, **kwargs) -> Float[Array, "..."]:
+        """The vocabulary logits of the model's inputs (the arguments of ``__call__``)."""
 
 
 class DenseHead(eqx.Module):

@@ -13,11 +13,12 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .._errors import check_array, check_kind, check_number, check_values
 from .._llama_ops import RMSNormParams, check_not_hf_mask, project_sphere
+from ._heads import AbstractLanguageModel
 
 __all__ = ["RMSDecoder"]
 
 
-class RMSDecoder(eqx.Module):
+class RMSDecoder(AbstractLanguageModel):
     """A Llama-family causal decoder: token embedding → causal pre-norm steps → RMSNorm.
 
     ``model(ids)`` is HF ``LlamaModel``'s ``last_hidden_state``; ``model.logits(ids)`` the

@@ -44,6 +44,7 @@ from .._errors import check_array, check_flag, check_kind, check_number, check_s
 from .._llama_ops import GatedFFNParams, RMSNormParams, gated_ffn, project_sphere
 from .._operators import attention, cross_attention
 from ..schemes._base import ffn_branch
+from ._heads import AbstractLanguageModel
 
 __all__ = [
     "RelativePositionBias",
@@ -318,7 +319,7 @@ class T5Encoder(eqx.Module):
         return self.encoder(self.initial_condition(ids), key_padding_mask=key_padding_mask)
 
 
-class T5EncoderDecoder(eqx.Module):
+class T5EncoderDecoder(AbstractLanguageModel):
     """HF ``T5Model`` / ``T5ForConditionalGeneration``: encoder, then the decoder driven
     by the encoder's output (cross-attention), one token table for both.
 
