@@ -37,6 +37,7 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 SLOW_SMOKE = {
     "depth",
     "depth_confirm",  # the depth smoke study (configs/sizes/smoke/depth.yaml)
+    "depth_confirm_full",  # the same smoke study (depth_confirm at full size)
     "depth_memory",  # a fresh process per (gradient, depth)
     "depth_text",  # 4 trainings and the n-gram baselines
     "schemes",
