@@ -16,6 +16,9 @@ import numpy as np
 
 from .._errors import check_number, check_sizes
 
+#: The targets of :func:`sequence_batch` (and ``SequenceConfig.kind``).
+SEQUENCE_KINDS = ("sort", "reverse")
+
 __all__ = ["EpochOrder", "load_digits_split", "sequence_batch"]
 
 
@@ -105,8 +108,8 @@ def sequence_batch(
 
     Returns ``(tokens, targets)``, both int32 of shape ``(batch_size, length)``.
     """
-    if kind not in ("sort", "reverse"):
-        raise ValueError(f"`kind` must be 'sort' or 'reverse', got {kind!r}.")
+    if kind not in SEQUENCE_KINDS:
+        raise ValueError(f"`kind` must be one of {SEQUENCE_KINDS}, got {kind!r}.")
     check_sizes("sequence_batch", batch_size=batch_size, length=length, vocab=vocab)
     if split not in ("train", "test"):
         raise ValueError(f"`split` must be 'train' or 'test', got {split!r}.")

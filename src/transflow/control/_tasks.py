@@ -36,6 +36,7 @@ from .._errors import (
     check_sequence,
 )
 from ._checkpoint import _say
+from ._data import SEQUENCE_KINDS
 
 __all__ = [
     "DEPTH_ACTIVATIONS",
@@ -57,34 +58,12 @@ __all__ = [
 _NOT_TRAJECTORY = ("checkpoint_dir", "resume", "throttle", "log_every")
 
 
-def _scheme_names() -> tuple[str, ...]:
-    from ..schemes._registry import _REGISTRY
+def _names(module: str, attr: str) -> Callable[[], tuple[str, ...]]:
+    """The allowed names ``transflow.<module>.<attr>``, imported when a check runs (the
+    registries pull in JAX; the scheme registry also grows with ``register_scheme``)."""
+    import importlib
 
-    return tuple(_REGISTRY)  # read at check time: register_scheme adds names
-
-
-def _path_names() -> tuple[str, ...]:
-    from .._paths import PATH_KINDS
-
-    return ("none", *PATH_KINDS)
-
-
-def _theta_at_names() -> tuple[str, ...]:
-    from ..models._flow import THETA_AT
-
-    return THETA_AT
-
-
-def _gradient_names() -> tuple[str, ...]:
-    from ._at_depth import GRADIENTS
-
-    return GRADIENTS
-
-
-def _adjoint_solver_names() -> tuple[str, ...]:
-    from ._at_depth import _SOLVERS
-
-    return _SOLVERS
+    return lambda: tuple(getattr(importlib.import_module(f"transflow.{module}"), attr))
 
 
 _EXAMPLES = {"size": "4", "count": "10", "positive": "1.0", "non-negative": "0.0"}
@@ -129,9 +108,9 @@ _TRAIN_RULES: dict[str, Any] = {
     **dict.fromkeys(("d", "n_steps", "n_heads", "batch_size", "steps"), "size"),
     **dict.fromkeys(("d_ff", "warmup_steps", "log_every", "eval_every"), "count"),
     "checkpoint_every": "count",
-    "scheme": _scheme_names,
+    "scheme": _names("schemes._registry", "_REGISTRY"),
     "ffn_branch_dt": ("dt", "2dt"),
-    "remat": ("none", "step", "nested"),
+    "remat": _names("_integrate", "_MODES"),
     "lr": "positive",
     "weight_decay": "non-negative",
     "throttle": "non-negative",
@@ -240,18 +219,18 @@ class DepthDigitsConfig(DigitsConfig):
     def _rules(self) -> dict[str, Any]:
         return {
             **super()._rules(),
-            "path": _path_names,
+            "path": lambda: ("none", *_names("_paths", "PATH_KINDS")()),
             "path_size": "size",
             "train_depths": "sizes",
             "smoothness": "non-negative",
             "smooth_init": "flag",
             "relax_tau": "positive",
             "dt": "positive",
-            "gradient": _gradient_names,
+            "gradient": _names("control._at_depth", "GRADIENTS"),
             "checkpoints": "size",
-            "adjoint_solver": _adjoint_solver_names,
+            "adjoint_solver": _names("control._at_depth", "_SOLVERS"),
             "activation": DEPTH_ACTIVATIONS,
-            "theta_at": _theta_at_names,
+            "theta_at": _names("models._flow", "THETA_AT"),
         }
 
 
@@ -273,7 +252,7 @@ class SequenceConfig(TrainConfig):
     def _rules(self) -> dict[str, Any]:
         return {
             **super()._rules(),
-            "kind": ("sort", "reverse"),
+            "kind": SEQUENCE_KINDS,
             **dict.fromkeys(("length", "vocab", "n_test"), "size"),
         }
 
