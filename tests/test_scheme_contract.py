@@ -125,7 +125,7 @@ def test_every_single_device_consumer_agrees_or_refuses(label):
             _one_line(e)
 
         one = jax.tree.map(lambda x: x[0], theta)
-        consumer = "vector_field, Adaptive, at_depth"
+        consumer = "vector_field, Adaptive, adaptive_logits"
         if row[consumer]:
             f = scheme.vector_field(u, one)
             h = 1e-5  # central difference of the step: O(h²) ≈ 1e-10
@@ -440,6 +440,46 @@ def test_refusals_are_one_line_and_name_scheme_and_capability():
 
 
 @pytest.mark.parametrize("label", list(ROWS))
+def test_at_depth_reads_theta_as_declared_for_every_scheme(label):
+    """at_depth's readings × the model's theta_at, for every scheme: a 2-layer per-layer
+    model (τ = 0.1) at N = 1 runs one step of Δt = 0.2 whose midpoint is the layer
+    boundary. With ``theta_at="midpoint"`` (or a one-node scheme, or "average") the step
+    runs layer 2 ("right"), layer 1 ("left") or their mean ("average"); with
+    ``theta_at="nodes"`` a Runge–Kutta stage at c Δt reads layer 1 for c < 1/2, layer 2
+    for c > 1/2 (from inside the step), and at c = 1/2 the layer the reading names. What
+    the model steps with (``step_controls``, what ``features`` evolves) equals that
+    selection to ≤ 1e-12 (float64); the evolution of given controls is checked above."""
+    from transflow.control import FlowModel, TokenEmbedding, at_depth
+
+    scheme = ROWS[label]
+    nodes = tuple(float(c) for c in scheme.nodes)
+    with jax.enable_x64(True):
+        theta = _theta(scheme)
+        emb = TokenEmbedding(jnp.ones((11, 8), jnp.float64), jnp.zeros((5, 8), jnp.float64))
+        head = jnp.ones((8, 3), jnp.float64)
+        layer = [jax.tree.map(lambda a, i=i: a[i], theta) for i in range(2)]
+        mean = jax.tree.map(lambda a: jnp.mean(a, axis=0), theta)
+        for theta_at in ("midpoint", "nodes"):
+            model = FlowModel(emb, theta, head, jnp.zeros(3), scheme, dt=0.1, pool="mean",
+                              theta_at=theta_at)  # fmt: skip
+            for reading in ("right", "left", "average"):
+                at_boundary = layer[1] if reading == "right" else layer[0]
+                if reading == "average":
+                    want = mean
+                elif theta_at == "nodes" and nodes != (0.5,):
+                    staged = [layer[0] if c < 0.5 else layer[1] if c > 0.5 else at_boundary
+                              for c in nodes]  # fmt: skip
+                    want = jax.tree.map(lambda *a: jnp.stack(a), *staged)
+                else:
+                    want = at_boundary
+                want = jax.tree.map(lambda a: a[None], want)  # one step
+                got, dt = at_depth(model, 1, reading).step_controls()
+                assert dt == pytest.approx(0.2, rel=1e-15), (theta_at, reading)
+                diffs = jax.tree.map(lambda g, w: float(jnp.max(jnp.abs(g - w))), got, want)
+                assert max(jax.tree.leaves(diffs)) <= TOL, (theta_at, reading, diffs)
+
+
+@pytest.mark.parametrize("label", list(ROWS))
 def test_at_depth_agrees_with_evolve_or_refuses_the_adaptive_solve(label):
     """at_depth (every scheme): a per-layer model at 2 N_t steps equals evolve on the
     controls with every layer repeated twice at Δt/2 (≤ 1e-12, float64); its adaptive
@@ -466,7 +506,7 @@ def test_at_depth_agrees_with_evolve_or_refuses_the_adaptive_solve(label):
         want = model.readout(evolve(u0, twice, scheme, dt=0.05, grid=emb.grid()))
         assert float(jnp.max(jnp.abs(got - want))) <= TOL * float(jnp.max(jnp.abs(want)))
         tol = ReferenceTolerances("tsit5", 1e-9)
-        if capability_row(scheme)["vector_field, Adaptive, at_depth"]:
+        if capability_row(scheme)["vector_field, Adaptive, adaptive_logits"]:
             logits, _ = adaptive_logits(model, x, tol.reference)
             path = PiecewiseConstant(theta, tau=0.1)
             ref = model.readout(reference_solution(u0, path, scheme, tol, grid=emb.grid()))

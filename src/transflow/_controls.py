@@ -12,6 +12,7 @@ Row-vector convention throughout: weights act on the right, ``Q = u @ wq + bq`` 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import equinox as eqx
 import jax
@@ -31,6 +32,13 @@ __all__ = [
     "unstack_controls",
     "num_steps",
 ]
+
+
+#: How long an FFN branch of a parallel group runs in one step: ``"dt"`` (paper-literal,
+#: every branch for Δt) or ``"2dt"`` (a K-branch group at speed K, consistent with the
+#: continuous model). The one home of these names; schemes, studies and configs read it.
+FfnBranchDt = Literal["dt", "2dt"]
+FFN_BRANCH_DT: tuple[str, ...] = get_args(FfnBranchDt)
 
 
 def _shape_error(where: str, name: str, expected, got) -> ValueError:

@@ -26,13 +26,13 @@ of the step.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._controls import FFN_BRANCH_DT, FfnBranchDt
 from .._errors import check_kind, check_number, check_times, check_values
 
 __all__ = [
@@ -198,7 +198,7 @@ def parallel(operators: Sequence[str]) -> SplittingScheme:
 def hybrid(
     groups: Sequence[Sequence[str | None] | str],
     *,
-    ffn_branch_dt: Literal["dt", "2dt"] = "2dt",
+    ffn_branch_dt: FfnBranchDt = "2dt",
 ) -> SplittingScheme:
     """Hybrid splitting: sequential stages, some of them parallel groups. Order 1.
 
@@ -215,7 +215,7 @@ def hybrid(
         >>> hybrid(["attention", ["linear", None]]).describe()
         'attention[0,1] -> avg{(linear) | 0}[0,1]@speed=K'
     """
-    if ffn_branch_dt not in ("dt", "2dt"):
+    if ffn_branch_dt not in FFN_BRANCH_DT:
         raise ValueError(f"`ffn_branch_dt` must be 'dt' or '2dt', got {ffn_branch_dt!r}.")
     bad = isinstance(groups, str) or not groups
     for g in () if bad else groups:
@@ -246,7 +246,7 @@ def hybrid(
 
 
 def paper_lie(
-    n_ffn: int = 2, *, ffn_branch_dt: Literal["dt", "2dt"] = "dt", relu_on_last: bool = False
+    n_ffn: int = 2, *, ffn_branch_dt: FfnBranchDt = "dt", relu_on_last: bool = False
 ) -> SplittingScheme:
     """The paper's Lie scheme of the full model, M = 4 + J sub-steps (docs/spec/continuous-model.md
     §3.2), as data.

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._controls import (
+    FFN_BRANCH_DT,
     AttentionParams,
     LayerControls,
     NormParams,
@@ -554,7 +555,7 @@ def full_model_controls(
 def _check_refinement(owner, refinements, n_tokens, ffn_branch_dt, seed) -> None:
     check_sequence("refinements", refinements, owner, example="(1, 2, 4, 8)")
     check_sizes(owner, n_tokens=n_tokens)
-    check_choice("ffn_branch_dt", ffn_branch_dt, ("dt", "2dt"))
+    check_choice("ffn_branch_dt", ffn_branch_dt, FFN_BRANCH_DT)
     _check_seed(seed, owner)
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._controls import FFN_BRANCH_DT
 from .._errors import (
     check_callable,
     check_flag,
@@ -109,7 +110,7 @@ _TRAIN_RULES: dict[str, Any] = {
     **dict.fromkeys(("d_ff", "warmup_steps", "log_every", "eval_every"), "count"),
     "checkpoint_every": "count",
     "scheme": _names("schemes._registry", "_REGISTRY"),
-    "ffn_branch_dt": ("dt", "2dt"),
+    "ffn_branch_dt": FFN_BRANCH_DT,
     "remat": _names("_integrate", "_MODES"),
     "lr": "positive",
     "weight_decay": "non-negative",

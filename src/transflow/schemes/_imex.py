@@ -8,7 +8,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._controls import LayerControls
+from .._controls import FFN_BRANCH_DT, FfnBranchDt, LayerControls
 from .._errors import check_choice
 from .._operators import activation_fn
 from ._base import (
@@ -65,12 +65,12 @@ class IMEXScheme(AttentionOptions, AbstractODEScheme, AbstractImplicitFFN, Abstr
     """
 
     tau: float = eqx.field(static=True, default=1.0)
-    ffn_branch_dt: Literal["dt", "2dt"] = eqx.field(static=True, default="dt")
+    ffn_branch_dt: FfnBranchDt = eqx.field(static=True, default="dt")
     parameterization: Literal["free", "dissipative"] = eqx.field(static=True, default="free")
 
     def __check_init__(self):
         check_tau("IMEXScheme", self.tau)
-        check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
+        check_choice("ffn_branch_dt", self.ffn_branch_dt, FFN_BRANCH_DT)
         check_choice("parameterization", self.parameterization, ("free", "dissipative"))
 
     order = 1

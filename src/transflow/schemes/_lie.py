@@ -25,11 +25,10 @@ consistent scheme (``consistent``) also has a continuous limit, its ``vector_fie
 """
 
 import abc
-from typing import Literal
 
 import equinox as eqx
 
-from .._controls import LayerControls, NormParams
+from .._controls import FFN_BRANCH_DT, FfnBranchDt, LayerControls, NormParams
 from .._errors import check_choice
 from ._base import (
     AbstractMaskable,
@@ -52,7 +51,7 @@ class AbstractLieScheme(AttentionOptions, AbstractShardable, AbstractMaskable, A
     """The post-LN Lie step of :class:`LieScheme` with its projection sub-steps
     ``toward(dt)`` (exact, or relaxed at rate 1/τ): the step both siblings share."""
 
-    ffn_branch_dt: eqx.AbstractVar[Literal["dt", "2dt"]]
+    ffn_branch_dt: eqx.AbstractVar[FfnBranchDt]
 
     @abc.abstractmethod
     def toward(self, dt):
@@ -128,10 +127,10 @@ class LieScheme(AbstractLieScheme):
     ``ffnJ``, ``relax``, ``ln2``.
     """
 
-    ffn_branch_dt: Literal["dt", "2dt"] = eqx.field(static=True, default="dt")
+    ffn_branch_dt: FfnBranchDt = eqx.field(static=True, default="dt")
 
     def __check_init__(self):
-        check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
+        check_choice("ffn_branch_dt", self.ffn_branch_dt, FFN_BRANCH_DT)
 
     def toward(self, dt):
         """The projection sub-steps ``(u, P(u)) -> u⁺``: the paper's exact ``P(u)``."""
@@ -160,12 +159,12 @@ class RelaxedLieScheme(AbstractLieScheme, AbstractODEScheme):
         True
     """
 
-    ffn_branch_dt: Literal["dt", "2dt"] = eqx.field(static=True, default="dt")
+    ffn_branch_dt: FfnBranchDt = eqx.field(static=True, default="dt")
     tau: float = eqx.field(static=True, default=1.0)
 
     def __check_init__(self):
         check_tau("RelaxedLieScheme", self.tau)
-        check_choice("ffn_branch_dt", self.ffn_branch_dt, ("dt", "2dt"))
+        check_choice("ffn_branch_dt", self.ffn_branch_dt, FFN_BRANCH_DT)
 
     order = 1
 
