@@ -154,19 +154,23 @@ class RunContext:
         return path
 
     def save_figure(self, fig: Any, name: str, *, dpi: int = 150) -> list[pathlib.Path]:
-        """Save a matplotlib figure as ``<name>.png`` and ``<name>.pdf`` and close it (a
-        ``debug=smoke`` run marks it smoke size first: ``transflow.plotting.smoke_mark``)."""
+        """Save ``fig`` as ``<name>.png``/``.pdf`` and close it (``debug=smoke``: smoke-marked
+        first); then ``transflow.plotting.check_figure`` raises ``FigureProblems`` naming any
+        problem it sees: the run is FAILED, the files stay for a reader to look at."""
         import matplotlib.pyplot as plt
+
+        from transflow.plotting import check_figure, smoke_mark
 
         _check_name("name", name)
         if self.smoke:
-            from transflow.plotting import smoke_mark
-
             smoke_mark(fig)
         paths = [self.run_dir / f"{name}.png", self.run_dir / f"{name}.pdf"]
-        for p in paths:
-            fig.savefig(p, dpi=dpi, bbox_inches="tight")
-        plt.close(fig)
+        try:
+            for p in paths:
+                fig.savefig(p, dpi=dpi, bbox_inches="tight")
+            check_figure(fig, f"{name} ({paths[0]})", smoke=self.smoke)
+        finally:
+            plt.close(fig)
         return paths
 
     def progress(self, iterable: Iterable, total: int | None = None, desc: str = "") -> "Progress":

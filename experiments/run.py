@@ -195,11 +195,7 @@ def _command(overrides: str, multirun: bool) -> str:
         if multirun and overrides:
             cmd += f"` · this job: `{overrides}"
         return cmd
-    return (
-        "transflow-run " + ("-m " if multirun else "") + overrides
-        if overrides
-        else ("transflow-run")
-    )
+    return f"transflow-run {'-m ' if multirun else ''}{overrides}" if overrides else "transflow-run"
 
 
 def _report_header(task_name: str, cfg: DictConfig, overrides: str, multirun: bool) -> str:

@@ -63,7 +63,7 @@ _GROUPS: dict[str, list[str]] = {
     ],
     _PLOTTING: [
         f"transflow.plotting.{n}"
-        for n in "integer_axis smoke_mark threshold_line tick_gaps figure_smoke save_figure LogTicks figure_problems figure_style new_figure smoke_note plot_convergence plot_grid plot_nonconvergence plot_clustering plot_partition plot_regions plot_slice plot_softmax plot_trained_partition plot_trained_regions plot_benchmarks plot_agreement plot_substeps plot_vit_attention plot_sharded_memory plot_training_curves plot_depth_factorial plot_schemes plot_control_smoothness plot_cosine_matrices plot_flow_clustering plot_refinement plot_substep_budgets plot_token_geometry plot_token_trajectories".split()
+        for n in "integer_axis smoke_mark threshold_line tick_gaps figure_smoke save_figure check_figure FigureProblems LogTicks figure_problems figure_style new_figure smoke_note plot_convergence plot_grid plot_nonconvergence plot_clustering plot_partition plot_regions plot_slice plot_softmax plot_trained_partition plot_trained_regions plot_benchmarks plot_agreement plot_substeps plot_vit_attention plot_sharded_memory plot_training_curves plot_depth_factorial plot_schemes plot_control_smoothness plot_cosine_matrices plot_flow_clustering plot_refinement plot_substep_budgets plot_token_geometry plot_token_trajectories".split()
     ],
     _TASKS: ["transflow.experiments.tasks.discover", "transflow.experiments.tasks.register_tasks"],
 }

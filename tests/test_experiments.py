@@ -588,8 +588,17 @@ def test_run_context_writers(tmp_path, capsys):
         np.testing.assert_array_equal(z["a"], np.eye(2))
     with pytest.raises(ValueError, match="name"):
         ctx.save_arrays("../x", a=1)
+    from transflow.plotting import FigureProblems
+
     fig, ax = plt.subplots()
-    ax.plot([0, 1])
+    ax.plot([0, 1])  # no labels, a colour in no legend: the checker faults it, files stay
+    with pytest.raises(FigureProblems, match=r"^bare \(.*bare.png\): the figure checker found"):
+        ctx.save_figure(fig, "bare")
+    assert (ctx.run_dir / "bare.png").stat().st_size and not plt.get_fignums()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], label="line")
+    ax.set(xlabel="x", ylabel="y")
+    ax.legend(loc="lower right")
     paths = ctx.save_figure(fig, "fig")
     assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size for p in paths)
     ctx.report("# Title")

@@ -257,11 +257,32 @@ _TINY_FIGURE = (
     "    from transflow.plotting._style import _pyplot\n"
     "    fig, ax = _pyplot().subplots()\n"
     "    n = 3 if figure_smoke() else 30\n"
-    "    ax.plot(range(n), range(n))\n"
+    "    ax.plot(range(n), range(n), label='value = k')\n"
     "    ax.set(xlabel='k', ylabel='value')\n"
+    "    ax.legend(loc='lower right')\n"
     "    save_figure(fig, out_dir, '{fid}', {{'n': n}})\n"
     "    return {{'n': n}}\n"
 )
+
+
+def test_make_figures_marks_a_figure_the_checker_faults_as_failed(tmp_path, monkeypatch):
+    """``make figures`` runs the figure checker on every figure it saves
+    (``save_figure(check=True)``): a figure with a problem (here an unlabelled y axis and
+    a line in no legend) is still written, for a reader to look at, but its manifest
+    entry is FAILED with the checker's findings, and the command exits 1."""
+    make_all = _make_all()
+    figs, out = tmp_path / "figs", tmp_path / "out"
+    figs.mkdir()
+    bad = _TINY_FIGURE.replace("label='value = k'", "").replace(", ylabel='value'", "")
+    bad = bad.replace("    ax.legend(loc='lower right')\n", "")
+    (figs / "f1_tiny.py").write_text(bad.format(fid="F1"))
+    monkeypatch.delenv("TRANSFLOW_SMOKE", raising=False)
+    assert make_all.main(["--figures-dir", str(figs), "--out", str(out)]) == 1
+    entry = json.loads((out / "manifest.json").read_text())["F1"]
+    assert entry["status"] == "FAILED"
+    assert "figure checker found 2 problem(s)" in entry["error"], entry["error"]
+    assert "no y label" in entry["error"] and "no legend" in entry["error"]
+    assert (out / "F1.png").exists() and (out / "F1.json").exists()
 
 
 def test_make_figures_smoke_leaves_every_full_size_figure_and_manifest_entry(tmp_path, monkeypatch):

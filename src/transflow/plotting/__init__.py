@@ -35,7 +35,7 @@ from ._analysis import (
 )
 from ._benchmarks import BENCHMARK_PARTS, plot_benchmarks
 from ._check import figure_problems
-from ._common import figure_smoke, save_figure
+from ._common import FigureProblems, check_figure, figure_smoke, save_figure
 from ._continuous import plot_clustering, plot_convergence, plot_grid, plot_nonconvergence
 from ._depth_study import plot_depth_factorial
 from ._equivalence import plot_agreement, plot_substeps, plot_vit_attention
@@ -61,6 +61,8 @@ from ._training import plot_training_curves
 __all__ = [
     "figure_smoke",
     "save_figure",
+    "check_figure",
+    "FigureProblems",
     # _style, _check
     "FIGURE_WIDTH",
     "MAX_END_GAP",

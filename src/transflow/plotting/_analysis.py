@@ -265,8 +265,10 @@ def plot_refinement(studies: dict[str, dict[str, Any]], *, title: str = "depth r
     ax.set_ylabel("relative difference of the final state")
     ax.set_title(title)
     ax.grid(True, which="both")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=6.5)
     nk = max(len(s["factors"]) for s in studies.values())
+    # below 3 factors the labels say why there is no order: one column keeps them narrow
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2 if nk >= 3 else 1,
+              fontsize=6.5)  # fmt: skip
     if nk < 3:
         smoke_note(ax, f"smoke size: {nk} factors")
     if has_acc:
@@ -279,7 +281,7 @@ def plot_refinement(studies: dict[str, dict[str, Any]], *, title: str = "depth r
         bx.set_ylabel("test accuracy")
         bx.set_title("accuracy of the refined classifier")
         bx.grid(True, which="both")
-        bx.legend(loc="best")
+        bx.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=6.5)
     factors = sorted({int(k) for s in studies.values() for k in s["factors"]})
     for a in axes[0]:
         a.set_xticks(factors, [str(k) for k in factors])

@@ -9,10 +9,9 @@ import re
 
 import numpy as np
 
-from ._common import figure_smoke
-from ._style import INTEGER_MARK, THRESHOLD_GID
+from ._style import INTEGER_MARK, THRESHOLD_GID, figure_smoke
 
-__all__ = ["figure_problems"]
+__all__ = ["FigureProblems", "check_figure", "figure_problems"]
 
 _MATH = re.compile(r"(?<!\\)\$.*?(?<!\\)\$")
 _RAW_TEX = re.compile(r"\^|_\{|\\[A-Za-z]+")
@@ -917,3 +916,21 @@ def figure_problems(fig, *, smoke: bool | None = None, claims=None) -> list[str]
     problems += _errorbar_problems(fig)
     problems += _smoke_problems(fig, figure_smoke() if smoke is None else bool(smoke))
     return problems
+
+
+class FigureProblems(ValueError):
+    """A saved figure that :func:`~transflow.plotting.figure_problems` finds fault with
+    (its files are written, for a reader to look at, before this is raised)."""
+
+
+def check_figure(fig, where: str, *, smoke: bool | None = None) -> None:
+    """Raise :class:`FigureProblems` naming ``where`` and every problem
+    :func:`~transflow.plotting.figure_problems` finds in ``fig`` (``smoke``: whether the
+    figure must carry a smoke mark; None: :func:`figure_smoke`)."""
+    problems = figure_problems(fig, smoke=smoke)
+    if problems:
+        raise FigureProblems(
+            f"{where}: the figure checker found {len(problems)} problem(s): "
+            + "; ".join(problems)
+            + " (the files are saved; fix the plot function, not the checker)."
+        )

@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 from typing import Any
 
-__all__ = ["figure_smoke", "save_figure"]
+from ._check import FigureProblems, check_figure
+from ._style import figure_smoke
 
-
-def figure_smoke() -> bool:
-    """True when ``make_all.py --smoke`` (``TRANSFLOW_SMOKE=1``) asks for tiny figures.
-
-    Example:
-        >>> import os
-        >>> os.environ.pop("TRANSFLOW_SMOKE", None) and None
-        >>> figure_smoke()
-        False
-    """
-    return os.environ.get("TRANSFLOW_SMOKE", "0") not in ("", "0", "false", "False")
+__all__ = ["FigureProblems", "check_figure", "figure_smoke", "save_figure"]
 
 
 def save_figure(
-    fig: Any, out_dir: str | pathlib.Path, fid: str, data: Any, *, dpi: int = 150
+    fig: Any,
+    out_dir: str | pathlib.Path,
+    fid: str,
+    data: Any,
+    *,
+    dpi: int = 150,
+    check: bool = True,
 ) -> list[pathlib.Path]:
     """Save ``fig`` as ``<fid>.png`` and ``<fid>.pdf`` and ``data`` as ``<fid>.json``.
 
@@ -31,13 +27,17 @@ def save_figure(
     lists, NaN stays NaN). Under ``make_all.py --smoke`` (:func:`figure_smoke`) the figure
     gets its smoke mark first (:func:`transflow.plotting.smoke_mark`: the red ``SMOKE
     SIZE`` line below everything it shows), and ``data`` (a dict) gets ``"smoke": true``.
+    ``check`` (default): after saving, the figure goes through
+    :func:`~transflow.plotting.figure_problems`, and any problem raises
+    :class:`FigureProblems` naming it, so ``make figures`` marks that figure FAILED.
     """
     import matplotlib.pyplot as plt
 
     from .._records import to_jsonable
     from ._style import smoke_mark
 
-    if figure_smoke():
+    smoke = figure_smoke()
+    if smoke:
         smoke_mark(fig)
         if isinstance(data, dict):
             data = {"smoke": True, **data}
@@ -46,6 +46,10 @@ def save_figure(
     paths = [out_dir / f"{fid}.png", out_dir / f"{fid}.pdf", out_dir / f"{fid}.json"]
     for path in paths[:2]:
         fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.03)
-    plt.close(fig)
     paths[2].write_text(json.dumps(to_jsonable(data), indent=2, allow_nan=True) + "\n")
+    try:
+        if check:
+            check_figure(fig, f"{fid} ({paths[0]})", smoke=smoke)
+    finally:
+        plt.close(fig)
     return paths

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -412,6 +413,7 @@ def smoke_mark(fig, text: str = SMOKE_MARK):
     """
     if any(t.get_gid() == "smoke-mark" for t in fig.texts):
         return fig
+    fig.canvas.draw()  # run the layout engine first: the mark goes below the final layout
     box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
     width, height = fig.get_size_inches()
     fig.text(
@@ -426,8 +428,6 @@ def smoke_mark(fig, text: str = SMOKE_MARK):
         gid="smoke-mark",
     )
     return fig
-    fig.text(1.0, 0.0, text, ha="right", va="top", fontsize=6.5, color="0.35", gid="smoke-mark")
-    return fig
 
 
 def _pyplot():
@@ -438,3 +438,15 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def figure_smoke() -> bool:
+    """True when ``make_all.py --smoke`` (``TRANSFLOW_SMOKE=1``) asks for tiny figures.
+
+    Example:
+        >>> import os
+        >>> os.environ.pop("TRANSFLOW_SMOKE", None) and None
+        >>> figure_smoke()
+        False
+    """
+    return os.environ.get("TRANSFLOW_SMOKE", "0") not in ("", "0", "false", "False")
