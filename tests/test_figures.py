@@ -358,6 +358,7 @@ def test_a_smoke_figure_says_so_below_everything_it_shows():
         }
     }
     fig = P.plot_training_curves(curves, title="t")
+    fig.canvas.draw()  # the laid-out figure (the layout engine moves the artists)
     renderer = fig.canvas.get_renderer()
     lowest = fig.get_tightbbox(renderer).y0 * fig.dpi  # inches -> display pixels
     P.smoke_mark(P.smoke_mark(fig))  # idempotent: one mark
