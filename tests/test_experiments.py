@@ -594,7 +594,7 @@ def test_run_context_writers(tmp_path, capsys):
     ax.plot([0, 1])  # no labels, a colour in no legend: the checker faults it, files stay
     with pytest.raises(FigureProblems, match=r"^bare \(.*bare.png\): the figure checker found"):
         ctx.save_figure(fig, "bare")
-    assert (ctx.run_dir / "bare.png").stat().st_size and not plt.get_fignums()
+    assert (ctx.run_dir / "bare.png").stat().st_size and not plt.fignum_exists(fig.number)
     fig, ax = plt.subplots()
     ax.plot([0, 1], label="line")
     ax.set(xlabel="x", ylabel="y")

@@ -41,7 +41,15 @@ def plot_trained_regions(rows, *, title: str = "linear regions against depth: tr
         rt = [r for r in rows if r["target"] == target]
         depths = sorted({r["depth"] for r in rt})
         cap = [next(r["capacity"] for r in rt if r["depth"] == D) for D in depths]
-        ax.semilogy(depths, cap, "k--", lw=1, label=r"construction realizes $(2T-1)^{d(D-1)}$")
+        ax.semilogy(
+            depths,
+            cap,
+            "k--",
+            lw=1,
+            marker="o" if len(depths) < 2 else None,  # one depth: a point, not a line
+            mfc="none",
+            label=r"construction realizes $(2T-1)^{d(D-1)}$",
+        )
         for (kind, key), (col, mk, ls, lab) in styles.items():
             means, stds, ds = [], [], []
             for D in depths:
