@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._controls import FFN_BRANCH_DT, FfnBranchDt
-from .._errors import check_kind, check_number, check_times, check_values
+from .._errors import check_choice, check_kind, check_number, check_times, check_values
 
 __all__ = [
     "Flow",
@@ -215,8 +215,7 @@ def hybrid(
         >>> hybrid(["attention", ["linear", None]]).describe()
         'attention[0,1] -> avg{(linear) | 0}[0,1]@speed=K'
     """
-    if ffn_branch_dt not in FFN_BRANCH_DT:
-        raise ValueError(f"`ffn_branch_dt` must be 'dt' or '2dt', got {ffn_branch_dt!r}.")
+    check_choice("ffn_branch_dt", ffn_branch_dt, FFN_BRANCH_DT)
     bad = isinstance(groups, str) or not groups
     for g in () if bad else groups:
         entries = list(g) if isinstance(g, tuple | list) else [g]
