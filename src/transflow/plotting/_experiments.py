@@ -45,8 +45,15 @@ def plot_schemes(
     from transflow import make_scheme, stability_function
 
     chance = {**{t: m[2] for t, m in _METRIC.items() if m[2] is not None}, **(chance or {})}
-    fig, axes = new_figure(3.6, 1, len(tasks) + 1, squeeze=False)
-    axes = axes[0]
+    # Top row: one bar panel per task (scheme names upright under their bars, so eleven
+    # schemes fit); bottom row: the stability panel with its legend beside it.
+    ncols = max(len(tasks), 2)
+    fig, grid = new_figure(3.0 + 2.6 + 0.12 * max(map(len, schemes)), 2, ncols, squeeze=False)
+    for a in grid[1, 1:]:
+        a.remove()
+    axes = [*grid[0, : len(tasks)], grid[1, 0]]
+    for a in grid[0, len(tasks) :]:
+        a.remove()
     width = 0.27
     x = np.arange(len(schemes))
     variants = [
@@ -103,7 +110,7 @@ def plot_schemes(
         if task in chance:
             ax.axhline(chance[task], color="0.3", ls=(0, (4, 2)), lw=1, label="chance level")
         ax.set_ylim(lo, hi)
-        ax.set_xticks(x, schemes, rotation=60, ha="right")
+        ax.set_xticks(x, schemes, rotation=90, fontsize=7)
         ax.set_xlabel("scheme")
         ax.set_ylabel(label)
         ax.set_title(task)
@@ -127,12 +134,12 @@ def plot_schemes(
     ax.set_xlabel(r"Re $\Delta t\lambda$")
     ax.set_ylabel(r"Im $\Delta t\lambda$")
     ax.set_title("stability: |R| = 1\n(Δtλ split equally)")
-    if drawn or note:  # under the panel: a note inside would cover the contours
+    if drawn or note:  # beside the panel: a note inside would cover the contours
         ax.legend(
             handles=ax.get_legend_handles_labels()[0],
             title="\n".join(note) or None,
-            loc="upper left",
-            bbox_to_anchor=(0.0, -0.22),
+            loc="center left",
+            bbox_to_anchor=(1.05, 0.5),
             fontsize=6,
             title_fontsize=6,
             ncol=2,
