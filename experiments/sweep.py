@@ -20,12 +20,15 @@ This module imports neither JAX nor torch.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import pathlib
 from typing import Any
 
-from .context import INCOMPLETE, ClaimsOutcome, md_cell, to_jsonable
+from hydra.experimental.callback import Callback
+
+from .context import INCOMPLETE, ClaimsOutcome, markdown_table, md_cell, to_jsonable
 
 __all__ = ["SweepSummary", "load_sweep", "plot_sweep", "summarize_sweep", "write_sweep_summary"]
 
@@ -129,26 +132,22 @@ def write_sweep_summary(sweep_dir: str | pathlib.Path) -> dict[str, Any]:
         f"{s['n_jobs']} jobs; {s['n_failed_jobs']} FAILED; {s['n_failed_claims']} with "
         "failing claims. Swept: " + (", ".join(f"`{p}`" for p in s["params"]) or "nothing") + ".",
         "",
-        "| " + " | ".join(md_cell(c) for c in cols) + " |",
-        "|" + "---|" * len(cols),
+        markdown_table(map(md_cell, cols), ([md_cell(r.get(c, "")) for c in cols] for r in rows)),
     ]
-    for r in rows:
-        md.append("| " + " | ".join(md_cell(r.get(c, "")) for c in cols) + " |")
     _atomic_write(sweep_dir / "sweep_summary.md", "\n".join(md) + "\n")
-    tmp = sweep_dir / "sweep_summary.csv.tmp"
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: r.get(c, "") for c in cols})
-    tmp.replace(sweep_dir / "sweep_summary.csv")
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    w.writerows({c: r.get(c, "") for c in cols} for r in rows)
+    _atomic_write(sweep_dir / "sweep_summary.csv", table.getvalue())
     _atomic_write(sweep_dir / "sweep_summary.json", json.dumps(s, indent=2, allow_nan=True) + "\n")
     return s
 
 
 def _atomic_write(path: pathlib.Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
+    with tmp.open("w", newline="") as f:  # the csv module's line ends as written
+        f.write(text)
     tmp.replace(path)
 
 
@@ -249,13 +248,7 @@ def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
     return finish(fig)
 
 
-def _callback_base() -> type:
-    from hydra.experimental.callback import Callback
-
-    return Callback
-
-
-class SweepSummary(_callback_base()):
+class SweepSummary(Callback):
     """Hydra callback writing the sweep summary (:func:`write_sweep_summary`).
 
     Does nothing for single runs. Registered in ``configs/hydra/default.yaml``.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..context import markdown_table
 from ..validate import Constraint
 
 __all__ = ["CHOICES", "CONSTRAINTS", "Config", "run"]
@@ -77,15 +78,9 @@ def run(cfg, ctx) -> dict:
     ctx.save_figure(plot_grid(records), "F4_grid_convergence")
     for r in records:
         ctx.claim(f"|slope - 2| {r['quantity']}", abs(r["slope"] - 2.0), 0.2)
-    ctx.report(
-        "## Results\n\n"
-        + "\n".join(
-            ["| quantity | sizes | errors | slope |", "|---|---|---|---|"]
-            + [
-                f"| {r['quantity']} | {r['sizes']} | {', '.join(f'{e:.2e}' for e in r['errors'])} "
-                f"| {r['slope']:.3f} |"
-                for r in records
-            ]
-        )
-    )
+    rows = [
+        [r["quantity"], r["sizes"], ", ".join(f"{e:.2e}" for e in r["errors"]), f"{r['slope']:.3f}"]
+        for r in records
+    ]
+    ctx.report("## Results\n\n" + markdown_table(["quantity", "sizes", "errors", "slope"], rows))
     return {f"slope_{r['quantity']}": r["slope"] for r in records}
