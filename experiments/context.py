@@ -172,13 +172,8 @@ class RunContext:
         return paths
 
     def progress(self, iterable: Iterable, total: int | None = None, desc: str = "") -> "Progress":
-        """Iterate over ``iterable`` reporting progress (see :class:`Progress`).
-
-        Every :attr:`progress_every` seconds a line with the count, the rate and the ETA
-        goes to ``run.log`` and, unless stderr is a terminal, to the console (stdout); on
-        a terminal a tqdm bar shows the progress instead. ``set_postfix(loss=...)`` values
-        are appended to the lines.
-        """
+        """Iterate over ``iterable`` reporting progress every :attr:`progress_every` seconds
+        (:class:`Progress`: lines in ``run.log`` and on the console, a bar on a terminal)."""
         return Progress(iterable, total=total, desc=desc, every=self.progress_every)
 
     def declared_not_enforced(self, name: str) -> bool:
@@ -357,9 +352,7 @@ def format_number(v: Any, missing: str = "") -> str:
     """
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return f"n/a ({missing})" if missing else "n/a"
-    if isinstance(v, bool) or not isinstance(v, float):
-        return str(v)
-    if math.isinf(v):
+    if not isinstance(v, float) or math.isinf(v):  # (a bool is an int, not a float)
         return str(v)
     if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
         return f"{v:.2e}"

@@ -48,12 +48,8 @@ def _overrides(job_dir: pathlib.Path) -> dict[str, str]:
         return {}
     import yaml
 
-    items = yaml.safe_load(path.read_text()) or []
-    out = {}
-    for item in items:
-        key, _, value = str(item).partition("=")
-        out[key.lstrip("+~")] = value
-    return out
+    items = (str(item).partition("=") for item in yaml.safe_load(path.read_text()) or [])
+    return {key.lstrip("+~"): value for key, _, value in items}
 
 
 def _scalar(v: Any) -> bool:
@@ -78,9 +74,7 @@ def summarize_sweep(sweep_dir: str | pathlib.Path) -> dict[str, Any]:
         key=lambda p: int(p.name),
     )
     overrides = {p.name: _overrides(p) for p in jobs}
-    keys: list[str] = []
-    for ov in overrides.values():
-        keys.extend(k for k in ov if k not in keys)
+    keys = list(dict.fromkeys(k for ov in overrides.values() for k in ov))  # in order, once
     varying = [k for k in keys if len({ov.get(k) for ov in overrides.values()}) > 1]
     params = varying if varying or len(jobs) != 1 else keys
     rows, metric_cols = [], []
