@@ -38,10 +38,7 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
-    """Run the ``clustering`` experiment.
-
-    F5: tokens on the sphere S1(0, 1) collapse into one cluster over a long horizon.
-    """
+    """Run the ``clustering`` experiment (the module docstring says what it does)."""
     from transflow.continuous import clustering_trajectory
     from transflow.plotting import plot_clustering
 

@@ -66,11 +66,7 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
-    """Run the ``convergence`` experiment.
-
-    F3: error vs time step dt of Lie/Strang splittings against a diffrax reference (orders
-    1, 2).
-    """
+    """Run the ``convergence`` experiment (the module docstring says what it does)."""
     from transflow.continuous import convergence_study, expected_order
     from transflow.plotting import plot_convergence
 

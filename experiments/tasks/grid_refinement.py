@@ -60,10 +60,7 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
-    """Run the ``grid_refinement`` experiment.
-
-    F4: quadrature error vs number of tokens on [0, 1] (second order, midpoint rule).
-    """
+    """Run the ``grid_refinement`` experiment (the module docstring says what it does)."""
     from transflow.continuous import grid_refinement_study
     from transflow.plotting import plot_grid
 

@@ -45,11 +45,7 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
-    """Run the ``hf_equivalence`` experiment.
-
-    Transflow = HF ViT, CvT, GPT-2, BERT, RoBERTa, DistilBERT, Llama, Mistral, Qwen2, T5
-    (random configs).
-    """
+    """Run the ``hf_equivalence`` experiment (the module docstring says what it does)."""
     import jax
 
     jax.config.update("jax_enable_x64", True)

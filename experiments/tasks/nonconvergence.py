@@ -38,11 +38,7 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
-    """Run the ``nonconvergence`` experiment.
-
-    F6: with sigma1 = 0 the full model has no meaningful dt -> 0 limit (it forgets the
-    controls).
-    """
+    """Run the ``nonconvergence`` experiment (the module docstring says what it does)."""
     from transflow.continuous import nonconvergence_study
     from transflow.plotting import plot_nonconvergence
 

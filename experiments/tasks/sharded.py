@@ -171,11 +171,7 @@ def _memory(cfg: Config, ctx, opts: dict, mem_devices: list[int]) -> dict:
 
 
 def run(cfg: Config, ctx) -> dict:
-    """Run the ``sharded`` experiment.
-
-    Sharded evolution on 8 CPU host devices = single device; per-device memory vs token
-    devices.
-    """
+    """Run the ``sharded`` experiment (the module docstring says what it does)."""
     from omegaconf import OmegaConf
 
     from transflow.parallel._selftest import run_subprocess

@@ -33,9 +33,5 @@ class Config(DigitsConfig):
 
 
 def run(cfg: Config, ctx) -> dict:
-    """Run the ``train_digits`` experiment.
-
-    F10: train a small continuous ViT on the scikit-learn 8x8 digits (resumable
-    checkpoints).
-    """
+    """Run the ``train_digits`` experiment (the module docstring says what it does)."""
     return run_task("digits", "digits", cfg, ctx, claims={"test_accuracy": cfg.min_test_accuracy})

@@ -45,11 +45,7 @@ class Config:
 
 
 def run(cfg: Config, ctx) -> dict:
-    """Run the ``vit_equivalence`` experiment.
-
-    Transflow = HF ViTLayer/ViTModel, CvT, GPT2Block and causal torch layers (random
-    configs).
-    """
+    """Run the ``vit_equivalence`` experiment (the module docstring says what it does)."""
     import jax
 
     from transflow.interop import hf_equivalence_rows
