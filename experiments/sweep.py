@@ -204,10 +204,7 @@ def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
                 f"plot_sweep: {key!r} is not a column of the sweep summary; columns are "
                 f"{s['columns']}."
             )
-    if ax is None:
-        fig, ax = new_figure(3.2)
-    else:
-        fig = ax.figure
+    fig, ax = new_figure(3.2) if ax is None else (ax.figure, ax)
     groups: dict[Any, list[dict]] = {}
     drawn: dict[str, list[float]] = {"x": [], "y": []}
     for r in rows:
@@ -220,13 +217,13 @@ def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
         pts = [p for p in pts if not (math.isnan(p[0]) or math.isnan(p[1]))]
         if not pts:
             continue
-        xs, ys, bad = zip(*pts)
+        xs, ys, _ = zip(*pts)
         drawn["x"] += xs
         drawn["y"] += ys
         ax.plot(xs, ys, "o-", label=f"{hue} = {label}" if hue else y)
-        fx = [a for a, b in zip(xs, bad) if b]
-        fy = [c for c, b in zip(ys, bad) if b]
-        if fx:
+        failed = [(a, c) for a, c, b in pts if b]
+        if failed:
+            fx, fy = zip(*failed)
             ax.plot(fx, fy, "x", color="tab:red", markersize=10, mew=2, label="claims FAILED")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
