@@ -25,6 +25,7 @@ import functools
 import json
 import logging
 import math
+import operator
 import pathlib
 import sys
 import time
@@ -72,6 +73,8 @@ INCOMPLETE = "INCOMPLETE"
 
 #: The logger of a run: ``RunLog`` sends it to ``run.log`` and to the console.
 LOGGER = "transflow.run"
+#: The comparisons of :meth:`RunContext.claim`.
+_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
 #: When the last progress line was logged (``time.perf_counter()``), for RunLog's heartbeat.
 _LAST_LINE = [0.0]
 
@@ -234,18 +237,11 @@ class RunContext:
             >>> claim_line(ctx.claims[-1])
             'order: n/a (one factor) <= 0.2 → not enforced'
         """
-        ops = {
-            "<=": lambda a, b: a <= b,
-            "<": lambda a, b: a < b,
-            ">=": lambda a, b: a >= b,
-            ">": lambda a, b: a > b,
-            "==": lambda a, b: a == b,
-        }
-        if op not in ops:
-            raise ValueError(f"ctx.claim({name!r}): op must be one of {sorted(ops)}, got {op!r}.")
+        if op not in _OPS:
+            raise ValueError(f"ctx.claim({name!r}): op must be one of {sorted(_OPS)}, got {op!r}.")
         value, bound = to_jsonable(value), to_jsonable(bound)
         absent = value is None or (isinstance(value, float) and math.isnan(value))
-        ok = bool(not absent and ops[op](value, bound))
+        ok = bool(not absent and _OPS[op](value, bound))
         enforced = bool(enforce) and not self.declared_not_enforced(name)
         verdict = (PASS if ok else FAILED) if enforced else NOT_ENFORCED
         missing = (missing or "no value") if absent else None
