@@ -151,11 +151,8 @@ def load_sweep(sweep: str | pathlib.Path | dict) -> dict[str, Any]:
     if isinstance(sweep, dict):
         return sweep
     path = pathlib.Path(sweep)
-    if path.is_file():
-        return json.loads(path.read_text())
-    if (path / "sweep_summary.json").exists():
-        return json.loads((path / "sweep_summary.json").read_text())
-    return summarize_sweep(path)
+    file = path if path.is_file() else path / "sweep_summary.json"
+    return json.loads(file.read_text()) if file.exists() else summarize_sweep(path)
 
 
 def _number(v: Any) -> float:
