@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import importlib.resources
 import json
 import logging
 import pathlib
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
 from .config import Precision, RunConfig, register_schemas
@@ -69,8 +70,8 @@ __all__ = [
     "check_config",
     "check_output_dirs",
     "check_overrides",
-    "top_level_names",
     "check_task_keys",
+    "top_level_names",
     "list_experiments",
     "precheck",
     "compose",
@@ -88,18 +89,10 @@ __all__ = [
 ]
 
 
-def _config_dir() -> pathlib.Path:
-    """The config tree shipped in the package (``transflow.configs``), as a directory.
-
-    An installed wheel unpacks it into site-packages; an editable install maps the package
-    onto the repository's ``configs/`` folder. Either way it is a real directory.
-    """
-    import importlib.resources
-
-    return pathlib.Path(str(importlib.resources.files("transflow.configs")))
-
-
-CONFIG_DIR = _config_dir()
+#: The config tree shipped in the package (``transflow.configs``), as a directory: an
+#: installed wheel unpacks it into site-packages; an editable install maps the package onto
+#: the repository's ``configs/`` folder. Either way it is a real directory.
+CONFIG_DIR = pathlib.Path(str(importlib.resources.files("transflow.configs")))
 
 _REGISTERED = False
 
@@ -135,11 +128,9 @@ def register_configs(*, warn: bool = True) -> dict[str, str]:
     """
     global _REGISTERED
     register_schemas()
-    from omegaconf import OmegaConf as _OC
-
-    if not _OC.has_resolver("transflow_help"):
+    if not OmegaConf.has_resolver("transflow_help"):
         # configs/hydra/default.yaml: hydra.help.template = ${transflow_help:}
-        _OC.register_new_resolver("transflow_help", lambda: front_page(hydra_help=True))
+        OmegaConf.register_new_resolver("transflow_help", lambda: front_page(hydra_help=True))
     _, errors = register_tasks()
     if warn and errors and not _REGISTERED:
         for name, msg in errors.items():
@@ -687,15 +678,9 @@ def compose(overrides: Sequence[str] = (), *, config_dir: str | pathlib.Path = C
     with initialize_config_dir(str(pathlib.Path(config_dir).resolve()), version_base="1.3"):
         cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
     task_name = str(cfg.hydra.runtime.choices["task"])
-    with _open_dict(cfg):
+    with open_dict(cfg):
         del cfg["hydra"]
     return cfg, task_name
-
-
-def _open_dict(cfg):
-    from omegaconf import open_dict
-
-    return open_dict(cfg)
 
 
 def run_in_process(
@@ -716,11 +701,6 @@ def run_in_process(
     return run_job(cfg, run_dir=run_dir, task_name=task_name, overrides=overrides), cfg
 
 
-def _readers() -> dict[str, tuple[str, ...]]:
-    tasks, _ = discover()
-    return {t: task_reads(t) for t in sorted(tasks) if task_reads(t)}
-
-
 def front_page(*, hydra_help: bool = False) -> str:
     """The text of ``transflow-run --help`` / ``transflow-run list``: usage, the experiments
     (one line each, from the ``# About:`` line of ``configs/experiment/<name>.yaml``) and
@@ -729,8 +709,6 @@ def front_page(*, hydra_help: bool = False) -> str:
     With ``hydra_help`` the text ends with Hydra's list of config groups (a
     ``string.Template`` placeholder Hydra fills in).
     """
-    about = describe()
-    width = max(len(n) for n in about) + 2 if about else 20
     lines = [
         "transflow-run: run transflow's experiments (Hydra). One run directory per job, with",
         "report.md, summary.json (claim checks), metrics.jsonl, figures, run.log.",
@@ -748,7 +726,7 @@ def front_page(*, hydra_help: bool = False) -> str:
         "",
         "Experiments (experiment=NAME; configs/experiment/NAME.yaml; the file's comment says",
         "the runtime and the expected result):",
-        *(f"  {name:<{width}}{text}" for name, text in sorted(about.items())),
+        *("  " + line for line in list_experiments().splitlines()),
         "",
         "experiment= or task=?  Use experiment=NAME. An experiment is a complete setup: it",
         "selects the task (the code, experiments/tasks/TASK.py) AND sets the precision, model,",
@@ -769,7 +747,7 @@ def front_page(*, hydra_help: bool = False) -> str:
         "Every job is checked before any compute or directory (unknown keys, types, ranges",
         "such as task.n_tokens > 0, names such as task.schemes, and overrides of the groups",
         "grid/model the task does not read); the error names the key. Groups read:",
-        *(f"  {t}: {', '.join(r)}" for t, r in _readers().items()),
+        *(f"  {t}: {', '.join(task_reads(t))}" for t in sorted(discover()[0]) if task_reads(t)),
         "Docs: docs/experiments.md.",
     ]
     if hydra_help:
@@ -954,32 +932,23 @@ def list_experiments() -> str:
     return "\n".join(f"{n:<{width}}{text}" for n, text in sorted(about.items()))
 
 
-#: Hydra's command-line flags that take a value (``--cfg job``); ``--info`` may take one.
-_FLAGS_WITH_VALUE = {
-    "--cfg": "cfg",
-    "-c": "cfg",
-    "--package": "package",
-    "-p": "package",
-    "--config-path": "config_path",
-    "-cp": "config_path",
-    "--config-name": "config_name",
-    "-cn": "config_name",
-    "--config-dir": "config_dir",
-    "-cd": "config_dir",
-    "--experimental-rerun": "rerun",
-    "--shell-completion": "shell_completion",
-    "-sc": "shell_completion",
+#: Hydra's command-line flags: what ``parse_command`` calls each → (its spellings, whether
+#: it takes a value: ``--cfg job``); ``--info`` (``-i``) may take one.
+_FLAGS = {
+    "help": ("--help -h", False),
+    "hydra_help": ("--hydra-help", False),
+    "resolve": ("--resolve", False),
+    "run": ("--run -r", False),
+    "multirun": ("--multirun -m", False),
+    "cfg": ("--cfg -c", True),
+    "package": ("--package -p", True),
+    "config_path": ("--config-path -cp", True),
+    "config_name": ("--config-name -cn", True),
+    "config_dir": ("--config-dir -cd", True),
+    "rerun": ("--experimental-rerun", True),
+    "shell_completion": ("--shell-completion -sc", True),
 }
-_BOOL_FLAGS = {
-    "--help": "help",
-    "-h": "help",
-    "--hydra-help": "hydra_help",
-    "--resolve": "resolve",
-    "--run": "run",
-    "-r": "run",
-    "--multirun": "multirun",
-    "-m": "multirun",
-}
+_SPELLINGS = {spelling: dest for dest, (names, _) in _FLAGS.items() for spelling in names.split()}
 
 
 def parse_command(argv: Sequence[str]) -> dict[str, Any]:
@@ -990,20 +959,21 @@ def parse_command(argv: Sequence[str]) -> dict[str, Any]:
         >>> c["overrides"], c["cfg"], c["multirun"], c["help"]
         (['experiment=depth', 'seed=0,1'], 'job', True, False)
     """
-    out: dict[str, Any] = {v: False for v in _BOOL_FLAGS.values()}
-    out.update({v: None for v in _FLAGS_WITH_VALUE.values()}, info=None, overrides=[])
+    out: dict[str, Any] = {dest: None if valued else False for dest, (_, valued) in _FLAGS.items()}
+    out.update(info=None, overrides=[])
     args = list(argv)
     i = 0
     while i < len(args):
         a = args[i]
         name, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
-        if name in _BOOL_FLAGS:
-            out[_BOOL_FLAGS[name]] = True
-        elif name in _FLAGS_WITH_VALUE:
+        dest = _SPELLINGS.get(name)
+        if dest is not None and not _FLAGS[dest][1]:
+            out[dest] = True
+        elif dest is not None:
             if not eq:
                 i += 1
                 value = args[i] if i < len(args) else ""
-            out[_FLAGS_WITH_VALUE[name]] = value
+            out[dest] = value
         elif name in ("--info", "-i"):
             out["info"] = value or "all"
             if not eq and i + 1 < len(args) and "=" not in args[i + 1]:
@@ -1114,10 +1084,6 @@ def check_output_dirs(overrides: Sequence[str]) -> None:
             )
 
 
-def _select_keys(job: Sequence[str]) -> tuple[str, ...]:
-    return tuple(o for o in job if override_key(o) in ("experiment", "task"))
-
-
 def precheck(overrides: Sequence[str]) -> list[tuple[list[str], DictConfig, str]]:
     """Check every job of ``transflow-run [-m] <overrides>`` before Hydra creates anything.
 
@@ -1137,7 +1103,7 @@ def precheck(overrides: Sequence[str]) -> list[tuple[list[str], DictConfig, str]
     out = []
     for job in jobs[:PRECHECK_MAX_JOBS]:
         job = [o for o in job if not override_key(o).startswith(("hydra.", "hydra/"))]
-        select = _select_keys(job)
+        select = tuple(o for o in job if override_key(o) in ("experiment", "task"))
         if select not in tasks:
             tasks[select] = compose(select)[1]
         check_overrides(job, tasks[select])
