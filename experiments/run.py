@@ -1,13 +1,7 @@
 """``transflow-run``: the one Hydra entry point of transflow's experiments.
 
-Usage::
-
-    transflow-run                                   # the default experiment (equivalence)
-    transflow-run experiment=equivalence debug=smoke
-    transflow-run -m experiment=equivalence seed=0,1,2      # a sweep: one dir per job
-    transflow-run experiment=equivalence task.norm_first=[false] precision=fp64
-
-The entry point only composes the config, builds a
+Usage: ``transflow-run --help`` (:func:`front_page`) and ``docs/experiments.md``. The
+entry point only composes the config, builds a
 :class:`~transflow.experiments.context.RunContext` for the job's directory and calls the
 selected task's ``run(cfg, ctx)`` (``experiments/tasks/<name>.py``). JAX is imported and
 configured *inside* the job (x64 for ``precision=fp64|both``), never at import of this
@@ -150,26 +144,18 @@ def _write_json(path: pathlib.Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-class _Precision:
-    """Enable x64 inside a job and restore the previous setting afterwards."""
+@contextlib.contextmanager
+def _Precision(precision: Precision | str):
+    """Enable x64 inside a job (``fp64``/``both``) and restore the previous setting after."""
+    import jax
 
-    def __init__(self, precision: Precision | str):
-        self.precision = Precision(
-            precision.value if isinstance(precision, Precision) else precision
-        )
-
-    def __enter__(self):
-        import jax
-
-        self._old = bool(jax.config.jax_enable_x64)
-        jax.config.update("jax_enable_x64", self.precision is not Precision.fp32)
-        return self
-
-    def __exit__(self, *exc):
-        import jax
-
-        jax.config.update("jax_enable_x64", self._old)
-        return False
+    x64 = Precision(_value(precision)) is not Precision.fp32
+    old = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", x64)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old)
 
 
 #: The command line of this process (``main`` sets it), quoted in ``report.md``.
@@ -489,26 +475,17 @@ def run_job(
 ) -> dict[str, Any]:
     """Run one composed job: the task ``task_name`` with ``cfg.task`` in ``run_dir``.
 
-    First validates the config (:func:`check_overrides`: no override of a group the task
-    does not read; :func:`check_config`: unknown task keys, values out of range, names);
-    an invalid config raises :class:`ConfigValueError` (or ``ConfigKeyError``) before
-    anything is written into ``run_dir``. The job sees only what its task reads
-    (:func:`prune`), and ``.hydra/config.yaml`` is rewritten to say so. Then writes
-    ``status.json`` (RUNNING, then COMPLETED, FAILED with the traceback, or KILLED with
-    the time on SIGTERM/SIGINT), ``report.md`` (a header quoting the command, the task's
-    sections, the summary table and the claim checks), ``summary.json`` (the dict
-    returned by the task), ``run.log`` and, last, an empty ``DONE`` marker.
-
-    A :class:`ConfigValueError` raised by the task itself before it wrote any result (a
-    name it refuses) is a config error too: the files of the run are removed again.
-
-    Claims (``cfg.claims``): under ``enforce`` a failing enforced claim raises
-    :class:`ClaimsFailed` (with the failed claims) after everything is written (status
-    FAILED, no ``DONE``); under ``record`` it is recorded (``status.json`` has ``claims:
-    FAILED`` and ``failed_claims``) and the job completes. ``auto`` is ``record`` when
-    ``multirun`` is true (a sweep), else ``enforce``. Other exceptions are re-raised after
-    ``status.json`` says FAILED. ``overrides`` (the command-line overrides) default to
-    Hydra's.
+    First checks the config (:func:`check_overrides`, :func:`check_config`): an invalid
+    one raises :class:`ConfigValueError` (or ``ConfigKeyError``) before anything is
+    written, as does one the task itself refuses with :class:`ConfigValueError` before
+    writing any result (its files are removed again). The job sees only what its task reads
+    (:func:`prune`; ``.hydra/config.yaml`` is rewritten to say so). It writes the run
+    directory of ``docs/experiments.md`` (``status.json``, ``report.md``, ``summary.json``,
+    ``run.log``, last ``DONE``). Under ``claims=enforce`` (``auto`` without ``multirun``) a
+    failing enforced claim raises :class:`ClaimsFailed` after everything is written;
+    under ``record`` it is recorded and the job completes. Other exceptions are re-raised
+    after ``status.json`` says FAILED (KILLED on SIGTERM/SIGINT). ``overrides`` (the
+    command-line overrides) default to Hydra's.
     """
     # Hydra's job logging is at INFO; JAX's backend probing would fill run.log with noise.
     logging.getLogger("jax").setLevel(logging.WARNING)
@@ -1143,13 +1120,8 @@ def _say_error(e: BaseException) -> str:
         rule = rule_for("", key.rsplit(".", 1)[-1].split("[", 1)[0])  # task.sizes[0]
         allowed = ""
         if "expected one of" not in why and rule is not None:
-            integer = "an integer" in why
-            what = (
-                rule.describe()
-                if not isinstance(rule, Rule)
-                else (f"{'an integer' if integer else 'a finite number'} {rule.describe()}")
-            )
-            allowed = f"; allowed: {what}"
+            kind = "an integer " if "an integer" in why else "a finite number "
+            allowed = f"; allowed: {kind if isinstance(rule, Rule) else ''}{rule.describe()}"
         return f"transflow-run: invalid config: {key}: {why}{allowed}."
     text = " ".join(str(e).split())
     if isinstance(e, ConfigKeyError | ConfigValueError):
