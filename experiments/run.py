@@ -103,15 +103,22 @@ def describe(config_dir: str | pathlib.Path = CONFIG_DIR) -> dict[str, str]:
         >>> "clustering" in describe()
         True
     """
-    out = {}
-    for path in sorted((pathlib.Path(config_dir) / "experiment").glob("*.yaml")):
-        about = ""
-        for line in path.read_text().splitlines():
-            if line.startswith("# About:"):
-                about = line.removeprefix("# About:").strip()
-                break
-        out[path.stem] = about
-    return out
+    paths = sorted((pathlib.Path(config_dir) / "experiment").glob("*.yaml"))
+    return {path.stem: _header(path)[0] for path in paths}
+
+
+def _header(path: pathlib.Path) -> tuple[str, list[str]]:
+    """The ``# About:`` text of an experiment file and the other lines of its leading
+    comment (``# @package`` left out)."""
+    about, comment = "", []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith("# About:"):
+            about = line.removeprefix("# About:").strip()
+        elif not line.startswith("# @package"):
+            comment.append(line.lstrip("#").strip())
+    return about, comment
 
 
 def register_configs(*, warn: bool = True) -> dict[str, str]:
@@ -390,13 +397,10 @@ def check_config(cfg: DictConfig, task_name: str):
     Writes nothing.
     """
     module = _task_module(task_name)
-    fields = {f.name for f in dataclasses.fields(module.Config)}
-    extra = sorted(set(cfg.task.keys()) - fields)
-    if extra:
-        raise ConfigKeyError(
-            f"task.{extra[0]}: not a field of task '{task_name}' "
-            f"(experiments/tasks/{task_name}.py::Config); its fields are {sorted(fields)}."
-        )
+    try:
+        check_task_keys([f"task.{key}" for key in cfg.task.keys()], task_name)
+    except ConfigValueError as e:
+        raise ConfigKeyError(str(e)) from None
     task_cfg = OmegaConf.merge(OmegaConf.structured(module.Config), cfg.task)
     pruned = prune(cfg, task_name)
     try:
@@ -823,18 +827,6 @@ def _option_lines(cls: type, obj: Any, task_name: str, choices: dict, prefix: st
     return lines
 
 
-def _experiment_comment(name: str) -> list[str]:
-    path = CONFIG_DIR / "experiment" / f"{name}.yaml"
-    out = []
-    for line in path.read_text().splitlines():
-        if line.startswith("# @package") or line.startswith("# About:"):
-            continue
-        if not line.startswith("#"):
-            break
-        out.append("  " + line.lstrip("#").strip())
-    return out
-
-
 def experiment_help(name: str) -> str:
     """The help of one experiment (``transflow-run experiment=NAME --help`` or
     ``transflow-run help NAME``): its description, runtime and expected result, and every
@@ -858,7 +850,7 @@ def experiment_help(name: str) -> str:
     lines = [
         f"transflow-run experiment={name}: {about[name]}",
         "",
-        *_experiment_comment(name),
+        *("  " + line for line in _header(CONFIG_DIR / "experiment" / f"{name}.yaml")[1]),
         "",
         f"Options of task '{task_name}' (experiments/tasks/{task_name}.py; set with "
         "task.FIELD=VALUE, lists as task.FIELD=[a,b]); default [type; allowed]:",
@@ -1047,13 +1039,9 @@ def check_output_dirs(overrides: Sequence[str]) -> None:
         ...
         transflow.experiments.validate.ConfigValueError: hydra.run.dir = /proc/nope: ...
     """
-    given = {}
-    for item in overrides:
-        key = override_key(item)
-        if key in ("hydra.run.dir", "hydra.sweep.dir") and "=" in str(item):
-            given[key] = str(item).split("=", 1)[1].strip("'\"")
     for key in ("hydra.run.dir", "hydra.sweep.dir"):
-        value = given.get(key, "outputs/")
+        given = [str(o) for o in overrides if override_key(o) == key and "=" in str(o)]
+        value = given[-1].split("=", 1)[1].strip("'\"") if given else "outputs/"
         problem = writable_dir_problem(key, value.split("${", 1)[0] or ".")
         if problem is not None:
             raise ConfigValueError(
