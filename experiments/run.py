@@ -589,18 +589,12 @@ def run_job(
         except ConfigValueError as e:
             # The task refused an option before producing anything: a config error, not
             # a failed run. Remove what this job wrote (the caller removes the directory).
-            leftovers = {p.name for p in run_dir.iterdir()} - {
-                ".hydra",
-                "run.log",
-                "status.json",
-                "report.md",
-            }
-            if not leftovers:
-                for name in ("status.json", "report.md"):
+            written = {p.name for p in run_dir.iterdir()}
+            if written <= {".hydra", "run.log", "status.json", "report.md"}:
+                for name in ("status.json", "report.md", ".hydra/resolved.yaml"):
                     (run_dir / name).unlink(missing_ok=True)
-                (run_dir / ".hydra" / "resolved.yaml").unlink(missing_ok=True)
-                raise
-            _fail(status, run_dir, t0, log, e)
+            else:
+                _fail(status, run_dir, t0, log, e)
             raise
         except (KeyboardInterrupt, Killed) as e:
             name = "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)
