@@ -397,8 +397,9 @@ def check_config(cfg: DictConfig, task_name: str):
     Writes nothing.
     """
     module = _task_module(task_name)
+    extra = set(cfg.task.keys()) - {f.name for f in dataclasses.fields(module.Config)}
     try:
-        check_task_keys([f"task.{key}" for key in cfg.task.keys()], task_name)
+        check_task_keys([f"task.{key}" for key in sorted(extra)], task_name)
     except ConfigValueError as e:
         raise ConfigKeyError(str(e)) from None
     task_cfg = OmegaConf.merge(OmegaConf.structured(module.Config), cfg.task)
