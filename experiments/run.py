@@ -31,7 +31,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
-from .config import Precision, RunConfig, register_schemas
+from .config import ClaimsMode, Precision, RunConfig, register_schemas
 from .context import (
     FAILED,
     PASS,
@@ -856,9 +856,9 @@ def experiment_help(name: str) -> str:
         f"{task_name}.yaml (below; a value given",
         "                                on the command line always wins)",
         *_smoke_lines(task_name),
-        f"  seed={cfg.seed}  [int; >= 0]",
-        f"  precision={_value(cfg.precision)}  [fp32 | fp64 | both]",
-        "  claims=auto  [auto | enforce | record]",
+        f"  seed={cfg.seed}  [int; {rule_for('', 'seed').describe()}]",
+        f"  precision={_value(cfg.precision)}  [{' | '.join(p.value for p in Precision)}]",
+        f"  claims=auto  [{' | '.join(c.value for c in ClaimsMode)}]",
     ]
     if reads:
         pruned = prune(cfg, task_name)
