@@ -242,18 +242,35 @@ def _train_schemes() -> tuple[str, ...]:
 
 
 def _each(rule: Rule, names: str) -> dict[str, Rule]:
-    """``{name: rule}`` for each of the whitespace-separated field ``names``."""
-    return dict.fromkeys(names.split(), rule)
+    """``{name: rule}`` for each of the whitespace-separated field ``names`` (each once)."""
+    listed = names.split()
+    if len(set(listed)) != len(listed):
+        raise ValueError(
+            f"validate.RULES: {sorted({n for n in listed if listed.count(n) > 1})} twice"
+        )
+    return dict.fromkeys(listed, rule)
+
+
+def _once(*groups: dict[str, Any]) -> dict[str, Any]:
+    """The groups of :data:`RULES` merged; a field declared in two groups is refused (the
+    second would silently win)."""
+    merged: dict[str, Any] = {}
+    for group in groups:
+        twice = sorted(set(merged) & set(group))
+        if twice:
+            raise ValueError(f"validate.RULES: {twice} declared in two groups; keep one rule each")
+        merged.update(group)
+    return merged
 
 
 #: Field name → rule, for every numeric field of the top-level groups and of every task,
 #: and for the names and paths shared by several tasks (the training options of
 #: :class:`transflow.control.TrainConfig`).
-RULES: dict[str, Rule | OneOf | WritableDir] = {
+RULES: dict[str, Rule | OneOf | WritableDir] = _once(
     # > 0: the sizes, counts, steps, rates and tolerances of the top level, grid, model,
     # the tasks, training (TrainConfig), the study protocol (task.study) and the order
     # study's problems (task.problem_a/problem_b of experiment=schemes)
-    **_each(
+    _each(
         POSITIVE,
         """
         n_tokens n_features dx dy height width d_model nhead dim_feedforward num_layers
@@ -273,38 +290,40 @@ RULES: dict[str, Rule | OneOf | WritableDir] = {
         context n_val
         """,
     ),
-    **_each(
+    _each(
         NON_NEGATIVE,
         "seed init_seed path_seed state_seed seeds layer_norm_eps warmup_steps weight_decay "
         "throttle smoothness ref_check_max",
     ),
-    **_each(UNIT_OPEN, "threshold test_fraction val_fraction"),
-    **_each(UNIT_CLOSED, "min_test_accuracy min_sequence_accuracy min_accuracy max_drop"),
-    **_each(Rule(2, True), "softmax_grid precision_grid"),
-    # >= 0 where 0 (or null) means "none", "all" or "the default"
-    "d_ff": NON_NEGATIVE,  # 0 (or null): the task's default width
-    "encoder_layers": NON_NEGATIVE,  # 0: no encoder stacks
-    "max_chars": NON_NEGATIVE,  # text corpus cap (0: the whole corpus)
-    "large_regions": NON_NEGATIVE,  # 0: no large count (expressivity)
-    "first_configs": NON_NEGATIVE,  # 0: every configuration (hf_equivalence)
-    "eval_every": NON_NEGATIVE,  # 0: evaluate only at the end
-    "test_subset": NON_NEGATIVE,  # 0: the whole test split
-    "test_examples": NON_NEGATIVE,  # 0: the whole test split (experiment=depth)
-    "adjoint_relu_rtol": NON_NEGATIVE,  # 0: skip the ReLU contrast
-    "seed_offset": NON_NEGATIVE,  # task.study.seed_offset, also task.seed_offset (schemes)
-    "ref_check_rtol": NON_NEGATIVE,  # 0: no estimate of the reference's error
-    "ref_check_coarse_rtol": NON_NEGATIVE,  # 0: the v1 estimate (the loose distance)
-    "ref_refine": NON_NEGATIVE,  # 0: no refinement of the reference (design v2)
-    "min_seeds": Rule(2, True),  # a std needs two seeds (trained_regions)
-    "beta_depth": Rule(9, True),  # strides 1, 2, 4, 8 need at least 9 samples
-    # names and paths
-    "scheme": OneOf(_train_schemes),
-    "ffn_branch_dt": OneOf(("dt", "2dt")),
-    "remat": OneOf(("none", "step", "nested")),
-    "pool": OneOf(("mean", "cls")),
-    "kind": OneOf(("sort", "reverse")),
-    "checkpoint_dir": WritableDir(special=("auto", "run", "none", "")),
-}
+    _each(UNIT_OPEN, "threshold test_fraction val_fraction"),
+    _each(UNIT_CLOSED, "min_test_accuracy min_sequence_accuracy min_accuracy max_drop"),
+    _each(Rule(2, True), "softmax_grid precision_grid"),
+    {
+        # >= 0 where 0 (or null) means "none", "all" or "the default"
+        "d_ff": NON_NEGATIVE,  # 0 (or null): the task's default width
+        "encoder_layers": NON_NEGATIVE,  # 0: no encoder stacks
+        "max_chars": NON_NEGATIVE,  # text corpus cap (0: the whole corpus)
+        "large_regions": NON_NEGATIVE,  # 0: no large count (expressivity)
+        "first_configs": NON_NEGATIVE,  # 0: every configuration (hf_equivalence)
+        "eval_every": NON_NEGATIVE,  # 0: evaluate only at the end
+        "test_subset": NON_NEGATIVE,  # 0: the whole test split
+        "test_examples": NON_NEGATIVE,  # 0: the whole test split (experiment=depth)
+        "adjoint_relu_rtol": NON_NEGATIVE,  # 0: skip the ReLU contrast
+        "seed_offset": NON_NEGATIVE,  # task.study.seed_offset, also task.seed_offset (schemes)
+        "ref_check_rtol": NON_NEGATIVE,  # 0: no estimate of the reference's error
+        "ref_check_coarse_rtol": NON_NEGATIVE,  # 0: the v1 estimate (the loose distance)
+        "ref_refine": NON_NEGATIVE,  # 0: no refinement of the reference (design v2)
+        "min_seeds": Rule(2, True),  # a std needs two seeds (trained_regions)
+        "beta_depth": Rule(9, True),  # strides 1, 2, 4, 8 need at least 9 samples
+        # names and paths
+        "scheme": OneOf(_train_schemes),
+        "ffn_branch_dt": OneOf(("dt", "2dt")),
+        "remat": OneOf(("none", "step", "nested")),
+        "pool": OneOf(("mean", "cls")),
+        "kind": OneOf(("sort", "reverse")),
+        "checkpoint_dir": WritableDir(special=("auto", "run", "none", "")),
+    },
+)
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.
 TASK_RULES: dict[tuple[str, str], Rule | OneOf | WritableDir] = {
