@@ -57,6 +57,7 @@ __all__ = [
     "aggregate",
     "check_claims",
     "digest",
+    "mean_std",
     "mean_std_text",
     "reusable_record",
     "summarize_verdicts",
@@ -300,7 +301,13 @@ def resolve_cell(study: StudyConfig, name: str) -> str:
     return _cell_name(study.factors, study.headline) if name == "headline" else name
 
 
-def _mean_std(xs: list[float]) -> tuple[float, float]:
+def mean_std(xs: list[float]) -> tuple[float, float]:
+    """The mean and the sample standard deviation (n − 1) of ``xs``; NaN where undefined.
+
+    Example:
+        >>> mean_std([1.0, 3.0]), mean_std([2.0])
+        ((2.0, 1.4142135623730951), (2.0, nan))
+    """
     n = len(xs)
     if n == 0:
         return math.nan, math.nan
@@ -332,10 +339,16 @@ def aggregate(records: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict
                 for _, r in sorted(by_seed.items())
                 if isinstance(r.get(k), int | float) and not isinstance(r.get(k), bool)
             ]
-            m, s = _mean_std(vals)
+            m, s = mean_std(vals)
             cell_out[k] = {"mean": m, "std": s, "n": len(vals), "values": vals}
         out[cell] = cell_out
     return out
+
+
+def _claim_name(spec: ClaimSpec, key: str, cell: str) -> str:
+    """A verdict's name: the claim's, ``<claim> [<cell>]`` when it names several cells or
+    its cell as ``headline``."""
+    return f"{spec.name} [{cell}]" if len(spec.cells) > 1 or key != cell else spec.name
 
 
 def _holds(value: float, op: str, bound: float) -> bool:
@@ -406,7 +419,7 @@ def evaluate_claim(
                 v = abs(v - float(spec.center))
             seeds.append(s)
             values.append(v)
-        mean, std = _mean_std(values)
+        mean, std = mean_std(values)
         upper = spec.op in (">=", ">")
         if spec.over == "all":
             value = (min(values) if upper else max(values)) if values else math.nan
@@ -416,9 +429,7 @@ def evaluate_claim(
             value = mean - std if upper else mean + std
         margin = (value - spec.bound) if upper else (spec.bound - value)
         verdict = {
-            "name": f"{spec.name} [{cell}]"
-            if len(spec.cells) > 1 or cell_key != cell
-            else spec.name,
+            "name": _claim_name(spec, cell_key, cell),
             "claim": spec.name,
             "cell": cell,
             "metric": spec.metric + (f" − ({spec.minus})" if spec.minus else ""),
@@ -490,16 +501,12 @@ def evaluate_claims(study: StudyConfig, records, *, n_examples: int | None = Non
             cell = resolve_cell(study, key)
             missing = [c for c in [cell, *minus] if c not in records]
             if missing:
-                v = not_checked(spec, missing)
-                v["cell"] = cell
-                if len(spec.cells) > 1 or key != cell:
-                    v["name"] = f"{spec.name} [{cell}]"
+                v = {**not_checked(spec, missing), "cell": cell}
             else:
                 one = dataclasses.replace(spec, cells=[key])
                 n = n_examples if n_examples is not None else _n_test(records[cell])
                 (v,) = evaluate_claim(one, records, study=study, n_examples=n)
-                if len(spec.cells) > 1:
-                    v["name"] = f"{spec.name} [{cell}]"
+            v["name"] = _claim_name(spec, key, cell)
             out.append(v)
     return out
 
@@ -540,11 +547,6 @@ def verdicts_markdown(verdicts: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|"
     )
     return head + "\n" + "\n".join(verdict_line(v) for v in verdicts)
-
-
-def to_dict(study: StudyConfig) -> dict[str, Any]:
-    """The design as plain data (for ``summary.json`` and the report)."""
-    return dataclasses.asdict(study)
 
 
 #: The fields of a claim verdict kept in a run's ``summary.json``.

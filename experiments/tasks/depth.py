@@ -65,6 +65,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from transflow.analysis import reading_suffix
 from transflow.control import DepthDigitsConfig, ReferenceTolerances
 
 from ..config import complete, library_names, options_without
@@ -82,7 +83,9 @@ from ..study.protocol import (
 from ..study.report import (
     claims_markdown,
     design_markdown,
+    markdown_table,
     records_json,
+    seeds_text,
     study_summary,
     write_tables,
 )
@@ -463,7 +466,7 @@ def _evaluate(
         straddle_scheme=STRADDLE_SCHEME if STRADDLE_SCHEME in cfg.eval_schemes else None,
     )  # fmt: skip
     for reading in cfg.readings:
-        _derived(cfg, study, rec, own, _suffix(reading))
+        _derived(cfg, study, rec, own, reading_suffix(reading))
     rec["n_test"] = len(yte)
     return rec
 
@@ -471,14 +474,6 @@ def _evaluate(
 #: The eval scheme whose stages are checked for ReLU kinks (``straddle.heun.<N>``, reading
 #: right: :func:`transflow.control.kink_straddles`), when ``task.eval_schemes`` has it.
 STRADDLE_SCHEME = "heun"
-
-
-def _suffix(reading: str) -> str:
-    """How a metric names its reading (:func:`transflow.analysis.reading_suffix`): ``""``
-    for :data:`DEFAULT_READING`, ``"@left"``, ``"@average"`` for the others."""
-    from transflow.analysis import reading_suffix
-
-    return reading_suffix(reading)
 
 
 def _derived(cfg: Config, study: StudyConfig, rec: dict, own: str, at: str) -> None:
@@ -620,7 +615,9 @@ def run(cfg: Config, ctx) -> dict:
         + f"\n\nThe test split holds {n_test} images per seed."
     )
     head = ("acc.train", "max_change", "dist.train", "acc.adaptive", "max_integrator_change")
-    read = tuple(f"{k}{_suffix(r)}" for r in cfg.readings if r != DEFAULT_READING for k in head)
+    read = tuple(
+        f"{k}{reading_suffix(r)}" for r in cfg.readings if r != DEFAULT_READING for k in head
+    )
     ha = agg.get(cells[0].name, {})
     return {
         **study_summary(cells, result, verdicts, agg, (*head, "beta.update", *read)),
@@ -659,7 +656,7 @@ def read_claims(study: StudyConfig, reading: str, records: dict | None = None) -
     A claim whose metric does not depend on the reading (the records hold it without the
     suffix and not with it: ``nfev.adaptive``, ``dist.adaptive``, ``beta.*``) is checked
     once, under its own name, and not restated."""
-    at = _suffix(reading)
+    at = reading_suffix(reading)
     keys = {k for by in (records or {}).values() for r in by.values() for k in r}
     return dataclasses.replace(
         study,
@@ -676,45 +673,36 @@ def _path_minus_per_layer(cfg: Config, study: StudyConfig, cells, records) -> st
     training depth and scheme), paired by seed, at every evaluation depth (own scheme)
     and adaptively, per declared reading: mean ± std, then the per-seed values."""
     grid = [int(n) for n in study.eval_grid]
-    by = {tuple(c.levels[f] for f in FACTORS if f != "path"): c for c in cells
-          if c.levels["path"] == "per_layer"}  # fmt: skip
-    head = "| cell − per-layer | reading | seeds |" + "".join(f" N={n} |" for n in grid)
-    md = [
-        "Test accuracy of the path model minus the per-layer model trained alike (own "
-        "scheme; paired seeds; mean ± std, per-seed values below each). The readings "
-        "differ only where a step midpoint falls on a jump of θ (the per-layer model below "
-        "its layer count); the adaptive solve does not depend on the reading.",
-        "",
-        head + " adaptive |",
-        "|---|---|---|" + "---|" * (len(grid) + 1),
-    ]
-    rows = 0
+
+    def alike(c) -> tuple:
+        return tuple(c.levels[f] for f in FACTORS if f != "path")
+
+    by = {alike(c): c for c in cells if c.levels["path"] == "per_layer"}
+    rows = []
     for c in cells:
-        base = by.get(tuple(c.levels[f] for f in FACTORS if f != "path"))
+        base = by.get(alike(c))
         if c.levels["path"] == "per_layer" or base is None:
             continue
         a, b = records.get(c.name, {}), records.get(base.name, {})
         seeds = sorted(set(a) & set(b))
-        if not seeds:
-            continue
-        own = c.levels["scheme"]
-        for reading in cfg.readings:
-            at = _suffix(reading)
-            keys = [f"acc.{own}.{n}{at}" for n in grid] + ["acc.adaptive"]
-            vals = []
-            for k in keys:
-                d = [a[s][k] - b[s][k] for s in seeds if k in a[s] and k in b[s]]
-                one = {"mean": sum(d) / len(d), "std": _std(d), "n": len(d)} if d else None
-                vals.append(
-                    _pm(one) + " [" + " ".join(f"{v:+.3f}" for v in d) + "]" if d else "n/a"
-                )
-            md.append(
-                f"| {c.name} − {base.name} | {reading} | {len(seeds)} | " + " | ".join(vals) + " |"
+        for reading in cfg.readings if seeds else []:
+            at = reading_suffix(reading)
+            keys = [f"acc.{c.levels['scheme']}.{n}{at}" for n in grid] + ["acc.adaptive"]
+            diffs = [[a[s][k] - b[s][k] for s in seeds if k in a[s] and k in b[s]] for k in keys]
+            label = f"{c.name} − {base.name}"
+            rows.append(
+                [label, reading, len(seeds), *(seeds_text(d, ".3f", "+.3f") for d in diffs)]
             )
-            rows += 1
     if not rows:
         return "No path cell has a per-layer cell trained alike in this run."
-    return "\n".join(md)
+    head = ["cell − per-layer", "reading", "seeds", *(f"N={n}" for n in grid), "adaptive"]
+    intro = (
+        "Test accuracy of the path model minus the per-layer model trained alike (own "
+        "scheme; paired seeds; mean ± std, per-seed values below each). The readings "
+        "differ only where a step midpoint falls on a jump of θ (the per-layer model below "
+        "its layer count); the adaptive solve does not depend on the reading."
+    )
+    return "\n".join([intro, "", *markdown_table(head, rows)])
 
 
 def _local_order_table(cfg: Config, study: StudyConfig, cells, records) -> str:
@@ -722,47 +710,30 @@ def _local_order_table(cfg: Config, study: StudyConfig, cells, records) -> str:
     grid, ``order_local.<s>.<N>`` (mean ± std, the per-seed values below), and the
     fraction of Heun steps whose stages straddle a kink, ``straddle.heun.<N>``."""
     grid = [int(n) for n in study.eval_grid]
-    head = "| cell | quantity | seeds |" + "".join(f" {a}→{b} |" for a, b in zip(grid, grid[1:]))
-    md = [
+    quantities = [(f"local order, {s}", f"order_local.{s}") for s in cfg.eval_schemes]
+    if STRADDLE_SCHEME in cfg.eval_schemes:
+        quantities.append((f"straddle, {STRADDLE_SCHEME}", f"straddle.{STRADDLE_SCHEME}"))
+    rows = []
+    for c in cells:
+        by = records.get(c.name, {})
+        for label, metric in quantities if by else []:
+            keys = [f"{metric}.{n}" for n in grid[1:]]
+            finite = [
+                [by[s][k] for s in sorted(by) if k in by[s] and math.isfinite(by[s][k])]
+                for k in keys
+            ]
+            rows.append([c.name, label, len(by), *(seeds_text(d, ".2f") for d in finite)])
+    head = ["cell", "quantity", "seeds", *(f"{a}→{b}" for a, b in zip(grid, grid[1:]))]
+    intro = (
         "Local order log(dist(N′)/dist(N)) / log(N/N′) of the distance to the continuous limit "
         "between successive depths N′ → N (per doubling: log₂ of the ratio), reading right, "
         f"mean ± std over seeds [per-seed values]; `straddle`: the fraction of "
         f"{STRADDLE_SCHEME} steps at depth N (the column's right end) whose two stage states "
         "give some FFN pre-activation (any token, unit) another sign "
         "(`transflow.control.kink_straddles`): where the ReLU field is not C¹ inside a step. "
-        f"FFN activation: {cfg.digits.activation}.",
-        "",
-        head,
-        "|---|---|---|" + "---|" * (len(grid) - 1),
-    ]
-
-    def cellrow(by, label, keys):
-        seeds = sorted(by)
-        vals = []
-        for k in keys:
-            d = [by[s][k] for s in seeds if k in by[s] and math.isfinite(by[s][k])]
-            one = {"mean": sum(d) / len(d), "std": _std(d), "n": len(d)} if d else None
-            vals.append(_pm(one, 2) + " [" + " ".join(f"{v:.2f}" for v in d) + "]" if d else "n/a")
-        return f"| {{}} | {label} | {len(seeds)} | " + " | ".join(vals) + " |"
-
-    for c in cells:
-        by = records.get(c.name, {})
-        if not by:
-            continue
-        for s in cfg.eval_schemes:
-            keys = [f"order_local.{s}.{n}" for n in grid[1:]]
-            md.append(cellrow(by, f"local order, {s}", keys).format(c.name))
-        if STRADDLE_SCHEME in cfg.eval_schemes:
-            keys = [f"straddle.{STRADDLE_SCHEME}.{n}" for n in grid[1:]]
-            md.append(cellrow(by, f"straddle, {STRADDLE_SCHEME}", keys).format(c.name))
-    return "\n".join(md)
-
-
-def _std(d: list[float]) -> float:
-    if len(d) < 2:
-        return math.nan
-    m = sum(d) / len(d)
-    return math.sqrt(sum((v - m) ** 2 for v in d) / (len(d) - 1))
+        f"FFN activation: {cfg.digits.activation}."
+    )
+    return "\n".join([intro, "", *markdown_table(head, rows)])
 
 
 def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -> str:
@@ -801,15 +772,11 @@ def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -
     )
 
 
-def _pm(a: dict | None, digits: int = 3, sci: bool = False) -> str:
-    return mean_std_text(a, ".2e" if sci else f".{digits}f")
-
-
 def _factorial_tables(cfg: Config, study: StudyConfig):
     """(title, metric pattern, scientific, extra columns) of every table of the factorial
     section, per declared reading (each title names its reading)."""
     for reading in cfg.readings:
-        at, r = _suffix(reading), f", reading {reading}"
+        at, r = reading_suffix(reading), f", reading {reading}"
         first = reading == cfg.readings[0]
         yield (
             f"Test accuracy, own scheme (the training scheme){r}",
@@ -835,46 +802,36 @@ def _factorial_tables(cfg: Config, study: StudyConfig):
             )
 
 
+def _summary_format(metric: str) -> str:
+    """The number format of a metric in the factorial's per-cell table."""
+    if metric.startswith("dist.train"):
+        return ".2e"
+    return ".1f" if metric in ("cpu_train", "n_params") or metric.startswith("nfev") else ".3f"
+
+
 def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
     """The factorial table: one row per cell, mean ± std over its seeds at every
     evaluation depth, per evaluation mode (markdown and CSV)."""
     grid = [int(n) for n in study.eval_grid]
     md: list[str] = []
-    lead = "| cell | role | seeds |"
     for title, key, sci, extra in _factorial_tables(cfg, study):
-        md += [
-            f"**{title}** (mean ± std over seeds)",
-            "",
-            lead + "".join(f" N={n} |" for n in grid) + "".join(f" {e} |" for e, _ in extra),
-            "|---|---|---|" + "---|" * (len(grid) + len(extra)),
-        ]
+        fmt = ".2e" if sci else ".3f"
+        head = ["cell", "role", "seeds", *(f"N={n}" for n in grid), *(e for e, _ in extra)]
+        rows = []
         for c in cells:
-            a = agg.get(c.name, {})
-            own = c.levels["scheme"]
-            vals = [_pm(a.get(key.format(own=own, n=n)), sci=sci) for n in grid]
-            vals += [_pm(a.get(k), sci=sci and not k.startswith("order")) for _, k in extra]
-            md.append(f"| {c.name} | {c.role} | {len(c.seeds)} | " + " | ".join(vals) + " |")
-        md.append("")
+            a, own = agg.get(c.name, {}), c.levels["scheme"]
+            depths = [mean_std_text(a.get(key.format(own=own, n=n)), fmt) for n in grid]
+            more = [mean_std_text(a.get(k), ".3f" if k.startswith("order") else fmt)
+                    for _, k in extra]  # fmt: skip
+            rows.append([c.name, c.role, len(c.seeds), *depths, *more])
+        md += [f"**{title}** (mean ± std over seeds)", "", *markdown_table(head, rows), ""]
     summary_keys = [
-        ("acc.train", False),
-        ("max_change", False),
-        ("max_integrator_change", False),
-        ("dist.train", True),
-        ("nfev.adaptive", False),
-        *((("nfev.adaptive.unsplit", False),) if cfg.adaptive_split else ()),
-        ("beta.trained", False),
-        ("beta.init", False),
-        ("beta.update", False),
-        ("update_rel", False),
-        ("cpu_train", False),
-        ("n_params", False),
-        *(
-            (f"{k}{_suffix(r)}", k == "dist.train")
-            for r in cfg.readings
-            if r != DEFAULT_READING
-            for k in ("acc.train", "max_change", "max_integrator_change", "dist.train")
-        ),
-    ]
+        "acc.train", "max_change", "max_integrator_change", "dist.train", "nfev.adaptive",
+        *(["nfev.adaptive.unsplit"] if cfg.adaptive_split else []),
+        "beta.trained", "beta.init", "beta.update", "update_rel", "cpu_train", "n_params",
+        *(f"{k}{reading_suffix(r)}" for r in cfg.readings if r != DEFAULT_READING
+          for k in ("acc.train", "max_change", "max_integrator_change", "dist.train")),
+    ]  # fmt: skip
     md += [
         "**Per cell** (mean ± std over seeds; acc.train, max_change, "
         f"max_integrator_change, dist.train under the reading {DEFAULT_READING}, "
@@ -882,25 +839,17 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
         f"{cfg.beta_depth} steps, of the trained controls, of their initialisation and "
         "of the learned update θ − θ₀)",
         "",
-        "| cell | " + " | ".join(k for k, _ in summary_keys) + " |",
-        "|---|" + "---|" * len(summary_keys),
-    ]
-    for c in cells:
-        a = agg.get(c.name, {})
-        md.append(
-            f"| {c.name} | "
-            + " | ".join(
-                _pm(
-                    a.get(k),
-                    digits=1 if k in ("cpu_train", "n_params") or k.startswith("nfev") else 3,
-                    sci=sci,
-                )
-                for k, sci in summary_keys
-            )
-            + " |"
-        )
+        *markdown_table(
+            ["cell", *summary_keys],
+            (
+                [c.name, *(mean_std_text(agg.get(c.name, {}).get(k), _summary_format(k))
+                           for k in summary_keys)]
+                for c in cells
+            ),
+        ),
+    ]  # fmt: skip
     metrics = sorted({k for a in agg.values() for k in a})
-    lines = ["cell,role,n_seeds," + ",".join(f"{f}" for f in FACTORS) + ",metric,mean,std,values"]
+    lines = ["cell,role,n_seeds," + ",".join(FACTORS) + ",metric,mean,std,values"]
     for c in cells:
         for k in metrics:
             v = agg.get(c.name, {}).get(k)
