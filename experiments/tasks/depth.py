@@ -24,27 +24,10 @@ order over the declared window of each scheme (``task.study.fit_windows``). Smoo
 β (``increment_scaling``) of the trained controls, of the model's own initialisation and
 of the learned update θ_trained − θ_init, all sampled at ``task.beta_depth`` steps.
 
-Metrics of a seed record (the names claims use): ``acc.<scheme>.<N>``,
-``dist.<scheme>.<N>``, ``order.<scheme>``, ``acc.adaptive``, ``nfev.adaptive``,
-``dist.adaptive`` (with ``task.adaptive_split`` the solve piece by piece between the
-jumps of θ, and ``acc/nfev/dist.adaptive.unsplit`` the solve straight across them),
-``acc.reference``, ``nfev.reference``, ``acc.train`` (own scheme at
-N_t = ``task.n_steps``), ``max_change`` (largest |acc(N) − acc.train| over the window
-``transfer`` and adaptively, own scheme), ``max_integrator_change`` (largest
-|acc.<s1>.N − acc.<s2>.N| over the window ``integrator``; ``…_transfer``: over
-``transfer``, design v1's), ``ref_error_est``/``ref_error_ratio`` (first seed of a
-cell), ``dist.train``, ``beta.trained``,
-``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``,
-``ffn_activation`` (``task.digits.activation`` as the trained model has it),
-``order_local.<scheme>.<N>`` (the local order between the previous grid depth and N)
-and ``straddle.heun.<N>`` (the fraction of Heun steps at depth N whose stages straddle
-a kink of the FFN activation, :func:`transflow.control.kink_straddles`). The stepped
-metrics and those derived from them are measured under every reading of ``task.readings``
-(how a depth N reads θ(t) at a jump, :data:`transflow.continuous.READINGS`): under
-"right" (the default and every earlier run's) with the names above, under another
-reading r suffixed ``@r`` (``acc.prenorm.2@left``); every declared claim is restated
-under r as ``<claim>@r``. ``task.readings`` and ``task.digits.activation`` enter the
-record key only when not their defaults, so earlier records keep their keys.
+Metrics of a seed record (the names claims use: ``acc.<scheme>.<N>``, ``dist.<scheme>.<N>``,
+``order.<scheme>``, ``acc.adaptive``, ``max_change``, ...): docs/depth.md, "The metrics
+of a seed record". Under a reading of ``task.readings`` other than "right" the stepped
+metrics and the claims are suffixed ``@<reading>``.
 
 Runs on the study runner (:mod:`transflow.experiments.study.runner`, :func:`spec`): one
 record per job in ``cells/<cell>/seed<k>/record.json``, reused on a rerun in the same
@@ -441,36 +424,6 @@ def _train_cell(cfg: Config, ctx, cell, seed: int):
     return summary, result.model, init
 
 
-def _evaluate(
-    cfg: Config,
-    study: StudyConfig,
-    model,
-    init,
-    own: str,
-    xte,
-    yte,
-    ref: ReferenceTolerances,
-    check_ref: bool = False,
-) -> dict:
-    """Every evaluation of one trained model, in float64 (the metrics of a seed record):
-    :func:`transflow.analysis.depth_evaluation` and the metrics derived per reading."""
-    from transflow import Adaptive
-    from transflow.analysis import depth_evaluation
-
-    rec = depth_evaluation(
-        model, init, xte, yte, schemes=list(cfg.eval_schemes), own=own,
-        grid=study.eval_grid, windows={s: window(study, s) for s in cfg.eval_schemes},
-        reference=ref, adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol),
-        readings=list(cfg.readings), split=bool(cfg.ref_split), beta_depth=int(cfg.beta_depth),
-        check_reference=check_ref, adaptive_split=bool(cfg.adaptive_split),
-        straddle_scheme=STRADDLE_SCHEME if STRADDLE_SCHEME in cfg.eval_schemes else None,
-    )  # fmt: skip
-    for reading in cfg.readings:
-        _derived(cfg, study, rec, own, reading_suffix(reading))
-    rec["n_test"] = len(yte)
-    return rec
-
-
 #: The eval scheme whose stages are checked for ReLU kinks (``straddle.heun.<N>``, reading
 #: right: :func:`transflow.control.kink_straddles`), when ``task.eval_schemes`` has it.
 STRADDLE_SCHEME = "heun"
@@ -500,8 +453,11 @@ def _derived(cfg: Config, study: StudyConfig, rec: dict, own: str, at: str) -> N
 
 def _measure(cfg: Config, ctx, study: StudyConfig, ref: ReferenceTolerances, job) -> dict:
     """The job function: train one (cell, seed) (or reload its final checkpoint) and
-    evaluate it against ``ref`` (the job's reference level; its error estimated on the
-    cell's first seed); the record's metrics with the seconds of both."""
+    evaluate it in float64 against ``ref`` (the job's reference level; its error estimated
+    on the cell's first seed): :func:`transflow.analysis.depth_evaluation`, the metrics
+    derived per reading (:func:`_derived`) and the seconds of both."""
+    from transflow import Adaptive
+    from transflow.analysis import depth_evaluation
     from transflow.control import at_depth, load_digits_split
 
     t0 = time.perf_counter()
@@ -511,8 +467,18 @@ def _measure(cfg: Config, ctx, study: StudyConfig, ref: ReferenceTolerances, job
         xte, yte = xte[: cfg.test_examples], yte[: cfg.test_examples]
     t1 = time.perf_counter()
     own = job.cell.levels["scheme"]
-    rec = _evaluate(cfg, study, model, init, own, xte, yte, ref, job.first)
+    rec = depth_evaluation(
+        model, init, xte, yte, schemes=list(cfg.eval_schemes), own=own,
+        grid=study.eval_grid, windows={s: window(study, s) for s in cfg.eval_schemes},
+        reference=ref, adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol),
+        readings=list(cfg.readings), split=bool(cfg.ref_split), beta_depth=int(cfg.beta_depth),
+        check_reference=job.first, adaptive_split=bool(cfg.adaptive_split),
+        straddle_scheme=STRADDLE_SCHEME if STRADDLE_SCHEME in cfg.eval_schemes else None,
+    )  # fmt: skip
+    for reading in cfg.readings:
+        _derived(cfg, study, rec, own, reading_suffix(reading))
     rec.update(
+        n_test=len(yte),
         ffn_activation=at_depth(model, 1).layer_controls()[0].ffn.activation,  # its own
         cpu_train=summary["cpu_seconds"],
         n_params=summary.get("n_params"),
@@ -603,24 +569,17 @@ def run(cfg: Config, ctx) -> dict:
         + "\n\n## Local order per doubling and ReLU kink straddles (issue 50)\n\n"
         + _local_order_table(cfg, study, cells, records)
         + "\n\n## Claims over seeds (declared in task.study.claims)\n\n"
-        + (
-            "Every claim is stated under the reading right (its declared metric); "
-            + ", ".join(f"`<claim>@{r}`: the same claim under the reading {r}" for r in extra)
-            + ".\n\n"
-            if (extra := [r for r in cfg.readings if r != DEFAULT_READING])
-            else f"Every claim is stated under the reading {DEFAULT_READING}.\n\n"
-        )
+        + _claims_readings(cfg)
         + claims_markdown(verdicts)
         + _reference_line(cfg, reference(cfg), ratios, result.levels)
         + f"\n\nThe test split holds {n_test} images per seed."
     )
     head = ("acc.train", "max_change", "dist.train", "acc.adaptive", "max_integrator_change")
-    read = tuple(
-        f"{k}{reading_suffix(r)}" for r in cfg.readings if r != DEFAULT_READING for k in head
-    )
     ha = agg.get(cells[0].name, {})
     return {
-        **study_summary(cells, result, verdicts, agg, (*head, "beta.update", *read)),
+        **study_summary(
+            cells, result, verdicts, agg, (*head, "beta.update", *_per_reading(cfg, head))
+        ),
         "readings": list(cfg.readings),
         "metric_reading": _readings_line(cfg),
         "activation": cfg.digits.activation,
@@ -635,18 +594,37 @@ def run(cfg: Config, ctx) -> dict:
 def _verdicts(cfg: Config, study: StudyConfig, records: dict, n_test: int) -> list:
     """Every declared claim's verdict, then each again under every other reading."""
     verdicts = evaluate_claims(study, records, n_examples=n_test)
-    for reading in cfg.readings:
-        if reading != DEFAULT_READING:
-            restated = read_claims(study, reading, records)
-            verdicts += evaluate_claims(restated, records, n_examples=n_test)
+    for reading in _other_readings(cfg):
+        restated = read_claims(study, reading, records)
+        verdicts += evaluate_claims(restated, records, n_examples=n_test)
     return verdicts
+
+
+def _other_readings(cfg: Config) -> list[str]:
+    """The declared readings but :data:`DEFAULT_READING` (their metrics suffixed ``@r``)."""
+    return [r for r in cfg.readings if r != DEFAULT_READING]
+
+
+def _per_reading(cfg: Config, metrics) -> list[str]:
+    """``metrics`` under every other declared reading (``acc.train@left``, ...)."""
+    return [f"{k}{reading_suffix(r)}" for r in _other_readings(cfg) for k in metrics]
 
 
 def _readings_line(cfg: Config) -> str:
     """Which reading each metric name carries (console, report, summary)."""
-    extra = [r for r in cfg.readings if r != DEFAULT_READING]
     return f"unsuffixed metrics: reading {DEFAULT_READING}" + "".join(
-        f"; @{r}: reading {r}" for r in extra
+        f"; @{r}: reading {r}" for r in _other_readings(cfg)
+    )
+
+
+def _claims_readings(cfg: Config) -> str:
+    """The report's sentence on the readings the claims are stated under."""
+    if not (extra := _other_readings(cfg)):
+        return f"Every claim is stated under the reading {DEFAULT_READING}.\n\n"
+    return (
+        "Every claim is stated under the reading right (its declared metric); "
+        + ", ".join(f"`<claim>@{r}`: the same claim under the reading {r}" for r in extra)
+        + ".\n\n"
     )
 
 
@@ -829,8 +807,7 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
         "acc.train", "max_change", "max_integrator_change", "dist.train", "nfev.adaptive",
         *(["nfev.adaptive.unsplit"] if cfg.adaptive_split else []),
         "beta.trained", "beta.init", "beta.update", "update_rel", "cpu_train", "n_params",
-        *(f"{k}{reading_suffix(r)}" for r in cfg.readings if r != DEFAULT_READING
-          for k in ("acc.train", "max_change", "max_integrator_change", "dist.train")),
+        *_per_reading(cfg, ("acc.train", "max_change", "max_integrator_change", "dist.train")),
     ]  # fmt: skip
     md += [
         "**Per cell** (mean ± std over seeds; acc.train, max_change, "
