@@ -129,15 +129,14 @@ def record_keys(cfg: Config) -> dict[str, str]:
     depths, models = _depths(cfg), _models(cfg)
     return {
         f"text-{m}": digest(
-            {"version": RECORD_VERSION, "config": _keyed(models[m]), "depths": depths}
+            {
+                "version": RECORD_VERSION,
+                "config": keyed_fields(dataclasses.asdict(models[m])),
+                "depths": depths,
+            }
         )
         for m in ("path", "per_layer")
     }
-
-
-def _keyed(tcfg: DepthTextConfig) -> dict:
-    """The fields of a model's config in its record key (:func:`keyed_fields`)."""
-    return keyed_fields(dataclasses.asdict(tcfg))
 
 
 def _measure(ctx, tcfg: DepthTextConfig, depths: list[int], job) -> dict:
