@@ -265,35 +265,27 @@ def design_cells(study: StudyConfig, *, seed: int = 0, check: bool = True) -> li
         check_study(study)
     factors, head = study.factors, study.headline
     crossed = [f for f in factors if f in study.crossed]
-    combos: list[dict] = []
-    order = {f: [head[f]] + [v for v in factors[f] if not _same(v, head[f])] for f in crossed}
-    for values in itertools.product(*(order[f] for f in crossed)):
-        combos.append(({**head, **dict(zip(crossed, values))}, "crossed"))
-    for f in factors:
-        if f in crossed:
-            continue
-        for v in factors[f]:
-            if not _same(v, head[f]):
-                combos.append(({**head, f: v}, f"one at a time: {f}"))
+    others = {f: [v for v in factors[f] if not _same(v, head[f])] for f in factors}
+    combos = [
+        ({**head, **dict(zip(crossed, values))}, "crossed")
+        for values in itertools.product(*([head[f], *others[f]] for f in crossed))
+    ]
+    combos += [
+        ({**head, f: v}, f"one at a time: {f}")
+        for f in factors
+        if f not in crossed
+        for v in others[f]
+    ]
     head_name = _cell_name(factors, head)
     main = {head_name} | {c for c in study.headline_cells if c != "headline"}
-    out, seen = [], set()
+    first = int(seed) + int(study.seed_offset)
+    out: dict[str, Cell] = {}  # a name reached twice keeps its first role
     for levels, role in combos:
         name = _cell_name(factors, levels)
-        if name in seen:
-            continue
-        seen.add(name)
         n = study.headline_n_seeds if name in main else study.n_seeds
-        first = int(seed) + int(study.seed_offset)
-        out.append(
-            Cell(
-                name,
-                levels,
-                list(range(first, first + n)),
-                "headline" if name == head_name else role,
-            )
-        )
-    return out
+        role = "headline" if name == head_name else role
+        out.setdefault(name, Cell(name, levels, list(range(first, first + n)), role))
+    return list(out.values())
 
 
 def resolve_cell(study: StudyConfig, name: str) -> str:
@@ -329,9 +321,7 @@ def aggregate(records: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict
     """
     out: dict[str, dict[str, dict]] = {}
     for cell, by_seed in records.items():
-        keys: list[str] = []
-        for rec in by_seed.values():
-            keys.extend(k for k in rec if k not in keys)
+        keys = dict.fromkeys(k for rec in by_seed.values() for k in rec)  # first-seen order
         cell_out = {}
         for k in keys:
             vals = [
