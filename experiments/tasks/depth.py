@@ -663,7 +663,9 @@ def _path_minus_per_layer(cfg: Config, study: StudyConfig, cells, records) -> st
             continue
         a, b = records.get(c.name, {}), records.get(base.name, {})
         seeds = sorted(set(a) & set(b))
-        for reading in cfg.readings if seeds else []:
+        if not seeds:
+            continue
+        for reading in cfg.readings:
             at = reading_suffix(reading)
             keys = [f"acc.{c.levels['scheme']}.{n}{at}" for n in grid] + ["acc.adaptive"]
             diffs = [[a[s][k] - b[s][k] for s in seeds if k in a[s] and k in b[s]] for k in keys]
@@ -694,7 +696,9 @@ def _local_order_table(cfg: Config, study: StudyConfig, cells, records) -> str:
     rows = []
     for c in cells:
         by = records.get(c.name, {})
-        for label, metric in quantities if by else []:
+        if not by:
+            continue
+        for label, metric in quantities:
             keys = [f"{metric}.{n}" for n in grid[1:]]
             finite = [
                 [by[s][k] for s in sorted(by) if k in by[s] and math.isfinite(by[s][k])]
