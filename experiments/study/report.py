@@ -55,9 +55,9 @@ def markdown_table(head: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[s
 
 
 def seeds_text(values: Sequence[float], fmt: str = ".3f", seed_fmt: str = "") -> str:
-    """A table entry of per-seed values: their mean ± std (:func:`~.protocol.
-    mean_std_text`, format ``fmt``), then every value (format ``seed_fmt``, default
-    ``fmt``) in brackets; ``n/a`` for none.
+    """A table entry of per-seed values: their mean ± std
+    (:func:`~.protocol.mean_std_text`, format ``fmt``), then every value (format
+    ``seed_fmt``, default ``fmt``) in brackets; ``n/a`` for none.
 
     Example:
         >>> seeds_text([0.02, -0.01], ".3f", "+.3f"), seeds_text([])
