@@ -283,21 +283,16 @@ def within_design(s: StudyConfig) -> StudyConfig:
     names = {c.name for c in design_cells(s, check=False)}
     grid = {int(n) for n in s.eval_grid}
 
-    def on_grid(metric: str) -> bool:
-        last = metric.split("@")[0].rsplit(".", 1)[-1]
-        return not last.isdigit() or int(last) in grid
+    def kept(c) -> bool:
+        last = c.metric.split("@")[0].rsplit(".", 1)[-1]  # a depth when it is a number
+        named = [*c.cells, *([c.minus] if c.minus else [])]
+        on_grid = not last.isdigit() or int(last) in grid
+        return on_grid and all(x == "headline" or x in names for x in named)
 
     return dataclasses.replace(
         s,
         headline_cells=[c for c in s.headline_cells if c == "headline" or c in names],
-        claims=[
-            c
-            for c in s.claims
-            if on_grid(c.metric)
-            and all(
-                x == "headline" or x in names for x in [*c.cells, *([c.minus] if c.minus else [])]
-            )
-        ],
+        claims=[c for c in s.claims if kept(c)],
     )
 
 
@@ -313,9 +308,8 @@ def study_design(cfg: Config, ctx) -> StudyConfig:
         ]
         if dropped:
             ctx.message(
-                "depth study (task.partial_design): not in this design's cells or "
-                "evaluation grid, so not "
-                f"checked: {', '.join(dropped)}"
+                "depth study (task.partial_design): not in this design's cells or evaluation "
+                f"grid, so not checked: {', '.join(dropped)}"
             )
         s = kept
     return s
