@@ -728,24 +728,21 @@ def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -
     )
     if not ratios:
         return line + "not measured (task.ref_check_rtol=0)."
-    worst = max(ratios.values())
+    worst = max(ratios, key=ratios.get)
+    median = sorted(ratios.values())[len(ratios) // 2]
+    line += (
+        f"at most {ratios[worst]:.2g} (cell {worst}; median {median:.2g}); declared bound "
+        f"{cfg.ref_check_max:g}."
+    )
     refined = {c: j for c, j in (level or {}).items() if j}
-    return (
-        line
-        + (
-            f"at most {worst:.2g} (cell {max(ratios, key=ratios.get)}; median "
-            f"{sorted(ratios.values())[len(ratios) // 2]:.2g}); declared bound "
-            f"{cfg.ref_check_max:g}."
-        )
-        + (
+    if refined:
+        line += (
             " Refined (design v3, `task.ref_refine`; all tolerances ÷ 10 per level, every "
             "seed of the cell): "
             + ", ".join(f"{c} to rtol {ref.refined(j).rtol:g}" for c, j in refined.items())
             + "."
-            if refined
-            else ""
         )
-    )
+    return line
 
 
 def _factorial_tables(cfg: Config, study: StudyConfig):
