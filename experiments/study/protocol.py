@@ -57,6 +57,7 @@ __all__ = [
     "aggregate",
     "check_claims",
     "digest",
+    "mean_std",
     "mean_std_text",
     "reusable_record",
     "summarize_verdicts",
@@ -264,35 +265,27 @@ def design_cells(study: StudyConfig, *, seed: int = 0, check: bool = True) -> li
         check_study(study)
     factors, head = study.factors, study.headline
     crossed = [f for f in factors if f in study.crossed]
-    combos: list[dict] = []
-    order = {f: [head[f]] + [v for v in factors[f] if not _same(v, head[f])] for f in crossed}
-    for values in itertools.product(*(order[f] for f in crossed)):
-        combos.append(({**head, **dict(zip(crossed, values))}, "crossed"))
-    for f in factors:
-        if f in crossed:
-            continue
-        for v in factors[f]:
-            if not _same(v, head[f]):
-                combos.append(({**head, f: v}, f"one at a time: {f}"))
+    others = {f: [v for v in factors[f] if not _same(v, head[f])] for f in factors}
+    combos = [
+        ({**head, **dict(zip(crossed, values))}, "crossed")
+        for values in itertools.product(*([head[f], *others[f]] for f in crossed))
+    ]
+    combos += [
+        ({**head, f: v}, f"one at a time: {f}")
+        for f in factors
+        if f not in crossed
+        for v in others[f]
+    ]
     head_name = _cell_name(factors, head)
     main = {head_name} | {c for c in study.headline_cells if c != "headline"}
-    out, seen = [], set()
+    first = int(seed) + int(study.seed_offset)
+    out: dict[str, Cell] = {}  # a name reached twice keeps its first role
     for levels, role in combos:
         name = _cell_name(factors, levels)
-        if name in seen:
-            continue
-        seen.add(name)
         n = study.headline_n_seeds if name in main else study.n_seeds
-        first = int(seed) + int(study.seed_offset)
-        out.append(
-            Cell(
-                name,
-                levels,
-                list(range(first, first + n)),
-                "headline" if name == head_name else role,
-            )
-        )
-    return out
+        role = "headline" if name == head_name else role
+        out.setdefault(name, Cell(name, levels, list(range(first, first + n)), role))
+    return list(out.values())
 
 
 def resolve_cell(study: StudyConfig, name: str) -> str:
@@ -300,7 +293,13 @@ def resolve_cell(study: StudyConfig, name: str) -> str:
     return _cell_name(study.factors, study.headline) if name == "headline" else name
 
 
-def _mean_std(xs: list[float]) -> tuple[float, float]:
+def mean_std(xs: list[float]) -> tuple[float, float]:
+    """The mean and the sample standard deviation (n − 1) of ``xs``; NaN where undefined.
+
+    Example:
+        >>> mean_std([1.0, 3.0]), mean_std([2.0])
+        ((2.0, 1.4142135623730951), (2.0, nan))
+    """
     n = len(xs)
     if n == 0:
         return math.nan, math.nan
@@ -322,9 +321,7 @@ def aggregate(records: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict
     """
     out: dict[str, dict[str, dict]] = {}
     for cell, by_seed in records.items():
-        keys: list[str] = []
-        for rec in by_seed.values():
-            keys.extend(k for k in rec if k not in keys)
+        keys = dict.fromkeys(k for rec in by_seed.values() for k in rec)  # first-seen order
         cell_out = {}
         for k in keys:
             vals = [
@@ -332,10 +329,16 @@ def aggregate(records: dict[str, dict[int, dict[str, float]]]) -> dict[str, dict
                 for _, r in sorted(by_seed.items())
                 if isinstance(r.get(k), int | float) and not isinstance(r.get(k), bool)
             ]
-            m, s = _mean_std(vals)
+            m, s = mean_std(vals)
             cell_out[k] = {"mean": m, "std": s, "n": len(vals), "values": vals}
         out[cell] = cell_out
     return out
+
+
+def _claim_name(spec: ClaimSpec, key: str, cell: str) -> str:
+    """A verdict's name: the claim's, ``<claim> [<cell>]`` when it names several cells or
+    its cell as ``headline``."""
+    return f"{spec.name} [{cell}]" if len(spec.cells) > 1 or key != cell else spec.name
 
 
 def _holds(value: float, op: str, bound: float) -> bool:
@@ -406,7 +409,7 @@ def evaluate_claim(
                 v = abs(v - float(spec.center))
             seeds.append(s)
             values.append(v)
-        mean, std = _mean_std(values)
+        mean, std = mean_std(values)
         upper = spec.op in (">=", ">")
         if spec.over == "all":
             value = (min(values) if upper else max(values)) if values else math.nan
@@ -416,9 +419,7 @@ def evaluate_claim(
             value = mean - std if upper else mean + std
         margin = (value - spec.bound) if upper else (spec.bound - value)
         verdict = {
-            "name": f"{spec.name} [{cell}]"
-            if len(spec.cells) > 1 or cell_key != cell
-            else spec.name,
+            "name": _claim_name(spec, cell_key, cell),
             "claim": spec.name,
             "cell": cell,
             "metric": spec.metric + (f" − ({spec.minus})" if spec.minus else ""),
@@ -490,16 +491,12 @@ def evaluate_claims(study: StudyConfig, records, *, n_examples: int | None = Non
             cell = resolve_cell(study, key)
             missing = [c for c in [cell, *minus] if c not in records]
             if missing:
-                v = not_checked(spec, missing)
-                v["cell"] = cell
-                if len(spec.cells) > 1 or key != cell:
-                    v["name"] = f"{spec.name} [{cell}]"
+                v = {**not_checked(spec, missing), "cell": cell}
             else:
                 one = dataclasses.replace(spec, cells=[key])
                 n = n_examples if n_examples is not None else _n_test(records[cell])
                 (v,) = evaluate_claim(one, records, study=study, n_examples=n)
-                if len(spec.cells) > 1:
-                    v["name"] = f"{spec.name} [{cell}]"
+            v["name"] = _claim_name(spec, key, cell)
             out.append(v)
     return out
 
@@ -540,11 +537,6 @@ def verdicts_markdown(verdicts: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|"
     )
     return head + "\n" + "\n".join(verdict_line(v) for v in verdicts)
-
-
-def to_dict(study: StudyConfig) -> dict[str, Any]:
-    """The design as plain data (for ``summary.json`` and the report)."""
-    return dataclasses.asdict(study)
 
 
 #: The fields of a claim verdict kept in a run's ``summary.json``.

@@ -6,19 +6,68 @@
 - :func:`write_tables`: ``<name>.md``, ``<name>.csv`` and ``<name>.json`` in the run dir;
 - :func:`records_json`: the design, cells, aggregate and every record as plain data;
 - :func:`study_summary`: the summary fields of every study (cells, jobs, reused records,
-  seconds, the claim verdicts) and the headline cell's means.
+  seconds, the claim verdicts) and the headline cell's means;
+- :func:`markdown_table` and :func:`seeds_text`: a table's lines, and a table entry of
+  per-seed values (mean ± std, then each seed).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .protocol import Cell, StudyConfig, summarize_verdicts, verdicts_markdown
+from .protocol import (
+    Cell,
+    StudyConfig,
+    mean_std,
+    mean_std_text,
+    summarize_verdicts,
+    verdicts_markdown,
+)
 from .runner import Records
 
-__all__ = ["claims_markdown", "design_markdown", "records_json", "study_summary", "write_tables"]
+__all__ = [
+    "claims_markdown",
+    "design_markdown",
+    "markdown_table",
+    "records_json",
+    "seeds_text",
+    "study_summary",
+    "write_tables",
+]
+
+
+def markdown_table(head: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """The lines of a markdown table: the header ``head``, its rule, one line per row
+    (every entry written with ``str``).
+
+    Example:
+        >>> markdown_table(["cell", "acc"], [["a", "0.90"]])
+        ['| cell | acc |', '|---|---|', '| a | 0.90 |']
+    """
+
+    def line(row: Sequence[Any]) -> str:
+        return "| " + " | ".join(map(str, row)) + " |"
+
+    return [line(head), "|" + "---|" * len(head), *map(line, rows)]
+
+
+def seeds_text(values: Sequence[float], fmt: str = ".3f", seed_fmt: str = "") -> str:
+    """A table entry of per-seed values: their mean ± std
+    (:func:`~.protocol.mean_std_text`, format ``fmt``), then every value (format
+    ``seed_fmt``, default ``fmt``) in brackets; ``n/a`` for none.
+
+    Example:
+        >>> seeds_text([0.02, -0.01], ".3f", "+.3f"), seeds_text([])
+        ('0.005 ± 0.021 [+0.020 -0.010]', 'n/a')
+    """
+    if not values:
+        return "n/a"
+    m, s = mean_std(list(values))
+    each = " ".join(f"{v:{seed_fmt or fmt}}" for v in values)
+    return mean_std_text({"mean": m, "std": s, "n": len(values)}, fmt) + f" [{each}]"
 
 
 def design_markdown(study: StudyConfig, cells: list[Cell], *lines: str) -> str:

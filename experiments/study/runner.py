@@ -156,9 +156,8 @@ def _record(spec: StudySpec, ctx, job: Job) -> tuple[dict, int, bool]:
     else measured; a first seed is measured again one level up while ``spec.refine``
     asks. Returns (record, level, reused)."""
     path = job_dir(ctx.run_dir, job.cell.name, job.seed) / "record.json"
-    top = spec.refine.levels if spec.refine else 0
-    rec = None
-    for lv in range(top + 1) if job.first else [job.level]:
+    r = spec.refine
+    for lv in range(r.levels + 1) if (r and job.first) else [job.level]:
         rec = reusable_record(path, spec.key(Job(job.cell, job.seed, lv)), job.cell.name, job.seed)
         if rec is not None:
             job = Job(job.cell, job.seed, lv)
@@ -167,8 +166,8 @@ def _record(spec: StudySpec, ctx, job: Job) -> tuple[dict, int, bool]:
     while True:
         if rec is None:
             rec = dict(spec.measure(job))
-            if spec.refine:
-                rec[spec.refine.field] = job.level
+            if r:
+                rec[r.field] = job.level
                 rec.update(history)  # the metric at the lower levels (first seed)
             path.parent.mkdir(parents=True, exist_ok=True)
             meta = {
@@ -178,18 +177,16 @@ def _record(spec: StudySpec, ctx, job: Job) -> tuple[dict, int, bool]:
                 "key": spec.key(job),
             }
             path.write_text(json.dumps(meta | rec, indent=1, allow_nan=True) + "\n")
-        r = spec.refine
         value = rec.get(r.metric, 0.0) if r else 0.0
-        if r and job.first and value > r.bound and job.level < r.levels:
-            ctx.message(
-                f"{job.cell.name} seed {job.seed}: {r.metric} {value:.3g} > {r.bound:g} at "
-                f"{r.describe(job.level)}; measured again at {r.describe(job.level + 1)}"
-            )
-            history = {k: v for k, v in rec.items() if k.startswith(f"{r.metric}.level")}
-            history[f"{r.metric}.level{job.level}"] = value
-            job, rec, reused = Job(job.cell, job.seed, job.level + 1), None, False
-            continue
-        return rec, job.level, reused
+        if not (r and job.first and value > r.bound and job.level < r.levels):
+            return rec, job.level, reused
+        ctx.message(
+            f"{job.cell.name} seed {job.seed}: {r.metric} {value:.3g} > {r.bound:g} at "
+            f"{r.describe(job.level)}; measured again at {r.describe(job.level + 1)}"
+        )
+        history = {k: v for k, v in rec.items() if k.startswith(f"{r.metric}.level")}
+        history[f"{r.metric}.level{job.level}"] = value
+        job, rec, reused = Job(job.cell, job.seed, job.level + 1), None, False
 
 
 def run_jobs(spec: StudySpec, ctx) -> Records:

@@ -24,27 +24,10 @@ order over the declared window of each scheme (``task.study.fit_windows``). Smoo
 β (``increment_scaling``) of the trained controls, of the model's own initialisation and
 of the learned update θ_trained − θ_init, all sampled at ``task.beta_depth`` steps.
 
-Metrics of a seed record (the names claims use): ``acc.<scheme>.<N>``,
-``dist.<scheme>.<N>``, ``order.<scheme>``, ``acc.adaptive``, ``nfev.adaptive``,
-``dist.adaptive`` (with ``task.adaptive_split`` the solve piece by piece between the
-jumps of θ, and ``acc/nfev/dist.adaptive.unsplit`` the solve straight across them),
-``acc.reference``, ``nfev.reference``, ``acc.train`` (own scheme at
-N_t = ``task.n_steps``), ``max_change`` (largest |acc(N) − acc.train| over the window
-``transfer`` and adaptively, own scheme), ``max_integrator_change`` (largest
-|acc.<s1>.N − acc.<s2>.N| over the window ``integrator``; ``…_transfer``: over
-``transfer``, design v1's), ``ref_error_est``/``ref_error_ratio`` (first seed of a
-cell), ``dist.train``, ``beta.trained``,
-``beta.init``, ``beta.update``, ``update_rel``, ``cpu_train``, ``n_params``, ``n_test``,
-``ffn_activation`` (``task.digits.activation`` as the trained model has it),
-``order_local.<scheme>.<N>`` (the local order between the previous grid depth and N)
-and ``straddle.heun.<N>`` (the fraction of Heun steps at depth N whose stages straddle
-a kink of the FFN activation, :func:`transflow.control.kink_straddles`). The stepped
-metrics and those derived from them are measured under every reading of ``task.readings``
-(how a depth N reads θ(t) at a jump, :data:`transflow.continuous.READINGS`): under
-"right" (the default and every earlier run's) with the names above, under another
-reading r suffixed ``@r`` (``acc.prenorm.2@left``); every declared claim is restated
-under r as ``<claim>@r``. ``task.readings`` and ``task.digits.activation`` enter the
-record key only when not their defaults, so earlier records keep their keys.
+Metrics of a seed record (the names claims use: ``acc.<scheme>.<N>``, ``dist.<scheme>.<N>``,
+``order.<scheme>``, ``acc.adaptive``, ``max_change``, ...): docs/depth.md, "The metrics
+of a seed record". Under a reading of ``task.readings`` other than "right" the stepped
+metrics and the claims are suffixed ``@<reading>``.
 
 Runs on the study runner (:mod:`transflow.experiments.study.runner`, :func:`spec`): one
 record per job in ``cells/<cell>/seed<k>/record.json``, reused on a rerun in the same
@@ -65,6 +48,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from transflow.analysis import reading_suffix
 from transflow.control import DepthDigitsConfig, ReferenceTolerances
 
 from ..config import complete, library_names, options_without
@@ -82,7 +66,9 @@ from ..study.protocol import (
 from ..study.report import (
     claims_markdown,
     design_markdown,
+    markdown_table,
     records_json,
+    seeds_text,
     study_summary,
     write_tables,
 )
@@ -297,21 +283,16 @@ def within_design(s: StudyConfig) -> StudyConfig:
     names = {c.name for c in design_cells(s, check=False)}
     grid = {int(n) for n in s.eval_grid}
 
-    def on_grid(metric: str) -> bool:
-        last = metric.split("@")[0].rsplit(".", 1)[-1]
-        return not last.isdigit() or int(last) in grid
+    def kept(c) -> bool:
+        last = c.metric.split("@")[0].rsplit(".", 1)[-1]  # a depth when it is a number
+        named = [*c.cells, *([c.minus] if c.minus else [])]
+        on_grid = not last.isdigit() or int(last) in grid
+        return on_grid and all(x == "headline" or x in names for x in named)
 
     return dataclasses.replace(
         s,
         headline_cells=[c for c in s.headline_cells if c == "headline" or c in names],
-        claims=[
-            c
-            for c in s.claims
-            if on_grid(c.metric)
-            and all(
-                x == "headline" or x in names for x in [*c.cells, *([c.minus] if c.minus else [])]
-            )
-        ],
+        claims=[c for c in s.claims if kept(c)],
     )
 
 
@@ -327,9 +308,8 @@ def study_design(cfg: Config, ctx) -> StudyConfig:
         ]
         if dropped:
             ctx.message(
-                "depth study (task.partial_design): not in this design's cells or "
-                "evaluation grid, so not "
-                f"checked: {', '.join(dropped)}"
+                "depth study (task.partial_design): not in this design's cells or evaluation "
+                f"grid, so not checked: {', '.join(dropped)}"
             )
         s = kept
     return s
@@ -438,47 +418,9 @@ def _train_cell(cfg: Config, ctx, cell, seed: int):
     return summary, result.model, init
 
 
-def _evaluate(
-    cfg: Config,
-    study: StudyConfig,
-    model,
-    init,
-    own: str,
-    xte,
-    yte,
-    ref: ReferenceTolerances,
-    check_ref: bool = False,
-) -> dict:
-    """Every evaluation of one trained model, in float64 (the metrics of a seed record):
-    :func:`transflow.analysis.depth_evaluation` and the metrics derived per reading."""
-    from transflow import Adaptive
-    from transflow.analysis import depth_evaluation
-
-    rec = depth_evaluation(
-        model, init, xte, yte, schemes=list(cfg.eval_schemes), own=own,
-        grid=study.eval_grid, windows={s: window(study, s) for s in cfg.eval_schemes},
-        reference=ref, adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol),
-        readings=list(cfg.readings), split=bool(cfg.ref_split), beta_depth=int(cfg.beta_depth),
-        check_reference=check_ref, adaptive_split=bool(cfg.adaptive_split),
-        straddle_scheme=STRADDLE_SCHEME if STRADDLE_SCHEME in cfg.eval_schemes else None,
-    )  # fmt: skip
-    for reading in cfg.readings:
-        _derived(cfg, study, rec, own, _suffix(reading))
-    rec["n_test"] = len(yte)
-    return rec
-
-
 #: The eval scheme whose stages are checked for ReLU kinks (``straddle.heun.<N>``, reading
 #: right: :func:`transflow.control.kink_straddles`), when ``task.eval_schemes`` has it.
 STRADDLE_SCHEME = "heun"
-
-
-def _suffix(reading: str) -> str:
-    """How a metric names its reading (:func:`transflow.analysis.reading_suffix`): ``""``
-    for :data:`DEFAULT_READING`, ``"@left"``, ``"@average"`` for the others."""
-    from transflow.analysis import reading_suffix
-
-    return reading_suffix(reading)
 
 
 def _derived(cfg: Config, study: StudyConfig, rec: dict, own: str, at: str) -> None:
@@ -505,8 +447,11 @@ def _derived(cfg: Config, study: StudyConfig, rec: dict, own: str, at: str) -> N
 
 def _measure(cfg: Config, ctx, study: StudyConfig, ref: ReferenceTolerances, job) -> dict:
     """The job function: train one (cell, seed) (or reload its final checkpoint) and
-    evaluate it against ``ref`` (the job's reference level; its error estimated on the
-    cell's first seed); the record's metrics with the seconds of both."""
+    evaluate it in float64 against ``ref`` (the job's reference level; its error estimated
+    on the cell's first seed): :func:`transflow.analysis.depth_evaluation`, the metrics
+    derived per reading (:func:`_derived`) and the seconds of both."""
+    from transflow import Adaptive
+    from transflow.analysis import depth_evaluation
     from transflow.control import at_depth, load_digits_split
 
     t0 = time.perf_counter()
@@ -516,8 +461,18 @@ def _measure(cfg: Config, ctx, study: StudyConfig, ref: ReferenceTolerances, job
         xte, yte = xte[: cfg.test_examples], yte[: cfg.test_examples]
     t1 = time.perf_counter()
     own = job.cell.levels["scheme"]
-    rec = _evaluate(cfg, study, model, init, own, xte, yte, ref, job.first)
+    rec = depth_evaluation(
+        model, init, xte, yte, schemes=list(cfg.eval_schemes), own=own,
+        grid=study.eval_grid, windows={s: window(study, s) for s in cfg.eval_schemes},
+        reference=ref, adaptive=Adaptive(rtol=cfg.rtol, atol=cfg.rtol),
+        readings=list(cfg.readings), split=bool(cfg.ref_split), beta_depth=int(cfg.beta_depth),
+        check_reference=job.first, adaptive_split=bool(cfg.adaptive_split),
+        straddle_scheme=STRADDLE_SCHEME if STRADDLE_SCHEME in cfg.eval_schemes else None,
+    )  # fmt: skip
+    for reading in cfg.readings:
+        _derived(cfg, study, rec, own, reading_suffix(reading))
     rec.update(
+        n_test=len(yte),
         ffn_activation=at_depth(model, 1).layer_controls()[0].ffn.activation,  # its own
         cpu_train=summary["cpu_seconds"],
         n_params=summary.get("n_params"),
@@ -608,22 +563,17 @@ def run(cfg: Config, ctx) -> dict:
         + "\n\n## Local order per doubling and ReLU kink straddles (issue 50)\n\n"
         + _local_order_table(cfg, study, cells, records)
         + "\n\n## Claims over seeds (declared in task.study.claims)\n\n"
-        + (
-            "Every claim is stated under the reading right (its declared metric); "
-            + ", ".join(f"`<claim>@{r}`: the same claim under the reading {r}" for r in extra)
-            + ".\n\n"
-            if (extra := [r for r in cfg.readings if r != DEFAULT_READING])
-            else f"Every claim is stated under the reading {DEFAULT_READING}.\n\n"
-        )
+        + _claims_readings(cfg)
         + claims_markdown(verdicts)
         + _reference_line(cfg, reference(cfg), ratios, result.levels)
         + f"\n\nThe test split holds {n_test} images per seed."
     )
     head = ("acc.train", "max_change", "dist.train", "acc.adaptive", "max_integrator_change")
-    read = tuple(f"{k}{_suffix(r)}" for r in cfg.readings if r != DEFAULT_READING for k in head)
     ha = agg.get(cells[0].name, {})
     return {
-        **study_summary(cells, result, verdicts, agg, (*head, "beta.update", *read)),
+        **study_summary(
+            cells, result, verdicts, agg, (*head, "beta.update", *_per_reading(cfg, head))
+        ),
         "readings": list(cfg.readings),
         "metric_reading": _readings_line(cfg),
         "activation": cfg.digits.activation,
@@ -638,18 +588,37 @@ def run(cfg: Config, ctx) -> dict:
 def _verdicts(cfg: Config, study: StudyConfig, records: dict, n_test: int) -> list:
     """Every declared claim's verdict, then each again under every other reading."""
     verdicts = evaluate_claims(study, records, n_examples=n_test)
-    for reading in cfg.readings:
-        if reading != DEFAULT_READING:
-            restated = read_claims(study, reading, records)
-            verdicts += evaluate_claims(restated, records, n_examples=n_test)
+    for reading in _other_readings(cfg):
+        restated = read_claims(study, reading, records)
+        verdicts += evaluate_claims(restated, records, n_examples=n_test)
     return verdicts
+
+
+def _other_readings(cfg: Config) -> list[str]:
+    """The declared readings but :data:`DEFAULT_READING` (their metrics suffixed ``@r``)."""
+    return [r for r in cfg.readings if r != DEFAULT_READING]
+
+
+def _per_reading(cfg: Config, metrics) -> list[str]:
+    """``metrics`` under every other declared reading (``acc.train@left``, ...)."""
+    return [f"{k}{reading_suffix(r)}" for r in _other_readings(cfg) for k in metrics]
 
 
 def _readings_line(cfg: Config) -> str:
     """Which reading each metric name carries (console, report, summary)."""
-    extra = [r for r in cfg.readings if r != DEFAULT_READING]
     return f"unsuffixed metrics: reading {DEFAULT_READING}" + "".join(
-        f"; @{r}: reading {r}" for r in extra
+        f"; @{r}: reading {r}" for r in _other_readings(cfg)
+    )
+
+
+def _claims_readings(cfg: Config) -> str:
+    """The report's sentence on the readings the claims are stated under."""
+    if not (extra := _other_readings(cfg)):
+        return f"Every claim is stated under the reading {DEFAULT_READING}.\n\n"
+    return (
+        "Every claim is stated under the reading right (its declared metric); "
+        + ", ".join(f"`<claim>@{r}`: the same claim under the reading {r}" for r in extra)
+        + ".\n\n"
     )
 
 
@@ -659,7 +628,7 @@ def read_claims(study: StudyConfig, reading: str, records: dict | None = None) -
     A claim whose metric does not depend on the reading (the records hold it without the
     suffix and not with it: ``nfev.adaptive``, ``dist.adaptive``, ``beta.*``) is checked
     once, under its own name, and not restated."""
-    at = _suffix(reading)
+    at = reading_suffix(reading)
     keys = {k for by in (records or {}).values() for r in by.values() for k in r}
     return dataclasses.replace(
         study,
@@ -676,45 +645,38 @@ def _path_minus_per_layer(cfg: Config, study: StudyConfig, cells, records) -> st
     training depth and scheme), paired by seed, at every evaluation depth (own scheme)
     and adaptively, per declared reading: mean ± std, then the per-seed values."""
     grid = [int(n) for n in study.eval_grid]
-    by = {tuple(c.levels[f] for f in FACTORS if f != "path"): c for c in cells
-          if c.levels["path"] == "per_layer"}  # fmt: skip
-    head = "| cell − per-layer | reading | seeds |" + "".join(f" N={n} |" for n in grid)
-    md = [
-        "Test accuracy of the path model minus the per-layer model trained alike (own "
-        "scheme; paired seeds; mean ± std, per-seed values below each). The readings "
-        "differ only where a step midpoint falls on a jump of θ (the per-layer model below "
-        "its layer count); the adaptive solve does not depend on the reading.",
-        "",
-        head + " adaptive |",
-        "|---|---|---|" + "---|" * (len(grid) + 1),
-    ]
-    rows = 0
+
+    def alike(c) -> tuple:
+        return tuple(c.levels[f] for f in FACTORS if f != "path")
+
+    by = {alike(c): c for c in cells if c.levels["path"] == "per_layer"}
+    rows = []
     for c in cells:
-        base = by.get(tuple(c.levels[f] for f in FACTORS if f != "path"))
+        base = by.get(alike(c))
         if c.levels["path"] == "per_layer" or base is None:
             continue
         a, b = records.get(c.name, {}), records.get(base.name, {})
         seeds = sorted(set(a) & set(b))
         if not seeds:
             continue
-        own = c.levels["scheme"]
         for reading in cfg.readings:
-            at = _suffix(reading)
-            keys = [f"acc.{own}.{n}{at}" for n in grid] + ["acc.adaptive"]
-            vals = []
-            for k in keys:
-                d = [a[s][k] - b[s][k] for s in seeds if k in a[s] and k in b[s]]
-                one = {"mean": sum(d) / len(d), "std": _std(d), "n": len(d)} if d else None
-                vals.append(
-                    _pm(one) + " [" + " ".join(f"{v:+.3f}" for v in d) + "]" if d else "n/a"
-                )
-            md.append(
-                f"| {c.name} − {base.name} | {reading} | {len(seeds)} | " + " | ".join(vals) + " |"
+            at = reading_suffix(reading)
+            keys = [f"acc.{c.levels['scheme']}.{n}{at}" for n in grid] + ["acc.adaptive"]
+            diffs = [[a[s][k] - b[s][k] for s in seeds if k in a[s] and k in b[s]] for k in keys]
+            label = f"{c.name} − {base.name}"
+            rows.append(
+                [label, reading, len(seeds), *(seeds_text(d, ".3f", "+.3f") for d in diffs)]
             )
-            rows += 1
     if not rows:
         return "No path cell has a per-layer cell trained alike in this run."
-    return "\n".join(md)
+    head = ["cell − per-layer", "reading", "seeds", *(f"N={n}" for n in grid), "adaptive"]
+    intro = (
+        "Test accuracy of the path model minus the per-layer model trained alike (own "
+        "scheme; paired seeds; mean ± std, per-seed values below each). The readings "
+        "differ only where a step midpoint falls on a jump of θ (the per-layer model below "
+        "its layer count); the adaptive solve does not depend on the reading."
+    )
+    return "\n".join([intro, "", *markdown_table(head, rows)])
 
 
 def _local_order_table(cfg: Config, study: StudyConfig, cells, records) -> str:
@@ -722,47 +684,32 @@ def _local_order_table(cfg: Config, study: StudyConfig, cells, records) -> str:
     grid, ``order_local.<s>.<N>`` (mean ± std, the per-seed values below), and the
     fraction of Heun steps whose stages straddle a kink, ``straddle.heun.<N>``."""
     grid = [int(n) for n in study.eval_grid]
-    head = "| cell | quantity | seeds |" + "".join(f" {a}→{b} |" for a, b in zip(grid, grid[1:]))
-    md = [
+    quantities = [(f"local order, {s}", f"order_local.{s}") for s in cfg.eval_schemes]
+    if STRADDLE_SCHEME in cfg.eval_schemes:
+        quantities.append((f"straddle, {STRADDLE_SCHEME}", f"straddle.{STRADDLE_SCHEME}"))
+    rows = []
+    for c in cells:
+        by = records.get(c.name, {})
+        if not by:
+            continue
+        for label, metric in quantities:
+            keys = [f"{metric}.{n}" for n in grid[1:]]
+            finite = [
+                [by[s][k] for s in sorted(by) if k in by[s] and math.isfinite(by[s][k])]
+                for k in keys
+            ]
+            rows.append([c.name, label, len(by), *(seeds_text(d, ".2f") for d in finite)])
+    head = ["cell", "quantity", "seeds", *(f"{a}→{b}" for a, b in zip(grid, grid[1:]))]
+    intro = (
         "Local order log(dist(N′)/dist(N)) / log(N/N′) of the distance to the continuous limit "
         "between successive depths N′ → N (per doubling: log₂ of the ratio), reading right, "
         f"mean ± std over seeds [per-seed values]; `straddle`: the fraction of "
         f"{STRADDLE_SCHEME} steps at depth N (the column's right end) whose two stage states "
         "give some FFN pre-activation (any token, unit) another sign "
         "(`transflow.control.kink_straddles`): where the ReLU field is not C¹ inside a step. "
-        f"FFN activation: {cfg.digits.activation}.",
-        "",
-        head,
-        "|---|---|---|" + "---|" * (len(grid) - 1),
-    ]
-
-    def cellrow(by, label, keys):
-        seeds = sorted(by)
-        vals = []
-        for k in keys:
-            d = [by[s][k] for s in seeds if k in by[s] and math.isfinite(by[s][k])]
-            one = {"mean": sum(d) / len(d), "std": _std(d), "n": len(d)} if d else None
-            vals.append(_pm(one, 2) + " [" + " ".join(f"{v:.2f}" for v in d) + "]" if d else "n/a")
-        return f"| {{}} | {label} | {len(seeds)} | " + " | ".join(vals) + " |"
-
-    for c in cells:
-        by = records.get(c.name, {})
-        if not by:
-            continue
-        for s in cfg.eval_schemes:
-            keys = [f"order_local.{s}.{n}" for n in grid[1:]]
-            md.append(cellrow(by, f"local order, {s}", keys).format(c.name))
-        if STRADDLE_SCHEME in cfg.eval_schemes:
-            keys = [f"straddle.{STRADDLE_SCHEME}.{n}" for n in grid[1:]]
-            md.append(cellrow(by, f"straddle, {STRADDLE_SCHEME}", keys).format(c.name))
-    return "\n".join(md)
-
-
-def _std(d: list[float]) -> float:
-    if len(d) < 2:
-        return math.nan
-    m = sum(d) / len(d)
-    return math.sqrt(sum((v - m) ** 2 for v in d) / (len(d) - 1))
+        f"FFN activation: {cfg.digits.activation}."
+    )
+    return "\n".join([intro, "", *markdown_table(head, rows)])
 
 
 def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -> str:
@@ -781,35 +728,28 @@ def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -
     )
     if not ratios:
         return line + "not measured (task.ref_check_rtol=0)."
-    worst = max(ratios.values())
+    worst = max(ratios, key=ratios.get)
+    median = sorted(ratios.values())[len(ratios) // 2]
+    line += (
+        f"at most {ratios[worst]:.2g} (cell {worst}; median {median:.2g}); declared bound "
+        f"{cfg.ref_check_max:g}."
+    )
     refined = {c: j for c, j in (level or {}).items() if j}
-    return (
-        line
-        + (
-            f"at most {worst:.2g} (cell {max(ratios, key=ratios.get)}; median "
-            f"{sorted(ratios.values())[len(ratios) // 2]:.2g}); declared bound "
-            f"{cfg.ref_check_max:g}."
-        )
-        + (
+    if refined:
+        line += (
             " Refined (design v3, `task.ref_refine`; all tolerances ÷ 10 per level, every "
             "seed of the cell): "
             + ", ".join(f"{c} to rtol {ref.refined(j).rtol:g}" for c, j in refined.items())
             + "."
-            if refined
-            else ""
         )
-    )
-
-
-def _pm(a: dict | None, digits: int = 3, sci: bool = False) -> str:
-    return mean_std_text(a, ".2e" if sci else f".{digits}f")
+    return line
 
 
 def _factorial_tables(cfg: Config, study: StudyConfig):
     """(title, metric pattern, scientific, extra columns) of every table of the factorial
     section, per declared reading (each title names its reading)."""
     for reading in cfg.readings:
-        at, r = _suffix(reading), f", reading {reading}"
+        at, r = reading_suffix(reading), f", reading {reading}"
         first = reading == cfg.readings[0]
         yield (
             f"Test accuracy, own scheme (the training scheme){r}",
@@ -835,46 +775,35 @@ def _factorial_tables(cfg: Config, study: StudyConfig):
             )
 
 
+def _summary_format(metric: str) -> str:
+    """The number format of a metric in the factorial's per-cell table."""
+    if metric.startswith("dist.train"):
+        return ".2e"
+    return ".1f" if metric in ("cpu_train", "n_params") or metric.startswith("nfev") else ".3f"
+
+
 def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
     """The factorial table: one row per cell, mean ± std over its seeds at every
     evaluation depth, per evaluation mode (markdown and CSV)."""
     grid = [int(n) for n in study.eval_grid]
     md: list[str] = []
-    lead = "| cell | role | seeds |"
     for title, key, sci, extra in _factorial_tables(cfg, study):
-        md += [
-            f"**{title}** (mean ± std over seeds)",
-            "",
-            lead + "".join(f" N={n} |" for n in grid) + "".join(f" {e} |" for e, _ in extra),
-            "|---|---|---|" + "---|" * (len(grid) + len(extra)),
-        ]
+        fmt = ".2e" if sci else ".3f"
+        head = ["cell", "role", "seeds", *(f"N={n}" for n in grid), *(e for e, _ in extra)]
+        rows = []
         for c in cells:
-            a = agg.get(c.name, {})
-            own = c.levels["scheme"]
-            vals = [_pm(a.get(key.format(own=own, n=n)), sci=sci) for n in grid]
-            vals += [_pm(a.get(k), sci=sci and not k.startswith("order")) for _, k in extra]
-            md.append(f"| {c.name} | {c.role} | {len(c.seeds)} | " + " | ".join(vals) + " |")
-        md.append("")
+            a, own = agg.get(c.name, {}), c.levels["scheme"]
+            depths = [mean_std_text(a.get(key.format(own=own, n=n)), fmt) for n in grid]
+            more = [mean_std_text(a.get(k), ".3f" if k.startswith("order") else fmt)
+                    for _, k in extra]  # fmt: skip
+            rows.append([c.name, c.role, len(c.seeds), *depths, *more])
+        md += [f"**{title}** (mean ± std over seeds)", "", *markdown_table(head, rows), ""]
     summary_keys = [
-        ("acc.train", False),
-        ("max_change", False),
-        ("max_integrator_change", False),
-        ("dist.train", True),
-        ("nfev.adaptive", False),
-        *((("nfev.adaptive.unsplit", False),) if cfg.adaptive_split else ()),
-        ("beta.trained", False),
-        ("beta.init", False),
-        ("beta.update", False),
-        ("update_rel", False),
-        ("cpu_train", False),
-        ("n_params", False),
-        *(
-            (f"{k}{_suffix(r)}", k == "dist.train")
-            for r in cfg.readings
-            if r != DEFAULT_READING
-            for k in ("acc.train", "max_change", "max_integrator_change", "dist.train")
-        ),
-    ]
+        "acc.train", "max_change", "max_integrator_change", "dist.train", "nfev.adaptive",
+        *(["nfev.adaptive.unsplit"] if cfg.adaptive_split else []),
+        "beta.trained", "beta.init", "beta.update", "update_rel", "cpu_train", "n_params",
+        *_per_reading(cfg, ("acc.train", "max_change", "max_integrator_change", "dist.train")),
+    ]  # fmt: skip
     md += [
         "**Per cell** (mean ± std over seeds; acc.train, max_change, "
         f"max_integrator_change, dist.train under the reading {DEFAULT_READING}, "
@@ -882,25 +811,17 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
         f"{cfg.beta_depth} steps, of the trained controls, of their initialisation and "
         "of the learned update θ − θ₀)",
         "",
-        "| cell | " + " | ".join(k for k, _ in summary_keys) + " |",
-        "|---|" + "---|" * len(summary_keys),
-    ]
-    for c in cells:
-        a = agg.get(c.name, {})
-        md.append(
-            f"| {c.name} | "
-            + " | ".join(
-                _pm(
-                    a.get(k),
-                    digits=1 if k in ("cpu_train", "n_params") or k.startswith("nfev") else 3,
-                    sci=sci,
-                )
-                for k, sci in summary_keys
-            )
-            + " |"
-        )
+        *markdown_table(
+            ["cell", *summary_keys],
+            (
+                [c.name, *(mean_std_text(agg.get(c.name, {}).get(k), _summary_format(k))
+                           for k in summary_keys)]
+                for c in cells
+            ),
+        ),
+    ]  # fmt: skip
     metrics = sorted({k for a in agg.values() for k in a})
-    lines = ["cell,role,n_seeds," + ",".join(f"{f}" for f in FACTORS) + ",metric,mean,std,values"]
+    lines = ["cell,role,n_seeds," + ",".join(FACTORS) + ",metric,mean,std,values"]
     for c in cells:
         for k in metrics:
             v = agg.get(c.name, {}).get(k)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import library_names
+from ..study.report import markdown_table
 
 __all__ = ["CHOICES", "Config", "memory_table", "run"]
 
@@ -41,16 +42,14 @@ def memory_table(memory: dict) -> str:
     if not memory:
         return "No gradient measured (task.memory_gradients=[])."
     depths = next(iter(memory.values()))["depths"]
-    head = " | ".join(f"N={n}: MB (s)" for n in depths)
-    rows = "\n".join(
-        f"| {g} | "
-        + " | ".join(f"{p:.0f} ({t:.1f})" for p, t in zip(m["peak_mb"], m["grad_seconds"]))
-        + f" | {m['ratio']:.2f} |"
+    rows = [
+        [g, *(f"{p:.0f} ({t:.1f})" for p, t in zip(m["peak_mb"], m["grad_seconds"]))]
+        + [f"{m['ratio']:.2f}"]
         for g, m in memory.items()
-    )
-    return (
-        "Peak RSS of one gradient (fresh process each; grad seconds in brackets):\n\n"
-        f"| gradient | {head} | ratio |\n|---|{'---|' * len(depths)}---|\n{rows}"
+    ]
+    head = ["gradient", *(f"N={n}: MB (s)" for n in depths), "ratio"]
+    return "Peak RSS of one gradient (fresh process each; grad seconds in brackets):\n\n" + (
+        "\n".join(markdown_table(head, rows))
     )
 
 

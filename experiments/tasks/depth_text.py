@@ -27,6 +27,7 @@ from transflow.control import DepthTextConfig
 
 from ..config import complete, library_names, options_without
 from ..study.protocol import Cell, digest, keyed_fields
+from ..study.report import markdown_table
 from ..study.runner import StudySpec, job_dir, run_jobs
 
 __all__ = [
@@ -128,15 +129,14 @@ def record_keys(cfg: Config) -> dict[str, str]:
     depths, models = _depths(cfg), _models(cfg)
     return {
         f"text-{m}": digest(
-            {"version": RECORD_VERSION, "config": _keyed(models[m]), "depths": depths}
+            {
+                "version": RECORD_VERSION,
+                "config": keyed_fields(dataclasses.asdict(models[m])),
+                "depths": depths,
+            }
         )
         for m in ("path", "per_layer")
     }
-
-
-def _keyed(tcfg: DepthTextConfig) -> dict:
-    """The fields of a model's config in its record key (:func:`keyed_fields`)."""
-    return keyed_fields(dataclasses.asdict(tcfg))
 
 
 def _measure(ctx, tcfg: DepthTextConfig, depths: list[int], job) -> dict:
@@ -188,19 +188,17 @@ def text_table(text: dict | None) -> str:
     if not text:
         return ""
     depths = text["depths"]
-    rows = "\n".join(
-        f"| {name} | {text[name]['scheme']} | {text[name]['n_params']} | "
-        + " | ".join(f"{b:.3f} ± {e:.3f}" for b, e in zip(text[name]["bpc"], text[name]["bpc_std"]))
-        + f" | {100 * max(text[name]['change_4x']):.2f} % | {text[name]['cpu_seconds']:.1f} |"
-        for name in ("path", "per_layer")
-    )
+    head = ["model", "scheme", "parameters", *(f"N={n}" for n in depths)]
+    rows = []
+    for name in ("path", "per_layer"):
+        m = text[name]
+        bpc = [f"{b:.3f} ± {e:.3f}" for b, e in zip(m["bpc"], m["bpc_std"])]
+        change, cpu = f"{100 * max(m['change_4x']):.2f} %", f"{m['cpu_seconds']:.1f}"
+        rows.append([name, m["scheme"], m["n_params"], *bpc, change, cpu])
+    table = markdown_table([*head, "change at 4x (worst seed)", "CPU s (mean)"], rows)
     return (
         f"\n\nText (pydoc_data.topics, validation bits per character, mean ± std over seeds "
-        f"{text['seeds']}):\n\n"
-        f"| model | scheme | parameters | {' | '.join(f'N={n}' for n in depths)} "
-        "| change at 4x (worst seed) | CPU s (mean) |\n"
-        f"|---|---|---|{'---|' * len(depths)}---|---|\n{rows}\n\n"
-        + baselines_table(text["baselines"])
+        f"{text['seeds']}):\n\n" + "\n".join(table) + "\n\n" + baselines_table(text["baselines"])
     )
 
 
