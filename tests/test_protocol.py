@@ -133,15 +133,16 @@ def test_report_tables_give_mean_std_then_every_seed_and_agree_with_aggregate():
     """study.report's table pieces: a seeds_text entry is the aggregate's mean ± std (one
     seed: the mean alone; none: n/a) followed by every seed's value; markdown_table writes
     the header, its rule and one line per row."""
+    from transflow.experiments.context import markdown_table
     from transflow.experiments.study.protocol import mean_std_text
-    from transflow.experiments.study.report import markdown_table, seeds_text
+    from transflow.experiments.study.report import seeds_text
 
     vals = [0.91, 0.87, 0.95]
     agg = aggregate({"c": dict(enumerate({"acc": v} for v in vals))})["c"]["acc"]
     assert seeds_text(vals) == mean_std_text(agg) + " [0.910 0.870 0.950]"
     assert seeds_text([0.5], ".2f", "+.2f") == "0.50 [+0.50]" and seeds_text([]) == "n/a"
     lines = markdown_table(["cell", "N=1", "N=2"], [["a", 1, seeds_text([0.25, 0.75])]])
-    assert lines == [
+    assert lines.split("\n") == [
         "| cell | N=1 | N=2 |",
         "|---|---|---|",
         "| a | 1 | 0.500 ± 0.354 [0.250 0.750] |",

@@ -7,15 +7,15 @@
 - :func:`records_json`: the design, cells, aggregate and every record as plain data;
 - :func:`study_summary`: the summary fields of every study (cells, jobs, reused records,
   seconds, the claim verdicts) and the headline cell's means;
-- :func:`markdown_table` and :func:`seeds_text`: a table's lines, and a table entry of
-  per-seed values (mean ± std, then each seed).
+- :func:`seeds_text`: a table entry of per-seed values (mean ± std, then each seed), for
+  :func:`~transflow.experiments.context.markdown_table`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .protocol import (
@@ -31,27 +31,11 @@ from .runner import Records
 __all__ = [
     "claims_markdown",
     "design_markdown",
-    "markdown_table",
     "records_json",
     "seeds_text",
     "study_summary",
     "write_tables",
 ]
-
-
-def markdown_table(head: Sequence[Any], rows: Iterable[Sequence[Any]]) -> list[str]:
-    """The lines of a markdown table: the header ``head``, its rule, one line per row
-    (every entry written with ``str``).
-
-    Example:
-        >>> markdown_table(["cell", "acc"], [["a", "0.90"]])
-        ['| cell | acc |', '|---|---|', '| a | 0.90 |']
-    """
-
-    def line(row: Sequence[Any]) -> str:
-        return "| " + " | ".join(map(str, row)) + " |"
-
-    return [line(head), "|" + "---|" * len(head), *map(line, rows)]
 
 
 def seeds_text(values: Sequence[float], fmt: str = ".3f", seed_fmt: str = "") -> str:

@@ -52,6 +52,7 @@ from transflow.analysis import reading_suffix
 from transflow.control import DepthDigitsConfig, ReferenceTolerances
 
 from ..config import complete, library_names, options_without
+from ..context import markdown_table
 from ..study.protocol import (
     StudyConfig,
     aggregate,
@@ -66,7 +67,6 @@ from ..study.protocol import (
 from ..study.report import (
     claims_markdown,
     design_markdown,
-    markdown_table,
     records_json,
     seeds_text,
     study_summary,
@@ -676,7 +676,7 @@ def _path_minus_per_layer(cfg: Config, study: StudyConfig, cells, records) -> st
         "differ only where a step midpoint falls on a jump of θ (the per-layer model below "
         "its layer count); the adaptive solve does not depend on the reading."
     )
-    return "\n".join([intro, "", *markdown_table(head, rows)])
+    return "\n".join([intro, "", markdown_table(head, rows)])
 
 
 def _local_order_table(cfg: Config, study: StudyConfig, cells, records) -> str:
@@ -709,7 +709,7 @@ def _local_order_table(cfg: Config, study: StudyConfig, cells, records) -> str:
         "(`transflow.control.kink_straddles`): where the ReLU field is not C¹ inside a step. "
         f"FFN activation: {cfg.digits.activation}."
     )
-    return "\n".join([intro, "", *markdown_table(head, rows)])
+    return "\n".join([intro, "", markdown_table(head, rows)])
 
 
 def _reference_line(cfg: Config, ref, ratios: dict, level: dict | None = None) -> str:
@@ -797,7 +797,7 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
             more = [mean_std_text(a.get(k), ".3f" if k.startswith("order") else fmt)
                     for _, k in extra]  # fmt: skip
             rows.append([c.name, c.role, len(c.seeds), *depths, *more])
-        md += [f"**{title}** (mean ± std over seeds)", "", *markdown_table(head, rows), ""]
+        md += [f"**{title}** (mean ± std over seeds)", "", markdown_table(head, rows), ""]
     summary_keys = [
         "acc.train", "max_change", "max_integrator_change", "dist.train", "nfev.adaptive",
         *(["nfev.adaptive.unsplit"] if cfg.adaptive_split else []),
@@ -811,7 +811,7 @@ def _factorial(cfg: Config, study: StudyConfig, cells, agg) -> dict:
         f"{cfg.beta_depth} steps, of the trained controls, of their initialisation and "
         "of the learned update θ − θ₀)",
         "",
-        *markdown_table(
+        markdown_table(
             ["cell", *summary_keys],
             (
                 [c.name, *(mean_std_text(agg.get(c.name, {}).get(k), _summary_format(k))

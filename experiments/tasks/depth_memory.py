@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import library_names
-from ..study.report import markdown_table
+from ..context import markdown_table
 
 __all__ = ["CHOICES", "Config", "memory_table", "run"]
 
@@ -49,7 +49,7 @@ def memory_table(memory: dict) -> str:
     ]
     head = ["gradient", *(f"N={n}: MB (s)" for n in depths), "ratio"]
     return "Peak RSS of one gradient (fresh process each; grad seconds in brackets):\n\n" + (
-        "\n".join(markdown_table(head, rows))
+        markdown_table(head, rows)
     )
 
 

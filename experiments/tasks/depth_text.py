@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from transflow.control import DepthTextConfig
 
 from ..config import complete, library_names, options_without
+from ..context import markdown_table
 from ..study.protocol import Cell, digest, keyed_fields
-from ..study.report import markdown_table
 from ..study.runner import StudySpec, job_dir, run_jobs
 
 __all__ = [
@@ -198,7 +198,7 @@ def text_table(text: dict | None) -> str:
     table = markdown_table([*head, "change at 4x (worst seed)", "CPU s (mean)"], rows)
     return (
         f"\n\nText (pydoc_data.topics, validation bits per character, mean ± std over seeds "
-        f"{text['seeds']}):\n\n" + "\n".join(table) + "\n\n" + baselines_table(text["baselines"])
+        f"{text['seeds']}):\n\n" + table + "\n\n" + baselines_table(text["baselines"])
     )
 
 
