@@ -27,6 +27,7 @@ from transflow.schemes import (
     OrderProblem,
     empirical_order,
     has,
+    imex_step_check,
     implicit_solve_check,
     layer_stable_dt,
     measure_order,
@@ -201,6 +202,20 @@ def test_the_imex_step_solves_and_an_explicit_one_is_refused():
     assert r["uses_lu"] == 1 and r["residual"] <= 1e-12
     with pytest.raises(MissingCapability, match="PreNormScheme lacks .*AbstractImplicitFFN"):
         implicit_solve_check(make_scheme("prenorm"), th, u)
+
+
+def test_imex_step_check_is_the_solve_check_and_the_step_costs_of_its_layer():
+    """imex_step_check draws its float32 layer from keys 0 and 1: the solve check is
+    implicit_solve_check's on that layer; the cost ratio is the two steps' µs."""
+    r = imex_step_check(make_scheme("imex_dissipative"), d=16, n_tokens=8, reps=3)
+    th = LayerControls.random(16, n_heads=2, dtype=jnp.float32, key=jax.random.key(0))
+    u = jax.random.normal(jax.random.key(1), (8, 16), jnp.float32)
+    solve = implicit_solve_check(make_scheme("imex_dissipative"), th, u, 0.5)
+    assert {k: r[k] for k in solve} == solve and solve["uses_lu"] == 1
+    assert r["imex_step_us"] > 0 and r["explicit_step_us"] > 0
+    assert r["cost_ratio"] == pytest.approx(r["imex_step_us"] / r["explicit_step_us"])
+    with pytest.raises(MissingCapability, match="imex_step_check: PreNormScheme lacks"):
+        imex_step_check(make_scheme("prenorm"), d=8, n_tokens=4, reps=1)
 
 
 def test_order_table_marks_a_failed_order(problem):

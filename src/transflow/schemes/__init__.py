@@ -29,7 +29,7 @@ concrete scheme is final.
 - ``_analysis``: the numerical analysis a study records (measured orders on an
   :class:`OrderProblem`, the stability-function identity, a layer's confirmed stable Δt,
   the IMEX solve; :func:`measure_orders`, :func:`stability_function_error`,
-  :func:`layer_stable_dt`, :func:`implicit_solve_check`).
+  :func:`layer_stable_dt`, :func:`implicit_solve_check`, :func:`imex_step_check`).
 
 Every name is also exported by :mod:`transflow`. The sub-model splittings of
 :mod:`transflow.continuous` (``lie``, ``strang``, … as :class:`~transflow.continuous.
@@ -42,6 +42,7 @@ from ._analysis import (
     OrderProblem as OrderProblem,
     convergence_errors as convergence_errors,
     empirical_order as empirical_order,
+    imex_step_check as imex_step_check,
     implicit_solve_check as implicit_solve_check,
     layer_stable_dt as layer_stable_dt,
     measure_order as measure_order,

@@ -13,7 +13,8 @@ layer as trained (confirmed by runs) and the IMEX step's linear solve.
   declares (``stability_form``), confirmed by runs at 0.95 and 1.05 Δt*
   (:func:`~transflow.confirm_stable_dt`);
 - :func:`implicit_solve_check`, :func:`step_cpu_seconds`: the IMEX step's LU solve, its
-  residual, and the CPU cost of a jitted step;
+  residual, and the CPU cost of a jitted step; :func:`imex_step_check`: both on a random
+  layer, the IMEX step's cost against the explicit step's;
 - :func:`order_table`, :func:`stable_dt_table`: the results as markdown tables.
 
 Every function dispatches on the capabilities a scheme declares (:func:`require`):
@@ -46,7 +47,7 @@ from ._base import (
     _project,
     require,
 )
-from ._registry import declared_order, stage_controls
+from ._registry import declared_order, make_scheme, stage_controls
 from ._stability import (
     amplification_factor,
     confirm_stable_dt,
@@ -62,6 +63,7 @@ __all__ = [
     "convergence_errors",
     "empirical_order",
     "implicit_solve_check",
+    "imex_step_check",
     "layer_stable_dt",
     "measure_order",
     "measure_orders",
@@ -505,6 +507,49 @@ def step_cpu_seconds(
     for _ in range(reps):
         f(u).block_until_ready()
     return (time.process_time() - t) / reps
+
+
+def imex_step_check(
+    scheme: AbstractScheme | None = None,
+    explicit: AbstractScheme | None = None,
+    *,
+    d: int = 32,
+    n_tokens: int = 16,
+    n_heads: int = 2,
+    dt: float = 0.5,
+    reps: int = 200,
+) -> dict:
+    """The IMEX step's solve and its cost, on a random float32 layer of width ``d`` (keys
+    0 and 1) and ``n_tokens`` tokens: :func:`implicit_solve_check` (``uses_lu``,
+    ``residual``) and :func:`step_cpu_seconds` of ``scheme`` (default the IMEX layer as
+    trained) against ``explicit`` (default the relaxed Lie step, the explicit step it
+    relaxes), as ``imex_step_us``, ``explicit_step_us`` (µs per jitted step) and
+    ``cost_ratio``.
+
+    Example:
+        >>> from transflow.schemes import imex_step_check
+        >>> r = imex_step_check(d=8, n_tokens=4, reps=2)
+        >>> r["uses_lu"], r["residual"] <= 1e-12, r["cost_ratio"] > 0
+        (1, True, True)
+    """
+    owner = "imex_step_check"
+    scheme = make_scheme("imex") if scheme is None else scheme
+    explicit = make_scheme("relaxed") if explicit is None else explicit
+    _check_scheme(scheme, AbstractImplicitFFN, owner)
+    for name, v in (("d", d), ("n_tokens", n_tokens), ("n_heads", n_heads), ("reps", reps)):
+        check_number(name, v, owner, lower=0, integer=True, example="16")
+    check_number("dt", dt, owner, lower=0, example="0.5")
+    if d % n_heads:
+        raise ValueError(
+            f"{owner}: `n_heads` must divide d = {d}, got {n_heads}; pass e.g. n_heads=2."
+        )
+    th = LayerControls.random(d, n_heads=n_heads, dtype=jnp.float32, key=jax.random.key(0))
+    u = jax.random.normal(jax.random.key(1), (n_tokens, d), jnp.float32)
+    out = implicit_solve_check(scheme, th, u, dt)
+    t_imex = step_cpu_seconds(scheme, th, u, dt, reps=reps)
+    t_expl = step_cpu_seconds(explicit, th, u, dt, reps=reps)
+    out.update(imex_step_us=1e6 * t_imex, explicit_step_us=1e6 * t_expl, cost_ratio=t_imex / t_expl)
+    return out
 
 
 # ------------------------------------------------------------------------------ tables
