@@ -34,6 +34,7 @@ from transflow.schemes import (
     measure_orders,
     order_table,
     stability_function_error,
+    stability_survey,
     stable_dt_table,
 )
 
@@ -185,6 +186,35 @@ def test_layer_stable_dt_is_confirmed_in_the_declared_form(layer, name, form):
         assert r["max_re_implicit"] <= 1e-12  # W_eff = W − Wᵀ − W Wᵀ
     table = stable_dt_table({name: r})
     assert f"| {name} |" in table and "nan" not in table
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "rk4",
+        pytest.param(
+            "strang_post",
+            marks=pytest.mark.slow(reason="a second Δt* confirmation (10 s CPU); rk4's stays fast"),
+        ),
+    ],
+)
+def test_stability_survey_is_each_schemes_identity_and_stable_dt_on_its_layer(layer, name):
+    """stability_survey's layer is the fixture's (d = 8, keys 0 and 1) and its trajectory
+    that of evolve: the scheme's own steps in post-norm form, the pre-norm layer's for a
+    pre-norm-form scheme (rk4); every registered scheme with a linear stability function
+    has its identity error, only the named ones a Δt*."""
+    th, u0 = layer
+    errors, stable = stability_survey([name, "lie"])
+    assert list(errors) == [n for n in SCHEME_NAMES if has(make_scheme(n), AbstractLinearStability)]
+    assert errors[name] == stability_function_error(make_scheme(name))
+    assert list(stable) == [name]  # lie has no linear stability function: no Δt*
+    s = make_scheme(name)
+    own = s if s.stability_form != "prenorm" else make_scheme("prenorm")
+    with jax.enable_x64(True):
+        expected = layer_stable_dt(s, th, _trajectory(th, u0, own))
+    assert stable[name] == expected
+    with pytest.raises(ValueError, match=r"stability_survey: `stable_dt` names \['rk5'\]"):
+        stability_survey(["rk5"])
 
 
 def test_layer_stable_dt_needs_a_linear_stability_function(layer):

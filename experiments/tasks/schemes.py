@@ -424,55 +424,19 @@ def _orders(cfg: Config, ctx, names: list[str]) -> dict:
 
 
 def _stability(cfg: Config, ctx, names: list[str]) -> tuple[float, dict[str, dict]]:
-    """The stability-function identity (max error over every registered scheme with a
-    linear stability function, :func:`transflow.schemes.stability_function_error`) and
-    the largest stable Δt of the trained schemes of ``task.stable_dt_schemes`` for a random
-    d = 8 layer as trained (:func:`transflow.schemes.layer_stable_dt`, in the form each
-    declares), along its own 3-step trajectory (a pre-norm-form scheme along the pre-norm
-    layer's)."""
-    import jax
-    import jax.numpy as jnp
-
-    from transflow import (
-        SCHEME_NAMES,
-        LayerControls,
-        SaveAt,
-        evolve,
-        make_scheme,
-        stack_controls as stack,
-    )
-    from transflow.schemes import (
-        AbstractLinearStability,
-        has,
-        layer_stable_dt,
-        stability_function_error,
-    )
+    """:func:`transflow.schemes.stability_survey`: the stability-function identity (its max
+    error over every registered scheme with a linear stability function) and the largest
+    stable Δt of the trained schemes of ``task.stable_dt_schemes`` for a random d = 8 layer
+    as trained; logged (kinds ``stability``, ``stable_dt``)."""
+    from transflow.schemes import stability_survey
 
     wanted = [str(n) for n in cfg.stable_dt_schemes]
-    worst, stable = 0.0, {}
-    with jax.enable_x64(True):
-        th = LayerControls.random(8, n_heads=2, activation="gelu", dtype=jnp.float64,
-                                  key=jax.random.key(0))  # fmt: skip
-        u0 = jax.random.normal(jax.random.key(1), (4, 8), jnp.float64)
-
-        def trajectory(scheme):  # 3 steps of Δt = 0.25 of the layer itself
-            _, traj = evolve(u0, stack([th] * 3), scheme, dt=0.25, saveat=SaveAt(steps=True))
-            return jnp.concatenate([u0[None], traj])
-
-        for name in SCHEME_NAMES:
-            s = make_scheme(name)  # as trained (IMEX: ffn_branch_dt="dt")
-            if not has(s, AbstractLinearStability):
-                continue  # no linear test problem (the post-LN Lie layers)
-            err = stability_function_error(s)
-            worst = max(worst, err)
-            ctx.log({"kind": "stability", "scheme": name, "identity_error": err})
-            if name not in names or not ({"all", name} & set(wanted)):
-                continue
-            own = s.stability_form != "prenorm"
-            rec = layer_stable_dt(s, th, trajectory(s if own else make_scheme("prenorm")))
-            stable[name] = rec
-            ctx.log({"kind": "stable_dt", "scheme": name, "identity_error": err, **rec})
-    return worst, stable
+    errors, stable = stability_survey([n for n in names if {"all", n} & set(wanted)])
+    for name, err in errors.items():
+        ctx.log({"kind": "stability", "scheme": name, "identity_error": err})
+        if name in stable:
+            ctx.log({"kind": "stable_dt", "scheme": name, "identity_error": err, **stable[name]})
+    return max([0.0, *errors.values()]), stable
 
 
 def _imex_check(ctx) -> dict:
