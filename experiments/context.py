@@ -21,13 +21,15 @@ This module imports neither JAX nor torch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
+import operator
 import pathlib
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 from transflow._records import to_jsonable
@@ -48,6 +50,7 @@ __all__ = [
     "claims_markdown",
     "release_compiled",
     "format_number",
+    "markdown_table",
     "md_cell",
     "summary_markdown",
     "to_jsonable",
@@ -70,12 +73,10 @@ INCOMPLETE = "INCOMPLETE"
 
 #: The logger of a run: ``RunLog`` sends it to ``run.log`` and to the console.
 LOGGER = "transflow.run"
+#: The comparisons of :meth:`RunContext.claim`.
+_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
 #: When the last progress line was logged (``time.perf_counter()``), for RunLog's heartbeat.
 _LAST_LINE = [0.0]
-
-
-def _json_dumps(obj: Any) -> str:
-    return json.dumps(to_jsonable(obj), allow_nan=True)
 
 
 @dataclasses.dataclass
@@ -140,7 +141,7 @@ class RunContext:
         if not isinstance(record, dict):
             raise TypeError(f"ctx.log: `record` must be a dict, got {type(record).__name__}.")
         with self.metrics_path.open("a") as f:
-            f.write(_json_dumps(record) + "\n")
+            f.write(json.dumps(to_jsonable(record), allow_nan=True) + "\n")
 
     def save_arrays(self, name: str, **arrays: Any) -> pathlib.Path:
         """Save named arrays to ``<run_dir>/<name>.npz``; returns the path."""
@@ -174,13 +175,8 @@ class RunContext:
         return paths
 
     def progress(self, iterable: Iterable, total: int | None = None, desc: str = "") -> "Progress":
-        """Iterate over ``iterable`` reporting progress (see :class:`Progress`).
-
-        Every :attr:`progress_every` seconds a line with the count, the rate and the ETA
-        goes to ``run.log`` and, unless stderr is a terminal, to the console (stdout); on
-        a terminal a tqdm bar shows the progress instead. ``set_postfix(loss=...)`` values
-        are appended to the lines.
-        """
+        """Iterate over ``iterable`` reporting progress every :attr:`progress_every` seconds
+        (:class:`Progress`: lines in ``run.log`` and on the console, a bar on a terminal)."""
         return Progress(iterable, total=total, desc=desc, every=self.progress_every)
 
     def declared_not_enforced(self, name: str) -> bool:
@@ -241,32 +237,24 @@ class RunContext:
             >>> claim_line(ctx.claims[-1])
             'order: n/a (one factor) <= 0.2 → not enforced'
         """
-        ops = {
-            "<=": lambda a, b: a <= b,
-            "<": lambda a, b: a < b,
-            ">=": lambda a, b: a >= b,
-            ">": lambda a, b: a > b,
-            "==": lambda a, b: a == b,
-        }
-        if op not in ops:
-            raise ValueError(f"ctx.claim({name!r}): op must be one of {sorted(ops)}, got {op!r}.")
+        if op not in _OPS:
+            raise ValueError(f"ctx.claim({name!r}): op must be one of {sorted(_OPS)}, got {op!r}.")
         value, bound = to_jsonable(value), to_jsonable(bound)
         absent = value is None or (isinstance(value, float) and math.isnan(value))
-        ok = bool(not absent and ops[op](value, bound))
+        ok = bool(not absent and _OPS[op](value, bound))
         enforced = bool(enforce) and not self.declared_not_enforced(name)
-        entry = {
-            "name": name,
-            "value": None if absent else value,
-            "op": op,
-            "bound": bound,
-            "pass": ok,
-            "enforced": enforced,
-            "verdict": (PASS if ok else FAILED) if enforced else NOT_ENFORCED,
-        }
-        if absent:
-            entry["missing"] = missing or "no value"
-        self.claims.append(entry)
+        verdict = (PASS if ok else FAILED) if enforced else NOT_ENFORCED
+        missing = (missing or "no value") if absent else None
+        self._add_claim(name, None if absent else value, op, bound, ok, enforced, verdict, missing)
         return ok
+
+    def _add_claim(self, name, value, op, bound, ok, enforced, verdict, missing) -> None:
+        # One entry of summary.json's `claims` (`missing` only for a missing value).
+        entry = {"name": name, "value": value, "op": op, "bound": bound, "pass": ok}
+        entry |= {"enforced": enforced, "verdict": verdict}
+        if missing is not None:
+            entry["missing"] = missing
+        self.claims.append(entry)
 
     def not_checked(self, name: str, reason: str, *, op: str = "", bound: Any = None) -> None:
         """Record a declared claim this run could not check (e.g. about a cell it did not
@@ -280,18 +268,7 @@ class RunContext:
             >>> claim_line(ctx.claims[0]), ClaimsOutcome(ctx.claims).verdict
             ('gap [a]: n/a (cells not run: a) → not checked', 'INCOMPLETE')
         """
-        self.claims.append(
-            {
-                "name": name,
-                "value": None,
-                "op": op,
-                "bound": to_jsonable(bound),
-                "pass": False,
-                "enforced": False,
-                "verdict": NOT_CHECKED,
-                "missing": reason,
-            }
-        )
+        self._add_claim(name, None, op, to_jsonable(bound), False, False, NOT_CHECKED, reason)
 
     def record_verdicts(self, verdicts: list[dict[str, Any]], *, enforce: bool = True) -> None:
         """Record the verdicts of a study's declared claims
@@ -371,9 +348,7 @@ def format_number(v: Any, missing: str = "") -> str:
     """
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return f"n/a ({missing})" if missing else "n/a"
-    if isinstance(v, bool) or not isinstance(v, float):
-        return str(v)
-    if math.isinf(v):
+    if not isinstance(v, float) or math.isinf(v):  # (a bool is an int, not a float)
         return str(v)
     if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
         return f"{v:.2e}"
@@ -410,6 +385,23 @@ def md_cell(v: Any) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+def markdown_table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
+    """A markdown table: the header, the ``|---|`` rule and one line per row. Cells are
+    written as given (``str``): format numbers and escape ``|`` first (:func:`md_cell`).
+
+    Example:
+        >>> print(markdown_table(["n", "error"], [[4, "1.0e-03"], [8, "2.5e-04"]]))
+        | n | error |
+        |---|---|
+        | 4 | 1.0e-03 |
+        | 8 | 2.5e-04 |
+    """
+    header = list(header)
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def claim_verdict(c: dict[str, Any]) -> str:
     """The :data:`VERDICTS` word of one claim (an entry of ``summary.json``'s ``claims``):
     its ``verdict``, set once by :meth:`RunContext.claim`; for a summary written before
@@ -421,9 +413,13 @@ def claim_verdict(c: dict[str, Any]) -> str:
     return PASS if c.get("pass") else FAILED
 
 
-def _verdict_text(c: dict[str, Any], mode: str = "enforce") -> str:
+def _claim_cells(c: dict[str, Any], mode: str = "enforce") -> tuple[str, str, str]:
+    # A claim's value, "<op> <bound>" ("" without op) and verdict text, as the console
+    # line and the report table show them.
+    value = format_number(c.get("value"), c.get("missing", ""))
+    bound = f"{c['op']} {format_number(c['bound'])}" if c.get("op") else ""
     v = claim_verdict(c)
-    return v + " (recorded, claims=record)" if v == FAILED and mode == "record" else v
+    return value, bound, v + " (recorded, claims=record)" if v == FAILED and mode == "record" else v
 
 
 def claim_line(c: dict[str, Any], mode: str = "enforce") -> str:
@@ -434,9 +430,8 @@ def claim_line(c: dict[str, Any], mode: str = "enforce") -> str:
         ...             "verdict": "PASS"})
         'e: 2.00e-15 <= 1.00e-10 → PASS'
     """
-    value = format_number(c.get("value"), c.get("missing", ""))
-    bound = f" {c['op']} {format_number(c['bound'])}" if c.get("op") else ""
-    return f"{c['name']}: {value}{bound} → {_verdict_text(c, mode)}"
+    value, bound, verdict = _claim_cells(c, mode)
+    return f"{c['name']}: {value}" + (f" {bound}" if bound else "") + f" → {verdict}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -522,15 +517,11 @@ def claims_markdown(claims: list[dict[str, Any]], mode: str = "enforce") -> str:
     """
     if not claims:
         return ""
-    lines = ["## Claim checks", "", "| claim | value | bound | result |", "|---|---|---|---|"]
+    rows = []
     for c in claims:
-        value = format_number(c.get("value"), c.get("missing", ""))
-        bound = f"{c['op']} {format_number(c['bound'])}" if c.get("op") else ""
-        lines.append(
-            f"| {md_cell(c['name'])} | {md_cell(value)} | {md_cell(bound)} | "
-            f"{_verdict_text(c, mode)} |"
-        )
-    return "\n".join(lines)
+        value, bound, verdict = _claim_cells(c, mode)
+        rows.append([md_cell(c["name"]), md_cell(value), md_cell(bound), verdict])
+    return "## Claim checks\n\n" + markdown_table(["claim", "value", "bound", "result"], rows)
 
 
 class ClaimsFailed(RuntimeError):
@@ -548,10 +539,8 @@ class ClaimsFailed(RuntimeError):
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     """A two-column markdown table of the headline numbers of a run."""
-    lines = ["## Summary", "", "| quantity | value |", "|---|---|"]
-    for k, v in to_jsonable(summary).items():
-        lines.append(f"| {md_cell(k)} | {md_cell(v)} |")
-    return "\n".join(lines)
+    rows = [[md_cell(k), md_cell(v)] for k, v in to_jsonable(summary).items()]
+    return "## Summary\n\n" + markdown_table(["quantity", "value"], rows)
 
 
 def _fmt_seconds(t: float) -> str:
@@ -560,10 +549,6 @@ def _fmt_seconds(t: float) -> str:
         return f"{t:.0f} s"
     m, sec = divmod(int(round(t)), 60)
     return f"{m} min {sec:02d} s" if m < 60 else f"{m // 60} h {m % 60:02d} min"
-
-
-def _stderr_is_tty() -> bool:
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 class Progress:
@@ -583,11 +568,13 @@ class Progress:
 
     def __init__(self, iterable: Iterable, total: int | None = None, desc: str = "", every=5.0):
         self.iterable = iterable
-        self.total = total if total is not None else _len_or_none(iterable)
+        if total is None and isinstance(iterable, Sized):
+            total = len(iterable)
+        self.total = total
         self.desc = desc or "progress"
         self.every = float(every)
         self.postfix: dict[str, Any] = {}
-        self.tty = _stderr_is_tty()
+        self.tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
         self._bar = None
         if self.tty:
             from tqdm.auto import tqdm
@@ -613,25 +600,18 @@ class Progress:
         return ", ".join(parts)
 
     def __iter__(self) -> Iterator:
-        import threading
-
         t0 = time.perf_counter()
         state = {"n": 0, "last": t0}
         self._say(f"{self.desc}: started" + (f", {self.total} iterations" if self.total else ""))
-        stop = threading.Event()
 
         def heartbeat() -> None:
             # A line also while one iteration takes long (a compilation, a slow step).
-            while not stop.wait(self.every):
-                now = time.perf_counter()
-                if now - state["last"] >= self.every:
-                    state["last"] = now
-                    self._say(self._line(state["n"], now - t0))
+            now = time.perf_counter()
+            if now - state["last"] >= self.every:
+                state["last"] = now
+                self._say(self._line(state["n"], now - t0))
 
-        beat = None
-        if self.every > 0:
-            beat = threading.Thread(target=heartbeat, name="transflow-progress", daemon=True)
-            beat.start()
+        stop_beat = _every(self.every, heartbeat, "transflow-progress") if self.every > 0 else None
         try:
             for item in self.iterable:
                 yield item
@@ -644,9 +624,8 @@ class Progress:
                     state["last"] = now
                     self._say(self._line(n, now - t0))
         finally:
-            stop.set()
-            if beat is not None:
-                beat.join()
+            if stop_beat is not None:
+                stop_beat()
             elapsed = time.perf_counter() - t0
             line = self._line(state["n"], elapsed)
             self._say(line.replace(f"{self.desc}: ", f"{self.desc}: done ", 1))
@@ -663,11 +642,25 @@ class Progress:
             self._bar = None
 
 
-def _len_or_none(iterable: Iterable) -> int | None:
-    try:
-        return len(iterable)  # type: ignore[arg-type]
-    except TypeError:
-        return None
+def _every(seconds: float, tick: Callable[[], None], name: str) -> Callable[[], None]:
+    """Call ``tick()`` every ``seconds`` in a daemon thread; returns the function that
+    stops the thread (and waits for it)."""
+    import threading
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            tick()
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+
+    def stop_thread() -> None:
+        stop.set()
+        thread.join()
+
+    return stop_thread
 
 
 class _ConsoleFilter(logging.Filter):
@@ -723,16 +716,13 @@ class RunLog:
         self.task = task
         self.heartbeat = float(heartbeat)
 
-    def _beat(self, stop: Any) -> None:
+    def _beat(self, t0: float) -> None:
         # A "still running" line when no progress line came for `heartbeat` seconds (tasks
         # whose long steps are not a ctx.progress loop).
-        t0 = time.perf_counter()
-        _LAST_LINE[0] = t0
-        while not stop.wait(min(self.heartbeat, 5.0)):
-            now = time.perf_counter()
-            if now - _LAST_LINE[0] >= self.heartbeat:
-                _LAST_LINE[0] = now
-                self.logger.info("'%s' running, elapsed %s", self.task, _fmt_seconds(now - t0))
+        now = time.perf_counter()
+        if now - _LAST_LINE[0] >= self.heartbeat:
+            _LAST_LINE[0] = now
+            self.logger.info("'%s' running, elapsed %s", self.task, _fmt_seconds(now - t0))
 
     def __enter__(self) -> "RunLog":
         self._old = (self.logger.level, self.logger.propagate, list(self.logger.handlers))
@@ -749,21 +739,16 @@ class RunLog:
         self._stdout = sys.stdout
         self._tee = _Tee(sys.stdout, self.path)
         sys.stdout = self._tee
-        self._stop = self._thread = None
+        self._stop_beat = None
         if self.heartbeat > 0:
-            import threading
-
-            self._stop = threading.Event()
-            self._thread = threading.Thread(
-                target=self._beat, args=(self._stop,), name="transflow-heartbeat", daemon=True
-            )
-            self._thread.start()
+            t0 = _LAST_LINE[0] = time.perf_counter()
+            beat = functools.partial(self._beat, t0)
+            self._stop_beat = _every(min(self.heartbeat, 5.0), beat, "transflow-heartbeat")
         return self
 
     def __exit__(self, *exc: Any) -> bool:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
+        if self._stop_beat is not None:
+            self._stop_beat()
         sys.stdout = self._stdout
         self._tee.close_file()
         self._file.close()

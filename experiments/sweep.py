@@ -20,12 +20,15 @@ This module imports neither JAX nor torch.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import pathlib
 from typing import Any
 
-from .context import INCOMPLETE, ClaimsOutcome, md_cell, to_jsonable
+from hydra.experimental.callback import Callback
+
+from .context import INCOMPLETE, ClaimsOutcome, markdown_table, md_cell, to_jsonable
 
 __all__ = ["SweepSummary", "load_sweep", "plot_sweep", "summarize_sweep", "write_sweep_summary"]
 
@@ -45,12 +48,8 @@ def _overrides(job_dir: pathlib.Path) -> dict[str, str]:
         return {}
     import yaml
 
-    items = yaml.safe_load(path.read_text()) or []
-    out = {}
-    for item in items:
-        key, _, value = str(item).partition("=")
-        out[key.lstrip("+~")] = value
-    return out
+    items = (str(item).partition("=") for item in yaml.safe_load(path.read_text()) or [])
+    return {key.lstrip("+~"): value for key, _, value in items}
 
 
 def _scalar(v: Any) -> bool:
@@ -75,9 +74,7 @@ def summarize_sweep(sweep_dir: str | pathlib.Path) -> dict[str, Any]:
         key=lambda p: int(p.name),
     )
     overrides = {p.name: _overrides(p) for p in jobs}
-    keys: list[str] = []
-    for ov in overrides.values():
-        keys.extend(k for k in ov if k not in keys)
+    keys = list(dict.fromkeys(k for ov in overrides.values() for k in ov))  # in order, once
     varying = [k for k in keys if len({ov.get(k) for ov in overrides.values()}) > 1]
     params = varying if varying or len(jobs) != 1 else keys
     rows, metric_cols = [], []
@@ -129,26 +126,22 @@ def write_sweep_summary(sweep_dir: str | pathlib.Path) -> dict[str, Any]:
         f"{s['n_jobs']} jobs; {s['n_failed_jobs']} FAILED; {s['n_failed_claims']} with "
         "failing claims. Swept: " + (", ".join(f"`{p}`" for p in s["params"]) or "nothing") + ".",
         "",
-        "| " + " | ".join(md_cell(c) for c in cols) + " |",
-        "|" + "---|" * len(cols),
+        markdown_table(map(md_cell, cols), ([md_cell(r.get(c, "")) for c in cols] for r in rows)),
     ]
-    for r in rows:
-        md.append("| " + " | ".join(md_cell(r.get(c, "")) for c in cols) + " |")
     _atomic_write(sweep_dir / "sweep_summary.md", "\n".join(md) + "\n")
-    tmp = sweep_dir / "sweep_summary.csv.tmp"
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: r.get(c, "") for c in cols})
-    tmp.replace(sweep_dir / "sweep_summary.csv")
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    w.writerows({c: r.get(c, "") for c in cols} for r in rows)
+    _atomic_write(sweep_dir / "sweep_summary.csv", table.getvalue())
     _atomic_write(sweep_dir / "sweep_summary.json", json.dumps(s, indent=2, allow_nan=True) + "\n")
     return s
 
 
 def _atomic_write(path: pathlib.Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
+    with tmp.open("w", newline="") as f:  # the csv module's line ends as written
+        f.write(text)
     tmp.replace(path)
 
 
@@ -158,11 +151,8 @@ def load_sweep(sweep: str | pathlib.Path | dict) -> dict[str, Any]:
     if isinstance(sweep, dict):
         return sweep
     path = pathlib.Path(sweep)
-    if path.is_file():
-        return json.loads(path.read_text())
-    if (path / "sweep_summary.json").exists():
-        return json.loads((path / "sweep_summary.json").read_text())
-    return summarize_sweep(path)
+    file = path if path.is_file() else path / "sweep_summary.json"
+    return json.loads(file.read_text()) if file.exists() else summarize_sweep(path)
 
 
 def _number(v: Any) -> float:
@@ -211,10 +201,7 @@ def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
                 f"plot_sweep: {key!r} is not a column of the sweep summary; columns are "
                 f"{s['columns']}."
             )
-    if ax is None:
-        fig, ax = new_figure(3.2)
-    else:
-        fig = ax.figure
+    fig, ax = new_figure(3.2) if ax is None else (ax.figure, ax)
     groups: dict[Any, list[dict]] = {}
     drawn: dict[str, list[float]] = {"x": [], "y": []}
     for r in rows:
@@ -227,13 +214,13 @@ def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
         pts = [p for p in pts if not (math.isnan(p[0]) or math.isnan(p[1]))]
         if not pts:
             continue
-        xs, ys, bad = zip(*pts)
+        xs, ys, _ = zip(*pts)
         drawn["x"] += xs
         drawn["y"] += ys
         ax.plot(xs, ys, "o-", label=f"{hue} = {label}" if hue else y)
-        fx = [a for a, b in zip(xs, bad) if b]
-        fy = [c for c, b in zip(ys, bad) if b]
-        if fx:
+        failed = [(a, c) for a, c, b in pts if b]
+        if failed:
+            fx, fy = zip(*failed)
             ax.plot(fx, fy, "x", color="tab:red", markersize=10, mew=2, label="claims FAILED")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
@@ -249,13 +236,7 @@ def _plot_sweep(s: dict, y: str, x: str, *, hue, logx, logy, ax):
     return finish(fig)
 
 
-def _callback_base() -> type:
-    from hydra.experimental.callback import Callback
-
-    return Callback
-
-
-class SweepSummary(_callback_base()):
+class SweepSummary(Callback):
     """Hydra callback writing the sweep summary (:func:`write_sweep_summary`).
 
     Does nothing for single runs. Registered in ``configs/hydra/default.yaml``.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..context import format_number
 from ..validate import Constraint
 
 __all__ = ["CONSTRAINTS", "Config", "run"]
@@ -37,10 +38,7 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
-    """Run the ``clustering`` experiment.
-
-    F5: tokens on the sphere S1(0, 1) collapse into one cluster over a long horizon.
-    """
+    """Run the ``clustering`` experiment (the module docstring says what it does)."""
     from transflow.continuous import clustering_trajectory
     from transflow.plotting import plot_clustering
 
@@ -59,8 +57,6 @@ def run(cfg, ctx) -> dict:
     ctx.claim("min pairwise cosine at t = 0", initial, 0.0, op="<")
     ctx.claim("min pairwise cosine at t = T", final, 0.99, op=">")
     ctx.claim("max deviation from S1(0, 1) over the trajectory", res["sphere_error"], 1e-10)
-    from transflow.experiments.context import format_number
-
     t_cluster = res["t_cluster"]
     reached = (
         f"> 0.99 from t = {format_number(float(t_cluster))}"

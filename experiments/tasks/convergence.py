@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..context import markdown_table
 from ..validate import Constraint
 
 __all__ = ["CHOICES", "CONSTRAINTS", "Config", "run"]
@@ -65,11 +66,7 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
-    """Run the ``convergence`` experiment.
-
-    F3: error vs time step dt of Lie/Strang splittings against a diffrax reference (orders
-    1, 2).
-    """
+    """Run the ``convergence`` experiment (the module docstring says what it does)."""
     from transflow.continuous import convergence_study, expected_order
     from transflow.plotting import plot_convergence
 
@@ -95,6 +92,7 @@ def run(cfg, ctx) -> dict:
     def label(r):
         return r["submodel"] + (f"-{r['b_splitting']}" if r["b_splitting"] else "")
 
+    rows = []  # of the report's table
     for r in records:
         name = f"{label(r)}/{r['scheme']}"
         p = expected_order(r["submodel"], r["scheme"], r["b_splitting"] or "tangent")
@@ -108,20 +106,15 @@ def run(cfg, ctx) -> dict:
             r["reference_error"] / min(r["errors"]),
             1e-3,
         )
+        rows.append(
+            [label(r), r["scheme"], r["declared_order"], p if p else "–", f"{r['slope']:.3f}"]
+            + [f"{min(r['errors']):.2e}", f"{r['reference_error']:.1e}"]
+        )
     fracs = {r["submodel"]: r["active_fraction"] for r in records if r["submodel"] == "c"}
     for sub, frac in fracs.items():
         ctx.claim(f"S2 active fraction of the horizon ({sub})", frac, 0.5, op=">=")
-    lines = [
-        "| sub-model | scheme | declared order | expected | fitted slope | smallest error "
-        "| reference error |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in records:
-        p = expected_order(r["submodel"], r["scheme"], r["b_splitting"] or "tangent")
-        lines.append(
-            f"| {label(r)} | {r['scheme']} | {r['declared_order']} | {p if p else '–'} "
-            f"| {r['slope']:.3f} | {min(r['errors']):.2e} | {r['reference_error']:.1e} |"
-        )
+    header = ["sub-model", "scheme", "declared order", "expected", "fitted slope"]
+    lines = [markdown_table(header + ["smallest error", "reference error"], rows)]
     if fracs:
         lines.append("")
         lines += [

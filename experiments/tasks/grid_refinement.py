@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..context import markdown_table
 from ..validate import Constraint
 
 __all__ = ["CHOICES", "CONSTRAINTS", "Config", "run"]
@@ -59,10 +60,7 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
-    """Run the ``grid_refinement`` experiment.
-
-    F4: quadrature error vs number of tokens on [0, 1] (second order, midpoint rule).
-    """
+    """Run the ``grid_refinement`` experiment (the module docstring says what it does)."""
     from transflow.continuous import grid_refinement_study
     from transflow.plotting import plot_grid
 
@@ -77,15 +75,9 @@ def run(cfg, ctx) -> dict:
     ctx.save_figure(plot_grid(records), "F4_grid_convergence")
     for r in records:
         ctx.claim(f"|slope - 2| {r['quantity']}", abs(r["slope"] - 2.0), 0.2)
-    ctx.report(
-        "## Results\n\n"
-        + "\n".join(
-            ["| quantity | sizes | errors | slope |", "|---|---|---|---|"]
-            + [
-                f"| {r['quantity']} | {r['sizes']} | {', '.join(f'{e:.2e}' for e in r['errors'])} "
-                f"| {r['slope']:.3f} |"
-                for r in records
-            ]
-        )
-    )
+    rows = [
+        [r["quantity"], r["sizes"], ", ".join(f"{e:.2e}" for e in r["errors"]), f"{r['slope']:.3f}"]
+        for r in records
+    ]
+    ctx.report("## Results\n\n" + markdown_table(["quantity", "sizes", "errors", "slope"], rows))
     return {f"slope_{r['quantity']}": r["slope"] for r in records}

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..context import markdown_table
+
 __all__ = ["CHOICES", "Config", "run"]
 
 
@@ -43,11 +45,7 @@ class Config:
 
 
 def run(cfg, ctx) -> dict:
-    """Run the ``hf_equivalence`` experiment.
-
-    Transflow = HF ViT, CvT, GPT-2, BERT, RoBERTa, DistilBERT, Llama, Mistral, Qwen2, T5
-    (random configs).
-    """
+    """Run the ``hf_equivalence`` experiment (the module docstring says what it does)."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -62,16 +60,14 @@ def run(cfg, ctx) -> dict:
         ok = row["err_fp64"] <= cfg.tol_fp64 and row["err_fp32"] <= cfg.tol_fp32
         row["pass"] = bool(ok)
         ctx.log(row)
-    lines = [
-        "| family | mask | configuration | err fp64 | err fp32 | pass |",
-        "|---|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {r['family']} | {r['mask']} | {r['config']} | {r['err_fp64']:.2e} | "
-        f"{r['err_fp32']:.2e} | {'yes' if r['pass'] else 'NO'} |"
-        for r in rows
-    ]
-    table = "\n".join(lines)
+    table = markdown_table(
+        ["family", "mask", "configuration", "err fp64", "err fp32", "pass"],
+        (
+            [r["family"], r["mask"], r["config"], f"{r['err_fp64']:.2e}", f"{r['err_fp32']:.2e}"]
+            + ["yes" if r["pass"] else "NO"]
+            for r in rows
+        ),
+    )
     print(table)
     ctx.report("## Results\n\nHuggingFace model zoo vs transflow.\n\n" + table + "\n")
     err64 = max(r["err_fp64"] for r in rows)
@@ -88,6 +84,5 @@ def run(cfg, ctx) -> dict:
         "max_err_fp32": err32,
     }
     for fam in families:
-        fr = [r for r in rows if r["family"] == fam]
-        summary[f"{fam}_err_fp64"] = max(r["err_fp64"] for r in fr)
+        summary[f"{fam}_err_fp64"] = max(r["err_fp64"] for r in rows if r["family"] == fam)
     return summary

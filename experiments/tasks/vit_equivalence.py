@@ -25,6 +25,8 @@ from typing import Any
 
 from transflow.interop import HF_FAMILIES
 
+from ..context import markdown_table
+
 __all__ = ["CHOICES", "Config", "run"]
 
 #: Names checked before any work, smoke runs included (transflow-run help vit_equivalence).
@@ -43,11 +45,7 @@ class Config:
 
 
 def run(cfg: Config, ctx) -> dict:
-    """Run the ``vit_equivalence`` experiment.
-
-    Transflow = HF ViTLayer/ViTModel, CvT, GPT2Block and causal torch layers (random
-    configs).
-    """
+    """Run the ``vit_equivalence`` experiment (the module docstring says what it does)."""
     import jax
 
     from transflow.interop import hf_equivalence_rows
@@ -64,19 +62,16 @@ def run(cfg: Config, ctx) -> dict:
         progress=ctx.progress,
         log=ctx.log,
     )
-    lines = [
-        "| family | configuration | max abs fp64 | max rel fp32 | pass |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {r['family']} | {r['config']} | {r['max_abs_fp64']:.2e} | "
-        f"{r['max_rel_fp32']:.2e} | {'yes' if r['pass'] else 'NO'} |"
-        for r in rows
-    ]
+    table = markdown_table(
+        ["family", "configuration", "max abs fp64", "max rel fp32", "pass"],
+        (
+            [r["family"], r["config"], f"{r['max_abs_fp64']:.2e}", f"{r['max_rel_fp32']:.2e}"]
+            + ["yes" if r["pass"] else "NO"]
+            for r in rows
+        ),
+    )
     ctx.report(
-        "## Results\n\nHF ViT/CvT/GPT-2 and causal torch layers vs transflow.\n\n"
-        + "\n".join(lines)
-        + "\n"
+        "## Results\n\nHF ViT/CvT/GPT-2 and causal torch layers vs transflow.\n\n" + table + "\n"
     )
     summary: dict[str, Any] = {
         "n_configs": len(rows),
@@ -85,8 +80,7 @@ def run(cfg: Config, ctx) -> dict:
         "max_rel_fp32": max(r["max_rel_fp32"] for r in rows),
     }
     for fam in families:
-        fr = [r for r in rows if r["family"] == fam]
-        summary[f"{fam}_max_abs_fp64"] = max(r["max_abs_fp64"] for r in fr)
+        summary[f"{fam}_max_abs_fp64"] = max(r["max_abs_fp64"] for r in rows if r["family"] == fam)
     ctx.claim("n_fail", summary["n_configs"] - summary["n_pass"], 0, op="==")
     ctx.claim("max_abs_fp64", summary["max_abs_fp64"], cfg.tol_fp64)
     ctx.claim("max_rel_fp32", summary["max_rel_fp32"], cfg.tol_fp32)
