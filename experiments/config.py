@@ -56,14 +56,10 @@ class Precision(enum.Enum):
 
 
 class ClaimsMode(enum.Enum):
-    """What a failing claim check does (top-level ``claims=...``).
-
-    ``enforce``: the job is marked FAILED (no ``DONE``) and ``transflow-run`` exits
-    non-zero. ``record``: the failure is recorded (``summary.json``, ``report.md``,
-    ``status.json`` and the sweep summary say FAILED) but the job completes, so a sweep
-    goes on. ``auto`` (the default): ``enforce`` for a single run, ``record`` in a sweep
-    (``-m``).
-    """
+    """What a failing claim check does (top-level ``claims=...``): ``enforce`` fails the job
+    (``transflow-run`` exits non-zero), ``record`` records the failure and completes it;
+    ``auto`` (the default): ``enforce`` for a single run, ``record`` in a sweep (``-m``).
+    The table in ``docs/experiments.md`` says what each writes."""
 
     auto = "auto"
     enforce = "enforce"

@@ -1,13 +1,7 @@
 """``transflow-run``: the one Hydra entry point of transflow's experiments.
 
-Usage::
-
-    transflow-run                                   # the default experiment (equivalence)
-    transflow-run experiment=equivalence debug=smoke
-    transflow-run -m experiment=equivalence seed=0,1,2      # a sweep: one dir per job
-    transflow-run experiment=equivalence task.norm_first=[false] precision=fp64
-
-The entry point only composes the config, builds a
+Usage: ``transflow-run --help`` (:func:`front_page`) and ``docs/experiments.md``. The
+entry point only composes the config, builds a
 :class:`~transflow.experiments.context.RunContext` for the job's directory and calls the
 selected task's ``run(cfg, ctx)`` (``experiments/tasks/<name>.py``). JAX is imported and
 configured *inside* the job (x64 for ``precision=fp64|both``), never at import of this
@@ -23,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import importlib.resources
 import json
 import logging
 import pathlib
@@ -33,10 +28,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError
 
-from .config import Precision, RunConfig, register_schemas
+from .config import ClaimsMode, Precision, RunConfig, register_schemas
 from .context import (
     FAILED,
     PASS,
@@ -69,8 +64,8 @@ __all__ = [
     "check_config",
     "check_output_dirs",
     "check_overrides",
-    "top_level_names",
     "check_task_keys",
+    "top_level_names",
     "list_experiments",
     "precheck",
     "compose",
@@ -88,18 +83,10 @@ __all__ = [
 ]
 
 
-def _config_dir() -> pathlib.Path:
-    """The config tree shipped in the package (``transflow.configs``), as a directory.
-
-    An installed wheel unpacks it into site-packages; an editable install maps the package
-    onto the repository's ``configs/`` folder. Either way it is a real directory.
-    """
-    import importlib.resources
-
-    return pathlib.Path(str(importlib.resources.files("transflow.configs")))
-
-
-CONFIG_DIR = _config_dir()
+#: The config tree shipped in the package (``transflow.configs``), as a directory: an
+#: installed wheel unpacks it into site-packages; an editable install maps the package onto
+#: the repository's ``configs/`` folder. Either way it is a real directory.
+CONFIG_DIR = pathlib.Path(str(importlib.resources.files("transflow.configs")))
 
 _REGISTERED = False
 
@@ -116,15 +103,22 @@ def describe(config_dir: str | pathlib.Path = CONFIG_DIR) -> dict[str, str]:
         >>> "clustering" in describe()
         True
     """
-    out = {}
-    for path in sorted((pathlib.Path(config_dir) / "experiment").glob("*.yaml")):
-        about = ""
-        for line in path.read_text().splitlines():
-            if line.startswith("# About:"):
-                about = line.removeprefix("# About:").strip()
-                break
-        out[path.stem] = about
-    return out
+    paths = sorted((pathlib.Path(config_dir) / "experiment").glob("*.yaml"))
+    return {path.stem: _header(path)[0] for path in paths}
+
+
+def _header(path: pathlib.Path) -> tuple[str, list[str]]:
+    """The ``# About:`` text of an experiment file and the other lines of its leading
+    comment (``# @package`` left out)."""
+    about, comment = "", []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith("# About:"):
+            about = line.removeprefix("# About:").strip()
+        elif not line.startswith("# @package"):
+            comment.append(line.lstrip("#").strip())
+    return about, comment
 
 
 def register_configs(*, warn: bool = True) -> dict[str, str]:
@@ -135,11 +129,9 @@ def register_configs(*, warn: bool = True) -> dict[str, str]:
     """
     global _REGISTERED
     register_schemas()
-    from omegaconf import OmegaConf as _OC
-
-    if not _OC.has_resolver("transflow_help"):
+    if not OmegaConf.has_resolver("transflow_help"):
         # configs/hydra/default.yaml: hydra.help.template = ${transflow_help:}
-        _OC.register_new_resolver("transflow_help", lambda: front_page(hydra_help=True))
+        OmegaConf.register_new_resolver("transflow_help", lambda: front_page(hydra_help=True))
     _, errors = register_tasks()
     if warn and errors and not _REGISTERED:
         for name, msg in errors.items():
@@ -159,26 +151,18 @@ def _write_json(path: pathlib.Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-class _Precision:
-    """Enable x64 inside a job and restore the previous setting afterwards."""
+@contextlib.contextmanager
+def _Precision(precision: Precision | str):
+    """Enable x64 inside a job (``fp64``/``both``) and restore the previous setting after."""
+    import jax
 
-    def __init__(self, precision: Precision | str):
-        self.precision = Precision(
-            precision.value if isinstance(precision, Precision) else precision
-        )
-
-    def __enter__(self):
-        import jax
-
-        self._old = bool(jax.config.jax_enable_x64)
-        jax.config.update("jax_enable_x64", self.precision is not Precision.fp32)
-        return self
-
-    def __exit__(self, *exc):
-        import jax
-
-        jax.config.update("jax_enable_x64", self._old)
-        return False
+    x64 = Precision(_value(precision)) is not Precision.fp32
+    old = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", x64)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old)
 
 
 #: The command line of this process (``main`` sets it), quoted in ``report.md``.
@@ -413,13 +397,11 @@ def check_config(cfg: DictConfig, task_name: str):
     Writes nothing.
     """
     module = _task_module(task_name)
-    fields = {f.name for f in dataclasses.fields(module.Config)}
-    extra = sorted(set(cfg.task.keys()) - fields)
-    if extra:
-        raise ConfigKeyError(
-            f"task.{extra[0]}: not a field of task '{task_name}' "
-            f"(experiments/tasks/{task_name}.py::Config); its fields are {sorted(fields)}."
-        )
+    extra = set(cfg.task.keys()) - {f.name for f in dataclasses.fields(module.Config)}
+    try:
+        check_task_keys([f"task.{key}" for key in sorted(extra)], task_name)
+    except ConfigValueError as e:
+        raise ConfigKeyError(str(e)) from None
     task_cfg = OmegaConf.merge(OmegaConf.structured(module.Config), cfg.task)
     pruned = prune(cfg, task_name)
     try:
@@ -498,26 +480,17 @@ def run_job(
 ) -> dict[str, Any]:
     """Run one composed job: the task ``task_name`` with ``cfg.task`` in ``run_dir``.
 
-    First validates the config (:func:`check_overrides`: no override of a group the task
-    does not read; :func:`check_config`: unknown task keys, values out of range, names);
-    an invalid config raises :class:`ConfigValueError` (or ``ConfigKeyError``) before
-    anything is written into ``run_dir``. The job sees only what its task reads
-    (:func:`prune`), and ``.hydra/config.yaml`` is rewritten to say so. Then writes
-    ``status.json`` (RUNNING, then COMPLETED, FAILED with the traceback, or KILLED with
-    the time on SIGTERM/SIGINT), ``report.md`` (a header quoting the command, the task's
-    sections, the summary table and the claim checks), ``summary.json`` (the dict
-    returned by the task), ``run.log`` and, last, an empty ``DONE`` marker.
-
-    A :class:`ConfigValueError` raised by the task itself before it wrote any result (a
-    name it refuses) is a config error too: the files of the run are removed again.
-
-    Claims (``cfg.claims``): under ``enforce`` a failing enforced claim raises
-    :class:`ClaimsFailed` (with the failed claims) after everything is written (status
-    FAILED, no ``DONE``); under ``record`` it is recorded (``status.json`` has ``claims:
-    FAILED`` and ``failed_claims``) and the job completes. ``auto`` is ``record`` when
-    ``multirun`` is true (a sweep), else ``enforce``. Other exceptions are re-raised after
-    ``status.json`` says FAILED. ``overrides`` (the command-line overrides) default to
-    Hydra's.
+    First checks the config (:func:`check_overrides`, :func:`check_config`): an invalid
+    one raises :class:`ConfigValueError` (or ``ConfigKeyError``) before anything is
+    written, as does one the task itself refuses with :class:`ConfigValueError` before
+    writing any result (its files are removed again). The job sees only what its task reads
+    (:func:`prune`; ``.hydra/config.yaml`` is rewritten to say so). It writes the run
+    directory of ``docs/experiments.md`` (``status.json``, ``report.md``, ``summary.json``,
+    ``run.log``, last ``DONE``). Under ``claims=enforce`` (``auto`` without ``multirun``) a
+    failing enforced claim raises :class:`ClaimsFailed` after everything is written;
+    under ``record`` it is recorded and the job completes. Other exceptions are re-raised
+    after ``status.json`` says FAILED (KILLED on SIGTERM/SIGINT). ``overrides`` (the
+    command-line overrides) default to Hydra's.
     """
     # Hydra's job logging is at INFO; JAX's backend probing would fill run.log with noise.
     logging.getLogger("jax").setLevel(logging.WARNING)
@@ -617,18 +590,12 @@ def run_job(
         except ConfigValueError as e:
             # The task refused an option before producing anything: a config error, not
             # a failed run. Remove what this job wrote (the caller removes the directory).
-            leftovers = {p.name for p in run_dir.iterdir()} - {
-                ".hydra",
-                "run.log",
-                "status.json",
-                "report.md",
-            }
-            if not leftovers:
-                for name in ("status.json", "report.md"):
+            written = {p.name for p in run_dir.iterdir()}
+            if written <= {".hydra", "run.log", "status.json", "report.md"}:
+                for name in ("status.json", "report.md", ".hydra/resolved.yaml"):
                     (run_dir / name).unlink(missing_ok=True)
-                (run_dir / ".hydra" / "resolved.yaml").unlink(missing_ok=True)
-                raise
-            _fail(status, run_dir, t0, log, e)
+            else:
+                _fail(status, run_dir, t0, log, e)
             raise
         except (KeyboardInterrupt, Killed) as e:
             name = "SIGINT" if isinstance(e, KeyboardInterrupt) else str(e)
@@ -687,15 +654,9 @@ def compose(overrides: Sequence[str] = (), *, config_dir: str | pathlib.Path = C
     with initialize_config_dir(str(pathlib.Path(config_dir).resolve()), version_base="1.3"):
         cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
     task_name = str(cfg.hydra.runtime.choices["task"])
-    with _open_dict(cfg):
+    with open_dict(cfg):
         del cfg["hydra"]
     return cfg, task_name
-
-
-def _open_dict(cfg):
-    from omegaconf import open_dict
-
-    return open_dict(cfg)
 
 
 def run_in_process(
@@ -716,11 +677,6 @@ def run_in_process(
     return run_job(cfg, run_dir=run_dir, task_name=task_name, overrides=overrides), cfg
 
 
-def _readers() -> dict[str, tuple[str, ...]]:
-    tasks, _ = discover()
-    return {t: task_reads(t) for t in sorted(tasks) if task_reads(t)}
-
-
 def front_page(*, hydra_help: bool = False) -> str:
     """The text of ``transflow-run --help`` / ``transflow-run list``: usage, the experiments
     (one line each, from the ``# About:`` line of ``configs/experiment/<name>.yaml``) and
@@ -729,8 +685,6 @@ def front_page(*, hydra_help: bool = False) -> str:
     With ``hydra_help`` the text ends with Hydra's list of config groups (a
     ``string.Template`` placeholder Hydra fills in).
     """
-    about = describe()
-    width = max(len(n) for n in about) + 2 if about else 20
     lines = [
         "transflow-run: run transflow's experiments (Hydra). One run directory per job, with",
         "report.md, summary.json (claim checks), metrics.jsonl, figures, run.log.",
@@ -748,7 +702,7 @@ def front_page(*, hydra_help: bool = False) -> str:
         "",
         "Experiments (experiment=NAME; configs/experiment/NAME.yaml; the file's comment says",
         "the runtime and the expected result):",
-        *(f"  {name:<{width}}{text}" for name, text in sorted(about.items())),
+        *("  " + line for line in list_experiments().splitlines()),
         "",
         "experiment= or task=?  Use experiment=NAME. An experiment is a complete setup: it",
         "selects the task (the code, experiments/tasks/TASK.py) AND sets the precision, model,",
@@ -769,7 +723,7 @@ def front_page(*, hydra_help: bool = False) -> str:
         "Every job is checked before any compute or directory (unknown keys, types, ranges",
         "such as task.n_tokens > 0, names such as task.schemes, and overrides of the groups",
         "grid/model the task does not read); the error names the key. Groups read:",
-        *(f"  {t}: {', '.join(r)}" for t, r in _readers().items()),
+        *(f"  {t}: {', '.join(task_reads(t))}" for t in sorted(discover()[0]) if task_reads(t)),
         "Docs: docs/experiments.md.",
     ]
     if hydra_help:
@@ -868,18 +822,6 @@ def _option_lines(cls: type, obj: Any, task_name: str, choices: dict, prefix: st
     return lines
 
 
-def _experiment_comment(name: str) -> list[str]:
-    path = CONFIG_DIR / "experiment" / f"{name}.yaml"
-    out = []
-    for line in path.read_text().splitlines():
-        if line.startswith("# @package") or line.startswith("# About:"):
-            continue
-        if not line.startswith("#"):
-            break
-        out.append("  " + line.lstrip("#").strip())
-    return out
-
-
 def experiment_help(name: str) -> str:
     """The help of one experiment (``transflow-run experiment=NAME --help`` or
     ``transflow-run help NAME``): its description, runtime and expected result, and every
@@ -903,7 +845,7 @@ def experiment_help(name: str) -> str:
     lines = [
         f"transflow-run experiment={name}: {about[name]}",
         "",
-        *_experiment_comment(name),
+        *("  " + line for line in _header(CONFIG_DIR / "experiment" / f"{name}.yaml")[1]),
         "",
         f"Options of task '{task_name}' (experiments/tasks/{task_name}.py; set with "
         "task.FIELD=VALUE, lists as task.FIELD=[a,b]); default [type; allowed]:",
@@ -914,9 +856,9 @@ def experiment_help(name: str) -> str:
         f"{task_name}.yaml (below; a value given",
         "                                on the command line always wins)",
         *_smoke_lines(task_name),
-        f"  seed={cfg.seed}  [int; >= 0]",
-        f"  precision={_value(cfg.precision)}  [fp32 | fp64 | both]",
-        "  claims=auto  [auto | enforce | record]",
+        f"  seed={cfg.seed}  [int; {rule_for('', 'seed').describe()}]",
+        f"  precision={_value(cfg.precision)}  [{' | '.join(p.value for p in Precision)}]",
+        f"  claims=auto  [{' | '.join(c.value for c in ClaimsMode)}]",
     ]
     if reads:
         pruned = prune(cfg, task_name)
@@ -954,32 +896,23 @@ def list_experiments() -> str:
     return "\n".join(f"{n:<{width}}{text}" for n, text in sorted(about.items()))
 
 
-#: Hydra's command-line flags that take a value (``--cfg job``); ``--info`` may take one.
-_FLAGS_WITH_VALUE = {
-    "--cfg": "cfg",
-    "-c": "cfg",
-    "--package": "package",
-    "-p": "package",
-    "--config-path": "config_path",
-    "-cp": "config_path",
-    "--config-name": "config_name",
-    "-cn": "config_name",
-    "--config-dir": "config_dir",
-    "-cd": "config_dir",
-    "--experimental-rerun": "rerun",
-    "--shell-completion": "shell_completion",
-    "-sc": "shell_completion",
+#: Hydra's command-line flags: what ``parse_command`` calls each → (its spellings, whether
+#: it takes a value: ``--cfg job``); ``--info`` (``-i``) may take one.
+_FLAGS = {
+    "help": ("--help -h", False),
+    "hydra_help": ("--hydra-help", False),
+    "resolve": ("--resolve", False),
+    "run": ("--run -r", False),
+    "multirun": ("--multirun -m", False),
+    "cfg": ("--cfg -c", True),
+    "package": ("--package -p", True),
+    "config_path": ("--config-path -cp", True),
+    "config_name": ("--config-name -cn", True),
+    "config_dir": ("--config-dir -cd", True),
+    "rerun": ("--experimental-rerun", True),
+    "shell_completion": ("--shell-completion -sc", True),
 }
-_BOOL_FLAGS = {
-    "--help": "help",
-    "-h": "help",
-    "--hydra-help": "hydra_help",
-    "--resolve": "resolve",
-    "--run": "run",
-    "-r": "run",
-    "--multirun": "multirun",
-    "-m": "multirun",
-}
+_SPELLINGS = {spelling: dest for dest, (names, _) in _FLAGS.items() for spelling in names.split()}
 
 
 def parse_command(argv: Sequence[str]) -> dict[str, Any]:
@@ -990,20 +923,21 @@ def parse_command(argv: Sequence[str]) -> dict[str, Any]:
         >>> c["overrides"], c["cfg"], c["multirun"], c["help"]
         (['experiment=depth', 'seed=0,1'], 'job', True, False)
     """
-    out: dict[str, Any] = {v: False for v in _BOOL_FLAGS.values()}
-    out.update({v: None for v in _FLAGS_WITH_VALUE.values()}, info=None, overrides=[])
+    out: dict[str, Any] = {dest: None if valued else False for dest, (_, valued) in _FLAGS.items()}
+    out.update(info=None, overrides=[])
     args = list(argv)
     i = 0
     while i < len(args):
         a = args[i]
         name, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
-        if name in _BOOL_FLAGS:
-            out[_BOOL_FLAGS[name]] = True
-        elif name in _FLAGS_WITH_VALUE:
+        dest = _SPELLINGS.get(name)
+        if dest is not None and not _FLAGS[dest][1]:
+            out[dest] = True
+        elif dest is not None:
             if not eq:
                 i += 1
                 value = args[i] if i < len(args) else ""
-            out[_FLAGS_WITH_VALUE[name]] = value
+            out[dest] = value
         elif name in ("--info", "-i"):
             out["info"] = value or "all"
             if not eq and i + 1 < len(args) and "=" not in args[i + 1]:
@@ -1100,22 +1034,14 @@ def check_output_dirs(overrides: Sequence[str]) -> None:
         ...
         transflow.experiments.validate.ConfigValueError: hydra.run.dir = /proc/nope: ...
     """
-    given = {}
-    for item in overrides:
-        key = override_key(item)
-        if key in ("hydra.run.dir", "hydra.sweep.dir") and "=" in str(item):
-            given[key] = str(item).split("=", 1)[1].strip("'\"")
     for key in ("hydra.run.dir", "hydra.sweep.dir"):
-        value = given.get(key, "outputs/")
+        given = [str(o) for o in overrides if override_key(o) == key and "=" in str(o)]
+        value = given[-1].split("=", 1)[1].strip("'\"") if given else "outputs/"
         problem = writable_dir_problem(key, value.split("${", 1)[0] or ".")
         if problem is not None:
             raise ConfigValueError(
                 problem.replace(" = " + value.split("${", 1)[0], f" = {value}", 1)
             )
-
-
-def _select_keys(job: Sequence[str]) -> tuple[str, ...]:
-    return tuple(o for o in job if override_key(o) in ("experiment", "task"))
 
 
 def precheck(overrides: Sequence[str]) -> list[tuple[list[str], DictConfig, str]]:
@@ -1137,7 +1063,7 @@ def precheck(overrides: Sequence[str]) -> list[tuple[list[str], DictConfig, str]
     out = []
     for job in jobs[:PRECHECK_MAX_JOBS]:
         job = [o for o in job if not override_key(o).startswith(("hydra.", "hydra/"))]
-        select = _select_keys(job)
+        select = tuple(o for o in job if override_key(o) in ("experiment", "task"))
         if select not in tasks:
             tasks[select] = compose(select)[1]
         check_overrides(job, tasks[select])
@@ -1177,13 +1103,8 @@ def _say_error(e: BaseException) -> str:
         rule = rule_for("", key.rsplit(".", 1)[-1].split("[", 1)[0])  # task.sizes[0]
         allowed = ""
         if "expected one of" not in why and rule is not None:
-            integer = "an integer" in why
-            what = (
-                rule.describe()
-                if not isinstance(rule, Rule)
-                else (f"{'an integer' if integer else 'a finite number'} {rule.describe()}")
-            )
-            allowed = f"; allowed: {what}"
+            kind = "an integer " if "an integer" in why else "a finite number "
+            allowed = f"; allowed: {kind if isinstance(rule, Rule) else ''}{rule.describe()}"
         return f"transflow-run: invalid config: {key}: {why}{allowed}."
     text = " ".join(str(e).split())
     if isinstance(e, ConfigKeyError | ConfigValueError):

@@ -40,7 +40,6 @@ __all__ = [
     "Rule",
     "WritableDir",
     "check_constraints",
-    "numeric_fields",
     "validate",
     "writable_dir_problem",
 ]
@@ -242,167 +241,89 @@ def _train_schemes() -> tuple[str, ...]:
     )
 
 
+def _each(rule: Rule, names: str) -> dict[str, Rule]:
+    """``{name: rule}`` for each of the whitespace-separated field ``names`` (each once)."""
+    listed = names.split()
+    if len(set(listed)) != len(listed):
+        raise ValueError(
+            f"validate.RULES: {sorted({n for n in listed if listed.count(n) > 1})} twice"
+        )
+    return dict.fromkeys(listed, rule)
+
+
+def _once(*groups: dict[str, Any]) -> dict[str, Any]:
+    """The groups of :data:`RULES` merged; a field declared in two groups is refused (the
+    second would silently win)."""
+    merged: dict[str, Any] = {}
+    for group in groups:
+        twice = sorted(set(merged) & set(group))
+        if twice:
+            raise ValueError(f"validate.RULES: {twice} declared in two groups; keep one rule each")
+        merged.update(group)
+    return merged
+
+
 #: Field name → rule, for every numeric field of the top-level groups and of every task,
 #: and for the names and paths shared by several tasks (the training options of
 #: :class:`transflow.control.TrainConfig`).
-RULES: dict[str, Rule | OneOf | WritableDir] = {
-    # top level, grid, model
-    "seed": NON_NEGATIVE,
-    "n_tokens": POSITIVE,
-    "n_features": POSITIVE,
-    "dx": POSITIVE,
-    "dy": POSITIVE,
-    "height": POSITIVE,
-    "width": POSITIVE,
-    "d_model": POSITIVE,
-    "nhead": POSITIVE,
-    "dim_feedforward": POSITIVE,
-    "num_layers": POSITIVE,
-    "layer_norm_eps": NON_NEGATIVE,
-    "init_seed": NON_NEGATIVE,
-    "dt": POSITIVE,
-    "temperature": POSITIVE,
-    # sizes and counts of the tasks
-    "d": POSITIVE,
-    "t1": POSITIVE,
-    "n_layers": POSITIVE,
-    "n_heads": POSITIVE,
-    "d_ff": NON_NEGATIVE,  # 0 (or null): the task's default width
-    "seq_len": POSITIVE,
-    "image_size": POSITIVE,
-    "patch_size": POSITIVE,
-    "patch": POSITIVE,
-    "n_inputs": POSITIVE,
-    "factors": POSITIVE,
-    "threshold": UNIT_OPEN,
-    "n_steps": POSITIVE,
-    "encoder_layers": NON_NEGATIVE,  # 0: no encoder stacks
-    "batch": POSITIVE,
-    "batch_size": POSITIVE,
-    "tol_fp64": POSITIVE,
-    "tol_fp32": POSITIVE,
-    "n_points": POSITIVE,
-    "softmax_tokens": POSITIVE,
-    "lambdas": POSITIVE,
-    "tokens_a": POSITIVE,
-    "tokens_b": POSITIVE,
-    "max_regions": POSITIVE,
-    # text corpus cap (0: the whole corpus)
-    "max_chars": NON_NEGATIVE,
-    # trained_regions
-    "teeth_log2": POSITIVE,
-    "zigzag_depth": POSITIVE,
-    "depths_2d": POSITIVE,
-    "head_dim": POSITIVE,
-    "ffn_width": POSITIVE,
-    "lam_start": POSITIVE,
-    "lam_end": POSITIVE,
-    "grid_1d": POSITIVE,
-    "count_time_budget": POSITIVE,
-    "large_regions": NON_NEGATIVE,  # 0: no large count (expressivity)
-    "softmax_grid": Rule(2, True),
-    "precision_grid": Rule(2, True),
-    "first_configs": NON_NEGATIVE,  # 0: every configuration (hf_equivalence)
-    "min_seeds": Rule(2, True),  # a std needs two seeds (trained_regions)
-    "partition_tokens": POSITIVE,
-    "partition_depth": POSITIVE,
-    "grid_2d": POSITIVE,
-    "precision_rank": POSITIVE,
-    "precision_depths": POSITIVE,
-    "slice_width": POSITIVE,
-    "slice_depth": POSITIVE,
-    "slice_dense": POSITIVE,
-    "sizes": POSITIVE,
-    "n_ref": POSITIVE,
-    "n_time_steps": POSITIVE,
-    "n_configs": POSITIVE,
-    "refinements": POSITIVE,
-    "query_block": POSITIVE,
-    "key_block": POSITIVE,
-    "memory_n_tokens": POSITIVE,
-    "memory_token_devices": POSITIVE,
-    "memory_ratio_factor": POSITIVE,
-    "timeout_s": POSITIVE,
-    "devices": POSITIVE,
-    "mesh": POSITIVE,
-    # training (transflow.control.TrainConfig and its task configs)
-    "scheme": OneOf(_train_schemes),
-    "ffn_branch_dt": OneOf(("dt", "2dt")),
-    "remat": OneOf(("none", "step", "nested")),
-    "pool": OneOf(("mean", "cls")),
-    "kind": OneOf(("sort", "reverse")),
-    "checkpoint_dir": WritableDir(special=("auto", "run", "none", "")),
-    "steps": POSITIVE,
-    "lr": POSITIVE,
-    "warmup_steps": NON_NEGATIVE,
-    "weight_decay": NON_NEGATIVE,
-    "log_every": POSITIVE,
-    "eval_every": NON_NEGATIVE,  # 0: evaluate only at the end
-    "checkpoint_every": POSITIVE,
-    "throttle": NON_NEGATIVE,
-    "test_fraction": UNIT_OPEN,
-    "min_test_accuracy": UNIT_CLOSED,
-    "min_sequence_accuracy": UNIT_CLOSED,
-    "length": POSITIVE,
-    "vocab": POSITIVE,
-    "n_test": POSITIVE,
-    # continuous depth (experiment=depth)
-    "path_size": POSITIVE,
-    "train_depths": POSITIVE,
-    "smoothness": NON_NEGATIVE,
-    "path_dt": POSITIVE,
-    "depths": POSITIVE,
-    "rtol": POSITIVE,
-    "atol": POSITIVE,
-    "relax_tau": POSITIVE,
-    "min_accuracy": UNIT_CLOSED,
-    "max_drop": UNIT_CLOSED,
-    "max_cpu_ratio": POSITIVE,
-    # layers designed by numerical analysis (experiment=schemes)
-    "seeds": NON_NEGATIVE,
-    "sequence_n_steps": POSITIVE,
-    "n_sensitivity": POSITIVE,
-    "test_subset": NON_NEGATIVE,  # 0: the whole test split
-    "order_tol": POSITIVE,
-    # the order study's problems (task.problem_a/problem_b of experiment=schemes): path
-    # weight scale, seeds, the step counts N measured and the declared fit windows
-    "scale": POSITIVE,
-    "path_seed": NON_NEGATIVE,
-    "state_seed": NON_NEGATIVE,
-    "grid": POSITIVE,
-    "window_order1": POSITIVE,
-    "window_order2": POSITIVE,
-    "window_order4": POSITIVE,
-    "adjoint_rtol": POSITIVE,
-    "adjoint_relu_rtol": NON_NEGATIVE,  # 0: skip the ReLU contrast
-    "checkpoints": POSITIVE,
-    "memory_depths": POSITIVE,
-    "memory_batch": POSITIVE,
-    "max_memory_ratio": POSITIVE,
-    "text_steps": POSITIVE,
-    "text_seeds": POSITIVE,
-    "text_T": POSITIVE,
-    "text_eval_depths": POSITIVE,
-    "max_bpc_change": POSITIVE,
-    "second_order_depths": POSITIVE,
-    # the study protocol (experiments/study/protocol.py, task.study)
-    "n_seeds": POSITIVE,
-    "headline_n_seeds": POSITIVE,
-    "seed_offset": NON_NEGATIVE,  # also task.seed_offset of experiment=schemes
-    "eval_grid": POSITIVE,
-    "random_depths": POSITIVE,
-    "ref_rtol": POSITIVE,
-    "ref_check_rtol": NON_NEGATIVE,  # 0: no estimate of the reference's error
-    "ref_check_coarse_rtol": NON_NEGATIVE,  # 0: the v1 estimate (the loose distance)
-    "ref_check_max": NON_NEGATIVE,
-    "ref_refine": NON_NEGATIVE,  # 0: no refinement of the reference (design v2)
-    "test_examples": NON_NEGATIVE,  # 0: the whole test split (experiment=depth)
-    "beta_depth": Rule(9, True),  # strides 1, 2, 4, 8 need at least 9 samples
-    # the text task (DepthTextConfig, task.text of experiment=schemes)
-    "context": POSITIVE,
-    "val_fraction": UNIT_OPEN,
-    "n_val": POSITIVE,
-}
+RULES: dict[str, Rule | OneOf | WritableDir] = _once(
+    # > 0: the sizes, counts, steps, rates and tolerances of the top level, grid, model,
+    # the tasks, training (TrainConfig), the study protocol (task.study) and the order
+    # study's problems (task.problem_a/problem_b of experiment=schemes)
+    _each(
+        POSITIVE,
+        """
+        n_tokens n_features dx dy height width d_model nhead dim_feedforward num_layers
+        dt temperature d t1 n_layers n_heads seq_len image_size patch_size patch
+        n_inputs factors n_steps batch batch_size tol_fp64 tol_fp32 n_points
+        softmax_tokens lambdas tokens_a tokens_b max_regions teeth_log2 zigzag_depth
+        depths_2d head_dim ffn_width lam_start lam_end grid_1d count_time_budget
+        partition_tokens partition_depth grid_2d precision_rank precision_depths
+        slice_width slice_depth slice_dense sizes n_ref n_time_steps n_configs
+        refinements query_block key_block memory_n_tokens memory_token_devices
+        memory_ratio_factor timeout_s devices mesh steps lr log_every checkpoint_every
+        length vocab n_test path_size train_depths path_dt depths rtol atol relax_tau
+        max_cpu_ratio sequence_n_steps n_sensitivity order_tol scale grid window_order1
+        window_order2 window_order4 adjoint_rtol checkpoints memory_depths memory_batch
+        max_memory_ratio text_steps text_seeds text_T text_eval_depths max_bpc_change
+        second_order_depths n_seeds headline_n_seeds eval_grid random_depths ref_rtol
+        context n_val
+        """,
+    ),
+    _each(
+        NON_NEGATIVE,
+        "seed init_seed path_seed state_seed seeds layer_norm_eps warmup_steps weight_decay "
+        "throttle smoothness ref_check_max",
+    ),
+    _each(UNIT_OPEN, "threshold test_fraction val_fraction"),
+    _each(UNIT_CLOSED, "min_test_accuracy min_sequence_accuracy min_accuracy max_drop"),
+    _each(Rule(2, True), "softmax_grid precision_grid"),
+    {
+        # >= 0 where 0 (or null) means "none", "all" or "the default"
+        "d_ff": NON_NEGATIVE,  # 0 (or null): the task's default width
+        "encoder_layers": NON_NEGATIVE,  # 0: no encoder stacks
+        "max_chars": NON_NEGATIVE,  # text corpus cap (0: the whole corpus)
+        "large_regions": NON_NEGATIVE,  # 0: no large count (expressivity)
+        "first_configs": NON_NEGATIVE,  # 0: every configuration (hf_equivalence)
+        "eval_every": NON_NEGATIVE,  # 0: evaluate only at the end
+        "test_subset": NON_NEGATIVE,  # 0: the whole test split
+        "test_examples": NON_NEGATIVE,  # 0: the whole test split (experiment=depth)
+        "adjoint_relu_rtol": NON_NEGATIVE,  # 0: skip the ReLU contrast
+        "seed_offset": NON_NEGATIVE,  # task.study.seed_offset, also task.seed_offset (schemes)
+        "ref_check_rtol": NON_NEGATIVE,  # 0: no estimate of the reference's error
+        "ref_check_coarse_rtol": NON_NEGATIVE,  # 0: the v1 estimate (the loose distance)
+        "ref_refine": NON_NEGATIVE,  # 0: no refinement of the reference (design v2)
+        "min_seeds": Rule(2, True),  # a std needs two seeds (trained_regions)
+        "beta_depth": Rule(9, True),  # strides 1, 2, 4, 8 need at least 9 samples
+        # names and paths
+        "scheme": OneOf(_train_schemes),
+        "ffn_branch_dt": OneOf(("dt", "2dt")),
+        "remat": OneOf(("none", "step", "nested")),
+        "pool": OneOf(("mean", "cls")),
+        "kind": OneOf(("sort", "reverse")),
+        "checkpoint_dir": WritableDir(special=("auto", "run", "none", "")),
+    },
+)
 
 #: ``(task, field)`` → rule, where a task reads a field differently from :data:`RULES`.
 TASK_RULES: dict[tuple[str, str], Rule | OneOf | WritableDir] = {
@@ -444,13 +365,6 @@ def option_values(node: Any, prefix: str) -> Iterator[tuple[str, str, Any]]:
             type(value).__name__ == "DictConfig" and str(name) != "assignments"
         ):
             yield from option_values(value, key)
-
-
-def numeric_fields(node: Any, prefix: str) -> Iterator[tuple[str, str, Any]]:
-    """``(key, field name, value)`` of every number or list of numbers under ``node``."""
-    for key, name, value in option_values(node, prefix):
-        if _is_number(value) or (isinstance(value, list) and any(_is_number(v) for v in value)):
-            yield key, name, value
 
 
 def rule_for(task: str, name: str) -> Rule | OneOf | WritableDir | None:
@@ -506,14 +420,14 @@ def validate(
         ...
         transflow.experiments.validate.ConfigValueError: grid.n_tokens = -3 is out of range: ...
     """
-    checks: list[tuple[str, str, Any]] = []
-    seed = _get(cfg, "seed")
-    if _is_number(seed):
-        checks.append(("seed", "seed", seed))
-    for g in ("grid", "model"):
+    checks = [("seed", "seed", _get(cfg, "seed"))]
+    for g in ("grid", "model"):  # their names are enums, typed by the schema: numbers only
         node = _get(cfg, g)
-        if node is not None:
-            checks.extend(numeric_fields(node, g))
+        checks += [
+            (key, name, value)
+            for key, name, value in (option_values(node, g) if node is not None else ())
+            if _is_number(value) or (isinstance(value, list) and any(map(_is_number, value)))
+        ]
     task_node = task_obj if task_obj is not None else _get(cfg, "task")
     if task_node is not None:
         checks.extend(option_values(task_node, "task"))

@@ -312,3 +312,14 @@ def test_issue_commands_exit_2_with_one_line_and_no_directory(args, expected, tm
     assert not any(tmp_path.iterdir()), sorted(map(str, tmp_path.rglob("*")))
     # 10 s of CPU (about 3 s on an idle core; the wall time depends on the machine's load)
     assert cpu < 10, (cpu, wall)
+
+
+def test_a_field_declared_twice_in_the_rules_is_refused():
+    """validate.RULES is built from groups; a field in two groups (or twice in one) would
+    silently take the later rule, so building the table refuses it."""
+    from transflow.experiments import validate as v
+
+    with pytest.raises(ValueError, match=r"\['lr'\] declared in two groups"):
+        v._once(v._each(v.POSITIVE, "lr steps"), {"lr": v.NON_NEGATIVE})
+    with pytest.raises(ValueError, match=r"\['lr'\] twice"):
+        v._each(v.POSITIVE, "lr steps lr")

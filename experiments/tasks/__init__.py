@@ -34,18 +34,6 @@ TASKS_DIR = pathlib.Path(__file__).resolve().parent
 _CACHE: tuple[dict[str, ModuleType], dict[str, str]] | None = None
 
 
-def _check_task(name: str, module: ModuleType) -> str | None:
-    cfg = getattr(module, "Config", None)
-    if cfg is None or not (isinstance(cfg, type) and dataclasses.is_dataclass(cfg)):
-        return (
-            f"experiments/tasks/{name}.py must define `@dataclass class Config` (the task's "
-            f"parameters); got Config={cfg!r}."
-        )
-    if not callable(getattr(module, "run", None)):
-        return f"experiments/tasks/{name}.py must define `def run(cfg, ctx) -> dict`."
-    return None
-
-
 def _import_task(path: pathlib.Path, *, reload: bool) -> ModuleType:
     name = f"{__name__}.{path.stem}"
     if not reload and name in sys.modules:
@@ -93,11 +81,16 @@ def discover(
         except Exception as e:  # noqa: BLE001 - a broken task must not stop the others
             errors[name] = "".join(traceback.format_exception(e)).rstrip()
             continue
-        problem = _check_task(name, module)
-        if problem is None:
-            tasks[name] = module
+        cfg = getattr(module, "Config", None)
+        if not (isinstance(cfg, type) and dataclasses.is_dataclass(cfg)):
+            errors[name] = (
+                f"experiments/tasks/{name}.py must define `@dataclass class Config` (the "
+                f"task's parameters); got Config={cfg!r}."
+            )
+        elif not callable(getattr(module, "run", None)):
+            errors[name] = f"experiments/tasks/{name}.py must define `def run(cfg, ctx) -> dict`."
         else:
-            errors[name] = problem
+            tasks[name] = module
     if default:
         _CACHE = (tasks, errors)
     return tasks, errors
