@@ -703,6 +703,33 @@ CASES: list[Case] = [
         {"dt": BAD_STEP, "u": [_u()[0]], "seed": [-1, 1.5]},
     ),
     Case(
+        "transflow.schemes.stability_survey",
+        transflow.schemes.stability_survey,
+        lambda: dict(d=4, n_tokens=2),
+        {
+            "stable_dt": ["rk4", ["rk5"]],
+            "d": BAD_SIZE,
+            "n_tokens": BAD_SIZE,
+            "n_heads": [*BAD_SIZE, 3],
+            "dt": BAD_STEP,
+            "n_steps": BAD_SIZE,
+        },
+    ),
+    Case(
+        "transflow.schemes.imex_step_check",
+        transflow.schemes.imex_step_check,
+        lambda: dict(d=8, n_tokens=4, reps=2),
+        {
+            "scheme": [transflow.make_scheme("prenorm")],
+            "d": BAD_SIZE,
+            "n_tokens": BAD_SIZE,
+            "n_heads": [*BAD_SIZE, 3],
+            "dt": BAD_STEP,
+            "reps": BAD_SIZE,
+        },
+        needle={"scheme": "imex_step_check: PreNormScheme lacks"},
+    ),
+    Case(
         "transflow.schemes.step_cpu_seconds",
         transflow.schemes.step_cpu_seconds,
         lambda: dict(scheme=transflow.make_scheme("prenorm"), controls=_layer(), u=_u(), reps=2),

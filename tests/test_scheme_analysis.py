@@ -27,12 +27,14 @@ from transflow.schemes import (
     OrderProblem,
     empirical_order,
     has,
+    imex_step_check,
     implicit_solve_check,
     layer_stable_dt,
     measure_order,
     measure_orders,
     order_table,
     stability_function_error,
+    stability_survey,
     stable_dt_table,
 )
 
@@ -186,6 +188,35 @@ def test_layer_stable_dt_is_confirmed_in_the_declared_form(layer, name, form):
     assert f"| {name} |" in table and "nan" not in table
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "rk4",
+        pytest.param(
+            "strang_post",
+            marks=pytest.mark.slow(reason="a second Δt* confirmation (10 s CPU); rk4's stays fast"),
+        ),
+    ],
+)
+def test_stability_survey_is_each_schemes_identity_and_stable_dt_on_its_layer(layer, name):
+    """stability_survey's layer is the fixture's (d = 8, keys 0 and 1) and its trajectory
+    that of evolve: the scheme's own steps in post-norm form, the pre-norm layer's for a
+    pre-norm-form scheme (rk4); every registered scheme with a linear stability function
+    has its identity error, only the named ones a Δt*."""
+    th, u0 = layer
+    errors, stable = stability_survey([name, "lie"])
+    assert list(errors) == [n for n in SCHEME_NAMES if has(make_scheme(n), AbstractLinearStability)]
+    assert errors[name] == stability_function_error(make_scheme(name))
+    assert list(stable) == [name]  # lie has no linear stability function: no Δt*
+    s = make_scheme(name)
+    own = s if s.stability_form != "prenorm" else make_scheme("prenorm")
+    with jax.enable_x64(True):
+        expected = layer_stable_dt(s, th, _trajectory(th, u0, own))
+    assert stable[name] == expected
+    with pytest.raises(ValueError, match=r"stability_survey: `stable_dt` names \['rk5'\]"):
+        stability_survey(["rk5"])
+
+
 def test_layer_stable_dt_needs_a_linear_stability_function(layer):
     th, u0 = layer
     with pytest.raises(
@@ -201,6 +232,20 @@ def test_the_imex_step_solves_and_an_explicit_one_is_refused():
     assert r["uses_lu"] == 1 and r["residual"] <= 1e-12
     with pytest.raises(MissingCapability, match="PreNormScheme lacks .*AbstractImplicitFFN"):
         implicit_solve_check(make_scheme("prenorm"), th, u)
+
+
+def test_imex_step_check_is_the_solve_check_and_the_step_costs_of_its_layer():
+    """imex_step_check draws its float32 layer from keys 0 and 1: the solve check is
+    implicit_solve_check's on that layer; the cost ratio is the two steps' µs."""
+    r = imex_step_check(make_scheme("imex_dissipative"), d=16, n_tokens=8, reps=3)
+    th = LayerControls.random(16, n_heads=2, dtype=jnp.float32, key=jax.random.key(0))
+    u = jax.random.normal(jax.random.key(1), (8, 16), jnp.float32)
+    solve = implicit_solve_check(make_scheme("imex_dissipative"), th, u, 0.5)
+    assert {k: r[k] for k in solve} == solve and solve["uses_lu"] == 1
+    assert r["imex_step_us"] > 0 and r["explicit_step_us"] > 0
+    assert r["cost_ratio"] == pytest.approx(r["imex_step_us"] / r["explicit_step_us"])
+    with pytest.raises(MissingCapability, match="imex_step_check: PreNormScheme lacks"):
+        imex_step_check(make_scheme("prenorm"), d=8, n_tokens=4, reps=1)
 
 
 def test_order_table_marks_a_failed_order(problem):

@@ -1,37 +1,15 @@
 """Task ``analyze``: a trained or converted transformer studied as a flow
-(:mod:`transflow.analysis`).
+(:mod:`transflow.analysis`; docs/analysis.md, "transflow-run experiment=analyze", lists the
+model sources, the inputs and the outputs).
 
-The model comes from one of
-
-- ``task.model_path=<path>``: a HuggingFace ``save_pretrained`` directory (``config.json``;
-  ViT, GPT-2, BERT, Llama and whatever else :func:`transflow.interop.load_hf` loads), a torch
-  checkpoint (a ``.pt``/``.pth`` file, or a directory holding exactly one) of a
-  ``torch.nn.TransformerEncoder(Layer)``, read safely with ``weights_only=True``
-  (:func:`transflow.interop.load_torch_checkpoint`): a state dict
-  (``torch.save(encoder.state_dict(), path)``), its architecture from a sidecar
-  ``<path>.json`` or else from ``task.n_heads`` (the shapes give the rest); a whole pickled
-  module (``torch.save(module, path)``) runs code when unpickled and loads only with
-  ``task.trust_pickle=true``, for files you trust; or a directory of transflow training
-  checkpoints (``ckpt-*.eqx``, written by
-  ``experiment=train_digits`` with the ``task.digits`` configuration);
-- ``task.source=digits`` (default): the model of ``experiment=train_digits`` with the
-  ``task.digits`` configuration, from its checkpoint directory
-  (``outputs/checkpoints/train_digits-<hash>``; trained there first if it is missing or
-  unfinished, exactly as ``transflow-run experiment=train_digits`` would);
-- ``task.source=random``: a seeded random configuration, ``task.arch`` = ``vit``
-  (HF ``ViTModel``), ``gpt2`` (HF ``GPT2Model``), ``bert`` (HF ``BertModel``), ``llama``
-  (HF ``LlamaModel``) or ``torch_encoder`` (``torch.nn.TransformerEncoder``, post-LN).
-
-Inputs are real where the model has a data domain: the digits test images for the digits
-model (resized and repeated over channels for a ViT), token ids drawn from the vocabulary
-for a decoder, Gaussian tokens for a bare encoder (it has no embedding). The trajectory
-and the per-step diagnostics use the first input; the refinement study all ``n_inputs``
-(the whole test split for the digits classifier, with its accuracy per factor).
-
-Writes ``metrics.jsonl`` (kinds ``step``, ``substep``, ``control``, ``scaling``,
-``refine``, ``final``), ``analysis.npz``, the figures ``trajectories``, ``cosine``,
-``geometry``, ``budgets``, ``smoothness``, ``refinement`` and the claims (trajectory end =
-model output, ``refine(model, 1)`` = model).
+The model is ``task.model_path`` (a HuggingFace ``save_pretrained`` directory, a torch
+checkpoint read safely with ``weights_only=True`` unless ``task.trust_pickle=true``, or a
+directory of transflow training checkpoints ``ckpt-*.eqx``), else ``task.source``:
+``digits`` (the model of ``experiment=train_digits`` with the ``task.digits``
+configuration, trained first if its checkpoints are missing or unfinished) or ``random``
+(a seeded ``task.arch``). The trajectory and per-step diagnostics use the first input, the
+refinement study all ``n_inputs``; the claims: trajectory end = model output,
+``refine(model, 1)`` = model.
 """
 
 from __future__ import annotations
@@ -225,15 +203,16 @@ def _save(ctx, res, studies, title: str) -> None:
     from transflow.analysis import analysis_arrays
 
     ctx.save_arrays("analysis", **analysis_arrays(res, studies))
-
     ctx.save_figure(plotting.plot_token_trajectories(res, title=title), "trajectories")
-    ctx.save_figure(plotting.plot_cosine_matrices(res), "cosine")
-    ctx.save_figure(plotting.plot_token_geometry(res), "geometry")
-    ctx.save_figure(plotting.plot_substep_budgets(res), "budgets")
-    ctx.save_figure(plotting.plot_control_smoothness(res), "smoothness")
-    ctx.save_figure(
-        plotting.plot_refinement(studies, title=f"depth refinement: {title}"), "refinement"
-    )
+    for plot, name in (
+        (plotting.plot_cosine_matrices, "cosine"),
+        (plotting.plot_token_geometry, "geometry"),
+        (plotting.plot_substep_budgets, "budgets"),
+        (plotting.plot_control_smoothness, "smoothness"),
+    ):
+        ctx.save_figure(plot(res), name)
+    refinement = plotting.plot_refinement(studies, title=f"depth refinement: {title}")
+    ctx.save_figure(refinement, "refinement")
 
 
 def _report(cfg, ctx, summary, studies) -> None:

@@ -1,65 +1,28 @@
-"""Task ``schemes``: layers designed by numerical analysis, trained side by side (issue 27).
+"""Task ``schemes``: layers designed by numerical analysis, trained side by side (issue 27;
+docs/schemes.md, "Trained side by side", describes the tasks, measurements and records).
 
-Every scheme of :data:`transflow.SCHEME_NAMES` in ``task.schemes`` is one layer of the same
-continuous model with the same controls (equal parameter count): the paper's post-LN Lie
-layer, pre-LN (Lie splitting, Euler), Macaron (Strang with Euler sub-flows, pre- and
-post-norm), Strang with Heun sub-flows, Runge–Kutta blocks (Heun, RK4, the ODE
-Transformer's RK2 block) and the IMEX layer (implicit linear FFN sub-steps). For each
-scheme, each task of ``task.tasks`` (``digits``: the 8×8 digits ViT; ``text``: the causal
-character-level LM of :data:`transflow.control.DEPTH_TEXT` on ``pydoc_data.topics``, with
-per-layer controls; ``sequence``: sorting) and each seed of ``task.seeds`` (each shifted
-by ``task.seed_offset``, 0 by default: ``task.seed_offset=3`` runs seeds 3, 4, 5),
-:func:`transflow.control.run_training` trains it with the same optimiser budget
-(``task.steps``), then:
+Every scheme of ``task.schemes`` is one layer of the same continuous model with the same
+controls. Each (task, scheme) is a cell ``<task>-<scheme>`` of the study runner (:func:`spec`,
+:func:`cells`); each (cell, seed) job (:func:`measure`) trains it with the same optimiser
+budget and writes its record (test accuracy, for ``text`` validation bits per character, at
+Δt, Δt/2 and 2Δt; CPU ms per training step; the FTLE; the parameter counts) to
+``cells/<cell>/seed<k>/record.json``, reused by a rerun in the same folder when its digest
+(:func:`record_key`) matches. The claims over seeds (``task.claims``) are evaluated by
+:func:`~transflow.experiments.study.protocol.evaluate_claims`; a claim about a cell this run
+does not train is reported as not checked, never dropped.
 
-- test accuracy (``text``: validation bits per character, lower is better) at the training
-  Δt, at Δt/2 (2N steps over the same T, the controls read as a piecewise-constant path,
-  :func:`transflow.control.at_depth`) and at 2Δt (N/2 steps);
-- CPU time per training step (``time.process_time()``);
-- sensitivity: the finite-time Lyapunov exponent log σ_max(∂u_T/∂u_0)/T of the trained
-  flow (:func:`transflow.perturbation_growth`), averaged over ``n_sensitivity`` test inputs.
+The numerical analysis is one call each of :mod:`transflow.schemes` (tests/
+test_scheme_analysis.py): the orders measured on two problems with declared fit windows
+(:func:`~transflow.schemes.measure_orders`; claim: within ``order_tol`` of the declared
+order), the stability-function identity (:func:`~transflow.schemes.stability_function_error`;
+≤ 1e-12), the largest stable Δt of the layers as trained with its confirmation runs
+(:func:`~transflow.schemes.layer_stable_dt`; bounded at 0.95 Δt*, growing at 1.05 Δt*) and
+the IMEX step's solve and cost (:func:`~transflow.schemes.imex_step_check`; an LU
+factorisation in the traced step, residual ≤ 1e-12).
 
-The trained comparison runs on the study runner (:mod:`transflow.experiments.study.runner`,
-:func:`spec`, as ``experiment=depth``): a cell is one (task, scheme), named
-``<task>-<scheme>`` (``digits-imex_dissipative``; :func:`cells`), and each (cell, seed) job
-(:func:`measure`) writes its record (the metrics above, ``n_test`` for digits, the
-parameter counts ``n_params``/``ffn_copies``/``one_ffn_params`` and ``seconds``) to
-``cells/<cell>/seed<k>/record.json``. A rerun in the same run folder
-(``hydra.run.dir=...``) reuses a record only when its digest (:func:`record_key`: the cell,
-the seed, :data:`RECORD_VERSION`, the job's training config with the smoke sizes,
-``n_sensitivity``, the precision) matches; any one cell is rerun with the same keys
-(``task.schemes=[imex_dissipative] task.tasks=[digits]``). Over seeds,
-:func:`~transflow.experiments.study.protocol.aggregate` gives mean ± std (sample std,
-n − 1; the mean alone for one seed). The claims over seeds are declared in
-``task.claims`` (:class:`~transflow.experiments.study.protocol.ClaimSpec`, in
-``configs/experiment/schemes.yaml``: today the dissipative IMEX layer's mean digits test
-accuracy over seeds ≥ 0.95) and evaluated by
-:func:`~transflow.experiments.study.protocol.evaluate_claims`: per-seed values, the
-statistic, and the margin, for digits also in test images; a claim about a cell this run
-does not train is reported as not checked (its verdict and ``missing`` cells in
-``claims_verdicts``), never dropped.
-
-Numerical analysis of the schemes (float64, small random layers), each one call of
-:mod:`transflow.schemes` (tests/test_scheme_analysis.py): the fitted order of convergence
-against a Dopri8 reference on a smooth Legendre path (:func:`~transflow.schemes.
-measure_orders` on an :class:`~transflow.schemes.OrderProblem`; claim: within ``order_tol``
-of the declared order), the measured amplification factors on u' = λu against the
-stability functions (:func:`~transflow.schemes.stability_function_error`; claim ≤ 1e-12),
-the largest stable Δt of a random layer's linearised dynamics with its confirmation runs
-(:func:`~transflow.schemes.layer_stable_dt`, for the schemes of ``task.stable_dt_schemes``;
-claim: bounded at 0.95 Δt*, growing at 1.05 Δt*), and the IMEX step's linear solve
-(:func:`~transflow.schemes.implicit_solve_check`; claims: an LU factorisation in the traced
-step, residual ≤ 1e-12) with its cost against the explicit relaxed Lie step. The FTLE is
-:func:`transflow.analysis.lyapunov_exponent`.
-
-The smoke sizes (``configs/sizes/smoke/schemes.yaml``, merged below the command line) are
-options like any other: ``task.jobs=spread`` (each scheme on one task), ``task.test_subset``
-(the test inputs of the Δt/2, 2Δt evaluations and the FTLE), ``task.stable_dt_schemes`` and
-empty order grids (each declared window only).
-
-Writes ``cells/<cell>/seed<k>/record.json``, ``metrics.jsonl`` (kinds ``job``,
-``claims``, ``order``, ``stability``, ``stable_dt``, ``imex_cost``), ``schemes.npz``,
-the tables and claim verdicts in ``report.md`` and the figure ``schemes``.
+Writes the records, ``metrics.jsonl`` (kinds ``job``, ``claims``, ``order``, ``stability``,
+``stable_dt``, ``imex_cost``), ``schemes.npz``, the tables and claim verdicts in
+``report.md`` and the figure ``schemes``.
 """
 
 from __future__ import annotations
@@ -197,6 +160,11 @@ class ProblemOptions:
     window_order1: list[int] = field(default_factory=lambda: [128, 256, 512, 1024])
     window_order2: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
     window_order4: list[int] = field(default_factory=lambda: [64, 128, 256])
+
+
+def _windows(pb: ProblemOptions) -> dict[int, list[int]]:
+    """The declared fit windows of a problem, by order class."""
+    return {q: [int(n) for n in getattr(pb, f"window_order{q}")] for q in (1, 2, 4)}
 
 
 def _problem_b() -> ProblemOptions:
@@ -427,6 +395,11 @@ def text_baselines(cfg: Config, ctx) -> dict:
 _PRENORM_FIELD = ("macaron", "strang", "heun", "midpoint", "rk4", "ode_rk2")
 
 
+#: The fields of :class:`ProblemOptions` that size its :meth:`transflow.schemes.OrderProblem.
+#: legendre` (the others are its grid and windows).
+_PROBLEM_SIZES = ("d", "n_tokens", "n_heads", "path_size", "scale", "path_seed", "state_seed")
+
+
 def _orders(cfg: Config, ctx, names: list[str]) -> dict:
     """Per problem: :func:`transflow.schemes.measure_orders` of the named schemes on the
     problem's grid and declared windows (logged, kind ``order``)."""
@@ -439,15 +412,11 @@ def _orders(cfg: Config, ctx, names: list[str]) -> dict:
     out = {}
     for pname in ("problem_a", "problem_b"):
         pb = getattr(cfg, pname)
-        sizes = {k: int(getattr(pb, k)) for k in ("n_heads", "path_size", "path_seed")}
-        problem = OrderProblem.legendre(
-            int(pb.d), int(pb.n_tokens), scale=float(pb.scale), **sizes,
-            state_seed=int(pb.state_seed), ffn_copies=2,
-        )  # fmt: skip
-        windows = {q: [int(n) for n in getattr(pb, f"window_order{q}")] for q in (1, 2, 4)}
+        sizes = {k: v for k, v in dataclasses.asdict(pb).items() if k in _PROBLEM_SIZES}
+        problem = OrderProblem.legendre(**sizes, ffn_copies=2)
         grid = [int(n) for n in pb.grid]
         out[pname] = measure_orders(
-            schemes, problem, windows=windows, grid=grid, reference_fields=fields
+            schemes, problem, windows=_windows(pb), grid=grid, reference_fields=fields
         )
         for name, m in out[pname].items():
             ctx.log({"kind": "order", "problem": pname, "scheme": name, **m.record()})
@@ -455,72 +424,27 @@ def _orders(cfg: Config, ctx, names: list[str]) -> dict:
 
 
 def _stability(cfg: Config, ctx, names: list[str]) -> tuple[float, dict[str, dict]]:
-    """The stability-function identity (max error over every registered scheme with a
-    linear stability function, :func:`transflow.schemes.stability_function_error`) and
-    the largest stable Δt of the trained schemes of ``task.stable_dt_schemes`` for a random
-    d = 8 layer as trained (:func:`transflow.schemes.layer_stable_dt`, in the form each
-    declares), along its own 3-step trajectory (a pre-norm-form scheme along the pre-norm
-    layer's)."""
-    import jax
-    import jax.numpy as jnp
-
-    from transflow import (
-        SCHEME_NAMES,
-        LayerControls,
-        SaveAt,
-        evolve,
-        make_scheme,
-        stack_controls as stack,
-    )
-    from transflow.schemes import (
-        AbstractLinearStability,
-        has,
-        layer_stable_dt,
-        stability_function_error,
-    )
+    """:func:`transflow.schemes.stability_survey`: the stability-function identity (its max
+    error over every registered scheme with a linear stability function) and the largest
+    stable Δt of the trained schemes of ``task.stable_dt_schemes`` for a random d = 8 layer
+    as trained; logged (kinds ``stability``, ``stable_dt``)."""
+    from transflow.schemes import stability_survey
 
     wanted = [str(n) for n in cfg.stable_dt_schemes]
-    worst, stable = 0.0, {}
-    with jax.enable_x64(True):
-        th = LayerControls.random(8, n_heads=2, activation="gelu", dtype=jnp.float64,
-                                  key=jax.random.key(0))  # fmt: skip
-        u0 = jax.random.normal(jax.random.key(1), (4, 8), jnp.float64)
-
-        def trajectory(scheme):  # 3 steps of Δt = 0.25 of the layer itself
-            _, traj = evolve(u0, stack([th] * 3), scheme, dt=0.25, saveat=SaveAt(steps=True))
-            return jnp.concatenate([u0[None], traj])
-
-        for name in SCHEME_NAMES:
-            s = make_scheme(name)  # as trained (IMEX: ffn_branch_dt="dt")
-            if not has(s, AbstractLinearStability):
-                continue  # no linear test problem (the post-LN Lie layers)
-            err = stability_function_error(s)
-            worst = max(worst, err)
-            ctx.log({"kind": "stability", "scheme": name, "identity_error": err})
-            if name not in names or not ({"all", name} & set(wanted)):
-                continue
-            own = s.stability_form != "prenorm"
-            rec = layer_stable_dt(s, th, trajectory(s if own else make_scheme("prenorm")))
-            stable[name] = rec
-            ctx.log({"kind": "stable_dt", "scheme": name, "identity_error": err, **rec})
-    return worst, stable
+    errors, stable = stability_survey([n for n in names if {"all", n} & set(wanted)])
+    for name, err in errors.items():
+        ctx.log({"kind": "stability", "scheme": name, "identity_error": err})
+        if name in stable:
+            ctx.log({"kind": "stable_dt", "scheme": name, "identity_error": err, **stable[name]})
+    return max([0.0, *errors.values()]), stable
 
 
 def _imex_check(ctx) -> dict:
-    """The IMEX step's solve (:func:`transflow.schemes.implicit_solve_check`) and its CPU
-    cost against the explicit relaxed Lie step (d = 32, 16 tokens, float32, jitted)."""
-    import jax
-    import jax.numpy as jnp
+    """:func:`transflow.schemes.imex_step_check` at its sizes (d = 32, 16 tokens, float32),
+    logged (kind ``imex_cost``)."""
+    from transflow.schemes import imex_step_check
 
-    from transflow import LayerControls, make_scheme
-    from transflow.schemes import implicit_solve_check, step_cpu_seconds
-
-    th = LayerControls.random(32, n_heads=2, dtype=jnp.float32, key=jax.random.key(0))
-    u = jax.random.normal(jax.random.key(1), (16, 32), jnp.float32)
-    imex, expl = make_scheme("imex"), make_scheme("relaxed")
-    out = implicit_solve_check(imex, th, u, 0.5)
-    t_imex, t_expl = step_cpu_seconds(imex, th, u, 0.5), step_cpu_seconds(expl, th, u, 0.5)
-    out.update(imex_step_us=1e6 * t_imex, explicit_step_us=1e6 * t_expl, cost_ratio=t_imex / t_expl)
+    out = imex_step_check()
     ctx.log({"kind": "imex_cost", **out})
     return out
 
@@ -543,9 +467,7 @@ def _check_names(schemes, tasks, order_schemes) -> None:
 def _check_windows(cfg: Config) -> None:
     """Each declared window has ≥ 2 distinct step counts (a slope needs two)."""
     for pname in ("problem_a", "problem_b"):
-        pb = getattr(cfg, pname)
-        for p in (1, 2, 4):
-            w = [int(n) for n in getattr(pb, f"window_order{p}")]
+        for p, w in _windows(getattr(cfg, pname)).items():
             if len(set(w)) < 2:
                 raise ValueError(
                     f"task.{pname}.window_order{p} = {w}: a fit window needs at least two "
@@ -785,7 +707,7 @@ def _summary(cfg: Config, rows, agg, orders, stable, identity_err, imex, counts,
         out.update({f"order_{pname}_{k}": o.observed for k, o in per.items()})
         out.update({f"local_slopes_{pname}_{k}": o.local_slopes for k, o in per.items()})
     out["fit_windows"] = {
-        p: {f"order{q}": list(getattr(getattr(cfg, p), f"window_order{q}")) for q in (1, 2, 4)}
+        p: {f"order{q}": w for q, w in _windows(getattr(cfg, p)).items()}
         for p in ("problem_a", "problem_b")
     }
     out.update({f"stable_dt_{k}": v["dt_star"] for k, v in stable.items()})
@@ -807,12 +729,11 @@ def _orders_markdown(cfg: Config, orders: dict) -> str:
 
     parts = []
     for pname, per in orders.items():
-        pb = getattr(cfg, pname)
+        pb, w = getattr(cfg, pname), _windows(getattr(cfg, pname))
         parts.append(
             f"## Orders, {pname} (d = {pb.d}, {pb.n_tokens} tokens, {pb.n_heads} heads, "
             f"Legendre K = {pb.path_size}, seeds {pb.path_seed}/{pb.state_seed}; windows "
-            f"declared in the config: order 1 N = {list(pb.window_order1)}, order 2 "
-            f"{list(pb.window_order2)}, order 4 {list(pb.window_order4)})\n\n"
+            f"declared in the config: order 1 N = {w[1]}, order 2 {w[2]}, order 4 {w[4]})\n\n"
             + order_table(per, tol=cfg.order_tol)
         )
     return "\n\n".join(parts)

@@ -1,21 +1,11 @@
-"""Trained expressivity (issue #39): certified linear-region counts of *trained* hardmax
-transformers and ReLU MLPs of the same parameter count, against depth, beside the
-construction's capacity ``(2T−1)^{d(D−1)}`` and the counts at initialisation.
+"""Trained expressivity (issue #39; docs/trained-regions.md): certified linear-region counts
+of *trained* hardmax transformers and ReLU MLPs of the same parameter count, against depth,
+beside the construction's capacity ``(2T−1)^{d(D−1)}`` and the counts at initialisation.
 
 A study on the runner (:mod:`transflow.experiments.study.runner`): one cell per (target,
-D) (:func:`cells`), one job per cell and seed, whose record
-(``cells/<target>-D<depth>/seed<k>/record.json``) a rerun in the same run directory reuses
-by digest (:func:`record_key`). A job (:func:`transflow.expressivity.train_cell`) trains
-a constant-query transformer (softmax at a λ annealed ``lam_start`` → ``lam_end``, read
-with hardmax) and the ReLU MLP of the closest parameter count, counts both with the
-certified counters at initialisation (beside an independent grid estimate) and after
-training, and saves them in ``models/``, reloaded without retraining by
-``transflow.expressivity.load_model(<run>/models, target=..., depth=..., kind=...,
-seed=...)``. Writes ``report.md`` (the table, mean ± std over seeds), ``metrics.jsonl``
-(one record per model), ``regions_vs_depth`` and ``partition_2d`` (its model:
-``summary.json``'s ``partition_model``).
-
-Claims (declared in configs/experiment/trained_regions.yaml; :data:`CLAIMS`, checked in
+D) (:func:`cells`), one job per cell and seed (:func:`transflow.expressivity.train_cell`:
+both models trained, counted and saved in ``models/``), whose record a rerun in the same
+run directory reuses by digest (:func:`record_key`). Claims (:data:`CLAIMS`, checked in
 every cell over all its seeds): every count certified; no initial count below the grid
 estimate; training reduces the loss of every model. The transformer/MLP comparison is
 recorded as a finding (``enforce=False``), not a threshold.

@@ -29,7 +29,8 @@ concrete scheme is final.
 - ``_analysis``: the numerical analysis a study records (measured orders on an
   :class:`OrderProblem`, the stability-function identity, a layer's confirmed stable Δt,
   the IMEX solve; :func:`measure_orders`, :func:`stability_function_error`,
-  :func:`layer_stable_dt`, :func:`implicit_solve_check`).
+  :func:`layer_stable_dt`, :func:`stability_survey`, :func:`implicit_solve_check`,
+  :func:`imex_step_check`).
 
 Every name is also exported by :mod:`transflow`. The sub-model splittings of
 :mod:`transflow.continuous` (``lie``, ``strang``, … as :class:`~transflow.continuous.
@@ -42,12 +43,14 @@ from ._analysis import (
     OrderProblem as OrderProblem,
     convergence_errors as convergence_errors,
     empirical_order as empirical_order,
+    imex_step_check as imex_step_check,
     implicit_solve_check as implicit_solve_check,
     layer_stable_dt as layer_stable_dt,
     measure_order as measure_order,
     measure_orders as measure_orders,
     order_table as order_table,
     stability_function_error as stability_function_error,
+    stability_survey as stability_survey,
     stable_dt_table as stable_dt_table,
     step_cpu_seconds as step_cpu_seconds,
 )

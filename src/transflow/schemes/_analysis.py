@@ -11,9 +11,11 @@ layer as trained (confirmed by runs) and the IMEX step's linear solve.
   the declared stability function;
 - :func:`layer_stable_dt`: :func:`~transflow.linearised_stability` in the form the scheme
   declares (``stability_form``), confirmed by runs at 0.95 and 1.05 Δt*
-  (:func:`~transflow.confirm_stable_dt`);
+  (:func:`~transflow.confirm_stable_dt`); :func:`stability_survey`: both for every
+  registered scheme, on a random layer along its own trajectory;
 - :func:`implicit_solve_check`, :func:`step_cpu_seconds`: the IMEX step's LU solve, its
-  residual, and the CPU cost of a jitted step;
+  residual, and the CPU cost of a jitted step; :func:`imex_step_check`: both on a random
+  layer, the IMEX step's cost against the explicit step's;
 - :func:`order_table`, :func:`stable_dt_table`: the results as markdown tables.
 
 Every function dispatches on the capabilities a scheme declares (:func:`require`):
@@ -35,8 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._controls import LayerControls
+from .._controls import LayerControls, stack_controls
 from .._errors import check_number
+from .._integrate import ConstantSteps, Remat, SaveAt, scan_steps
 from .._paths import BasisExpansion, ControlPath, init_path
 from ._base import (
     AbstractImplicitFFN,
@@ -44,9 +47,10 @@ from ._base import (
     AbstractODEScheme,
     AbstractScheme,
     _project,
+    has,
     require,
 )
-from ._registry import declared_order, stage_controls
+from ._registry import SCHEME_NAMES, declared_order, make_scheme, stage_controls
 from ._stability import (
     amplification_factor,
     confirm_stable_dt,
@@ -62,11 +66,13 @@ __all__ = [
     "convergence_errors",
     "empirical_order",
     "implicit_solve_check",
+    "imex_step_check",
     "layer_stable_dt",
     "measure_order",
     "measure_orders",
     "order_table",
     "stability_function_error",
+    "stability_survey",
     "stable_dt_table",
     "step_cpu_seconds",
 ]
@@ -444,6 +450,84 @@ def layer_stable_dt(
     return rec
 
 
+def stability_survey(
+    stable_dt: Sequence[str] = (),
+    *,
+    d: int = 8,
+    n_tokens: int = 4,
+    n_heads: int = 2,
+    dt: float = 0.25,
+    n_steps: int = 3,
+) -> tuple[dict[str, float], dict[str, dict]]:
+    """The stability of every registered scheme with a linear stability function
+    (:data:`~transflow.SCHEME_NAMES`, the others have no linear test problem): its
+    :func:`stability_function_error`, and for those named in ``stable_dt`` the largest
+    stable Δt of a random layer as trained (:func:`layer_stable_dt`).
+
+    The layer: :meth:`~transflow.LayerControls.random` of width ``d`` with ``n_heads``
+    heads and a GELU FFN, float64, key 0; its trajectory: ``n_steps`` steps of Δt = ``dt``
+    of the layer itself from a random state of ``n_tokens`` × ``d`` (key 1), the scheme's
+    own steps, or the pre-norm layer's for a scheme whose ``stability_form`` is
+    ``"prenorm"``. A name of ``stable_dt`` without a linear stability function has no Δt*
+    and is passed over. Returns ``(errors, stable)``, both by name in registry order.
+
+    Example:
+        >>> from transflow.schemes import stability_survey
+        >>> errors, stable = stability_survey(d=4, n_tokens=2)  # stable_dt=["rk4"]: its Δt*
+        >>> "lie" in errors, max(errors.values()) <= 1e-12, stable
+        (False, True, {})
+    """
+    owner = "stability_survey"
+    if isinstance(stable_dt, str | bytes) or not isinstance(stable_dt, Sequence):
+        raise TypeError(
+            f"{owner}: `stable_dt` must be a list of scheme names, got "
+            f"{type(stable_dt).__name__} {stable_dt!r}; pass e.g. stable_dt=['prenorm', 'imex']."
+        )
+    unknown = [n for n in stable_dt if n not in SCHEME_NAMES]
+    if unknown:
+        raise ValueError(
+            f"{owner}: `stable_dt` names {unknown}, which are not schemes; use names of "
+            f"{SCHEME_NAMES}."
+        )
+    sizes = (("d", d), ("n_tokens", n_tokens), ("n_heads", n_heads), ("n_steps", n_steps))
+    for name, v in sizes:
+        check_number(name, v, owner, lower=0, integer=True, example="4")
+    check_number("dt", dt, owner, lower=0, example="0.25")
+    if d % n_heads:
+        raise ValueError(f"{owner}: `n_heads` must divide d = {d}, got {n_heads}.")
+    errors: dict[str, float] = {}
+    stable: dict[str, dict] = {}
+    with jax.enable_x64(True):
+        th = LayerControls.random(
+            d, n_heads=n_heads, activation="gelu", dtype=jnp.float64, key=jax.random.key(0)
+        )
+        u0 = jax.random.normal(jax.random.key(1), (n_tokens, d), jnp.float64)
+        controls = stack_controls([th] * n_steps)
+
+        def trajectory(scheme):  # as evolve(u0, controls, scheme, dt=dt) saving every step
+            _, traj = scan_steps(
+                lambda u, c: scheme.step(u, c, dt, grid=None, causal=False),
+                u0,
+                controls,
+                n_steps,
+                saveat=SaveAt(steps=True),
+                remat=Remat(),
+                controller=ConstantSteps(),
+            )
+            return jnp.concatenate([u0[None], traj])
+
+        for name in SCHEME_NAMES:
+            s = make_scheme(name)  # as trained (IMEX: ffn_branch_dt="dt")
+            if not has(s, AbstractLinearStability):
+                continue
+            errors[name] = stability_function_error(s)
+            if name in stable_dt:
+                own = s.stability_form != "prenorm"
+                path = trajectory(s if own else make_scheme("prenorm"))
+                stable[name] = layer_stable_dt(s, th, path)
+    return errors, stable
+
+
 def implicit_solve_check(
     scheme: AbstractScheme,
     controls: LayerControls,
@@ -505,6 +589,49 @@ def step_cpu_seconds(
     for _ in range(reps):
         f(u).block_until_ready()
     return (time.process_time() - t) / reps
+
+
+def imex_step_check(
+    scheme: AbstractScheme | None = None,
+    explicit: AbstractScheme | None = None,
+    *,
+    d: int = 32,
+    n_tokens: int = 16,
+    n_heads: int = 2,
+    dt: float = 0.5,
+    reps: int = 200,
+) -> dict:
+    """The IMEX step's solve and its cost, on a random float32 layer of width ``d`` (keys
+    0 and 1) and ``n_tokens`` tokens: :func:`implicit_solve_check` (``uses_lu``,
+    ``residual``) and :func:`step_cpu_seconds` of ``scheme`` (default the IMEX layer as
+    trained) against ``explicit`` (default the relaxed Lie step, the explicit step it
+    relaxes), as ``imex_step_us``, ``explicit_step_us`` (µs per jitted step) and
+    ``cost_ratio``.
+
+    Example:
+        >>> from transflow.schemes import imex_step_check
+        >>> r = imex_step_check(d=8, n_tokens=4, reps=2)
+        >>> r["uses_lu"], r["residual"] <= 1e-12, r["cost_ratio"] > 0
+        (1, True, True)
+    """
+    owner = "imex_step_check"
+    scheme = make_scheme("imex") if scheme is None else scheme
+    explicit = make_scheme("relaxed") if explicit is None else explicit
+    _check_scheme(scheme, AbstractImplicitFFN, owner)
+    for name, v in (("d", d), ("n_tokens", n_tokens), ("n_heads", n_heads), ("reps", reps)):
+        check_number(name, v, owner, lower=0, integer=True, example="16")
+    check_number("dt", dt, owner, lower=0, example="0.5")
+    if d % n_heads:
+        raise ValueError(
+            f"{owner}: `n_heads` must divide d = {d}, got {n_heads}; pass e.g. n_heads=2."
+        )
+    th = LayerControls.random(d, n_heads=n_heads, dtype=jnp.float32, key=jax.random.key(0))
+    u = jax.random.normal(jax.random.key(1), (n_tokens, d), jnp.float32)
+    out = implicit_solve_check(scheme, th, u, dt)
+    t_imex = step_cpu_seconds(scheme, th, u, dt, reps=reps)
+    t_expl = step_cpu_seconds(explicit, th, u, dt, reps=reps)
+    out.update(imex_step_us=1e6 * t_imex, explicit_step_us=1e6 * t_expl, cost_ratio=t_imex / t_expl)
+    return out
 
 
 # ------------------------------------------------------------------------------ tables
