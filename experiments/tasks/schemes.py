@@ -428,10 +428,12 @@ def _stability(cfg: Config, ctx, names: list[str]) -> tuple[float, dict[str, dic
     error over every registered scheme with a linear stability function) and the largest
     stable Δt of the trained schemes of ``task.stable_dt_schemes`` for a random d = 8 layer
     as trained; logged (kinds ``stability``, ``stable_dt``)."""
-    from transflow.schemes import stability_survey
+    from transflow import make_scheme
+    from transflow.schemes import AbstractLinearStability, has, stability_survey
 
-    wanted = [str(n) for n in cfg.stable_dt_schemes]
-    errors, stable = stability_survey([n for n in names if {"all", n} & set(wanted)])
+    wanted = [str(n) for n in cfg.stable_dt_schemes]  # "all": those that have a Δt*
+    linear = [n for n in names if has(make_scheme(n), AbstractLinearStability)]
+    errors, stable = stability_survey([n for n in linear if {"all", n} & set(wanted)])
     for name, err in errors.items():
         ctx.log({"kind": "stability", "scheme": name, "identity_error": err})
         if name in stable:

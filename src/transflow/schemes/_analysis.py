@@ -469,7 +469,7 @@ def stability_survey(
     of the layer itself from a random state of ``n_tokens`` × ``d`` (key 1), the scheme's
     own steps, or the pre-norm layer's for a scheme whose ``stability_form`` is
     ``"prenorm"``. A name of ``stable_dt`` without a linear stability function has no Δt*
-    and is passed over. Returns ``(errors, stable)``, both by name in registry order.
+    and is refused. Returns ``(errors, stable)``, both by name in registry order.
 
     Example:
         >>> from transflow.schemes import stability_survey
@@ -488,6 +488,12 @@ def stability_survey(
         raise ValueError(
             f"{owner}: `stable_dt` names {unknown}, which are not schemes; use names of "
             f"{SCHEME_NAMES}."
+        )
+    without = [n for n in stable_dt if not has(make_scheme(n), AbstractLinearStability)]
+    if without:
+        raise ValueError(
+            f"{owner}: `stable_dt` names {without}, which have no linear stability function "
+            "(capability AbstractLinearStability), so no largest stable Δt; leave them out."
         )
     sizes = (("d", d), ("n_tokens", n_tokens), ("n_heads", n_heads), ("n_steps", n_steps))
     for name, v in sizes:
