@@ -206,8 +206,10 @@ def plot_control_smoothness(res: dict[str, Any], *, max_blocks: int = 12):
     ax.set_ylabel(r"$\|\theta^{n+1} - \theta^n\| / \|\theta^n\|$")
     ax.set_title("control increments across depth")
     ax.grid(True, which="both")
-    # up to max_blocks + 1 entries: below the panel, where they cover no increment
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=6)
+    # up to max_blocks + 1 entries: beside the panel, where they cover no increment (below
+    # it, a fixed offset overlapped the x label at some heights; the layout engine sizes
+    # the panel around a legend beside it)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=6)
     if len(v) < 2:
         smoke_note(ax, f"smoke size: {len(v)} increment")
     if scaling:
