@@ -549,8 +549,7 @@ def _scheme_rows(tasks=("digits", "sequence", "text"), schemes=("prenorm", "stra
 
 
 _ELEVEN = (
-    "lie prenorm macaron macaron_post strang heun rk4 ode_rk2 imex macaron_untied "
-    "imex_dissipative"
+    "lie prenorm macaron macaron_post strang heun rk4 ode_rk2 imex macaron_untied imex_dissipative"
 ).split()
 
 
