@@ -809,3 +809,39 @@ def test_plot_function_signatures_take_records_first():
             inspect.Parameter.POSITIONAL_ONLY,
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
         ), name
+
+
+def test_smoke_mark_stays_clear_of_a_bottom_legend_in_the_saved_file():
+    """A tight save grows the figure's box to hold the mark, and what is anchored to that
+    box (a figure legend below the panels, the suptitle) used to slide onto the mark in
+    the file while the figure itself looked clean (analyze, schemes and training smoke
+    figures). Measured as drawn into the file: a probe artist records the extents."""
+    import io
+
+    from matplotlib.artist import Artist
+
+    fig, axes = P.new_figure(4.0, 1, 2, squeeze=False)
+    for ax in axes[0]:
+        for i in range(13):
+            ax.semilogy([0.5], [1 + i / 10], ".-", label=f"block {i}")
+        ax.set(xlabel="x", ylabel="y", title="panel")
+    fig.suptitle("figure title")
+    handles = axes[0][0].get_legend_handles_labels()
+    fig.legend(*handles, loc="outside lower center", ncol=4, fontsize=6)
+    P.smoke_mark(fig)
+    seen = []
+
+    class Probe(Artist):
+        def draw(self, renderer):
+            mark = next(t for t in fig.texts if t.get_gid() == "smoke-mark")
+            parts = [mark, fig.legends[0], fig._suptitle]
+            seen.append([a.get_window_extent(renderer) for a in parts])
+            seen[-1] += [ax.get_tightbbox(renderer) for ax in fig.axes]  # with tick labels
+
+    fig.add_artist(Probe())
+    fig.savefig(io.BytesIO(), format="png", dpi=150, bbox_inches="tight")
+    mark, legend, title, *panels = seen[-1]
+    assert mark.y1 < legend.y0, (mark, legend)  # below the legend, not on it
+    assert legend.y1 < min(p.y0 for p in panels)  # the legend still under the panels
+    assert title.y0 > max(p.y1 for p in panels)  # the title still above them
+    assert not P.figure_problems(fig, smoke=True)

@@ -414,12 +414,35 @@ def smoke_mark(fig, text: str = SMOKE_MARK):
     if any(t.get_gid() == "smoke-mark" for t in fig.texts):
         return fig
     fig.canvas.draw()  # run the layout engine first: the mark goes below the final layout
-    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
-    width, height = fig.get_size_inches()
+    renderer = fig.canvas.get_renderer()
+    box = fig.get_tightbbox(renderer)  # inches
+    if not fig.axes:  # nothing to anchor to: figure fractions
+        anchor, at = fig.transFigure, ((box.x0 + box.x1) / 2, box.y0 - 0.06)
+        at = (at[0] / fig.get_size_inches()[0], at[1] / fig.get_size_inches()[1])
+    else:
+        # A tight save (bbox_inches="tight") moves what is anchored to the figure's box
+        # (figure legends, the suptitle, figure-fraction text) onto the grown box, so a
+        # bottom legend would slide onto a mark below it. Freeze the layout just drawn
+        # and anchor those and the mark to the first axes, which a tight save keeps put.
+        anchor = fig.axes[0].transAxes
+        to_axes = anchor.inverted().transform
+        fig.set_layout_engine("none")
+        for legend in fig.legends:
+            ((x0, y0),) = to_axes([legend.get_window_extent(renderer).p0])
+            legend.set_loc("lower left")
+            legend.set_bbox_to_anchor((x0, y0), transform=anchor)
+            legend.borderaxespad = 0.0
+        if fig._suptitle is not None:
+            t = fig._suptitle
+            bb = t.get_window_extent(renderer)
+            ((x, y),) = to_axes([((bb.x0 + bb.x1) / 2, bb.y0)])
+            t.set(transform=anchor, position=(x, y), ha="center", va="bottom")
+        dpi = fig.dpi
+        (at,) = to_axes([((box.x0 + box.x1) / 2 * dpi, (box.y0 - 0.06) * dpi)])
     fig.text(
-        (box.x0 + box.x1) / 2 / width,
-        box.y0 / height - 0.02,
+        *at,
         text,
+        transform=anchor,
         ha="center",
         va="top",
         fontsize=8,
