@@ -100,6 +100,18 @@ def _check_scheme(scheme, capability: type, consumer: str) -> None:
     require(scheme, capability, consumer)
 
 
+def _check_layer_sizes(owner: str, **sizes: int) -> None:
+    """Each of ``sizes`` (``d``, ``n_tokens``, ``n_heads``, ...) a positive int, and
+    ``n_heads`` a divisor of ``d``: the random layer the analyses below draw."""
+    for name, v in sizes.items():
+        check_number(name, v, owner, lower=0, integer=True, example="4")
+    d, n_heads = sizes["d"], sizes["n_heads"]
+    if d % n_heads:
+        raise ValueError(
+            f"{owner}: `n_heads` must divide d = {d}, got {n_heads}; pass a divisor of d."
+        )
+
+
 # ------------------------------------------------------------------------------ orders
 class OrderProblem(eqx.Module):
     """A smooth problem for measured orders: a control path θ(t) on ``path.interval`` and
@@ -140,15 +152,12 @@ class OrderProblem(eqx.Module):
             ((3, 4), 'float64', (0.0, 1.0))
         """
         owner = "OrderProblem.legendre"
-        for name, v in (("d", d), ("n_tokens", n_tokens), ("n_heads", n_heads)):
-            check_number(name, v, owner, lower=0, integer=True, example="4")
+        _check_layer_sizes(owner, d=d, n_tokens=n_tokens, n_heads=n_heads)
         check_number("path_size", path_size, owner, lower=0, integer=True, example="3")
         check_number("ffn_copies", ffn_copies, owner, lower=0, integer=True, example="2")
         check_number("scale", scale, owner, lower=0, example="0.5")
         for name, v in (("path_seed", path_seed), ("state_seed", state_seed)):
             check_number(name, v, owner, lower=0, strict=False, integer=True, example="3")
-        if d % n_heads:
-            raise ValueError(f"{owner}: `n_heads` must divide d = {d}, got {n_heads}.")
         with jax.enable_x64(True):
 
             def draw(k):
@@ -495,12 +504,8 @@ def stability_survey(
             f"{owner}: `stable_dt` names {without}, which have no linear stability function "
             "(capability AbstractLinearStability), so no largest stable Δt; leave them out."
         )
-    sizes = (("d", d), ("n_tokens", n_tokens), ("n_heads", n_heads), ("n_steps", n_steps))
-    for name, v in sizes:
-        check_number(name, v, owner, lower=0, integer=True, example="4")
+    _check_layer_sizes(owner, d=d, n_tokens=n_tokens, n_heads=n_heads, n_steps=n_steps)
     check_number("dt", dt, owner, lower=0, example="0.25")
-    if d % n_heads:
-        raise ValueError(f"{owner}: `n_heads` must divide d = {d}, got {n_heads}.")
     errors: dict[str, float] = {}
     stable: dict[str, dict] = {}
     with jax.enable_x64(True):
@@ -624,13 +629,8 @@ def imex_step_check(
     scheme = make_scheme("imex") if scheme is None else scheme
     explicit = make_scheme("relaxed") if explicit is None else explicit
     _check_scheme(scheme, AbstractImplicitFFN, owner)
-    for name, v in (("d", d), ("n_tokens", n_tokens), ("n_heads", n_heads), ("reps", reps)):
-        check_number(name, v, owner, lower=0, integer=True, example="16")
+    _check_layer_sizes(owner, d=d, n_tokens=n_tokens, n_heads=n_heads, reps=reps)
     check_number("dt", dt, owner, lower=0, example="0.5")
-    if d % n_heads:
-        raise ValueError(
-            f"{owner}: `n_heads` must divide d = {d}, got {n_heads}; pass e.g. n_heads=2."
-        )
     th = LayerControls.random(d, n_heads=n_heads, dtype=jnp.float32, key=jax.random.key(0))
     u = jax.random.normal(jax.random.key(1), (n_tokens, d), jnp.float32)
     out = implicit_solve_check(scheme, th, u, dt)
