@@ -51,6 +51,7 @@ __all__ = [
     "release_compiled",
     "format_number",
     "markdown_table",
+    "write_atomic",
     "md_cell",
     "summary_markdown",
     "to_jsonable",
@@ -383,6 +384,14 @@ def md_cell(v: Any) -> str:
     else:
         text = str(v)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def write_atomic(path: pathlib.Path, text: str) -> None:
+    """Write ``text`` to ``path`` by ``<path>.tmp`` and a rename; line ends as given."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", newline="") as f:
+        f.write(text)
+    tmp.replace(path)
 
 
 def markdown_table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:

@@ -44,6 +44,7 @@ from .context import (
     release_compiled,
     summary_markdown,
     to_jsonable,
+    write_atomic,
 )
 from .tasks import discover, register_tasks
 from .validate import (
@@ -146,9 +147,7 @@ def register_configs(*, warn: bool = True) -> dict[str, str]:
 
 
 def _write_json(path: pathlib.Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(to_jsonable(obj), indent=2, allow_nan=True) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=True) + "\n")
 
 
 @contextlib.contextmanager

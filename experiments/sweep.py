@@ -28,7 +28,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from .context import INCOMPLETE, ClaimsOutcome, markdown_table, md_cell, to_jsonable
+from .context import INCOMPLETE, ClaimsOutcome, markdown_table, md_cell, to_jsonable, write_atomic
 
 __all__ = ["SweepSummary", "load_sweep", "plot_sweep", "summarize_sweep", "write_sweep_summary"]
 
@@ -128,21 +128,14 @@ def write_sweep_summary(sweep_dir: str | pathlib.Path) -> dict[str, Any]:
         "",
         markdown_table(map(md_cell, cols), ([md_cell(r.get(c, "")) for c in cols] for r in rows)),
     ]
-    _atomic_write(sweep_dir / "sweep_summary.md", "\n".join(md) + "\n")
+    write_atomic(sweep_dir / "sweep_summary.md", "\n".join(md) + "\n")
     table = io.StringIO(newline="")
     w = csv.DictWriter(table, fieldnames=cols, extrasaction="ignore")
     w.writeheader()
     w.writerows({c: r.get(c, "") for c in cols} for r in rows)
-    _atomic_write(sweep_dir / "sweep_summary.csv", table.getvalue())
-    _atomic_write(sweep_dir / "sweep_summary.json", json.dumps(s, indent=2, allow_nan=True) + "\n")
+    write_atomic(sweep_dir / "sweep_summary.csv", table.getvalue())
+    write_atomic(sweep_dir / "sweep_summary.json", json.dumps(s, indent=2, allow_nan=True) + "\n")
     return s
-
-
-def _atomic_write(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", newline="") as f:  # the csv module's line ends as written
-        f.write(text)
-    tmp.replace(path)
 
 
 def load_sweep(sweep: str | pathlib.Path | dict) -> dict[str, Any]:

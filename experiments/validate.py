@@ -252,8 +252,7 @@ def _each(rule: Rule, names: str) -> dict[str, Rule]:
 
 
 def _once(*groups: dict[str, Any]) -> dict[str, Any]:
-    """The groups of :data:`RULES` merged; a field declared in two groups is refused (the
-    second would silently win)."""
+    """The groups of :data:`RULES` merged, refusing a field in two (the later would win)."""
     merged: dict[str, Any] = {}
     for group in groups:
         twice = sorted(set(merged) & set(group))

@@ -210,3 +210,13 @@ def test_smoke_sweep_of_every_experiment(name, tmp_path):
     for row in summary["rows"]:
         assert row["status"] == "COMPLETED"
         assert not str(row["claims"]).startswith("FAILED"), row
+
+
+def test_write_atomic_leaves_the_text_as_given_and_no_temporary_file(tmp_path):
+    """The one atomic writer of status.json, summary.json and the sweep summaries."""
+    from transflow.experiments.context import write_atomic
+
+    path = tmp_path / "sweep_summary.csv"
+    write_atomic(path, "a,b\r\n1,2\r\n")
+    assert path.read_bytes() == b"a,b\r\n1,2\r\n"
+    assert not path.with_suffix(".csv.tmp").exists()

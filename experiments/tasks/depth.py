@@ -616,7 +616,7 @@ def _claims_readings(cfg: Config) -> str:
     if not (extra := _other_readings(cfg)):
         return f"Every claim is stated under the reading {DEFAULT_READING}.\n\n"
     return (
-        "Every claim is stated under the reading right (its declared metric); "
+        f"Every claim is stated under the reading {DEFAULT_READING} (its declared metric); "
         + ", ".join(f"`<claim>@{r}`: the same claim under the reading {r}" for r in extra)
         + ".\n\n"
     )
